@@ -1,0 +1,1 @@
+"""Corpora, cleaning, splitting and the SentencePiece tokenizer. Never imports torch."""

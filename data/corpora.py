@@ -1,0 +1,280 @@
+"""Readers for parallel corpora: the Ding dictionary, tab-separated pairs, Moses text pairs.
+
+Every reader yields :class:`Pair` records and raises :class:`CorpusError` naming the file
+and line for input it cannot read, so a user bringing their own corpus learns exactly
+what to fix.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import zip_longest
+from pathlib import Path
+
+DING_SYSTEM_PATH = Path("/usr/share/trans/de-en")
+DING_LICENSE = "GPL-2.0-or-later (Ding dictionary, Frank Richter, TU Chemnitz; Debian package trans-de-en)"
+DING_HOWTO = (
+    "The Ding dictionary was not found. Install it with `sudo apt-get install trans-de-en` "
+    "(it lands in /usr/share/trans/de-en), or let crossalign unpack it into its cache with "
+    "`apt-get download trans-de-en` available on PATH, or pass --ding-path FILE."
+)
+
+SENTENCE = "sentence"
+PHRASE = "phrase"
+
+
+class CorpusError(ValueError):
+    """Input that cannot be read as a parallel corpus; the message names file and line."""
+
+
+@dataclass(frozen=True)
+class Pair:
+    source: str
+    target: str
+    kind: str = SENTENCE  # SENTENCE or PHRASE: only sentences may enter valid/test
+
+
+# --------------------------------------------------------------------------- normalisation
+
+_SPACES = re.compile(r"\s+")
+_QUOTES = str.maketrans({"’": "'", "‘": "'", "´": "'", "`": "'", "\u00a0": " "})
+# C0/C1 controls and invisible format characters (zero-width space, bidi marks, BOM).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060\ufeff]")
+
+
+def normalize_text(text: str) -> str:
+    """NFC, one kind of apostrophe, single spaces, no control characters."""
+    text = unicodedata.normalize("NFC", text).translate(_QUOTES)
+    text = _CONTROL.sub("", text)
+    return _SPACES.sub(" ", text).strip()
+
+
+def split_key(text: str) -> str:
+    """The key that decides a pair's split: sources differing only in case/space collide."""
+    return normalize_text(text).casefold()
+
+
+# --------------------------------------------------------------------------- Ding
+
+# Annotations that are metadata, not translation: {f} gender/POS, [coll.] register/domain,
+# <variant spellings>, /ABBR/ abbreviations, (glosses).
+_ANNOTATIONS = [  # (opening character, pattern): the character gates the regex, for speed
+    ("{", re.compile(r"\{[^{}]*\}")),
+    ("[", re.compile(r"\[[^\[\]]*\]")),
+    ("<", re.compile(r"<[^<>]*>")),
+    ("/", re.compile(r"(?<!\S)/[^/\s][^/]*?/(?!\S)")),
+    ("(", re.compile(r"\([^()]*\)")),
+]
+# Placeholders for valency slots; they never occur in real sentences. Ding writes the
+# possessive "sb.'s", whose "'s" goes with the placeholder.
+_PLACEHOLDERS = re.compile(
+    r"(?<![\w.])(etw|jd|jdm|jdn|jds|sth|sb|sb's|sbs)\.(?:'s)?(?!\w)|(?<!\w)(sb's|one's)(?!\w)"
+)
+# "sheer/pure" -> "sheer": Ding writes interchangeable words with a slash.
+_SLASH_WORDS = re.compile(r"(\w[\w'-]*)(?:/[\w'-]+)+")
+_SPACED_SLASH = re.compile(r"\s/\s")
+_SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.!?;:])")
+_SENTENCE_END = re.compile(r"[.!?…]['\"»«“”]?$")
+
+
+def _split_top_level(text: str, separator: str) -> list[str]:
+    """Split on `separator` outside (), [], {} and <> so glosses keep their semicolons."""
+    parts, start, search_from = [], 0, 0
+    while (index := text.find(separator, search_from)) != -1:
+        prefix = text[start:index]
+        # Bracket depth of the candidate: counting in C is far faster than a char loop.
+        depth = sum(prefix.count(c) for c in "([{<") - sum(prefix.count(c) for c in ")]}>")
+        if depth <= 0:
+            parts.append(prefix)
+            start = index + len(separator)
+        search_from = index + len(separator)
+    parts.append(text[start:])
+    return parts
+
+
+def clean_ding_text(text: str) -> str:
+    """Strip Ding's annotations and placeholders from one alternative.
+
+    Returns "" for alternatives we cannot turn into one clean string: a spaced slash
+    ("none other gods but me / other gods before me") marks alternatives of unknown extent.
+    """
+    for _ in range(2):  # nested annotations, e.g. "(zoologische (Unter)familie)"
+        for opener, pattern in _ANNOTATIONS:
+            if opener in text:
+                text = pattern.sub(" ", text)
+    if "." in text or "'" in text:
+        text = _PLACEHOLDERS.sub(" ", text)
+    if _SPACED_SLASH.search(text) or text.rstrip().endswith("/"):
+        return ""
+    if "/" in text:
+        text = _SLASH_WORDS.sub(r"\1", text)
+    if "/" in text:  # a half-spaced variant ("centre /center of") of unknown extent
+        return ""
+    text = normalize_text(text)
+    return _SPACE_BEFORE_PUNCT.sub(r"\1", text).strip(" ,;:")
+
+
+def is_sentence(text: str) -> bool:
+    """A Ding example sentence: capitalised, ends like a sentence, at least three words."""
+    return bool(text) and (text[0].isupper() or text[0] in "\"'„»0123456789") and bool(
+        _SENTENCE_END.search(text)
+    ) and len(text.split()) >= 3
+
+
+def _alternatives(sub_entry: str) -> list[str]:
+    cleaned = (clean_ding_text(alt) for alt in _split_top_level(sub_entry, "; "))
+    return [alt for alt in cleaned if alt]
+
+
+def parse_ding_line(line: str) -> list[Pair]:
+    """All pairs of one Ding entry: sub-entries (` | `) align by position across `::`."""
+    german, english = line.split(" :: ", 1)
+    de_subs, en_subs = _split_top_level(german, " | "), _split_top_level(english, " | ")
+    if len(de_subs) != len(en_subs):
+        return []  # misaligned entry: cannot tell which example translates which
+    pairs: list[Pair] = []
+    for de_sub, en_sub in zip(de_subs, en_subs):
+        de_alts, en_alts = _alternatives(de_sub), _alternatives(en_sub)
+        if not de_alts or not en_alts:
+            continue
+        # Pair alternatives by position and always the first with the first; a full cross
+        # product would multiply synonyms ("blank; pur; rein" x "sheer; pure; plain").
+        combos = {(0, 0)} | {(i, min(i, len(en_alts) - 1)) for i in range(len(de_alts))}
+        combos |= {(min(j, len(de_alts) - 1), j) for j in range(len(en_alts))}
+        for i, j in sorted(combos):
+            de, en = de_alts[i], en_alts[j]
+            kind = SENTENCE if is_sentence(de) and is_sentence(en) else PHRASE
+            pairs.append(Pair(de, en, kind))
+    return pairs
+
+
+def find_ding(explicit: Path | None = None, cache_dir: Path | None = None) -> Path:
+    """Locate the Ding file: explicit path, the system package, or unpack it into a cache."""
+    if explicit is not None:
+        if not explicit.is_file():
+            raise CorpusError(f"{explicit}: no such file. {DING_HOWTO}")
+        return explicit
+    if DING_SYSTEM_PATH.is_file():
+        return DING_SYSTEM_PATH
+    cache_dir = cache_dir or Path.home() / ".cache" / "crossalign" / "ding"
+    cached = cache_dir / "root" / "usr/share/trans/de-en"
+    if cached.is_file():
+        return cached
+    if shutil.which("apt-get") and shutil.which("dpkg"):
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            subprocess.run(["apt-get", "download", "trans-de-en"], cwd=cache_dir, check=True,
+                           capture_output=True, timeout=300)
+            deb = sorted(cache_dir.glob("trans-de-en_*.deb"))[-1]
+            subprocess.run(["dpkg", "-x", str(deb), str(cache_dir / "root")], check=True,
+                           capture_output=True, timeout=300)
+        except (subprocess.SubprocessError, IndexError, OSError):
+            pass
+        if cached.is_file():
+            return cached
+    raise CorpusError(DING_HOWTO)
+
+
+def read_ding(path: Path) -> Iterator[Pair]:
+    """Yield cleaned sentence and phrase pairs from a Ding dictionary file."""
+    with _open_text(path) as lines:
+        for number, line in lines:
+            line = line.rstrip("\n")
+            if not line.strip() or line.startswith("#"):
+                continue
+            if " :: " not in line:
+                raise CorpusError(f"{path}:{number}: expected 'German :: English', got {line[:80]!r}")
+            yield from parse_ding_line(line)
+
+
+# --------------------------------------------------------------------------- TSV / Moses
+
+
+class _open_text:
+    """Iterate (line number, text) of a UTF-8 file; invalid UTF-8 is a CorpusError."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def __enter__(self) -> Iterator[tuple[int, str]]:
+        if not self.path.is_file():
+            raise CorpusError(f"{self.path}: no such file")
+        self._file = self.path.open("rb")
+        return self._lines()
+
+    def _lines(self) -> Iterator[tuple[int, str]]:
+        for number, raw in enumerate(self._file, start=1):
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise CorpusError(f"{self.path}:{number}: invalid UTF-8 ({error.reason} at byte {error.start})") from None
+
+    def __exit__(self, *exc: object) -> None:
+        self._file.close()
+
+
+def read_tsv(path: Path) -> Iterator[Pair]:
+    """`source<TAB>target[<TAB>anything]` per line (Tatoeba / manythings style)."""
+    with _open_text(path) as lines:
+        for number, line in lines:
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            fields = line.split("\t")
+            if len(fields) < 2:
+                raise CorpusError(f"{path}:{number}: expected 'source<TAB>target', found no tab")
+            source, target = normalize_text(fields[0]), normalize_text(fields[1])
+            if not source or not target:
+                raise CorpusError(f"{path}:{number}: empty {'source' if not source else 'target'}")
+            yield Pair(source, target, SENTENCE)
+
+
+def read_moses(source_path: Path, target_path: Path) -> Iterator[Pair]:
+    """Two plain-text files, line i of one translating line i of the other."""
+    with _open_text(source_path) as sources, _open_text(target_path) as targets:
+        # zip_longest, not zip: zip would silently swallow one extra line of the source file.
+        for source_item, target_item in zip_longest(sources, targets):
+            if source_item is None or target_item is None:
+                longer, (number, _) = (target_path, target_item) if source_item is None else (source_path, source_item)
+                raise CorpusError(f"{longer}:{number}: the two Moses files have different line counts")
+            (number, source), (_, target) = source_item, target_item
+            source, target = normalize_text(source), normalize_text(target)
+            if not source and not target:
+                continue
+            if not source or not target:
+                side = source_path if not source else target_path
+                raise CorpusError(f"{side}:{number}: empty line where the other file has text")
+            yield Pair(source, target, SENTENCE)
+
+
+def read_corpus(spec: str, ding_path: Path | None = None) -> tuple[Iterator[Pair], list[Path], str]:
+    """Parse a `--corpus` spec (`ding`, `tsv:PATH`, `moses:SRC,TGT`).
+
+    Returns the pair iterator, the input files (for the manifest's sha256) and the license.
+    """
+    if spec == "ding":
+        path = find_ding(ding_path)
+        return read_ding(path), [path], DING_LICENSE
+    kind, _, rest = spec.partition(":")
+    if kind == "tsv" and rest:
+        return read_tsv(Path(rest)), [Path(rest)], "user-supplied (see the corpus's own license)"
+    if kind == "moses" and "," in rest:
+        src, tgt = (Path(p) for p in rest.split(",", 1))
+        return read_moses(src, tgt), [src, tgt], "user-supplied (see the corpus's own license)"
+    raise CorpusError(f"unknown corpus spec {spec!r}: use ding, tsv:PATH or moses:SRC,TGT")
+
+
+# --------------------------------------------------------------------------- filters
+
+
+def keep_pair(pair: Pair, max_chars: int = 300, max_ratio: float = 3.0) -> bool:
+    """Length and length-ratio filter; the +5 slack keeps very short pairs ('Ja.' / 'Yes.')."""
+    ls, lt = len(pair.source), len(pair.target)
+    if not ls or not lt or ls > max_chars or lt > max_chars:
+        return False
+    return max(ls, lt) <= max_ratio * min(ls, lt) + 5

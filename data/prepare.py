@@ -1,0 +1,106 @@
+"""`crossalign data prepare`: corpus -> cleaned splits + SentencePiece model + manifest."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import random
+from collections import Counter
+from pathlib import Path
+
+from data.corpora import PHRASE, SENTENCE, Pair, keep_pair, read_corpus
+from data.split import split_pairs
+from data.tokenizer import Tokenizer, train_sentencepiece
+
+log = logging.getLogger("crossalign.data")
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_pairs(path: Path, pairs: list[Pair]) -> None:
+    """One pair per line: `source<TAB>target<TAB>kind`."""
+    with open(path, "w", encoding="utf-8") as handle:
+        for pair in pairs:
+            handle.write(f"{pair.source}\t{pair.target}\t{pair.kind}\n")
+
+
+def read_pairs(path: Path) -> list[Pair]:
+    """Read a split written by :func:`write_pairs` (a third column is optional)."""
+    pairs = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            fields = line.rstrip("\n").split("\t")
+            pairs.append(Pair(fields[0], fields[1], fields[2] if len(fields) > 2 else SENTENCE))
+    return pairs
+
+
+def prepare(out: Path, corpus: str = "ding", vocab_size: int = 8000, max_phrases: int | None = 200_000,
+            test_size: int = 1600, valid_size: int = 1100, seed: int = 1, ding_path: Path | None = None) -> dict:
+    """Write train/valid/test TSVs, `spm.model` and `manifest.json` into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    pairs_iter, inputs, license_ = read_corpus(corpus, ding_path)
+    raw = list(pairs_iter)
+    kept = [p for p in raw if keep_pair(p)]
+    log.info("read %d pairs, %d after length filters", len(raw), len(kept))
+    splits = split_pairs(kept, test_size=test_size, valid_size=valid_size)
+    train = splits.train
+    phrases = [p for p in train if p.kind == PHRASE]
+    if max_phrases is not None and len(phrases) > max_phrases:
+        # Short phrases first: they are word/term translations, the part that helps sentences.
+        rng = random.Random(seed)
+        rng.shuffle(phrases)
+        phrases.sort(key=lambda p: len(p.source.split()) > 4)
+        keep = set(phrases[:max_phrases])
+        train = [p for p in train if p.kind == SENTENCE or p in keep]
+    write_pairs(out / "train.tsv", train)
+    write_pairs(out / "valid.tsv", splits.valid)
+    write_pairs(out / "test.tsv", splits.test)
+    log.info("training SentencePiece (vocab %d)", vocab_size)
+    spm_texts = [t for p in train for t in (p.source, p.target)]
+    model_path = train_sentencepiece(spm_texts, out / "spm", vocab_size=vocab_size)
+    tokenizer = Tokenizer(model_path)
+    sample = [p for p in splits.valid][:1000]
+    tokens_per_sentence = sum(len(tokenizer.encode(p.source)) + len(tokenizer.encode(p.target))
+                              for p in sample) / max(2 * len(sample), 1)
+    counts = {name: dict(Counter(p.kind for p in pairs)) | {"total": len(pairs)}
+              for name, pairs in (("train", train), ("valid", splits.valid), ("test", splits.test))}
+    manifest = {
+        "corpus": corpus,
+        "inputs": [{"path": str(p), "sha256": sha256_file(p)} for p in inputs],
+        "license": license_,
+        "counts": counts,
+        "filters": {"max_chars": 300, "max_length_ratio": 3.0, "max_phrases": max_phrases},
+        "split": {"method": "sha256 of casefolded NFC source", "test_size": test_size, "valid_size": valid_size},
+        "tokenizer": {"file": "spm.model", "vocab_size": vocab_size, "type": "unigram",
+                      "pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3,
+                      "valid_tokens_per_sentence": round(tokens_per_sentence, 2)},
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    log.info("wrote %s: %s", out, json.dumps(counts))
+    return manifest
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--corpus", default="ding", help="ding | tsv:PATH | moses:SRC,TGT (default: ding)")
+    parser.add_argument("--ding-path", type=Path, default=None, help="explicit path to the Ding de-en file")
+    parser.add_argument("--vocab-size", type=int, default=8000, help="joint SentencePiece vocabulary (default 8000)")
+    parser.add_argument("--max-phrases", type=int, default=200_000,
+                        help="dictionary phrase pairs mixed into train, -1 for all (default 200000)")
+    parser.add_argument("--test-size", type=int, default=1600, help="held-out test sentences (default 1600)")
+    parser.add_argument("--valid-size", type=int, default=1100, help="held-out validation sentences (default 1100)")
+    parser.add_argument("--seed", type=int, default=1)
+
+
+def main(args: argparse.Namespace) -> None:
+    prepare(args.out, corpus=args.corpus, vocab_size=args.vocab_size,
+            max_phrases=None if args.max_phrases < 0 else args.max_phrases,
+            test_size=args.test_size, valid_size=args.valid_size, seed=args.seed, ding_path=args.ding_path)

@@ -1,0 +1,60 @@
+"""Deterministic train/valid/test split by hash of the normalised source.
+
+A source sentence lands in exactly one split, so no test source is ever trained on, and
+the assignment of a sentence never depends on what else is in the corpus. Only sentence
+pairs may go to valid/test: dictionary phrases would make BLEU meaningless.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from data.corpora import SENTENCE, Pair, split_key
+
+
+def hash_unit(key: str) -> float:
+    """A uniform number in [0, 1) from the key, stable across runs and machines."""
+    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") / 2**64
+
+
+@dataclass
+class Splits:
+    train: list[Pair] = field(default_factory=list)
+    valid: list[Pair] = field(default_factory=list)
+    test: list[Pair] = field(default_factory=list)
+
+
+def split_pairs(pairs: Iterable[Pair], test_size: int = 1600, valid_size: int = 1100,
+                max_held_out_fraction: float = 0.25) -> Splits:
+    """Split deduplicated pairs; `*_size` are targets in sentence *sources*.
+
+    Thresholds on the hash are set so the expected counts hit the targets; on small
+    corpora held-out data is capped at `max_held_out_fraction` of the sentence sources.
+    Valid and test keep one reference per source (the first seen); train keeps all.
+    """
+    pairs = list(dict.fromkeys(pairs))  # dedupe, keep order
+    sentence_keys = {split_key(p.source) for p in pairs if p.kind == SENTENCE}
+    n = max(len(sentence_keys), 1)
+    scale = min(1.0, max_held_out_fraction * n / max(test_size + valid_size, 1))
+    test_cut = test_size * scale / n
+    valid_cut = test_cut + valid_size * scale / n
+    held_out: dict[str, str] = {}
+    for key in sentence_keys:
+        u = hash_unit(key)
+        if u < test_cut:
+            held_out[key] = "test"
+        elif u < valid_cut:
+            held_out[key] = "valid"
+    splits, seen_held_out = Splits(), set()
+    for pair in pairs:
+        key = split_key(pair.source)
+        where = held_out.get(key)
+        if where is None:
+            splits.train.append(pair)
+        elif pair.kind == SENTENCE and key not in seen_held_out:
+            seen_held_out.add(key)
+            getattr(splits, where).append(pair)
+        # else: a second reference or a phrase with a held-out source: dropped, never trained on
+    return splits

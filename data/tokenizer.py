@@ -1,0 +1,76 @@
+"""SentencePiece tokenizer with fixed special ids, shared by both languages.
+
+The ids of pad/unk/bos/eos are fixed (0/1/2/3) so the model config, the ONNX graphs and
+the search never need to ask the tokenizer which id means what.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable
+from pathlib import Path
+
+import sentencepiece as spm
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+def train_sentencepiece(texts: Iterable[str], model_prefix: Path, vocab_size: int = 8000,
+                        model_type: str = "unigram", seed_sentences: int = 2_000_000) -> Path:
+    """Train a joint SentencePiece model on `texts`; returns the `.model` path."""
+    buffer = io.StringIO()
+    for text in texts:
+        buffer.write(text.replace("\n", " ") + "\n")
+    model_prefix = Path(model_prefix)
+    model_prefix.parent.mkdir(parents=True, exist_ok=True)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(buffer.getvalue().splitlines()),
+        model_prefix=str(model_prefix),
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=1.0,  # German umlauts and ß must never be <unk>
+        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+        input_sentence_size=seed_sentences, shuffle_input_sentence=True,
+        normalization_rule_name="nmt_nfkc",
+        num_threads=2, minloglevel=2,
+    )
+    return model_prefix.with_suffix(".model")
+
+
+class Tokenizer:
+    """Thin wrapper: text <-> ids, plus pieces with character offsets for alignments."""
+
+    def __init__(self, model_path: Path | str):
+        self.model_path = Path(model_path)
+        self.sp = spm.SentencePieceProcessor(model_file=str(self.model_path))
+        assert (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id()) == (
+            PAD_ID, UNK_ID, BOS_ID, EOS_ID), f"{model_path}: special ids are not pad/unk/bos/eos = 0/1/2/3"
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.sp.encode(text, out_type=int)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self.sp.encode(texts, out_type=int)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.sp.decode([i for i in ids if i > EOS_ID])
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        return [self.sp.id_to_piece(i) for i in ids]
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[str], list[tuple[int, int]]]:
+        """Ids, pieces and (start, end) character offsets into `text` for each piece."""
+        proto = self.sp.encode(text, return_type="proto")
+        # SentencePiece reports UTF-8 byte offsets; map them to character offsets.
+        char_at, position = {0: 0}, 0
+        for index, ch in enumerate(text):
+            position += len(ch.encode("utf-8"))
+            char_at[position] = index + 1
+        ids = [p.id for p in proto.pieces]
+        pieces = [p.piece for p in proto.pieces]
+        offsets = [(char_at.get(p.begin, 0), char_at.get(p.end, len(text))) for p in proto.pieces]
+        return ids, pieces, offsets

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Install crossalign into ./.venv. One script for the README, CI and the Docker image.
+#
+#   ./install.sh            everything: training (torch), serving, tests
+#   ./install.sh --serve    serving only: onnxruntime, no torch
+#
+# torch is pinned to exactly 2.13.0: on this project's machines that is a local CPU
+# wheel; any other spec can pull gigabytes of CUDA packages.
+set -euo pipefail
+cd "$(dirname "$0")"
+mode="${1:-all}"
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else echo "need root for: $*" >&2; return 1; fi; }
+
+if [ "$mode" != "--serve" ] && command -v apt-get >/dev/null; then
+    # trans-de-en: the Ding dictionary, our training corpus (GPL-2+).
+    if ! dpkg -s trans-de-en >/dev/null 2>&1; then
+        as_root apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq trans-de-en >/dev/null
+    fi
+fi
+
+PYTHON="${PYTHON:-python3}"
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+if [ "$mode" = "--serve" ]; then
+    .venv/bin/python -m pip install -q -e ".[serve]"
+else
+    .venv/bin/python -m pip install -q "torch==2.13.0"
+    .venv/bin/python -m pip install -q -e ".[train,serve,dev]"
+fi
+echo "crossalign installed in $(pwd)/.venv ($mode)"

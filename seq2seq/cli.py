@@ -1,0 +1,56 @@
+"""`crossalign` command line: one entry point, subcommands imported lazily.
+
+Only the module of the subcommand being run is imported, so `crossalign serve` and
+`crossalign translate --backend onnx` never import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# name -> (module with add_arguments(parser) and main(args), one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("seq2seq.train", "train a transformer on a prepared data directory"),
+    "translate": ("seq2seq.translate_cli", "translate lines of text (stdin or a file)"),
+    "eval": ("seq2seq.evaluate", "score a model or a translation file with sacreBLEU (BLEU, chrF)"),
+    "export": ("export.exporter", "export a trained model to an ONNX release bundle"),
+}
+DATA_COMMANDS: dict[str, tuple[str, str]] = {
+    "prepare": ("data.prepare", "read a corpus, clean, split, train SentencePiece, write a manifest"),
+}
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    positional = [a for a in argv if not a.startswith("-")]
+    chosen = positional[:2]
+    parser = argparse.ArgumentParser(prog="crossalign", description="German-English translation with alignment maps.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    data = commands.add_parser("data", help="corpus preparation", description="corpus preparation")
+    data_commands = data.add_subparsers(dest="data_command", required=True, metavar="DATA_COMMAND")
+    for name, (module, help_) in DATA_COMMANDS.items():
+        sub = data_commands.add_parser(name, help=help_, description=help_)
+        sub.set_defaults(module=module)
+        if chosen == ["data", name]:
+            importlib.import_module(module).add_arguments(sub)
+    for name, (module, help_) in COMMANDS.items():
+        sub = commands.add_parser(name, help=help_, description=help_)
+        sub.set_defaults(module=module)
+        if chosen[:1] == [name]:
+            importlib.import_module(module).add_arguments(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    return int(importlib.import_module(args.module).main(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""One config dataclass per concern, each with the only default of its settings.
+
+`ModelConfig` travels with every checkpoint and export as `config.json`; models are only
+ever built from that file, so the architecture cannot drift from the weights.
+Torch-free: the serving path reads these too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int = 8000          # joint SentencePiece vocabulary, shared by both languages
+    d_model: int = 256              # residual width
+    n_heads: int = 4                # d_model / n_heads = 64: the head size that trains well small
+    d_ff: int = 1024                # feed-forward inner width, 4 x d_model as in Vaswani et al.
+    encoder_layers: int = 4
+    decoder_layers: int = 3         # decoding runs the decoder once per token: keep it shallow
+    dropout: float = 0.1            # residual and embedding dropout
+    attention_dropout: float = 0.0  # on attention weights; 0 keeps the alignment maps clean
+    max_positions: int = 256        # longest source or target in subwords
+    learned_positions: bool = False  # sinusoidal by default: extrapolates and has no weights
+    pad_id: int = 0
+    unk_id: int = 1
+    bos_id: int = 2
+    eos_id: int = 3
+    # The cross-attention that the product shows by default (Garg et al. 2019 call it the
+    # alignment layer). -1 counts from the end; heads=() means the mean of all heads.
+    alignment_layer: int = -2
+    alignment_heads: tuple[int, ...] = ()
+    source_lang: str = "de"
+    target_lang: str = "en"
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.d_model % self.n_heads:
+            problems.append(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if len({self.pad_id, self.unk_id, self.bos_id, self.eos_id}) != 4:
+            problems.append("pad/unk/bos/eos ids must differ")
+        if not -self.decoder_layers <= self.alignment_layer < self.decoder_layers:
+            problems.append(f"alignment_layer {self.alignment_layer} outside {self.decoder_layers} decoder layers")
+        if any(not 0 <= h < self.n_heads for h in self.alignment_heads):
+            problems.append(f"alignment_heads {self.alignment_heads} outside 0..{self.n_heads - 1}")
+        if problems:
+            raise ValueError("invalid ModelConfig: " + "; ".join(problems))
+        object.__setattr__(self, "alignment_heads", tuple(self.alignment_heads))
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def resolved_alignment_layer(self) -> int:
+        return self.alignment_layer % self.decoder_layers
+
+@dataclass(frozen=True)
+class TrainConfig:
+    data_dir: str = "work/data"          # output of `crossalign data prepare`
+    out_dir: str = "work/run"            # checkpoints, logs, config.json
+    max_tokens: int = 6000               # tokens per batch (source + target, padded)
+    max_steps: int = 20000
+    max_minutes: float = 0.0             # stop after this wall time (0 = no limit)
+    lr: float = 1e-3                     # peak learning rate
+    warmup_steps: int = 1000             # linear warmup, then inverse-sqrt decay (Vaswani et al.)
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.98)
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0
+    sentence_upsample: int = 1           # repeat sentence pairs in each epoch (phrases once)
+    valid_every: int = 1000              # steps between validation (loss + BLEU)
+    valid_bleu_sentences: int = 500      # greedy-decode this many valid sentences for BLEU
+    save_every: int = 1000
+    keep_checkpoints: int = 5
+    average_last: int = 5                # average the last N checkpoints into the final model
+    seed: int = 1
+    threads: int = 0                     # torch intra-op threads, 0 = torch's default
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "betas", tuple(self.betas))
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    beam_size: int = 4
+    n_best: int = 1
+    length_penalty: float = 0.6          # GNMT: score / ((5 + len) / 6) ** alpha
+    max_length_ratio: float = 2.0        # max target length = ratio * source length + 10
+    max_length_extra: int = 10
+    return_attention: bool = True
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1 or not 1 <= self.n_best <= self.beam_size:
+            raise ValueError(f"need 1 <= n_best ({self.n_best}) <= beam_size ({self.beam_size})")
+
+def to_dict(config: Any) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+def from_dict(cls: type[T], values: dict[str, Any]) -> T:
+    """Build `cls` from a dict, ignoring unknown keys (newer files) and converting lists."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in names})
+
+def save_config(config: Any, path: Path) -> None:
+    Path(path).write_text(json.dumps(to_dict(config), indent=2) + "\n")
+
+def load_config(cls: type[T], path: Path) -> T:
+    return from_dict(cls, json.loads(Path(path).read_text()))
+
+def dataclass_arguments(parser: Any, cls: type, skip: tuple[str, ...] = ()) -> None:
+    """Expose every field of `cls` as `--field-name`, with the dataclass default (one default)."""
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(default, bool):
+            parser.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=default,
+                                metavar="BOOL", help=f"(default {default})")
+        elif isinstance(default, tuple):
+            kind = type(default[0]) if default else int
+            parser.add_argument(flag, type=kind, nargs="*", default=default, help=f"(default {list(default)})")
+        else:
+            parser.add_argument(flag, type=type(default), default=default, help=f"(default {default})")
+
+def from_arguments(cls: type[T], args: Any, **overrides: Any) -> T:
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values = {n: getattr(args, n) for n in names if hasattr(args, n)}
+    values.update(overrides)
+    return cls(**values)
+

@@ -1,0 +1,313 @@
+"""Training: token-bucketed batches, label smoothing, AdamW with warmup + inverse-sqrt,
+validation loss and BLEU, exact resume, checkpoint averaging, and torchrun data parallelism.
+
+Run it plainly (`crossalign train ...`) or under `torchrun --nproc_per_node N` (gloo on
+CPU): each rank takes every N-th batch of the same deterministic order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from data.prepare import read_pairs
+from data.tokenizer import Tokenizer
+from seq2seq.config import (DecodeConfig, ModelConfig, TrainConfig, dataclass_arguments, from_arguments,
+                            load_config, save_config, to_dict)
+from seq2seq.model import Transformer, save_model
+from seq2seq.torch_backend import TorchBackend
+from seq2seq.translator import Translator
+
+log = logging.getLogger("crossalign.train")
+
+Example = tuple[list[int], list[int]]  # (source ids + EOS, target ids), no BOS/EOS on target
+
+
+# --------------------------------------------------------------------------- data
+
+
+def load_examples(path: Path, tokenizer: Tokenizer, max_length: int, upsample_sentences: int = 1) -> list[Example]:
+    """Tokenize a split; sentence pairs are repeated `upsample_sentences` times."""
+    pairs = read_pairs(path)
+    sources = tokenizer.encode_batch([p.source for p in pairs])
+    targets = tokenizer.encode_batch([p.target for p in pairs])
+    examples = []
+    for pair, src, tgt in zip(pairs, sources, targets):
+        if not src or not tgt or len(src) + 1 > max_length or len(tgt) + 1 > max_length:
+            continue
+        repeat = upsample_sentences if pair.kind == "sentence" else 1
+        examples.extend([(src + [tokenizer.sp.eos_id()], tgt)] * repeat)
+    return examples
+
+
+def make_batches(examples: list[Example], max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
+    """Length-bucketed batches of example indices, at most `max_tokens` padded tokens each.
+
+    Sort by (target, source) length within a shuffled order so padding is small, cut into
+    batches by padded size, then shuffle the batches. Deterministic in (seed, epoch).
+    """
+    rng = random.Random(seed * 100_003 + epoch)
+    order = list(range(len(examples)))
+    rng.shuffle(order)
+    order.sort(key=lambda i: (len(examples[i][1]), len(examples[i][0])))
+    batches, current, longest = [], [], 0
+    for index in order:
+        src, tgt = examples[index]
+        length = max(len(src), len(tgt) + 1)
+        if current and max(longest, length) * (len(current) + 1) * 2 > max_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(index)
+        longest = max(longest, length)
+    if current:
+        batches.append(current)
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(examples: list[Example], indices: list[int], config: ModelConfig) -> tuple[torch.Tensor, ...]:
+    """-> src (B, S), decoder input BOS+y (B, T), decoder target y+EOS (B, T)."""
+    batch = [examples[i] for i in indices]
+    s = max(len(src) for src, _ in batch)
+    t = max(len(tgt) for _, tgt in batch) + 1
+    src = torch.full((len(batch), s), config.pad_id, dtype=torch.long)
+    tgt_in = torch.full((len(batch), t), config.pad_id, dtype=torch.long)
+    tgt_out = torch.full((len(batch), t), config.pad_id, dtype=torch.long)
+    for row, (source, target) in enumerate(batch):
+        src[row, : len(source)] = torch.tensor(source)
+        tgt_in[row, : len(target) + 1] = torch.tensor([config.bos_id] + target)
+        tgt_out[row, : len(target) + 1] = torch.tensor(target + [config.eos_id])
+    return src, tgt_in, tgt_out
+
+
+# --------------------------------------------------------------------------- optimisation
+
+
+def learning_rate(step: int, config: TrainConfig) -> float:
+    """Linear warmup to `lr`, then inverse-square-root decay (Vaswani et al. 2017)."""
+    step = max(step, 1)
+    return config.lr * min(step / config.warmup_steps, math.sqrt(config.warmup_steps / step))
+
+
+def smoothed_loss(log_probs: torch.Tensor, target: torch.Tensor, smoothing: float, pad_id: int) -> tuple[torch.Tensor, int]:
+    """Label-smoothed NLL summed over non-pad tokens; log_probs (B, T, V), target (B, T)."""
+    mask = target != pad_id
+    nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    uniform = -log_probs.mean(dim=-1)
+    loss = ((1.0 - smoothing) * nll + smoothing * uniform)[mask].sum()
+    return loss, int(mask.sum())
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def checkpoint_path(out_dir: Path, step: int) -> Path:
+    return out_dir / "checkpoints" / f"step{step:07d}.pt"
+
+
+def list_checkpoints(out_dir: Path) -> list[Path]:
+    return sorted((out_dir / "checkpoints").glob("step*.pt"))
+
+
+def save_checkpoint(out_dir: Path, model: Transformer, optimizer: torch.optim.Optimizer, state: dict,
+                    keep: int) -> Path:
+    path = checkpoint_path(out_dir, state["step"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state,
+        "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
+    }
+    tmp = path.with_suffix(".tmp")
+    torch.save(payload, tmp)
+    tmp.replace(path)  # atomic: a crash never leaves a half-written checkpoint
+    for old in list_checkpoints(out_dir)[:-keep]:
+        old.unlink()
+    return path
+
+
+def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the models in `paths` (Vaswani et al. average the last 5)."""
+    total: dict[str, torch.Tensor] = {}
+    for path in paths:
+        state = torch.load(path, map_location="cpu", weights_only=False)["model"]
+        for name, tensor in state.items():
+            total[name] = total.get(name, 0) + tensor.double()
+    return {name: (tensor / len(paths)).float() for name, tensor in total.items()}
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+@torch.no_grad()
+def validation_loss(model: Transformer, examples: list[Example], max_tokens: int) -> float:
+    model.eval()
+    total, count = 0.0, 0
+    for indices in make_batches(examples, max_tokens, seed=0, epoch=0):
+        src, tgt_in, tgt_out = collate(examples, indices, model.config)
+        loss, n = smoothed_loss(model(src, tgt_in), tgt_out, 0.0, model.config.pad_id)
+        total, count = total + float(loss), count + n
+    model.train()
+    return total / max(count, 1)
+
+
+def validation_bleu(model: Transformer, tokenizer: Tokenizer, sources: list[str], references: list[str]) -> float:
+    import sacrebleu
+
+    model.eval()
+    translator = Translator(TorchBackend(model), tokenizer)
+    hypotheses = [r.text for r in translator.translate_batch(sources, DecodeConfig(beam_size=1, return_attention=False))]
+    model.train()
+    return sacrebleu.corpus_bleu(hypotheses, [references]).score
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def is_main_process() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = True) -> Path:
+    """Train until `max_steps` or `max_minutes`; returns the directory of the final model."""
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed and not dist.is_initialized():
+        dist.init_process_group("gloo")
+    rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
+    if train_config.threads:
+        torch.set_num_threads(train_config.threads)
+    out_dir, data_dir = Path(train_config.out_dir), Path(train_config.data_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = Tokenizer(data_dir / "spm.model")
+    model_config = replace(model_config, vocab_size=tokenizer.vocab_size)
+    checkpoints = list_checkpoints(out_dir) if resume else []
+    if checkpoints:  # the architecture of a run is fixed by its first start
+        model_config = load_config(ModelConfig, out_dir / "config.json")
+    random.seed(train_config.seed)
+    np.random.seed(train_config.seed)
+    torch.manual_seed(train_config.seed)
+    model = Transformer(model_config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=train_config.lr, betas=train_config.betas,
+                                  weight_decay=train_config.weight_decay)
+    state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "history": [], "elapsed": 0.0}
+    if checkpoints:
+        payload = torch.load(checkpoints[-1], map_location="cpu", weights_only=False)
+        model.load_state_dict(payload["model"])
+        optimizer.load_state_dict(payload["optimizer"])
+        state = payload["state"]
+        torch.set_rng_state(payload["rng"]["torch"])
+        random.setstate(payload["rng"]["python"])
+        np.random.set_state(payload["rng"]["numpy"])
+        log.info("resumed from %s (step %d)", checkpoints[-1], state["step"])
+    if is_main_process():
+        save_config(model_config, out_dir / "config.json")
+        save_config(train_config, out_dir / "train_config.json")
+    ddp_model = torch.nn.parallel.DistributedDataParallel(model) if distributed else model
+
+    max_length = model_config.max_positions
+    examples = load_examples(data_dir / "train.tsv", tokenizer, max_length, train_config.sentence_upsample)
+    valid_pairs = read_pairs(data_dir / "valid.tsv")
+    valid_examples = load_examples(data_dir / "valid.tsv", tokenizer, max_length)
+    bleu_pairs = valid_pairs[: train_config.valid_bleu_sentences]
+    log.info("model: %.2fM parameters; %d training examples; %d valid", model.num_parameters() / 1e6,
+             len(examples), len(valid_examples))
+
+    model.train()
+    start_time = time.time() - state["elapsed"]
+    deadline = start_time + train_config.max_minutes * 60 if train_config.max_minutes else math.inf
+    progress = tqdm(total=train_config.max_steps, initial=state["step"], disable=not is_main_process(),
+                    desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
+    window_tokens, window_start, window_loss = 0, time.time(), (0.0, 0)
+    stop = False
+    while not stop:
+        batches = make_batches(examples, train_config.max_tokens, train_config.seed, state["epoch"])
+        batches = batches[len(batches) % world:] if world > 1 else batches  # equal count per rank
+        while state["batch_in_epoch"] < len(batches) // world:
+            indices = batches[state["batch_in_epoch"] * world + rank]
+            state["batch_in_epoch"] += 1
+            step = state["step"] + 1
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, train_config)
+            src, tgt_in, tgt_out = collate(examples, indices, model_config)
+            loss_sum, n_tokens = smoothed_loss(ddp_model(src, tgt_in), tgt_out, train_config.label_smoothing,
+                                               model_config.pad_id)
+            optimizer.zero_grad(set_to_none=True)
+            # Normalise by this rank's tokens; DDP averages gradients across ranks.
+            (loss_sum / max(n_tokens, 1)).backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.clip_norm)
+            optimizer.step()
+            state["step"] = step
+            window_tokens += n_tokens * world
+            window_loss = (window_loss[0] + float(loss_sum), window_loss[1] + n_tokens)
+            progress.update(1)
+            if step % 20 == 0:
+                rate = window_tokens / max(time.time() - window_start, 1e-9)
+                progress.set_postfix(loss=f"{window_loss[0] / max(window_loss[1], 1):.3f}",
+                                     tok_s=f"{rate:,.0f}", lr=f"{learning_rate(step, train_config):.2e}",
+                                     gnorm=f"{float(grad_norm):.2f}")
+            stop = step >= train_config.max_steps or time.time() >= deadline
+            if step % train_config.valid_every == 0 or stop:
+                if is_main_process():
+                    entry = {"step": step, "epoch": state["epoch"], "minutes": round((time.time() - start_time) / 60, 2),
+                             "train_loss": round(window_loss[0] / max(window_loss[1], 1), 4),
+                             "tokens_per_s": round(window_tokens / max(time.time() - window_start, 1e-9)),
+                             "valid_loss": round(validation_loss(model, valid_examples, train_config.max_tokens), 4)}
+                    if bleu_pairs:
+                        entry["valid_bleu"] = round(validation_bleu(model, tokenizer, [p.source for p in bleu_pairs],
+                                                                    [p.target for p in bleu_pairs]), 2)
+                    state["history"].append(entry)
+                    progress.write(json.dumps(entry))
+                    with open(out_dir / "history.jsonl", "a") as handle:
+                        handle.write(json.dumps(entry) + "\n")
+                window_tokens, window_start, window_loss = 0, time.time(), (0.0, 0)
+            if step % train_config.save_every == 0 or stop:
+                state["elapsed"] = time.time() - start_time
+                if is_main_process():
+                    save_checkpoint(out_dir, model, optimizer, state, train_config.keep_checkpoints)
+            if stop:
+                break
+        if not stop:
+            state["epoch"] += 1
+            state["batch_in_epoch"] = 0
+    progress.close()
+    final_dir = out_dir / "final"
+    if is_main_process():
+        paths = list_checkpoints(out_dir)[-train_config.average_last:]
+        final = Transformer(model_config)
+        final.load_state_dict(average_checkpoints(paths) if len(paths) > 1 else
+                              torch.load(paths[-1], map_location="cpu", weights_only=False)["model"])
+        save_model(final, final_dir)
+        tokenizer_copy = final_dir / "spm.model"
+        tokenizer_copy.write_bytes((data_dir / "spm.model").read_bytes())
+        (final_dir / "history.json").write_text(json.dumps(state["history"], indent=1) + "\n")
+        (final_dir / "train_config.json").write_text(json.dumps(to_dict(train_config), indent=2) + "\n")
+        log.info("averaged %d checkpoints into %s", len(paths), final_dir)
+    if distributed:
+        dist.barrier()
+        dist.destroy_process_group()
+    return final_dir
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    dataclass_arguments(parser.add_argument_group("training (TrainConfig)"), TrainConfig)
+    dataclass_arguments(parser.add_argument_group("model (ModelConfig)"), ModelConfig,
+                        skip=("vocab_size", "pad_id", "unk_id", "bos_id", "eos_id", "alignment_heads"))
+    parser.add_argument("--no-resume", action="store_true", help="ignore checkpoints in --out-dir")
+
+
+def main(args: argparse.Namespace) -> None:
+    train(from_arguments(TrainConfig, args), from_arguments(ModelConfig, args), resume=not args.no_resume)

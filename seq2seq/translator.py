@@ -1,0 +1,86 @@
+"""The one `Translator`: text in, `TranslationResult`s out, for any search backend.
+
+The CLI, the evaluation and the HTTP service all call `translate_batch`; only the backend
+differs (torch eager for research, onnxruntime for serving). Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from data.tokenizer import Tokenizer
+from seq2seq.config import DecodeConfig
+from seq2seq.search import Hypothesis, SearchBackend, beam_search, pad_batch
+
+
+@dataclass
+class TranslationResult:
+    text: str                                  # detokenized translation
+    score: float                               # length-normalised log-probability
+    source_tokens: list[str]                   # SentencePiece pieces of the source, EOS excluded
+    target_tokens: list[str]                   # pieces of the translation, EOS excluded
+    source_ids: list[int] = field(default_factory=list)
+    target_ids: list[int] = field(default_factory=list)
+    # (L, H, T+1, S+1): cross-attention of every layer/head; rows = target steps (last =
+    # the step that emitted EOS), columns = source pieces plus the source EOS.
+    attention: np.ndarray | None = None
+    alternatives: list["TranslationResult"] = field(default_factory=list)  # n-best beyond the first
+
+
+class Translator:
+    """Batches, searches and detokenizes; long inputs are sorted by length for padding."""
+
+    def __init__(self, backend: SearchBackend, tokenizer: Tokenizer, max_source_tokens: int = 250,
+                 max_batch_tokens: int = 4096):
+        self.backend, self.tokenizer = backend, tokenizer
+        self.max_source_tokens = max_source_tokens
+        self.max_batch_tokens = max_batch_tokens
+
+    def encode_source(self, text: str) -> list[int]:
+        ids = self.tokenizer.encode(text)[: self.max_source_tokens - 1]
+        return ids + [self.backend.eos_id]
+
+    def translate_batch(self, texts: list[str], config: DecodeConfig = DecodeConfig()) -> list[TranslationResult]:
+        """Translate `texts`; results in input order, each with `config.n_best - 1` alternatives."""
+        encoded = [self.encode_source(t) for t in texts]
+        order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
+        results: list[TranslationResult | None] = [None] * len(texts)
+        start = 0
+        while start < len(order):
+            # Grow the chunk while (longest source) x (sentences) x (beams) stays in budget.
+            end = start + 1
+            while end < len(order) and len(encoded[order[end]]) * (end - start + 1) * config.beam_size \
+                    <= self.max_batch_tokens:
+                end += 1
+            chunk = order[start:end]
+            src_ids, src_mask = pad_batch([encoded[i] for i in chunk], self.backend.pad_id)
+            for index, hypotheses in zip(chunk, beam_search(self.backend, src_ids, src_mask, config)):
+                results[index] = self._result(encoded[index], hypotheses)
+            start = end
+        return [r for r in results if r is not None]
+
+    def translate(self, text: str, config: DecodeConfig = DecodeConfig()) -> TranslationResult:
+        return self.translate_batch([text], config)[0]
+
+    def _result(self, source_ids: list[int], hypotheses: list[Hypothesis]) -> TranslationResult:
+        made = [self._one(source_ids, h) for h in hypotheses]
+        best = made[0]
+        best.alternatives = made[1:]
+        return best
+
+    def _one(self, source_ids: list[int], hypothesis: Hypothesis) -> TranslationResult:
+        source_length = len(source_ids)
+        attention = None
+        if hypothesis.attention is not None:
+            attention = hypothesis.attention[..., :source_length]  # drop batch padding columns
+        return TranslationResult(
+            text=self.tokenizer.decode(hypothesis.tokens),
+            score=hypothesis.score,
+            source_tokens=self.tokenizer.pieces(source_ids[:-1]),
+            target_tokens=self.tokenizer.pieces(hypothesis.tokens),
+            source_ids=source_ids[:-1],
+            target_ids=list(hypothesis.tokens),
+            attention=attention,
+        )
