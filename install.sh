@@ -26,7 +26,9 @@ PYTHON="${PYTHON:-python3}"
 if [ "$mode" = "--serve" ]; then
     .venv/bin/python -m pip install -q -e ".[serve]"
 else
-    .venv/bin/python -m pip install -q "torch==2.13.0"
+    # /opt/wheels holds the local CPU wheel on this project's machines.
+    find_links=(); [ -d /opt/wheels ] && find_links=(--find-links /opt/wheels)
+    .venv/bin/python -m pip install -q "${find_links[@]}" "torch==2.13.0"
     .venv/bin/python -m pip install -q -e ".[train,serve,dev]"
 fi
 echo "crossalign installed in $(pwd)/.venv ($mode)"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from data.tokenizer import Tokenizer
+from seq2seq.alignment import Alignment, Token, align
 from seq2seq.config import DecodeConfig
 from seq2seq.search import Hypothesis, SearchBackend, beam_search, pad_batch
 
@@ -63,6 +64,34 @@ class Translator:
 
     def translate(self, text: str, config: DecodeConfig = DecodeConfig()) -> TranslationResult:
         return self.translate_batch([text], config)[0]
+
+    @property
+    def default_alignment(self) -> tuple[int, tuple[int, ...]]:
+        """(layer, heads) that the model config names as its alignment source."""
+        config = getattr(self.backend, "config", None)
+        if config is None:
+            return -2, ()
+        return config.resolved_alignment_layer, tuple(config.alignment_heads)
+
+    def align(self, source_text: str, result: TranslationResult, level: str = "word", layer: int | None = None,
+              heads: tuple[int, ...] | None = None, step_shift: bool = False) -> Alignment:
+        """The alignment map of `result`, the translation of `source_text` (see seq2seq.alignment)."""
+        if result.attention is None:
+            raise ValueError("the translation was made without attention (DecodeConfig.return_attention=False)")
+        default_layer, default_heads = self.default_alignment
+        layer = default_layer if layer is None else layer
+        heads = default_heads if heads is None else tuple(heads)
+        n_layers, n_heads = result.attention.shape[:2]
+        if not -n_layers <= layer < n_layers:
+            raise ValueError(f"layer {layer} out of range: the model has {n_layers} decoder layers")
+        if any(not 0 <= h < n_heads for h in heads):
+            raise ValueError(f"heads {list(heads)} out of range: the model has {n_heads} heads")
+        _, pieces, offsets = self.tokenizer.encode_with_offsets(source_text)
+        n = len(result.source_ids)  # the translator may have truncated a very long source
+        source_pieces = [Token(p, s, e) for p, (s, e) in zip(pieces[:n], offsets[:n])]
+        _, alignment = align(result.attention, source_text, source_pieces, result.target_tokens, layer, heads,
+                             level, step_shift)
+        return alignment
 
     def _result(self, source_ids: list[int], hypotheses: list[Hypothesis]) -> TranslationResult:
         made = [self._one(source_ids, h) for h in hypotheses]

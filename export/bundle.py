@@ -1,0 +1,204 @@
+"""The release bundle: a directory that describes itself in `bundle.json`.
+
+A bundle holds everything needed to translate and to keep working on the model:
+
+    bundle.json          this manifest (languages, model config, files with sha256, ...)
+    config.json          the ModelConfig, as beside every checkpoint
+    model.pt             torch weights: the torch backend and later retraining load these
+    spm.model            the SentencePiece tokenizer
+    encoder.onnx         fp32 graphs (see export/exporter.py for their inputs and outputs)
+    decoder_step.onnx
+    encoder.int8.onnx    only with `--int8`: MatMul weights dynamically quantized to int8
+    decoder_step.int8.onnx
+    data_manifest.json   only with `--data-manifest`: the data directory's provenance file
+
+Every file except bundle.json itself is listed with its sha256 and size, and
+`load_bundle_manifest` checks them all before anything is loaded, so a truncated download
+or a swapped graph fails loudly with the file's name instead of translating wrongly.
+`bundle.json` is not hashed so that `metrics` can be filled in after the export.
+
+Torch-free: the onnxruntime serving path reads bundles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from seq2seq.config import ModelConfig, from_dict, to_dict
+
+BUNDLE_FILE = "bundle.json"
+FORMAT = "crossalign-bundle"
+FORMAT_VERSION = 1
+PRECISIONS = ("fp32", "int8")
+# Graph roles -> file names per precision; the runtime looks graphs up by role, never by name.
+GRAPH_FILES = {
+    "fp32": {"encoder": "encoder.onnx", "decoder_step": "decoder_step.onnx"},
+    "int8": {"encoder": "encoder.int8.onnx", "decoder_step": "decoder_step.int8.onnx"},
+}
+
+
+class BundleError(ValueError):
+    """A bundle is missing files, has corrupted files, or has an unreadable manifest."""
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_entry(path: Path) -> dict[str, Any]:
+    """{"sha256": hex digest, "bytes": size} of one file."""
+    return {"sha256": sha256_file(path), "bytes": Path(path).stat().st_size}
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A verified bundle directory and its parsed manifest."""
+
+    directory: Path
+    manifest: dict[str, Any]
+    model_config: ModelConfig
+    precisions: tuple[str, ...] = field(default=())   # graph precisions present, e.g. ("fp32", "int8")
+
+    @property
+    def default_precision(self) -> str:
+        return str(self.manifest["precision"])
+
+    @property
+    def tokenizer_path(self) -> Path:
+        return self.directory / self.manifest["tokenizer"]
+
+    def graph_paths(self, precision: str | None = None) -> tuple[Path, Path]:
+        """(encoder, decoder_step) paths for `precision` (default: the bundle's precision)."""
+        precision = precision or self.default_precision
+        graphs = self.manifest["graphs"].get(precision)
+        if graphs is None:
+            raise BundleError(f"{self.directory}: no {precision} graphs in this bundle "
+                              f"(it has {', '.join(self.precisions) or 'none'})")
+        return self.directory / graphs["encoder"], self.directory / graphs["decoder_step"]
+
+
+def write_bundle_manifest(directory: Path, *, model_config: ModelConfig, tokenizer_file: str,
+                          graphs: dict[str, dict[str, str]], precision: str, files: list[str],
+                          data_manifest: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
+                          extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Hash `files` (names inside `directory`) and write `directory/bundle.json`; returns it.
+
+    graphs maps precision -> {"encoder": file, "decoder_step": file}; `precision` names the
+    graphs a runtime loads by default. `extra` adds free-form keys (exporter versions, the
+    graph interface, parity results).
+    """
+    directory = Path(directory)
+    if precision not in graphs:
+        raise BundleError(f"default precision {precision} has no graphs: {sorted(graphs)}")
+    listed = set(files)
+    for graph_files in graphs.values():
+        listed.update(graph_files.values())
+    listed.add(tokenizer_file)
+    manifest: dict[str, Any] = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "languages": {"source": model_config.source_lang, "target": model_config.target_lang},
+        "model_config": _config_dict(model_config),
+        "tokenizer": tokenizer_file,
+        "precision": precision,
+        "graphs": graphs,
+        # The alignment the product shows by default: decoder layer (resolved to 0-based) and
+        # heads (empty = the mean of all heads), from ModelConfig.alignment_layer/heads.
+        "alignment": {"layer": model_config.resolved_alignment_layer, "heads": list(model_config.alignment_heads)},
+        "metrics": dict(metrics or {}),
+        "data": data_manifest,
+        "license": (data_manifest or {}).get("license"),
+        "files": {name: file_entry(directory / name) for name in sorted(listed)},
+    }
+    manifest.update(extra or {})
+    _write_json(directory / BUNDLE_FILE, manifest)
+    return manifest
+
+
+def load_bundle_manifest(directory: Path, verify: bool = True) -> Bundle:
+    """Read `directory/bundle.json`; with `verify`, check every listed file's size and sha256.
+
+    Raises BundleError naming every missing or corrupted file at once.
+    """
+    directory = Path(directory)
+    path = directory / BUNDLE_FILE
+    if not path.is_file():
+        raise BundleError(f"{directory}: not a bundle, {BUNDLE_FILE} is missing")
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise BundleError(f"{path}: unreadable manifest: {error}") from error
+    problems = []
+    if manifest.get("format") != FORMAT:
+        problems.append(f"{BUNDLE_FILE}: format is {manifest.get('format')!r}, expected {FORMAT!r}")
+    elif manifest.get("format_version", 0) > FORMAT_VERSION:
+        problems.append(f"{BUNDLE_FILE}: format_version {manifest['format_version']} is newer than "
+                        f"this code understands ({FORMAT_VERSION})")
+    for key in ("model_config", "tokenizer", "graphs", "precision", "files"):
+        if key not in manifest:
+            problems.append(f"{BUNDLE_FILE}: no {key!r} entry")
+    if problems:
+        raise BundleError(f"{directory}: invalid bundle: " + "; ".join(problems))
+    files: dict[str, dict[str, Any]] = manifest["files"]
+    referenced = {manifest["tokenizer"], *(n for g in manifest["graphs"].values() for n in g.values())}
+    problems += [f"{name}: referenced but not listed in {BUNDLE_FILE}" for name in sorted(referenced - set(files))]
+    if verify:
+        problems += _verify_files(directory, files)
+    if manifest["precision"] not in manifest["graphs"]:
+        problems.append(f"{BUNDLE_FILE}: default precision {manifest['precision']!r} has no graphs")
+    try:
+        config = from_dict(ModelConfig, manifest["model_config"])
+    except (TypeError, ValueError) as error:
+        problems.append(f"{BUNDLE_FILE}: model_config: {error}")
+    if problems:
+        raise BundleError(f"{directory}: damaged bundle: " + "; ".join(problems))
+    return Bundle(directory, manifest, config, tuple(p for p in PRECISIONS if p in manifest["graphs"]))
+
+
+def update_metrics(directory: Path, metrics: dict[str, Any]) -> dict[str, Any]:
+    """Merge `metrics` (e.g. {"test": {"bleu": 31.2}}) into bundle.json; returns the new metrics."""
+    path = Path(directory) / BUNDLE_FILE
+    manifest = json.loads(path.read_text())
+    manifest.setdefault("metrics", {}).update(metrics)
+    _write_json(path, manifest)
+    return manifest["metrics"]
+
+
+def _verify_files(directory: Path, files: dict[str, dict[str, Any]]) -> list[str]:
+    problems = []
+    for name, entry in sorted(files.items()):
+        path = directory / name
+        if not path.is_file():
+            problems.append(f"{name}: missing")
+            continue
+        size = path.stat().st_size
+        if size != entry.get("bytes", size):    # cheap check first: truncated downloads
+            problems.append(f"{name}: corrupted ({size} bytes, expected {entry['bytes']})")
+            continue
+        digest = sha256_file(path)
+        if digest != entry.get("sha256"):
+            problems.append(f"{name}: corrupted (sha256 {digest[:12]}…, expected {str(entry.get('sha256'))[:12]}…)")
+    return problems
+
+
+def _config_dict(config: ModelConfig) -> dict[str, Any]:
+    values = to_dict(config)
+    values["alignment_heads"] = list(values["alignment_heads"])
+    return values
+
+
+def _write_json(path: Path, value: dict[str, Any]) -> None:
+    # Write then rename, so a crash never leaves a half-written manifest behind.
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    temporary.replace(path)

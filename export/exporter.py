@@ -1,0 +1,463 @@
+"""`crossalign export`: checkpoint -> ONNX graphs that keep cross-attention -> release bundle.
+
+A template in four steps (after the CTranslate2 converters): load the checkpoint, validate
+it (every problem collected, raised once), write the bundle, then check the written graphs
+against torch: tokens of greedy and beam-4 search identical, log-probs and cross-attention
+within 1e-4. The bundle is written to a staging directory beside `out_dir` and only moved
+into place once the parity check passes, so a failed export never leaves a half bundle.
+
+Two graphs, mapping one-to-one onto `Transformer.encode` and `Transformer.decode` (their
+interface is listed in export/runtime.py):
+
+    encoder.onnx       src_ids, src_mask -> cross_k, cross_v, self_weights
+    decoder_step.onnx  tokens, cross_k, cross_v, src_mask, past_k, past_v
+                    -> log_probs, new_past_k, new_past_v, cross_weights, self_weights
+
+The attention weights are always-present outputs rather than a second graph variant: the
+cross-attention is the product and is needed at every step anyway, and the legacy exporter
+decomposes scaled_dot_product_attention into MatMul, Softmax, MatMul in any case, so exposing
+the self-attention Softmax outputs costs only copying them out. One graph per role keeps
+the bundle small and means the explorer and the search can never disagree. A caller that
+does not want an output simply does not fetch it.
+
+The decoder graph takes any number T of new tokens after P >= 0 cached ones: the search
+calls it with T = 1, the attention explorer with the whole target and P = 0. On the first
+step the past is an empty (L, N, H, 0, Dh) tensor; onnxruntime handles the zero-length
+Concat, so there is no special first-step graph.
+
+The legacy TorchScript exporter (dynamo=False) is used: it traces `Tensor.size()` as graph
+values, so the position slice `positions[P:P+T]` and the causal mask built with arange
+comparisons stay dynamic in P and T without any change to the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from data.tokenizer import Tokenizer
+from export.bundle import BUNDLE_FILE, GRAPH_FILES, write_bundle_manifest
+from seq2seq.config import DecodeConfig, ModelConfig, load_config, save_config
+from seq2seq.model import CONFIG_FILE, WEIGHTS_FILE, Transformer, load_model
+
+log = logging.getLogger("crossalign.export")
+
+TOKENIZER_FILE = "spm.model"
+DATA_MANIFEST_FILE = "data_manifest.json"
+DEFAULT_OPSET = 17
+PARITY_TOLERANCE = 1e-4
+# Sentences the parity check translates when no file is given: short and long, with
+# punctuation and umlauts, so padding, beam pruning and the length limit are all exercised.
+PARITY_SENTENCES = (
+    "Das Haus ist klein.",
+    "Ich habe heute keine Zeit, weil ich arbeiten muss.",
+    "Die Katze schläft auf dem Sofa.",
+    "Können Sie mir bitte sagen, wo der Bahnhof ist?",
+    "Er wohnt seit drei Jahren in München und arbeitet bei einer großen Firma.",
+    "Guten Morgen!",
+)
+
+
+class ExportError(ValueError):
+    """The checkpoint or the export settings have problems; the message lists all of them."""
+
+
+class ParityError(RuntimeError):
+    """The written graphs disagree with torch beyond the tolerance."""
+
+
+# --------------------------------------------------------------------------- graph adapters
+
+
+class EncoderGraph(nn.Module):
+    """`Transformer.encode` with tensor outputs: the encoder.onnx graph."""
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src_ids: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(B, S) int64, (B, S) bool -> cross_k, cross_v (L, B, H, S, Dh), self_weights (E, B, H, S, S)."""
+        encoded = self.model.encode(src_ids, src_mask, need_weights=True)
+        return encoded.cross_k, encoded.cross_v, torch.stack(encoded.self_weights)
+
+
+class DecoderStepGraph(nn.Module):
+    """`Transformer.decode` over T new tokens after a (possibly empty) cache: decoder_step.onnx."""
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: Tensor, cross_k: Tensor, cross_v: Tensor, src_mask: Tensor,
+                past_k: Tensor, past_v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """tokens (N, T), cross_k/v (L, N, H, S, Dh), src_mask (N, S), past_k/v (L, N, H, P, Dh)
+        -> log_probs (N, T, V), new_past_k/v (L, N, H, P+T, Dh), cross_weights (L, N, H, T, S),
+        self_weights (L, N, H, T, P+T)."""
+        out = self.model.decode(tokens, cross_k, cross_v, src_mask, past_k, past_v,
+                                need_cross_weights=True, need_self_weights=True)
+        return out.log_probs, out.self_k, out.self_v, out.cross_weights, out.self_weights
+
+
+ENCODER_IO = {
+    "inputs": {"src_ids": ("batch", "source"), "src_mask": ("batch", "source")},
+    "outputs": {"cross_k": ("decoder_layers", "batch", "heads", "source", "head_dim"),
+                "cross_v": ("decoder_layers", "batch", "heads", "source", "head_dim"),
+                "self_weights": ("encoder_layers", "batch", "heads", "source", "source")},
+}
+DECODER_IO = {
+    "inputs": {"tokens": ("rows", "new"),
+               "cross_k": ("decoder_layers", "rows", "heads", "source", "head_dim"),
+               "cross_v": ("decoder_layers", "rows", "heads", "source", "head_dim"),
+               "src_mask": ("rows", "source"),
+               "past_k": ("decoder_layers", "rows", "heads", "past", "head_dim"),
+               "past_v": ("decoder_layers", "rows", "heads", "past", "head_dim")},
+    "outputs": {"log_probs": ("rows", "new", "vocab"),
+                "new_past_k": ("decoder_layers", "rows", "heads", "past+new", "head_dim"),
+                "new_past_v": ("decoder_layers", "rows", "heads", "past+new", "head_dim"),
+                "cross_weights": ("decoder_layers", "rows", "heads", "new", "source"),
+                "self_weights": ("decoder_layers", "rows", "heads", "new", "past+new")},
+}
+_FIXED_AXES = {"decoder_layers", "encoder_layers", "heads", "head_dim", "vocab"}
+
+
+def _dynamic_axes(io: dict[str, dict[str, tuple[str, ...]]]) -> dict[str, dict[int, str]]:
+    names = {**io["inputs"], **io["outputs"]}
+    return {name: {axis: label for axis, label in enumerate(labels) if label not in _FIXED_AXES}
+            for name, labels in names.items()}
+
+
+def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET) -> dict[str, str]:
+    """Write encoder.onnx and decoder_step.onnx for `model` into `out_dir`; returns role -> file."""
+    model = model.eval()
+    config = model.config
+    layers, heads, head_dim = config.decoder_layers, config.n_heads, config.head_dim
+    # Example inputs with distinct sizes on every dynamic axis (B=2, S=5, P=3, T=2), so no
+    # size can be mistaken for another and baked into the graph as a constant.
+    src_ids = torch.full((2, 5), config.eos_id, dtype=torch.long)
+    src_mask = torch.ones(2, 5, dtype=torch.bool)
+    src_mask[1, -1] = False
+    with torch.no_grad():
+        encoded = model.encode(src_ids, src_mask)
+    past = torch.zeros(layers, 2, heads, 3, head_dim)
+    tokens = torch.full((2, 2), config.bos_id, dtype=torch.long)
+    files = GRAPH_FILES["fp32"]
+    jobs = [
+        (EncoderGraph(model), (src_ids, src_mask), files["encoder"], ENCODER_IO),
+        (DecoderStepGraph(model), (tokens, encoded.cross_k, encoded.cross_v, src_mask, past, past),
+         files["decoder_step"], DECODER_IO),
+    ]
+    for module, example, name, io in jobs:
+        log.info("exporting %s", name)
+        with warnings.catch_warnings(), torch.no_grad():
+            # The tracer warns about Python ints taken from tensor sizes; with dynamic_axes they
+            # are recorded as Shape ops (the parity check runs other sizes to prove it).
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            torch.onnx.export(module, example, str(out_dir / name), dynamo=False, opset_version=opset,
+                              input_names=list(io["inputs"]), output_names=list(io["outputs"]),
+                              dynamic_axes=_dynamic_axes(io), do_constant_folding=True)
+    return dict(files)
+
+
+def quantize_graphs(source_dir: Path, out_dir: Path) -> dict[str, str]:
+    """Dynamic int8 quantization of the fp32 graphs' MatMul weights; returns role -> file.
+
+    Only MatMuls with a constant weight are quantized (onnxruntime's default for dynamic
+    mode), so attention scores and weights (activation x activation) stay fp32 and the
+    alignment maps are not quantized directly. Torch-free: bench/inference.py uses it too.
+    """
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for role, name in GRAPH_FILES["int8"].items():
+        log.info("quantizing %s", name)
+        quantize_dynamic(source_dir / GRAPH_FILES["fp32"][role], out_dir / name,
+                         op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8, per_channel=False)
+    return dict(GRAPH_FILES["int8"])
+
+
+# --------------------------------------------------------------------------- load, validate
+
+
+@dataclass
+class LoadedCheckpoint:
+    checkpoint_dir: Path
+    tokenizer_path: Path
+    config: ModelConfig | None = None
+    model: Transformer | None = None
+    tokenizer: Tokenizer | None = None
+    data_manifest: dict[str, Any] | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def load_checkpoint(checkpoint_dir: Path, tokenizer_path: Path | None = None,
+                    data_manifest: Path | None = None) -> LoadedCheckpoint:
+    """Load what can be loaded; failures become problems for `validate`, not exceptions."""
+    checkpoint_dir = Path(checkpoint_dir)
+    loaded = LoadedCheckpoint(checkpoint_dir, Path(tokenizer_path or checkpoint_dir / TOKENIZER_FILE))
+    for name in (CONFIG_FILE, WEIGHTS_FILE):
+        if not (checkpoint_dir / name).is_file():
+            loaded.problems.append(f"{checkpoint_dir / name}: missing")
+    if (checkpoint_dir / CONFIG_FILE).is_file():
+        try:
+            loaded.config = load_config(ModelConfig, checkpoint_dir / CONFIG_FILE)
+        except (ValueError, TypeError) as error:
+            loaded.problems.append(f"{checkpoint_dir / CONFIG_FILE}: {error}")
+    if loaded.config is not None and (checkpoint_dir / WEIGHTS_FILE).is_file():
+        try:
+            loaded.model = load_model(checkpoint_dir)
+        except (RuntimeError, ValueError, OSError, KeyError) as error:
+            loaded.problems.append(f"{checkpoint_dir / WEIGHTS_FILE}: does not load into the config's model: "
+                                   f"{str(error).splitlines()[0]}")
+    if not loaded.tokenizer_path.is_file():
+        loaded.problems.append(f"{loaded.tokenizer_path}: tokenizer missing (pass --tokenizer)")
+    else:
+        try:
+            loaded.tokenizer = Tokenizer(loaded.tokenizer_path)
+        except (RuntimeError, OSError, AssertionError) as error:
+            loaded.problems.append(f"{loaded.tokenizer_path}: {error}")
+    if data_manifest is not None:
+        try:
+            loaded.data_manifest = json.loads(Path(data_manifest).read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            loaded.problems.append(f"{data_manifest}: unreadable data manifest: {error}")
+    return loaded
+
+
+def validate(loaded: LoadedCheckpoint, out_dir: Path, opset: int = DEFAULT_OPSET, force: bool = False) -> list[str]:
+    """Every reason the export cannot go ahead, on top of the loading problems."""
+    problems = list(loaded.problems)
+    config, model, tokenizer = loaded.config, loaded.model, loaded.tokenizer
+    if opset < 17:
+        problems.append(f"opset {opset}: need >= 17 (LayerNormalization)")
+    if config is not None and tokenizer is not None:
+        if tokenizer.vocab_size != config.vocab_size:
+            problems.append(f"{loaded.tokenizer_path}: {tokenizer.vocab_size} pieces, but the model's "
+                            f"vocab_size is {config.vocab_size}")
+        sp = tokenizer.sp
+        for name, expected in (("pad", config.pad_id), ("unk", config.unk_id), ("bos", config.bos_id),
+                               ("eos", config.eos_id)):
+            actual = getattr(sp, f"{name}_id")()
+            if actual != expected:
+                problems.append(f"{loaded.tokenizer_path}: {name} id {actual}, the model's is {expected}")
+    if model is not None:
+        bad = [name for name, tensor in model.state_dict().items()
+               if tensor.is_floating_point() and not torch.isfinite(tensor).all()]
+        if bad:
+            problems.append(f"{loaded.checkpoint_dir / WEIGHTS_FILE}: non-finite values in {', '.join(bad[:5])}"
+                            + (f" and {len(bad) - 5} more" if len(bad) > 5 else ""))
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        if not (out_dir / BUNDLE_FILE).is_file():
+            problems.append(f"{out_dir}: exists and is not an (empty) bundle directory; refusing to overwrite it")
+        elif not force:
+            problems.append(f"{out_dir}: a bundle is already there (pass --force to replace it)")
+    if out_dir.resolve() == loaded.checkpoint_dir.resolve():
+        problems.append(f"{out_dir}: the output directory cannot be the checkpoint directory")
+    return problems
+
+
+# --------------------------------------------------------------------------- parity
+
+
+@dataclass
+class ParityReport:
+    sentences: int
+    max_log_prob_diff: float = 0.0        # teacher-forced log-probs, every position
+    max_cross_weight_diff: float = 0.0    # cross-attention, every layer/head, forced and searched
+    max_cross_kv_diff: float = 0.0
+    max_score_diff: float = 0.0
+    token_agreement: dict[str, float] = field(default_factory=dict)   # "greedy"/"beam4" -> fraction identical
+    problems: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "problems"}
+
+
+def check_parity(bundle_dir: Path, sentences: list[str] | tuple[str, ...] = PARITY_SENTENCES,
+                 precision: str = "fp32", tolerance: float = PARITY_TOLERANCE,
+                 reference: Transformer | None = None) -> ParityReport:
+    """Compare the bundle's ONNX graphs with torch eager on `sentences`.
+
+    Checks greedy and beam-4 tokens (identical), the searched alignment maps and scores, the
+    cross K/V, and the teacher-forced log-probs and cross-attention of every position,
+    layer and head (all within `tolerance`). Mismatches are collected in `problems`.
+    """
+    from export.runtime import OnnxBackend, load_translator
+    from seq2seq.search import pad_batch
+    from seq2seq.torch_backend import TorchBackend
+    from seq2seq.translator import Translator
+
+    onnx_translator = load_translator(bundle_dir, "onnx", precision=precision)
+    backend: OnnxBackend = onnx_translator.backend  # type: ignore[assignment]
+    model = reference if reference is not None else load_model(bundle_dir)
+    torch_translator = Translator(TorchBackend(model), onnx_translator.tokenizer)
+    report = ParityReport(len(sentences))
+
+    for label, decode in (("greedy", DecodeConfig(beam_size=1)), ("beam4", DecodeConfig(beam_size=4))):
+        expected = torch_translator.translate_batch(list(sentences), decode)
+        actual = onnx_translator.translate_batch(list(sentences), decode)
+        same = 0
+        for sentence, e, a in zip(sentences, expected, actual):
+            if e.target_ids != a.target_ids:
+                report.problems.append(f"{label}: tokens differ for {sentence!r}: torch {e.target_ids} "
+                                       f"onnx {a.target_ids}")
+                continue
+            same += 1
+            report.max_score_diff = max(report.max_score_diff, abs(e.score - a.score))
+            if e.attention is not None and a.attention is not None:
+                report.max_cross_weight_diff = max(report.max_cross_weight_diff,
+                                                   float(np.abs(e.attention - a.attention).max()))
+        report.token_agreement[label] = same / max(1, len(sentences))
+
+    # Teacher forcing through the whole decoder graph (T > 1, empty past) on torch's greedy output.
+    source = [onnx_translator.encode_source(s) for s in sentences]
+    targets = [r.target_ids for r in torch_translator.translate_batch(list(sentences), DecodeConfig(beam_size=1))]
+    src_ids, src_mask = pad_batch(source, model.config.pad_id)
+    tgt_ids, tgt_mask = pad_batch(targets, model.config.pad_id)
+    maps = backend.attention_maps(src_ids, src_mask, tgt_ids)
+    with torch.inference_mode():
+        encoded = model.encode(torch.from_numpy(src_ids), torch.from_numpy(src_mask))
+        bos = torch.full((len(sentences), 1), model.config.bos_id, dtype=torch.long)
+        decoded = model.decode(torch.cat([bos, torch.from_numpy(tgt_ids)], dim=1), encoded.cross_k, encoded.cross_v,
+                               torch.from_numpy(src_mask), need_cross_weights=True)
+    cross_k, _ = backend.encode(src_ids, src_mask)
+    report.max_cross_kv_diff = float(np.abs(cross_k - encoded.cross_k.numpy()).max())
+    # Rows up to each target's own length + 1 (the EOS step); later rows read padding.
+    rows = np.concatenate([np.ones((len(targets), 1), dtype=bool), tgt_mask], axis=1)
+    log_prob_diff = np.abs(maps["log_probs"] - decoded.log_probs.numpy())[rows]
+    cross_diff = np.abs(maps["cross"] - decoded.cross_weights.numpy()).transpose(1, 3, 0, 2, 4)[rows]
+    report.max_log_prob_diff = float(log_prob_diff.max())
+    report.max_cross_weight_diff = max(report.max_cross_weight_diff, float(cross_diff.max()))
+
+    for name in ("max_log_prob_diff", "max_cross_weight_diff", "max_cross_kv_diff", "max_score_diff"):
+        value = getattr(report, name)
+        if not value <= tolerance:           # also catches NaN
+            report.problems.append(f"{name} = {value:.2e} exceeds {tolerance:.0e}")
+    return report
+
+
+# --------------------------------------------------------------------------- the template
+
+
+@dataclass
+class ExportResult:
+    out_dir: Path
+    precision: str
+    parity: dict[str, Any]
+
+
+def export_model(checkpoint_dir: Path, out_dir: Path, int8: bool = False, tokenizer: Path | None = None,
+                 data_manifest: Path | None = None, opset: int = DEFAULT_OPSET, force: bool = False,
+                 parity_sentences: list[str] | None = None) -> ExportResult:
+    """Checkpoint directory (config.json, model.pt, spm.model) -> verified bundle in `out_dir`.
+
+    load -> validate (raises ExportError listing every problem) -> write (to a staging
+    directory) -> parity check (raises ParityError, leaving the staging directory for
+    inspection) -> move into `out_dir`. With `int8`, int8 graphs are added beside the fp32
+    ones and become the bundle's default precision; they are checked for agreement with
+    torch and reported, not held to the fp32 tolerance.
+    """
+    out_dir = Path(out_dir)
+    loaded = load_checkpoint(Path(checkpoint_dir), tokenizer, data_manifest)
+    problems = validate(loaded, out_dir, opset, force)
+    if problems:
+        raise ExportError(f"cannot export {checkpoint_dir}:\n  - " + "\n  - ".join(problems))
+    assert loaded.model is not None and loaded.config is not None
+    model, config = loaded.model, loaded.config
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".staging", dir=out_dir.parent))
+    save_config(config, staging / CONFIG_FILE)
+    torch.save(model.state_dict(), staging / WEIGHTS_FILE)
+    shutil.copyfile(loaded.tokenizer_path, staging / TOKENIZER_FILE)
+    files = [CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE]
+    if loaded.data_manifest is not None:
+        shutil.copyfile(data_manifest, staging / DATA_MANIFEST_FILE)  # type: ignore[arg-type]
+        files.append(DATA_MANIFEST_FILE)
+    graphs = {"fp32": export_graphs(model, staging, opset)}
+    if int8:
+        graphs["int8"] = quantize_graphs(staging, staging)
+    precision = "int8" if int8 else "fp32"
+    extra = {
+        "interface": {"encoder": ENCODER_IO, "decoder_step": DECODER_IO, "opset": opset},
+        "exporter": _versions(),
+        "source_checkpoint": str(Path(checkpoint_dir).resolve()),
+    }
+    write_bundle_manifest(staging, model_config=config, tokenizer_file=TOKENIZER_FILE, graphs=graphs,
+                          precision=precision, files=files, data_manifest=loaded.data_manifest, extra=extra)
+
+    log.info("parity check: onnxruntime fp32 vs torch")
+    sentences = parity_sentences or list(PARITY_SENTENCES)
+    fp32 = check_parity(staging, sentences, "fp32", reference=model)
+    if fp32.problems:
+        raise ParityError(f"{staging}: the fp32 graphs disagree with torch:\n  - " + "\n  - ".join(fp32.problems))
+    parity = {"fp32": fp32.as_dict()}
+    if int8:
+        quantized = check_parity(staging, sentences, "int8", tolerance=float("inf"), reference=model)
+        parity["int8"] = quantized.as_dict()
+        log.info("int8 agrees with torch on %s of the sentences (greedy, beam 4)", quantized.token_agreement)
+    manifest_path = staging / BUNDLE_FILE
+    manifest = json.loads(manifest_path.read_text())
+    manifest["parity"] = parity
+    manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+
+    if out_dir.exists():
+        shutil.rmtree(out_dir)           # validate() allowed this only for an existing bundle with force
+    staging.replace(out_dir)
+    log.info("wrote %s (%s); parity %s", out_dir, precision, fp32.as_dict())
+    return ExportResult(out_dir, precision, parity)
+
+
+def _versions() -> dict[str, str]:
+    import onnx
+    import onnxruntime
+    return {"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint_dir", type=Path, help="directory with config.json, model.pt (and spm.model)")
+    parser.add_argument("--out", type=Path, default=Path("models/de-en"), help="bundle directory (default models/de-en)")
+    parser.add_argument("--tokenizer", type=Path, default=None, help="SentencePiece model (default CHECKPOINT_DIR/spm.model)")
+    parser.add_argument("--int8", action="store_true", help="also write int8 graphs (dynamic quantization) and make them the default")
+    parser.add_argument("--data-manifest", type=Path, default=None,
+                        help="manifest.json of the data directory: provenance and license go into the bundle")
+    parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
+    parser.add_argument("--force", action="store_true", help="replace an existing bundle in --out")
+    parser.add_argument("--parity-file", type=Path, default=None,
+                        help="German sentences for the parity check, one per line (TSV: first column)")
+
+
+def main(args: argparse.Namespace) -> int:
+    sentences = None
+    if args.parity_file is not None:
+        lines = Path(args.parity_file).read_text(encoding="utf-8").splitlines()
+        sentences = [line.split("\t")[0] for line in lines if line.strip()][:32]
+    result = export_model(args.checkpoint_dir, args.out, int8=args.int8, tokenizer=args.tokenizer,
+                          data_manifest=args.data_manifest, opset=args.opset, force=args.force,
+                          parity_sentences=sentences)
+    print(json.dumps({"bundle": str(result.out_dir), "precision": result.precision, "parity": result.parity}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    cli = argparse.ArgumentParser(description="export a checkpoint to an ONNX release bundle")
+    add_arguments(cli)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    raise SystemExit(main(cli.parse_args()))
