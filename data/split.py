@@ -1,7 +1,9 @@
 """Deterministic train/valid/test split by hash of the normalised source.
 
-A source sentence lands in exactly one split, so no test source is ever trained on, and
-the assignment of a sentence never depends on what else is in the corpus. Only sentence
+A source sentence lands in exactly one split, so no test source is ever trained on. The
+split is deterministic and independent of input order; the hash thresholds scale with the
+number of sentences, so a corpus that grows may move sentences between splits (re-run
+`prepare` and retrain rather than mixing old and new splits). Only sentence
 pairs may go to valid/test: dictionary phrases would make BLEU meaningless.
 """
 

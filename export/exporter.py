@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import tempfile
 import warnings
@@ -161,11 +162,12 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET)
     for module, example, name, io in jobs:
         log.info("exporting %s", name)
         with warnings.catch_warnings(), torch.no_grad():
-            # The tracer warns about Python ints taken from tensor sizes; with dynamic_axes they
-            # are recorded as Shape ops (the parity check runs other sizes to prove it).
+            # The tracer warns that √Dh in the attention scale becomes a constant, which is
+            # right (the head size is fixed); torch warns that this exporter is the legacy one.
+            # The dynamo exporter also handles these graphs, but the legacy one is quieter and
+            # proven by the parity check; switch when torch drops it.
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            warnings.filterwarnings("ignore", category=DeprecationWarning)
-            warnings.filterwarnings("ignore", category=FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
             torch.onnx.export(module, example, str(out_dir / name), dynamo=False, opset_version=opset,
                               input_names=list(io["inputs"]), output_names=list(io["outputs"]),
                               dynamic_axes=_dynamic_axes(io), do_constant_folding=True)
@@ -177,15 +179,27 @@ def quantize_graphs(source_dir: Path, out_dir: Path) -> dict[str, str]:
 
     Only MatMuls with a constant weight are quantized (onnxruntime's default for dynamic
     mode), so attention scores and weights (activation x activation) stay fp32 and the
-    alignment maps are not quantized directly. Torch-free: bench/inference.py uses it too.
+    alignment maps are not quantized directly. Activations are quantized per tensor with a
+    scale computed at run time over the whole input, so an int8 translation can change
+    slightly with what else is in its batch (fp32 does not). bench/inference.py uses this
+    for bundles exported without int8 graphs.
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    for role, name in GRAPH_FILES["int8"].items():
-        log.info("quantizing %s", name)
-        quantize_dynamic(source_dir / GRAPH_FILES["fp32"][role], out_dir / name,
-                         op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8, per_channel=False)
+    root = logging.getLogger()
+    level = root.level
+    # onnxruntime.quantization logs a line per tensor, and a pre-processing hint, on the root
+    # logger. The hint is about shape inference for static quantization and convolution
+    # graphs; dynamic MatMul quantization of our graphs needs none, so we keep them quiet.
+    root.setLevel(max(level, logging.ERROR))
+    try:
+        for role, name in GRAPH_FILES["int8"].items():
+            log.info("quantizing %s", name)
+            quantize_dynamic(source_dir / GRAPH_FILES["fp32"][role], out_dir / name,
+                             op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8, per_channel=False)
+    finally:
+        root.setLevel(level)
     return dict(GRAPH_FILES["int8"])
 
 
@@ -199,7 +213,8 @@ class LoadedCheckpoint:
     config: ModelConfig | None = None
     model: Transformer | None = None
     tokenizer: Tokenizer | None = None
-    data_manifest: dict[str, Any] | None = None
+    data_manifest_path: Path | None = None
+    data_manifest: dict[str, Any] | None = None      # its parsed content
     problems: list[str] = field(default_factory=list)
 
 
@@ -230,6 +245,7 @@ def load_checkpoint(checkpoint_dir: Path, tokenizer_path: Path | None = None,
         except (RuntimeError, OSError, AssertionError) as error:
             loaded.problems.append(f"{loaded.tokenizer_path}: {error}")
     if data_manifest is not None:
+        loaded.data_manifest_path = Path(data_manifest)
         try:
             loaded.data_manifest = json.loads(Path(data_manifest).read_text())
         except (OSError, json.JSONDecodeError) as error:
@@ -376,50 +392,69 @@ def export_model(checkpoint_dir: Path, out_dir: Path, int8: bool = False, tokeni
     problems = validate(loaded, out_dir, opset, force)
     if problems:
         raise ExportError(f"cannot export {checkpoint_dir}:\n  - " + "\n  - ".join(problems))
-    assert loaded.model is not None and loaded.config is not None
-    model, config = loaded.model, loaded.config
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".staging", dir=out_dir.parent))
-    save_config(config, staging / CONFIG_FILE)
-    torch.save(model.state_dict(), staging / WEIGHTS_FILE)
-    shutil.copyfile(loaded.tokenizer_path, staging / TOKENIZER_FILE)
-    files = [CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE]
-    if loaded.data_manifest is not None:
-        shutil.copyfile(data_manifest, staging / DATA_MANIFEST_FILE)  # type: ignore[arg-type]
-        files.append(DATA_MANIFEST_FILE)
-    graphs = {"fp32": export_graphs(model, staging, opset)}
-    if int8:
-        graphs["int8"] = quantize_graphs(staging, staging)
-    precision = "int8" if int8 else "fp32"
-    extra = {
-        "interface": {"encoder": ENCODER_IO, "decoder_step": DECODER_IO, "opset": opset},
-        "exporter": _versions(),
-        "source_checkpoint": str(Path(checkpoint_dir).resolve()),
-    }
-    write_bundle_manifest(staging, model_config=config, tokenizer_file=TOKENIZER_FILE, graphs=graphs,
-                          precision=precision, files=files, data_manifest=loaded.data_manifest, extra=extra)
-
-    log.info("parity check: onnxruntime fp32 vs torch")
-    sentences = parity_sentences or list(PARITY_SENTENCES)
-    fp32 = check_parity(staging, sentences, "fp32", reference=model)
-    if fp32.problems:
-        raise ParityError(f"{staging}: the fp32 graphs disagree with torch:\n  - " + "\n  - ".join(fp32.problems))
-    parity = {"fp32": fp32.as_dict()}
-    if int8:
-        quantized = check_parity(staging, sentences, "int8", tolerance=float("inf"), reference=model)
-        parity["int8"] = quantized.as_dict()
-        log.info("int8 agrees with torch on %s of the sentences (greedy, beam 4)", quantized.token_agreement)
-    manifest_path = staging / BUNDLE_FILE
-    manifest = json.loads(manifest_path.read_text())
-    manifest["parity"] = parity
-    manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    try:
+        precision = write_bundle(loaded, staging, int8, opset)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)   # nothing worth inspecting in a half-written bundle
+        raise
+    parity = run_parity_checks(staging, loaded.model, parity_sentences or list(PARITY_SENTENCES), int8)  # type: ignore[arg-type]
 
     if out_dir.exists():
         shutil.rmtree(out_dir)           # validate() allowed this only for an existing bundle with force
     staging.replace(out_dir)
-    log.info("wrote %s (%s); parity %s", out_dir, precision, fp32.as_dict())
+    log.info("wrote %s (default precision %s)", out_dir, precision)
     return ExportResult(out_dir, precision, parity)
+
+
+def write_bundle(loaded: LoadedCheckpoint, directory: Path, int8: bool, opset: int = DEFAULT_OPSET) -> str:
+    """Write weights, config, tokenizer, graphs and bundle.json into `directory`; returns the precision."""
+    assert loaded.model is not None and loaded.config is not None, "validate() first"
+    umask = os.umask(0)
+    os.umask(umask)
+    directory.chmod(0o777 & ~umask)      # mkdtemp makes it private; a bundle is meant to be read
+    save_config(loaded.config, directory / CONFIG_FILE)
+    torch.save(loaded.model.state_dict(), directory / WEIGHTS_FILE)
+    shutil.copyfile(loaded.tokenizer_path, directory / TOKENIZER_FILE)
+    files = [CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE]
+    if loaded.data_manifest_path is not None:
+        shutil.copyfile(loaded.data_manifest_path, directory / DATA_MANIFEST_FILE)
+        files.append(DATA_MANIFEST_FILE)
+    graphs = {"fp32": export_graphs(loaded.model, directory, opset)}
+    if int8:
+        graphs["int8"] = quantize_graphs(directory, directory)
+    precision = "int8" if int8 else "fp32"
+    extra = {
+        "interface": {"encoder": ENCODER_IO, "decoder_step": DECODER_IO, "opset": opset},
+        "exporter": _versions(),
+        "source_checkpoint": str(loaded.checkpoint_dir.resolve()),
+    }
+    write_bundle_manifest(directory, model_config=loaded.config, tokenizer_file=TOKENIZER_FILE, graphs=graphs,
+                          precision=precision, files=files, data_manifest=loaded.data_manifest, extra=extra)
+    return precision
+
+
+def run_parity_checks(directory: Path, model: Transformer, sentences: list[str], int8: bool) -> dict[str, Any]:
+    """fp32 must match torch (ParityError otherwise); int8 is measured. Results go into bundle.json."""
+    log.info("parity check: onnxruntime fp32 vs torch on %d sentences", len(sentences))
+    fp32 = check_parity(directory, sentences, "fp32", reference=model)
+    if fp32.problems:
+        raise ParityError(f"{directory}: the fp32 graphs disagree with torch (bundle left there for "
+                          f"inspection):\n  - " + "\n  - ".join(fp32.problems))
+    log.info("fp32 parity: %s", fp32.as_dict())
+    parity = {"fp32": fp32.as_dict()}
+    if int8:
+        quantized = check_parity(directory, sentences, "int8", tolerance=float("inf"), reference=model)
+        parity["int8"] = quantized.as_dict()
+        log.info("int8 vs torch: tokens identical for %s of the sentences, max log-prob diff %.3f",
+                 quantized.token_agreement, quantized.max_log_prob_diff)
+    manifest_path = directory / BUNDLE_FILE
+    manifest = json.loads(manifest_path.read_text())
+    manifest["parity"] = parity                 # bundle.json is not hashed: adding to it is safe
+    manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    return parity
 
 
 def _versions() -> dict[str, str]:

@@ -43,7 +43,8 @@ def default_threads() -> int:
     threads the split costs more than it saves, and a service runs several requests side by
     side, each on its own pool.
     """
-    return max(1, min(4, os.cpu_count() or 1))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(4, cores))
 
 
 def session_options(threads: int | None = None) -> ort.SessionOptions:
@@ -141,7 +142,8 @@ def load_translator(bundle_dir: Path | str, backend: str = "onnx", threads: int 
 
     backend "onnx" runs the bundle's graphs of `precision` (default: the bundle's export
     precision); "torch" imports torch lazily and runs `config.json` + `model.pt` from the
-    bundle in eager mode. `translator_options` go to `Translator` (max_source_tokens, ...).
+    bundle in eager mode (`threads` then sets torch's process-wide thread count).
+    `translator_options` go to `Translator` (max_source_tokens, max_batch_tokens).
     Raises BundleError if a file is missing or corrupted.
     """
     bundle = load_bundle_manifest(Path(bundle_dir), verify=verify)

@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "translate": ("seq2seq.translate_cli", "translate lines of text (stdin or a file)"),
     "eval": ("seq2seq.evaluate", "score a model or a translation file with sacreBLEU (BLEU, chrF)"),
     "export": ("export.exporter", "export a trained model to an ONNX release bundle"),
+    "serve": ("service.serve", "run the HTTP service (LibreTranslate-compatible, with alignment maps)"),
 }
 DATA_COMMANDS: dict[str, tuple[str, str]] = {
     "prepare": ("data.prepare", "read a corpus, clean, split, train SentencePiece, write a manifest"),

@@ -65,10 +65,11 @@ def max_target_length(source_length: int, config: DecodeConfig) -> int:
 
 
 def beam_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarray,
-                config: DecodeConfig = DecodeConfig()) -> list[list[Hypothesis]]:
+                config: DecodeConfig = DecodeConfig(), max_positions: int | None = None) -> list[list[Hypothesis]]:
     """Translate a padded batch; returns `config.n_best` hypotheses per sentence, best first.
 
     src_ids (B, S) int64 with EOS at the end of each sentence, src_mask (B, S) bool.
+    `max_positions` (the model's position table) caps the target length.
     Beam size 1 is greedy search. A sentence stops when `beam_size` hypotheses have
     ended with EOS or its length limit is reached; finished sentences leave the batch so
     the rest decode faster.
@@ -76,6 +77,10 @@ def beam_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarra
     batch, k = src_ids.shape[0], config.beam_size
     src_lengths = src_mask.sum(axis=1)
     limits = np.array([max_target_length(int(n), config) for n in src_lengths])
+    if max_positions is not None:
+        # The decoder has no position past max_positions - 1: BOS sits at 0, so at most
+        # max_positions - 1 generated tokens, EOS included.
+        limits = np.minimum(limits, max_positions - 2)
     cross_k, cross_v = backend.encode(src_ids, src_mask)
     # Every sentence's encoder state is repeated for its K beams: row n = sentence n // K.
     expand = np.repeat(np.arange(batch), k)

@@ -232,7 +232,7 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
     progress = tqdm(total=train_config.max_steps, initial=state["step"], disable=not is_main_process(),
                     desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
     window_tokens, window_start, window_loss = 0, time.time(), (0.0, 0)
-    stop = False
+    stop = state["step"] >= train_config.max_steps  # resuming a finished run trains no further
     while not stop:
         batches = make_batches(examples, train_config.max_tokens, train_config.seed, state["epoch"])
         batches = batches[len(batches) % world:] if world > 1 else batches  # equal count per rank
@@ -252,7 +252,7 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
             optimizer.step()
             state["step"] = step
             window_tokens += n_tokens * world
-            window_loss = (window_loss[0] + float(loss_sum), window_loss[1] + n_tokens)
+            window_loss = (window_loss[0] + float(loss_sum.detach()), window_loss[1] + n_tokens)
             progress.update(1)
             if step % 20 == 0:
                 rate = window_tokens / max(time.time() - window_start, 1e-9)
@@ -260,6 +260,12 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
                                      tok_s=f"{rate:,.0f}", lr=f"{learning_rate(step, train_config):.2e}",
                                      gnorm=f"{float(grad_norm):.2f}")
             stop = step >= train_config.max_steps or time.time() >= deadline
+            if distributed and math.isfinite(deadline):
+                # Clocks differ across ranks: all must stop at the same step, or the ones that
+                # go on wait forever in DDP's next gradient all-reduce.
+                flag = torch.tensor(float(stop))
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                stop = bool(flag.item())
             if step % train_config.valid_every == 0 or stop:
                 if is_main_process():
                     entry = {"step": step, "epoch": state["epoch"], "minutes": round((time.time() - start_time) / 60, 2),

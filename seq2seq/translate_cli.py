@@ -1,59 +1,256 @@
-"""`crossalign translate`: one line in, one line out, in order."""
+"""`crossalign translate`: whole files in, one record per line out, in input order.
+
+Argument parsing and the run's plumbing (input, output, resume, progress, workers); the
+job itself -- decoding lines, batching, joining, writing -- is seq2seq.batch.
+"""
 
 from __future__ import annotations
 
 import argparse
+import io
 import logging
+import signal
 import sys
+import time
 from pathlib import Path
 
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
+from data.tokenizer import Tokenizer
+from seq2seq import batch
 from seq2seq.config import DecodeConfig
-from seq2seq.loading import BACKENDS, load_translator
+from seq2seq.loading import BACKENDS
 
 log = logging.getLogger("crossalign.translate")
 DEFAULT_MODEL = Path("models/de-en")
 
+EPILOG = f"""\
+input: one segment per line, UTF-8, read as bytes and decoded line by line.
+  text   the whole line is the source
+  tsv    the first column is the source (e.g. a test split's source<TAB>target)
+  jsonl  {{"id": ..., "text": ...}} per line; the id names the record and the heatmap
+
+output: exactly one record per input line, in input order.
+  text   the translation (an empty line for a bad line, with a warning on stderr)
+  tsv    id-or-line, source, translation, score, Pharaoh links (with --alignment), error
+  jsonl  service.schema.TranslationRecord: line, id, source, text, score, and with
+         --alignment the tokens, soft matrix and Pharaoh links (the HTTP API's schema);
+         a bad line has "error" instead of a translation
+
+bad lines (empty, longer than --max-chars, invalid UTF-8 or JSON, control characters)
+never stop the job. Lines longer than --split-tokens pieces are split into sentences,
+translated and joined; alignment offsets refer to the original line.
+
+resume: with -o FILE --resume, a run that was interrupted (Ctrl-C, kill, crash) goes on
+where it stopped: complete records are kept, a partial last record is removed, and that
+many input lines are skipped. Use the same input and options as the first run.
+
+exit status:
+  {batch.EXIT_OK}    every line translated
+  {batch.EXIT_FATAL}    fatal error (model or input missing, output longer than the input)
+  {batch.EXIT_USAGE}    bad arguments
+  {batch.EXIT_SOME_FAILED}    finished, but some lines failed (their records carry "error")
+  {batch.EXIT_INTERRUPTED}  interrupted; the output holds only complete records, rerun with --resume
+"""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
     parser.add_argument("text", nargs="*", help="text to translate (default: read lines from --input or stdin)")
     parser.add_argument("-m", "--model", type=Path, default=DEFAULT_MODEL, help=f"model directory (default {DEFAULT_MODEL})")
     parser.add_argument("-i", "--input", type=Path, help="input file, one segment per line (default stdin)")
     parser.add_argument("-o", "--output", type=Path, help="output file (default stdout)")
+    parser.add_argument("--input-format", choices=batch.INPUT_FORMATS, default="text", help="(default text)")
+    parser.add_argument("-f", "--format", choices=batch.OUTPUT_FORMATS, default="text",
+                        help="output format (default text)")
+    parser.add_argument("--resume", action="store_true",
+                        help="with -o: keep the complete records of an interrupted run and translate the rest")
     parser.add_argument("--backend", choices=BACKENDS, default="onnx", help="inference backend (default onnx)")
     parser.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size, help=f"(default {DecodeConfig.beam_size})")
-    parser.add_argument("--length-penalty", type=float, default=DecodeConfig.length_penalty)
-    parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default 32)")
-    parser.add_argument("--threads", type=int, default=0, help="inference threads (0 = library default)")
+    parser.add_argument("--length-penalty", type=float, default=DecodeConfig.length_penalty,
+                        help=f"(default {DecodeConfig.length_penalty})")
+    parser.add_argument("--batch-size", type=int, default=batch.JobOptions.batch_size,
+                        help=f"sentences per batch (default {batch.JobOptions.batch_size})")
+    parser.add_argument("--max-tokens", type=int, default=batch.JobOptions.max_tokens,
+                        help=f"padded source pieces per batch (default {batch.JobOptions.max_tokens})")
+    parser.add_argument("--window", type=int, default=0,
+                        help="lines sorted by length together; records are written when their window is done "
+                             "(default 0 = 16 batches' worth)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="worker processes, each with its own session; order is kept (default 1)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="inference threads per worker (0 = library default, or the cores shared out)")
+    parser.add_argument("--max-chars", type=int, default=10_000, help="longer lines are errors (default 10000)")
+    parser.add_argument("--split-tokens", type=int, default=batch.JobOptions.split_tokens,
+                        help=f"lines longer than this many source pieces are split into sentences "
+                             f"(default {batch.JobOptions.split_tokens})")
+    aligned = parser.add_argument_group("alignment")
+    aligned.add_argument("--alignment", action="store_true",
+                         help="add the alignment map (jsonl) or Pharaoh links (tsv) to each record")
+    aligned.add_argument("--alignment-level", choices=("word", "subword"), default="word", help="(default word)")
+    aligned.add_argument("--alignment-layer", type=int, help="decoder layer (default: the model's alignment layer)")
+    aligned.add_argument("--alignment-heads", type=int, nargs="+", help="heads to average (default: the model's)")
+    aligned.add_argument("--step-shift", action="store_true",
+                         help="read the row where a target token is the decoder input (Chen et al. 2020)")
+    aligned.add_argument("--heatmaps", type=Path, metavar="DIR",
+                         help="write one heatmap per line into DIR, named by line number or id")
+    aligned.add_argument("--heatmap-format", choices=batch.HEATMAP_FORMATS, default="png", help="(default png)")
 
 
-def read_lines(args: argparse.Namespace) -> list[str]:
-    if args.text:
-        return [" ".join(args.text)]
-    raw = args.input.read_bytes() if args.input else sys.stdin.buffer.read()
-    return raw.decode("utf-8", errors="replace").splitlines()
+def _problems(args: argparse.Namespace) -> list[str]:
+    problems = []
+    if args.resume and not args.output:
+        problems.append("--resume needs -o/--output FILE")
+    if args.text and args.input:
+        problems.append("give text arguments or --input, not both")
+    for name in ("beam_size", "batch_size", "max_tokens", "workers", "max_chars", "split_tokens"):
+        if getattr(args, name) < 1:
+            problems.append(f"--{name.replace('_', '-')} must be at least 1")
+    if args.threads < 0 or args.window < 0:
+        problems.append("--threads and --window must not be negative")
+    return problems
+
+
+def _count_lines(path: Path) -> int:
+    lines, last = 0, b"\n"
+    with open(path, "rb") as stream:
+        while chunk := stream.read(1 << 20):
+            lines += chunk.count(b"\n")
+            last = chunk[-1:]
+    return lines + (last != b"\n")
+
+
+def _skip(stream, count: int, args: argparse.Namespace) -> int:
+    """Skip the `count` lines a resumed run already wrote; returns how many of them failed.
+
+    Their failures are re-derived by checking them again (cheap, no translation), so the
+    summary and exit status cover the whole file, not just this run's part.
+    """
+    failed = 0
+    for line in range(1, count + 1):
+        raw = stream.readline()
+        if not raw:
+            raise ValueError(f"{args.output} has {count} records but the input has only {line - 1} lines; "
+                             "it is not the output of this input")
+        failed += batch.decode_line(raw, line, args.input_format, args.max_chars).error is not None
+    return failed
 
 
 def main(args: argparse.Namespace) -> int:
-    translator = load_translator(args.model, args.backend, args.threads)
-    config = DecodeConfig(beam_size=args.beam_size, length_penalty=args.length_penalty, return_attention=False)
-    lines = read_lines(args)
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    progress = tqdm(total=len(lines), unit="line", disable=not sys.stderr.isatty() or len(lines) < 2, file=sys.stderr)
+    problems = _problems(args)
+    if problems:
+        for problem in problems:
+            log.error("%s", problem)
+        return batch.EXIT_USAGE
+    if args.alignment and args.format == "text":
+        log.warning("--alignment shows in --format jsonl (maps) or tsv (links), not in text output")
+    want_alignment = args.alignment or args.heatmaps is not None
+    alignment = batch.AlignmentOptions(args.alignment_level, args.alignment_layer,
+                                       None if args.alignment_heads is None else tuple(args.alignment_heads),
+                                       args.step_shift) if want_alignment else None
+    decode = DecodeConfig(beam_size=args.beam_size, length_penalty=args.length_penalty,
+                          return_attention=want_alignment)
+    spec = batch.EngineSpec(args.model, args.backend, batch.worker_threads(args.threads, args.workers), decode,
+                            alignment)
+    options = batch.JobOptions(args.format, args.batch_size, args.max_tokens, args.split_tokens, args.window,
+                               args.heatmaps, args.heatmap_format)
+
     try:
-        for start in range(0, len(lines), args.batch_size):
-            chunk = lines[start:start + args.batch_size]
-            # Empty lines stay empty lines: the output keeps one line per input line.
-            texts = [line.strip() for line in chunk]
-            nonempty = [t for t in texts if t]
-            results = iter(translator.translate_batch(nonempty, config)) if nonempty else iter(())
-            for text in texts:
-                out.write((next(results).text if text else "") + "\n")
-            out.flush()
-            progress.update(len(chunk))
-    finally:
+        if args.workers == 1:
+            worker = batch.SentenceTranslator.load(spec)
+            engine: batch.Engine = batch.InlineEngine(worker)
+            tokenizer, max_source = worker.translator.tokenizer, worker.translator.max_source_tokens
+        else:
+            # The workers load the model; this process only needs the tokenizer to bucket.
+            if not args.model.is_dir():
+                raise FileNotFoundError(f"{args.model}: no such model directory")
+            tokenizer, max_source = Tokenizer(args.model / "spm.model"), 250
+            engine = batch.ProcessEngine(spec, args.workers)
+    except Exception as error:  # noqa: BLE001 - a missing or broken model is a clean fatal error
+        log.error("cannot load the model: %s", error)
+        return batch.EXIT_FATAL
+
+    if args.text:
+        stream = io.BytesIO(" ".join(args.text).encode("utf-8"))
+        total: int | None = 1
+    elif args.input:
+        try:
+            stream, total = open(args.input, "rb"), _count_lines(args.input)
+        except OSError as error:
+            log.error("cannot read the input: %s", error)
+            engine.close(cancel=True)
+            return batch.EXIT_FATAL
+    else:
+        stream, total = sys.stdin.buffer, None
+
+    done = failed_before = 0
+    try:
+        if args.resume:
+            done = batch.prepare_resume(args.output)
+            failed_before = _skip(stream, done, args)
+            if done:
+                log.info("resuming %s after %d complete records", args.output, done)
+    except (OSError, ValueError) as error:
+        log.error("cannot resume: %s", error)
+        engine.close(cancel=True)
+        return batch.EXIT_FATAL
+    if args.heatmaps is not None:
+        args.heatmaps.mkdir(parents=True, exist_ok=True)
+
+    writer = batch.RecordWriter(args.output, args.format, append=args.resume)
+    progress = tqdm(total=total, initial=done, unit="line", file=sys.stderr, dynamic_ncols=True,
+                    disable=not sys.stderr.isatty() or total == 1)
+    # SIGTERM (kill) ends the run like Ctrl-C: workers stopped, summary printed. The
+    # records already written are complete either way, which is what --resume relies on.
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    started = time.monotonic()
+    summary = batch.JobSummary()
+    interrupted = False
+    try:
+        with logging_redirect_tqdm():
+            segments = batch.read_segments(stream, args.input_format, args.max_chars, first_line=done + 1)
+            summary = batch.run_job(segments, engine, tokenizer, writer, options, progress, max_source)
+    except KeyboardInterrupt:
+        interrupted = True
+    except Exception as error:  # noqa: BLE001 - e.g. a worker process died
+        log.error("the job stopped: %s: %s", type(error).__name__, error)
+        engine.close(cancel=True)
         progress.close()
-        if args.output:
-            out.close()
-    return 0
+        writer.close()
+        return batch.EXIT_FATAL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    engine.close(cancel=interrupted)
+    progress.close()
+    writer.close()
+    if stream is not sys.stdin.buffer:
+        stream.close()
+
+    elapsed = time.monotonic() - started
+    written = done + (summary.lines if not interrupted else _written_since(args, done))
+    if interrupted:
+        log.warning("interrupted after %d lines%s", written,
+                    f"; rerun with --resume -o {args.output} to continue" if args.output else "")
+        return batch.EXIT_INTERRUPTED
+    failed = failed_before + summary.failed
+    rate = summary.lines / elapsed if elapsed > 0 else 0.0
+    log.info("%d lines (%d translated now, %d failed) in %.1f s, %.1f lines/s", written, summary.lines, failed,
+             elapsed, rate)
+    if failed:
+        shown = ", ".join(map(str, summary.failed_lines[:10])) + (" ..." if len(summary.failed_lines) > 10 else "")
+        log.warning("%d of %d lines failed%s", failed, written, f" (lines {shown})" if shown else "")
+        return batch.EXIT_SOME_FAILED
+    return batch.EXIT_OK
+
+
+def _written_since(args: argparse.Namespace, done: int) -> int:
+    """Records in the output after an interruption (run_job never returned its summary)."""
+    if args.output and args.output.exists():
+        return batch.prepare_resume(args.output)
+    return done
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -36,6 +36,10 @@ class Translator:
     def __init__(self, backend: SearchBackend, tokenizer: Tokenizer, max_source_tokens: int = 250,
                  max_batch_tokens: int = 4096):
         self.backend, self.tokenizer = backend, tokenizer
+        config = getattr(backend, "config", None)
+        self.max_positions = getattr(config, "max_positions", None)
+        if self.max_positions is not None:
+            max_source_tokens = min(max_source_tokens, self.max_positions)
         self.max_source_tokens = max_source_tokens
         self.max_batch_tokens = max_batch_tokens
 
@@ -57,7 +61,8 @@ class Translator:
                 end += 1
             chunk = order[start:end]
             src_ids, src_mask = pad_batch([encoded[i] for i in chunk], self.backend.pad_id)
-            for index, hypotheses in zip(chunk, beam_search(self.backend, src_ids, src_mask, config)):
+            for index, hypotheses in zip(chunk, beam_search(self.backend, src_ids, src_mask, config,
+                                                                     self.max_positions)):
                 results[index] = self._result(encoded[index], hypotheses)
             start = end
         return [r for r in results if r is not None]

@@ -39,8 +39,62 @@ class AlignedTranslation(BaseModel):
     text: str = Field(description="the translation")
     score: float = Field(description="length-normalised log-probability of the translation")
     alignment: AlignmentMap | None = None
+    # Added for the HTTP API's /v1/translate; optional, so records without them stay valid.
+    source_tokens: list[TokenSpan] | None = Field(None, description="SentencePiece pieces of the source")
+    target_tokens: list[TokenSpan] | None = Field(None, description="SentencePiece pieces of the translation")
+    source_words: list[TokenSpan] | None = Field(
+        None, description="source words: whitespace tokens with punctuation split off")
+    target_words: list[TokenSpan] | None = Field(None, description="translation words")
+    word_links: str | None = Field(None, description="hard word links, Pharaoh 'i-j' (i = source word, "
+                                                     "j = target word), whatever the alignment's level")
+    alternatives: list["AlignedTranslation"] = Field(
+        default_factory=list, description="n-best alternatives after the best, each with its own alignment; "
+                                          "their target offsets refer to their own text")
+
+
+class AlignedSentence(AlignedTranslation):
+    """One sentence of a longer input; every offset refers to the whole input / translation."""
+
+    source_start: int = Field(description="the sentence's span in the input text")
+    source_end: int
+    target_start: int = Field(description="the sentence translation's span in the whole translation")
+    target_end: int
+
+
+class Hypothesis(BaseModel):
+    text: str
+    score: float
+
+
+class TextTranslation(BaseModel):
+    """The translation of one input text of /v1/translate, sentence by sentence."""
+
+    text: str = Field(description="the whole translation: sentence translations joined by the input's spacing")
+    score: float = Field(description="mean of the sentence scores")
+    source: str = Field(description="source language (detected when the request said 'auto')")
+    target: str
+    sentences: list[AlignedSentence]
+    alternatives: list[Hypothesis] = Field(
+        default_factory=list, description="n-best alternatives of the whole text (k-th of every sentence)")
 
 
 def aligned_translation(result: TranslationResult, alignment: Alignment | None) -> AlignedTranslation:
     return AlignedTranslation(text=result.text, score=round(result.score, 4),
                               alignment=None if alignment is None else AlignmentMap.from_alignment(alignment))
+
+
+class TranslationRecord(AlignedTranslation):
+    """One record of `crossalign translate --format jsonl`: an `AlignedTranslation` plus its line.
+
+    A line that could not be translated keeps its place in the output with `error` set, an
+    empty `text` and no score, so a file of N lines always gives N records in input order.
+    """
+
+    line: int = Field(description="1-based line number in the input")
+    id: str | int | None = Field(None, description="the `id` of a JSONL input line")
+    source: str = Field(description="the input text (undecodable bytes shown as U+FFFD)")
+    score: float | None = Field(None, description="length-normalised log-probability; absent when `error` is set")
+    sentences: list[TokenSpan] | None = Field(
+        None, description="the sentences a long line was split into and translated one by one; "
+                          "alignment offsets still refer to the whole line and the joined translation")
+    error: str | None = Field(None, description="why the line was not translated")

@@ -1,0 +1,123 @@
+"""Load test of the HTTP service: throughput and p50/p99 latency, micro-batching on and off.
+
+Starts `python -m service.serve` on a free 127.0.0.1 port once per batching mode, sends a
+bounded number of LibreTranslate requests at each concurrency level from asyncio clients,
+and prints one table (and JSON with --json). Loopback only.
+
+    python bench/service_load.py --models models --requests 200
+    python bench/service_load.py --models /tmp/tiny-models --concurrency 1 8 32 --window-ms 5
+
+Aims (issue 4): batching >= 2x the throughput of no batching at concurrency 32; p99 <=
+250 ms at concurrency 8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+SENTENCES = [
+    "Das Haus ist klein.",
+    "Der Hund ist sehr alt und schön.",
+    "Ich habe heute keine Zeit.",
+    "Die Katze schläft auf dem Sofa.",
+    "Wo ist der Bahnhof?",
+    "Das Auto ist rot und neu.",
+    "Er wohnt seit drei Jahren in München.",
+    "Guten Morgen!",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(models: Path, window_ms: float, threads: int) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {**os.environ, "CROSSALIGN_BATCH_WINDOW_MS": str(window_ms), "CROSSALIGN_THREADS": str(threads),
+           "CROSSALIGN_RATE_LIMIT": "0", "CROSSALIGN_API_KEYS": ""}
+    process = subprocess.Popen([sys.executable, "-m", "service.serve", "--models", str(models), "--host",
+                                "127.0.0.1", "--port", str(port), "--log-level", "warning"], cwd=REPO, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"the server exited with {process.returncode}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    process.terminate()
+    raise SystemExit("the server did not start within 120 s")
+
+
+async def load(url: str, concurrency: int, requests: int) -> dict[str, float]:
+    latencies: list[float] = []
+    counter = iter(range(requests))
+    async with httpx.AsyncClient(base_url=url, timeout=120,
+                                 limits=httpx.Limits(max_connections=concurrency)) as client:
+        async def worker() -> None:
+            for index in counter:
+                body = {"q": SENTENCES[index % len(SENTENCES)], "source": "de", "target": "en"}
+                start = time.perf_counter()
+                response = await client.post("/translate", json=body)
+                latencies.append(time.perf_counter() - start)
+                response.raise_for_status()
+
+        await client.post("/translate", json={"q": SENTENCES[0], "source": "de", "target": "en"})  # warm-up
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    values = np.array(latencies) * 1000
+    return {"concurrency": concurrency, "requests": requests, "throughput_rps": round(requests / elapsed, 1),
+            "p50_ms": round(float(np.percentile(values, 50)), 1), "p99_ms": round(float(np.percentile(values, 99)), 1)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=Path, default=REPO / "models", help="models directory (default models/)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--requests", type=int, default=200, help="requests per concurrency level (default 200)")
+    parser.add_argument("--window-ms", type=float, default=5.0, help="micro-batching window when on (default 5)")
+    parser.add_argument("--threads", type=int, default=0, help="onnxruntime threads per model (0 = default)")
+    parser.add_argument("--json", type=Path, help="also write the results as JSON")
+    args = parser.parse_args()
+
+    results = []
+    for mode, window in (("on", args.window_ms), ("off", 0.0)):
+        process, url = start_server(args.models, window, args.threads)
+        try:
+            for concurrency in args.concurrency:
+                row = {"batching": mode, **asyncio.run(load(url, concurrency, args.requests))}
+                results.append(row)
+                print(f"batching {mode:3}  c={concurrency:<3} {row['throughput_rps']:8.1f} req/s   "
+                      f"p50 {row['p50_ms']:7.1f} ms   p99 {row['p99_ms']:7.1f} ms", flush=True)
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    by = {(r["batching"], r["concurrency"]): r for r in results}
+    top = max(args.concurrency)
+    if ("on", top) in by and ("off", top) in by:
+        print(f"batching speed-up at concurrency {top}: "
+              f"{by['on', top]['throughput_rps'] / by['off', top]['throughput_rps']:.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Write the release bundle's MODEL_CARD.md and training-curve plot.
+
+    python -m export.model_card --bundle models/de-en --run work/release \
+        --data work/ding8k --metrics metrics.json
+
+`--metrics` is the JSON that `crossalign eval --json` prints (test split BLEU/chrF); more
+files can be merged in (e.g. an int8 comparison). Torch-free.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def plot_curve(history: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [h["step"] for h in history]
+    fig, loss_axis = plt.subplots(figsize=(7, 4), dpi=110)
+    loss_axis.plot(steps, [h["train_loss"] for h in history], label="train loss (label-smoothed)", color="#1f77b4")
+    loss_axis.plot(steps, [h["valid_loss"] for h in history], label="valid loss (NLL)", color="#ff7f0e")
+    loss_axis.set_xlabel("step")
+    loss_axis.set_ylabel("loss per target token")
+    bleu_axis = loss_axis.twinx()
+    bleu_axis.plot(steps, [h.get("valid_bleu", 0) for h in history], label="valid BLEU (greedy)", color="#2ca02c",
+                   marker="o", markersize=3)
+    bleu_axis.set_ylabel("BLEU")
+    lines = loss_axis.get_lines() + bleu_axis.get_lines()
+    loss_axis.legend(lines, [line.get_label() for line in lines], loc="center right", fontsize=8)
+    loss_axis.set_title("crossalign de-en training curve")
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+
+
+def write_card(bundle: Path, run: Path, data: Path, metrics: dict, command: str) -> Path:
+    history = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines() if line.strip()]
+    plot_curve(history, bundle / "training_curve.png")
+    config = json.loads((bundle / "config.json").read_text())
+    train_config = json.loads((run / "train_config.json").read_text())
+    manifest = json.loads((data / "manifest.json").read_text())
+    last = history[-1]
+    rows = "\n".join(
+        f"| {h['step']} | {h['epoch']} | {h['minutes']} | {h['train_loss']} | {h['valid_loss']} | {h.get('valid_bleu', '')} | {h['tokens_per_s']} |"
+        for h in history)
+    metric_rows = "\n".join(f"| {name} | {value} |" for name, value in metrics.items() if not isinstance(value, dict))
+    card = f"""# crossalign de-en — model card
+
+A German→English transformer trained from scratch by crossalign; every translation comes
+with its cross-attention alignment map.
+
+## Measured quality (held-out test split, {manifest['counts']['test']['total']} sentences)
+
+| metric | value |
+|---|---|
+{metric_rows}
+
+Test sentences are Ding example sentences whose source never occurs in training
+(split by sha256 of the casefolded source). They are short, idiomatic dictionary examples
+with a single reference, which makes BLEU harsh.
+
+## Model
+
+- Encoder–decoder transformer, pre-LN, sinusoidal positions, tied embeddings:
+  d_model {config['d_model']}, {config['n_heads']} heads, d_ff {config['d_ff']},
+  {config['encoder_layers']} encoder + {config['decoder_layers']} decoder layers, vocabulary {config['vocab_size']}
+  (joint SentencePiece unigram).
+- Default alignment source: decoder layer {config['alignment_layer']} (from the end when negative),
+  heads {config['alignment_heads'] or 'mean of all'}.
+
+## Training
+
+- Data: {manifest['corpus']} — {manifest['counts']['train'].get('sentence', 0)} sentence pairs
+  (upsampled x{train_config['sentence_upsample']}) and {manifest['counts']['train'].get('phrase', 0)} dictionary phrase pairs.
+- {last['step']} steps, {last['epoch'] + 1} epochs, {last['minutes']} minutes on a 2-core CPU
+  ({last['tokens_per_s']} target tokens/s in the last window); AdamW (betas {train_config['betas']}),
+  peak lr {train_config['lr']}, {train_config['warmup_steps']} warmup steps then inverse-sqrt decay,
+  label smoothing {train_config['label_smoothing']}, dropout {config['dropout']}, {train_config['max_tokens']} tokens per batch;
+  the final weights average the last {train_config['average_last']} checkpoints.
+- Reproduce:
+
+```bash
+{command}
+```
+
+### Training curve
+
+![training curve](training_curve.png)
+
+| step | epoch | minutes | train loss | valid loss | valid BLEU (greedy, {train_config['valid_bleu_sentences']} sent.) | target tok/s |
+|---|---|---|---|---|---|---|
+{rows}
+
+## Data and license
+
+- Corpus: {manifest['license']}.
+- Input sha256: {', '.join(i['sha256'][:16] + '…' for i in manifest['inputs'])}.
+- The model is trained on GPL-2+ data; we distribute it under the same license (GPL-2.0-or-later).
+
+## Limitations
+
+- Small model, small corpus, CPU-only training budget: expect literal, often wrong
+  translations of long or domain-specific sentences; German→English only.
+- Alignment maps are raw cross-attention of one layer; see the README's alignment section.
+"""
+    path = bundle / "MODEL_CARD.md"
+    path.write_text(card)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Write MODEL_CARD.md and training_curve.png into a bundle.")
+    parser.add_argument("--bundle", type=Path, required=True)
+    parser.add_argument("--run", type=Path, required=True, help="training output dir (history.jsonl, train_config.json)")
+    parser.add_argument("--data", type=Path, required=True, help="prepared data dir (manifest.json)")
+    parser.add_argument("--metrics", type=Path, nargs="+", required=True, help="JSON files of measured metrics, merged")
+    parser.add_argument("--command", required=True, help="the command that reproduces training")
+    args = parser.parse_args()
+    metrics: dict = {}
+    for path in args.metrics:
+        metrics.update(json.loads(path.read_text()))
+    print(write_card(args.bundle, args.run, args.data, metrics, args.command))
+
+
+if __name__ == "__main__":
+    main()

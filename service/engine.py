@@ -1,0 +1,119 @@
+"""The engine behind the routes: language pairs -> `Translator`s, with micro-batching.
+
+Routes see only the `Engine` interface (after LibreTranslate's `ITranslation`): which
+pairs are served, translate a list of sentences, align one result. `TranslatorEngine`
+implements it over the library's `Translator`s, one per bundle found under the models
+directory; the tests also build it over a scripted backend. Torch-free: bundles run on
+onnxruntime through `export.runtime`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from seq2seq.alignment import Alignment
+from seq2seq.config import DecodeConfig
+from seq2seq.translator import TranslationResult, Translator
+from service.batching import MicroBatcher
+
+log = logging.getLogger("crossalign.service")
+Pair = tuple[str, str]
+BUNDLE_FILE = "bundle.json"
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str                       # the bundle directory's name, e.g. "de-en"
+    source: str
+    target: str
+    decoder_layers: int
+    n_heads: int
+    alignment_layer: int            # the default alignment source, 0-based
+    alignment_heads: tuple[int, ...]  # () = mean of all heads
+
+
+class Engine(Protocol):
+    models: dict[Pair, ModelInfo]
+
+    def translate(self, pair: Pair, texts: list[str], config: DecodeConfig, timeout: float | None = None
+                  ) -> list[TranslationResult]:
+        """Blocking: translate sentences (micro-batched with concurrent callers), in order."""
+        ...
+
+    def align(self, pair: Pair, source_text: str, result: TranslationResult, level: str,
+              layer: int | None, heads: tuple[int, ...] | None, step_shift: bool) -> Alignment:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+class TranslatorEngine:
+    """One `Translator` and one `MicroBatcher` per language pair."""
+
+    def __init__(self, translators: dict[Pair, tuple[str, Translator]], window_s: float = 0.005,
+                 max_sentences: int = 128, on_batch: Callable[[str, int], None] | None = None):
+        self.translators = {pair: translator for pair, (_, translator) in translators.items()}
+        self.models = {pair: model_info(name, pair, translator) for pair, (name, translator) in translators.items()}
+        self.batchers = {
+            pair: MicroBatcher(translator.translate_batch, window_s, max_sentences,
+                               on_batch=(lambda size, name=name: on_batch(name, size)) if on_batch else None,
+                               name=name)
+            for pair, (name, translator) in translators.items()
+        }
+
+    def translate(self, pair: Pair, texts: list[str], config: DecodeConfig, timeout: float | None = None
+                  ) -> list[TranslationResult]:
+        return self.batchers[pair].submit(texts, config).result(timeout=timeout)
+
+    def align(self, pair: Pair, source_text: str, result: TranslationResult, level: str,
+              layer: int | None, heads: tuple[int, ...] | None, step_shift: bool) -> Alignment:
+        return self.translators[pair].align(source_text, result, level, layer, heads, step_shift)
+
+    def close(self) -> None:
+        for batcher in self.batchers.values():
+            batcher.close()
+
+
+def model_info(name: str, pair: Pair, translator: Translator) -> ModelInfo:
+    config = translator.backend.config  # type: ignore[attr-defined]
+    return ModelInfo(name, pair[0], pair[1], config.decoder_layers, config.n_heads,
+                     config.resolved_alignment_layer, tuple(config.alignment_heads))
+
+
+def find_bundles(models: Path) -> list[Path]:
+    """`models` itself if it is a bundle, else every bundle directly inside it, sorted."""
+    models = Path(models)
+    if (models / BUNDLE_FILE).is_file():
+        return [models]
+    if not models.is_dir():
+        return []
+    return sorted(d for d in models.iterdir() if (d / BUNDLE_FILE).is_file())
+
+
+def load_engine(models: Path, threads: int = 0, window_s: float = 0.005, max_sentences: int = 128,
+                on_batch: Callable[[str, int], None] | None = None) -> TranslatorEngine:
+    """Load every bundle under `models` on onnxruntime; the language pair comes from bundle.json."""
+    from export.runtime import load_translator  # onnxruntime: imported only when serving for real
+
+    bundles = find_bundles(models)
+    if not bundles:
+        raise FileNotFoundError(f"no model bundles in {models}: a bundle is a directory with {BUNDLE_FILE} "
+                                "(download the release into models/de-en or run `crossalign export`)")
+    translators: dict[Pair, tuple[str, Translator]] = {}
+    for directory in bundles:
+        languages = json.loads((directory / BUNDLE_FILE).read_text()).get("languages", {})
+        translator = load_translator(directory, backend="onnx", threads=threads or None)
+        config = translator.backend.config  # type: ignore[attr-defined]
+        pair = (languages.get("source", config.source_lang), languages.get("target", config.target_lang))
+        if pair in translators:
+            raise ValueError(f"{directory}: a second model for {pair[0]}->{pair[1]} "
+                             f"(first: {translators[pair][0]})")
+        translators[pair] = (directory.name, translator)
+        log.info("serving %s (%s -> %s) from %s", directory.name, *pair, directory)
+    return TranslatorEngine(translators, window_s, max_sentences, on_batch)

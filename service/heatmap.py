@@ -1,0 +1,92 @@
+"""Alignment heatmaps as PNG or SVG bytes (matplotlib, Agg; no pyplot, no torch).
+
+Rows are target tokens (top to bottom), columns source tokens (left to right, labels on
+top so the source reads like a sentence), the colour is the soft weight with a colour bar,
+and every hard link is outlined. SVG keeps its labels as <text> elements, so they can be
+searched and restyled. Used by the service's /v1/heatmap and by the batch CLI.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import threading
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
+
+from seq2seq.alignment import Alignment  # noqa: E402
+
+FORMATS = {"png": "image/png", "svg": "image/svg+xml"}
+DPI = 100
+CELL = 0.28          # inches per token
+# matplotlib's text layout and font cache are not thread-safe: one render at a time.
+_RENDER_LOCK = threading.Lock()
+
+
+def _parts(alignment: Any) -> tuple[list[str], list[str], list[list[float]], list[tuple[int, int]], str]:
+    """(source labels, target labels, matrix, links, caption) from an Alignment or AlignmentMap."""
+    if isinstance(alignment, Alignment):
+        source = [t.text for t in alignment.source_tokens]
+        target = [t.text for t in alignment.target_tokens]
+        matrix, links, layer = alignment.matrix.tolist(), alignment.links, alignment.layer
+        heads: Any = list(alignment.heads) or "mean"
+    else:  # service.schema.AlignmentMap (the API / JSONL record)
+        source = [t.text for t in alignment.source_tokens]
+        target = [t.text for t in alignment.target_tokens]
+        matrix, layer, heads = alignment.matrix, alignment.layer, alignment.heads
+        links = [(int(i), int(j)) for i, j in (p.split("-") for p in alignment.links.split())]
+    heads_text = "mean of heads" if heads == "mean" else "heads " + ",".join(map(str, heads))
+    return source, target, matrix, links, f"{alignment.level} alignment, layer {layer}, {heads_text}"
+
+
+def default_size(n_source: int, n_target: int) -> tuple[int, int]:
+    """(width, height) in pixels that fit the labels of an n_source x n_target map."""
+    width = 2.4 + CELL * max(n_source, 4) + 1.0      # target labels + cells + colour bar
+    height = 1.8 + CELL * max(n_target, 4) + 0.6    # source labels + cells + caption
+    return int(round(width * DPI)), int(round(height * DPI))
+
+
+def render_heatmap(alignment: Any, fmt: str = "png", width: int | None = None, height: int | None = None,
+                   title: str | None = None) -> bytes:
+    """The heatmap of `alignment` (seq2seq.alignment.Alignment or service.schema.AlignmentMap).
+
+    `width`/`height` in pixels (default: fitted to the token counts). Returns PNG or SVG bytes.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    source, target, matrix, links, caption = _parts(alignment)
+    default_width, default_height = default_size(len(source), len(target))
+    width, height = width or default_width, height or default_height
+    with _RENDER_LOCK, matplotlib.rc_context({"svg.fonttype": "none", "font.size": 9}):
+        figure = Figure(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
+        axes = figure.add_subplot()
+        if source and target:
+            image = axes.imshow(matrix, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+            for i, j in links:  # i = source column, j = target row
+                axes.add_patch(Rectangle((i - 0.5, j - 0.5), 1, 1, fill=False, edgecolor="#d62728", linewidth=1.5))
+            figure.colorbar(image, ax=axes, fraction=0.05, pad=0.02, label="attention weight")
+        else:
+            axes.text(0.5, 0.5, "empty alignment", ha="center", va="center", transform=axes.transAxes)
+        axes.set_xticks(range(len(source)), source, rotation=90, parse_math=False)
+        axes.set_yticks(range(len(target)), target, parse_math=False)
+        axes.xaxis.tick_top()
+        axes.xaxis.set_label_position("top")
+        axes.set_xlabel("source", parse_math=False)
+        axes.set_ylabel("target", parse_math=False)
+        axes.set_title(title or caption, loc="left", fontsize=8, y=-0.1 / max(height / DPI - 2, 0.5),
+                       parse_math=False)
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format=fmt, dpi=DPI, metadata={"Software": None} if fmt == "png" else None)
+    return buffer.getvalue()
+
+
+def filename(source_lang: str, target_lang: str, text: str, fmt: str) -> str:
+    """'alignment-de-en-das-haus-ist.png': ASCII, from the first words of the text."""
+    words = re.findall(r"[a-z0-9]+", text.lower().encode("ascii", "ignore").decode())[:4]
+    stem = "-".join(["alignment", source_lang, target_lang, *words])
+    return f"{stem[:80]}.{fmt}"

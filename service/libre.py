@@ -1,0 +1,240 @@
+"""LibreTranslate-compatible routes: /translate, /languages, /detect.
+
+Existing LibreTranslate clients work unchanged: JSON or form bodies, `q` a string or a
+list (translated as one padded batch), `{"error": ...}` with 400/403/429. Our extension:
+`alignment: true` (or an object with level/layer/heads) adds an `alignment` map beside
+each translation: the word-level map of the whole text, block-diagonal over its sentences.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Callable
+from typing import Any, Literal
+from urllib.parse import parse_qsl
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, Field, ValidationError
+
+from seq2seq.config import DecodeConfig
+from service.deps import (APIError, RateLimiter, check_access, check_alignment, check_texts, decode_config,
+                          get_engine, get_language_detector, get_limiter, get_metrics, request_api_key,
+                          resolve_pair, run_translation)
+from service.engine import Engine
+from service.languages import LanguageDetector, language_name
+from service.metrics import Metrics
+from service.schema import AlignmentMap
+from service.settings import Settings, get_settings
+from service.translation import AlignmentOptions, text_alignment
+
+router = APIRouter(tags=["LibreTranslate"])
+
+
+class AlignmentRequest(BaseModel):
+    level: Literal["word", "subword"] = "word"
+    layer: int | None = Field(None, description="decoder layer (default: the model's alignment layer)")
+    heads: list[int] | None = Field(None, description="heads to average (default: the model's; [] = all)")
+    step_shift: bool = False
+
+    def options(self) -> AlignmentOptions:
+        return AlignmentOptions(self.level, self.layer, None if self.heads is None else tuple(self.heads),
+                                self.step_shift)
+
+
+class LibreTranslateRequest(BaseModel):
+    q: str | list[str] = Field(description="text, or a list of texts translated as one batch")
+    source: str = Field(description="source language code, or 'auto'")
+    target: str = Field(description="target language code")
+    format: Literal["text", "html"] = "text"
+    alternatives: int = Field(0, ge=0, description="number of alternative translations")
+    api_key: str | None = None
+    alignment: bool | AlignmentRequest = Field(False, description="crossalign extension: add the alignment map")
+
+
+class DetectRequest(BaseModel):
+    q: str
+    api_key: str | None = None
+
+
+class DetectedLanguage(BaseModel):
+    confidence: float = Field(description="0..100")
+    language: str
+
+
+class Language(BaseModel):
+    code: str
+    name: str
+    targets: list[str]
+
+
+def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    schema.pop("$defs", None)
+    return {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": schema},
+        "application/x-www-form-urlencoded": {"schema": schema}}}}
+
+
+async def read_fields(request: Request, settings: Settings) -> dict[str, Any]:
+    """The body as a dict, from JSON, urlencoded or multipart form; 400 on anything malformed."""
+    body = await request.body()
+    if len(body) > settings.max_body_bytes:
+        raise APIError(413, f"request body of {len(body)} bytes exceeds the limit of {settings.max_body_bytes}")
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "multipart/form-data":
+        try:
+            form = await request.form()
+        except Exception as error:  # noqa: BLE001 - any parse failure is the client's
+            raise APIError(400, f"malformed multipart form: {error}") from None
+        return _fields(list(form.multi_items()))
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise APIError(400, f"request body is not valid UTF-8 (byte {error.start})") from None
+    if content_type == "application/x-www-form-urlencoded":
+        try:
+            return _fields(parse_qsl(text, keep_blank_values=True, encoding="utf-8", errors="strict"))
+        except UnicodeDecodeError:
+            raise APIError(400, "form field is not valid UTF-8 after percent-decoding") from None
+    if not text.strip():
+        raise APIError(400, "Invalid request: empty body (send JSON or a form)")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise APIError(400, f"malformed JSON body: {error.msg} at line {error.lineno} column {error.colno}") from None
+    if not isinstance(value, dict):
+        raise APIError(400, "Invalid request: the JSON body must be an object")
+    return value
+
+
+def _fields(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Form items -> dict; a repeated `q` becomes a list, like a JSON list."""
+    fields: dict[str, Any] = {}
+    for key, value in items:
+        if not isinstance(value, str):
+            raise APIError(400, f"form field {key!r} must be text, not a file")
+        if key == "q" and key in fields:
+            fields[key] = (fields[key] if isinstance(fields[key], list) else [fields[key]]) + [value]
+        else:
+            fields[key] = value
+    return fields
+
+
+def _validation_message(error: ValidationError) -> str:
+    first = error.errors()[0]
+    field = ".".join(str(p) for p in first["loc"] if not isinstance(p, int) and p not in ("str", "list[str]"))
+    return f"Invalid request: {field}: {first['msg']}"
+
+
+async def translate_params(request: Request, settings: Settings = Depends(get_settings)) -> LibreTranslateRequest:
+    fields = await read_fields(request, settings)
+    for name in ("q", "source", "target"):
+        if fields.get(name) in (None, "", []):
+            raise APIError(400, f"Invalid request: missing {name} parameter")
+    q = fields["q"]
+    if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(t, str) for t in q))):
+        raise APIError(400, "Invalid request: q must be a string or a list of strings")
+    if isinstance(fields.get("alignment"), str):  # form: "true"/"false" (a JSON object needs a JSON body)
+        fields["alignment"] = fields["alignment"].strip().lower() in ("1", "true", "yes", "on")
+    try:
+        return LibreTranslateRequest.model_validate(fields)
+    except ValidationError as error:
+        raise APIError(400, _validation_message(error)) from None
+
+
+@router.post("/translate", openapi_extra=_body_schema(LibreTranslateRequest),
+             summary="Translate text (LibreTranslate-compatible)")
+def translate(request: Request, params: LibreTranslateRequest = Depends(translate_params),
+              engine: Engine = Depends(get_engine), settings: Settings = Depends(get_settings),
+              metrics: Metrics = Depends(get_metrics), limiter: RateLimiter = Depends(get_limiter),
+              detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> dict[str, Any]:
+    """`{translatedText, alternatives}`, lists when `q` is a list; `alignment` when asked for."""
+    check_access(request, settings, limiter, params.api_key or request_api_key(request))
+    texts = [params.q] if isinstance(params.q, str) else list(params.q)
+    check_texts(texts, settings)
+    if params.format == "html" and params.alignment:
+        raise APIError(400, "alignment is available for format 'text' only")
+    alignment = (AlignmentRequest() if params.alignment is True else params.alignment) or None
+    plain = [_visible_text(t) for t in texts] if params.format == "html" else texts
+    pair, detection = resolve_pair(engine, detector, params.source, params.target, plain)
+    options = alignment.options() if alignment else None
+    if options:
+        check_alignment(engine, pair, options)
+    config = decode_config(settings, max(DecodeConfig.beam_size, params.alternatives + 1), params.alternatives + 1,
+                           attention=options is not None)
+    if params.format == "html":
+        translations = _translate_html(engine, metrics, settings, pair, texts, config)
+        alternatives: list[list[str]] = [[] for _ in texts]
+        maps: list[AlignmentMap | None] = [None for _ in texts]
+    else:
+        translated = run_translation(engine, metrics, settings, pair, texts, config)
+        translations = [t.text for t in translated]
+        alternatives = [[t.alternative(k)[0] for k in range(params.alternatives)] for t in translated]
+        maps = [AlignmentMap.from_alignment(text_alignment(engine, pair, t, options)) if options else None
+                for t in translated]
+    single = isinstance(params.q, str)
+    response: dict[str, Any] = {
+        "translatedText": translations[0] if single else translations,
+        "alternatives": alternatives[0] if single else alternatives,
+    }
+    if detection is not None:
+        detected = {"confidence": round(detection.confidence * 100, 1), "language": detection.language}
+        response["detectedLanguage"] = detected if single else [detected for _ in texts]
+    if options:
+        dumped = [m.model_dump() if m else None for m in maps]
+        response["alignment"] = dumped[0] if single else dumped
+    return response
+
+
+# Text between tags; <script> and <style> contents are left alone.
+_TAG = re.compile(r"(<script\b.*?</script\s*>|<style\b.*?</style\s*>|<!--.*?-->|<[^>]*>)", re.S | re.I)
+
+
+def _visible_text(markup: str) -> str:
+    return " ".join(html.unescape(p) for i, p in enumerate(_TAG.split(markup)) if i % 2 == 0 and p.strip())
+
+
+def _translate_html(engine: Engine, metrics: Metrics, settings: Settings, pair: tuple[str, str], texts: list[str],
+                    config: DecodeConfig) -> list[str]:
+    """Translate the text nodes of every document (one batch), keeping tags and spacing."""
+    documents = [_TAG.split(t) for t in texts]
+    nodes = [(d, i) for d, parts in enumerate(documents) for i, p in enumerate(parts) if i % 2 == 0 and p.strip()]
+    translated = run_translation(engine, metrics, settings, pair,
+                                 [html.unescape(documents[d][i]) for d, i in nodes], config)
+    for (d, i), result in zip(nodes, translated):
+        part = documents[d][i]
+        lead, trail = part[:len(part) - len(part.lstrip())], part[len(part.rstrip()):]
+        documents[d][i] = lead + html.escape(result.text, quote=False) + trail
+    return ["".join(parts) for parts in documents]
+
+
+@router.get("/languages", response_model=list[Language], summary="Served languages (LibreTranslate-compatible)")
+def languages(engine: Engine = Depends(get_engine)) -> list[Language]:
+    codes = sorted({lang for pair in engine.models for lang in pair})
+    return [Language(code=c, name=language_name(c), targets=sorted(t for s, t in engine.models if s == c))
+            for c in codes]
+
+
+async def detect_params(request: Request, settings: Settings = Depends(get_settings)) -> DetectRequest:
+    fields = await read_fields(request, settings)
+    if fields.get("q") in (None, ""):
+        raise APIError(400, "Invalid request: missing q parameter")
+    if not isinstance(fields["q"], str):
+        raise APIError(400, "Invalid request: q must be a string")
+    try:
+        return DetectRequest.model_validate(fields)
+    except ValidationError as error:
+        raise APIError(400, _validation_message(error)) from None
+
+
+@router.post("/detect", response_model=list[DetectedLanguage], openapi_extra=_body_schema(DetectRequest),
+             summary="Detect the language of a text (LibreTranslate-compatible)")
+def detect(request: Request, params: DetectRequest = Depends(detect_params),
+           settings: Settings = Depends(get_settings), limiter: RateLimiter = Depends(get_limiter),
+           detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> list[DetectedLanguage]:
+    check_access(request, settings, limiter, params.api_key or request_api_key(request))
+    check_texts([params.q], settings)
+    return [DetectedLanguage(confidence=round(d.confidence * 100, 1), language=d.language)
+            for d in detector().rank(params.q)]

@@ -1,0 +1,136 @@
+"""The native API: /v1/translate (translations with their alignment maps) and /v1/heatmap."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from fastapi import APIRouter, Depends, Query, Response
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from seq2seq.config import DecodeConfig
+from service.deps import (APIError, check_alignment, check_texts, decode_config, get_engine, get_language_detector,
+                          get_metrics, require_access, resolve_pair, run_translation)
+from service.engine import Engine
+from service.heatmap import FORMATS, filename, render_heatmap
+from service.languages import LanguageDetector
+from service.libre import AlignmentRequest
+from service.metrics import Metrics
+from service.schema import TextTranslation
+from service.settings import Settings, get_settings
+from service.translation import AlignmentOptions, text_alignment, text_translation
+
+router = APIRouter(prefix="/v1", tags=["native"], dependencies=[Depends(require_access)])
+
+
+class TranslateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str | None = Field(None, description="one text (give `text` or `texts`)")
+    texts: list[str] | None = Field(None, description="several texts, translated as one batch")
+    source: str = Field("auto", description="source language code, or 'auto'")
+    target: str | None = Field(None, description="target language (default: the only one served for the source)")
+    beam_size: int = DecodeConfig.beam_size
+    n_best: int = Field(1, description="hypotheses per sentence, each with its own alignment")
+    alignment: AlignmentRequest | bool = Field(True, description="alignment options, or false for none")
+
+    @model_validator(mode="after")
+    def _one_input(self) -> "TranslateRequest":
+        if (self.text is None) == (self.texts is None):
+            raise ValueError("give exactly one of `text` or `texts`")
+        return self
+
+
+class TranslateResponse(BaseModel):
+    translations: list[TextTranslation]
+
+
+@router.post("/translate", response_model=TranslateResponse, summary="Translate with alignment maps")
+def translate(body: TranslateRequest, engine: Engine = Depends(get_engine),
+              settings: Settings = Depends(get_settings), metrics: Metrics = Depends(get_metrics),
+              detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> TranslateResponse:
+    """Per input: text, score, sentences with subword and word tokens (character offsets into
+    the input and the translation), the soft alignment matrix (rows = target tokens, each row
+    sums to 1), hard word links in Pharaoh `i-j` form, and the layer/heads that produced it;
+    one map per n-best alternative."""
+    texts = [body.text] if body.text is not None else list(body.texts or [])
+    if not texts:
+        raise APIError(400, "Invalid request: `texts` is empty")
+    check_texts(texts, settings)
+    pair, _ = resolve_pair(engine, detector, body.source, body.target, texts)
+    alignment = AlignmentRequest() if body.alignment is True else body.alignment or None
+    options = alignment.options() if alignment else None
+    if options:
+        check_alignment(engine, pair, options)
+    config = decode_config(settings, body.beam_size, body.n_best, attention=options is not None)
+    translated = run_translation(engine, metrics, settings, pair, texts, config)
+    return TranslateResponse(translations=[text_translation(engine, pair, t, options, body.n_best)
+                                           for t in translated])
+
+
+class HeatmapRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    q: str = Field(description="the text to translate and draw")
+    source: str = "auto"
+    target: str | None = None
+    format: Literal["png", "svg"] = "png"
+    level: Literal["word", "subword"] = "word"
+    layer: int | None = None
+    head: list[int] | None = Field(None, description="heads to average (default: the model's alignment heads)")
+    step_shift: bool = False
+    beam_size: int = DecodeConfig.beam_size
+    width: int | None = Field(None, description="pixels (default: fitted to the tokens)")
+    height: int | None = Field(None, description="pixels (default: fitted to the tokens)")
+
+
+def heatmap_response(body: HeatmapRequest, engine: Engine, settings: Settings, metrics: Metrics,
+                     detector: Callable[[], LanguageDetector]) -> Response:
+    if not body.q.strip():
+        raise APIError(400, "Invalid request: missing q parameter")
+    check_texts([body.q], settings)
+    for name, value in (("width", body.width), ("height", body.height)):
+        if value is not None and not 100 <= value <= settings.heatmap_max_pixels:
+            raise APIError(400, f"{name} must be between 100 and {settings.heatmap_max_pixels} pixels, not {value}")
+    pair, _ = resolve_pair(engine, detector, body.source, body.target, [body.q])
+    options = AlignmentOptions(body.level, body.layer, None if body.head is None else tuple(body.head),
+                               body.step_shift)
+    check_alignment(engine, pair, options)
+    config = decode_config(settings, body.beam_size, 1, attention=True)
+    translated = run_translation(engine, metrics, settings, pair, [body.q], config)[0]
+    alignment = text_alignment(engine, pair, translated, options)
+    rows, columns = alignment.matrix.shape
+    if max(rows, columns) > settings.heatmap_max_tokens:
+        raise APIError(400, f"the alignment has {columns} x {rows} tokens; a heatmap shows at most "
+                            f"{settings.heatmap_max_tokens} per axis (send less text, or use level=word)")
+    image = render_heatmap(alignment, body.format, body.width, body.height)
+    name = filename(pair[0], pair[1], body.q, body.format)
+    return Response(image, media_type=FORMATS[body.format],
+                    headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
+
+IMAGE_RESPONSES = {200: {"content": {media: {} for media in FORMATS.values()},
+                         "description": "the heatmap, as a download"}}
+
+
+@router.get("/heatmap", response_class=Response, responses=IMAGE_RESPONSES, summary="Alignment heatmap (download)")
+def heatmap(q: str = Query(description="text to translate"), source: str = "auto", target: str | None = None,
+            format: Literal["png", "svg"] = "png", level: Literal["word", "subword"] = "word",
+            layer: int | None = None, head: list[int] | None = Query(None, description="repeat for several heads"),
+            step_shift: bool = False, beam_size: int = DecodeConfig.beam_size,
+            width: int | None = None, height: int | None = None,
+            engine: Engine = Depends(get_engine), settings: Settings = Depends(get_settings),
+            metrics: Metrics = Depends(get_metrics),
+            detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> Response:
+    """The alignment heatmap of the translation of `q`: token labels on both axes, a colour
+    scale, hard links outlined. `POST /v1/heatmap` takes the same fields as JSON, for long text."""
+    body = HeatmapRequest(q=q, source=source, target=target, format=format, level=level, layer=layer, head=head,
+                          step_shift=step_shift, beam_size=beam_size, width=width, height=height)
+    return heatmap_response(body, engine, settings, metrics, detector)
+
+
+@router.post("/heatmap", response_class=Response, responses=IMAGE_RESPONSES, summary="Alignment heatmap (long text)")
+def heatmap_post(body: HeatmapRequest, engine: Engine = Depends(get_engine),
+                 settings: Settings = Depends(get_settings), metrics: Metrics = Depends(get_metrics),
+                 detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> Response:
+    return heatmap_response(body, engine, settings, metrics, detector)

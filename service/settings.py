@@ -1,0 +1,66 @@
+"""The service's settings: one table feeding env vars (`CROSSALIGN_*`) and CLI flags.
+
+Each setting is declared once, here, with its only default. pydantic-settings reads the
+environment; `crossalign serve` generates one `--flag` per field (see service/serve.py)
+and hands the flags that were given to the server as env vars, so every uvicorn worker
+process builds the same `Settings`. `get_settings()` is cached and is what the app and
+the dependencies read; tests override it or pass a `Settings` to `create_app`.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "CROSSALIGN_"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore")
+
+    # Where the models are, and how to run them.
+    models: Path = Field(Path("models"), description="directory of model bundles; every bundle in it "
+                                                     "(or the directory itself, if it is one) is served")
+    threads: int = Field(0, ge=0, description="onnxruntime intra-op threads per model (0 = runtime default)")
+    # The server.
+    host: str = Field("127.0.0.1", description="address to listen on (0.0.0.0 in a container)")
+    port: int = Field(5000, ge=0, le=65535, description="port (LibreTranslate's default)")
+    workers: int = Field(1, ge=1, description="uvicorn worker processes, each with its own copy of the models")
+    # Limits: every request beyond them gets a 400 that names the limit.
+    char_limit: int = Field(5000, ge=1, description="characters per request, summed over all texts")
+    batch_limit: int = Field(64, ge=1, description="texts per request (a list `q` or `texts`)")
+    max_beam_size: int = Field(8, ge=1, description="largest beam_size (and n_best / alternatives) a request may ask")
+    heatmap_max_tokens: int = Field(120, ge=2, description="tokens per heatmap axis")
+    heatmap_max_pixels: int = Field(4000, ge=100, description="largest heatmap width or height in pixels")
+    request_timeout: float = Field(120.0, gt=0, description="seconds a request may wait for its translation")
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body")
+    # Micro-batching: requests arriving within the window share one padded batch.
+    batch_window_ms: float = Field(5.0, ge=0, description="micro-batching window (0 = off: every request "
+                                                           "runs on its own)")
+    max_batch_sentences: int = Field(128, ge=1, description="sentences per micro-batch")
+    # Access.
+    api_keys: str = Field("", description="comma-separated API keys; when set, requests must carry one")
+    rate_limit: int = Field(0, ge=0, description="requests per minute per API key (or per client address "
+                                                 "without keys); 0 = unlimited")
+    cors_origins: str = Field("", description="comma-separated origins allowed by CORS ('*' for any)")
+
+    @field_validator("api_keys", "cors_origins")
+    @classmethod
+    def _strip(cls, value: str) -> str:
+        return ",".join(item.strip() for item in value.split(",") if item.strip())
+
+    @property
+    def api_key_set(self) -> frozenset[str]:
+        return frozenset(self.api_keys.split(",")) if self.api_keys else frozenset()
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        return self.cors_origins.split(",") if self.cors_origins else []
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,328 @@
+"""`crossalign translate` on whole files: order, resume, bad lines, heatmaps, the schema.
+
+One tiny randomly initialised model (d_model 32, 2+2 layers, a 56-piece SentencePiece
+model trained here on toy German) serves every test, through the torch backend. A random
+model decodes to its length limit, which is exactly what these tests want: every line
+takes real time and produces a real alignment. The CLI runs in-process where it can and as
+a subprocess where a process must die (resume after SIGKILL).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import pytest
+
+from seq2seq import batch
+from seq2seq.cli import build_parser
+from seq2seq.cli import main as cli_main
+from service.schema import AlignedTranslation, TranslationRecord
+
+REPO = Path(__file__).resolve().parents[1]
+WORDS = ("der die das Hund Katze Haus Mann Frau Kind ist war sehr nicht auch klein groß rot alt schön grün "
+         "heute hier und").split()
+
+
+def toy_sentences(count: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3))).capitalize() + rng.choice([" .", " !", " ?"])
+            for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """config.json + model.pt + spm.model of a tiny random Transformer."""
+    import torch
+
+    from data.tokenizer import Tokenizer, train_sentencepiece
+    from seq2seq.config import ModelConfig
+    from seq2seq.model import Transformer, save_model
+
+    root = tmp_path_factory.mktemp("batch_model")
+    spm_path = train_sentencepiece(toy_sentences(300), root / "spm", vocab_size=56)
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=Tokenizer(spm_path).vocab_size, d_model=32, n_heads=4, d_ff=64,
+                         encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=128)
+    directory = root / "model"
+    save_model(Transformer(config).eval(), directory)
+    shutil.copyfile(spm_path, directory / "spm.model")
+    return directory
+
+
+def translate(model_dir: Path, *arguments: str | Path) -> int:
+    """Run `crossalign translate` in this process; returns the exit status."""
+    return cli_main(["translate", "-m", str(model_dir), "--backend", "torch", *map(str, arguments)])
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def test_jsonl_records_validate_against_the_api_schema(model_dir: Path, tmp_path: Path) -> None:
+    sentences = toy_sentences(12, seed=1)
+    long_line = "  ".join(sentences[:3])          # split into 3 sentences by --split-tokens 8
+    lines = [*sentences, long_line]
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output = tmp_path / "out.jsonl"
+
+    assert translate(model_dir, "-i", source, "-o", output, "-f", "jsonl", "--alignment", "--beam-size", "2",
+                     "--split-tokens", "8") == batch.EXIT_OK
+
+    records = read_jsonl(output)
+    properties = set(TranslationRecord.model_json_schema()["properties"])
+    assert [r["line"] for r in records] == list(range(1, len(lines) + 1))
+    for record, line in zip(records, lines):
+        assert set(record) <= properties, set(record) - properties
+        parsed = TranslationRecord.model_validate(record)
+        AlignedTranslation.model_validate(record)      # a good record is also an API result
+        assert parsed.source == line and parsed.error is None and parsed.score is not None
+        alignment = parsed.alignment
+        assert alignment is not None and alignment.level == "word"
+        assert len(alignment.matrix) == len(alignment.target_tokens)
+        assert all(len(row) == len(alignment.source_tokens) for row in alignment.matrix)
+        # Offsets point into the original line and into the (joined) translation.
+        assert all(line[t.start:t.end] == t.text for t in alignment.source_tokens)
+        assert all(parsed.text[t.start:t.end] == t.text for t in alignment.target_tokens)
+
+    split = TranslationRecord.model_validate(records[-1])
+    assert split.sentences is not None and [s.text for s in split.sentences] == sentences[:3]
+    # Each sentence of the long line is translated as it is on its own line, then joined.
+    assert split.text == "  ".join(r["text"] for r in records[:3] if r["text"])
+    assert len(split.alignment.source_tokens) == sum(len(r["alignment"]["source_tokens"]) for r in records[:3])
+
+
+def test_text_argument_and_help(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert translate(model_dir, "Der Hund ist klein .", "--beam-size", "1") == batch.EXIT_OK
+    assert len(capsys.readouterr().out.splitlines()) == 1
+    with pytest.raises(SystemExit):
+        build_parser(["translate", "--help"]).parse_args(["translate", "--help"])
+    help_text = capsys.readouterr().out
+    assert "exit status" in help_text and "3 " in help_text and "--resume" in help_text
+
+
+# --------------------------------------------------------------------------- bad lines
+
+
+BAD_LINES: list[tuple[bytes, str | None]] = [
+    (b"Der Hund ist klein .", None),
+    (b"", "empty line"),
+    (b"   \t ", "empty line"),
+    (b"Der Mann " + b"sehr " * 60, "line too long"),        # over --max-chars 200
+    (b"Die Katze \xff\xfe ist alt .", "invalid UTF-8"),
+    (b"Das Kind\x07 ist hier .", "control character U+0007"),
+    (b"Das Haus\x00 ist rot .", "control character U+0000"),
+    (b"Die Frau ist sch\xc3\xb6n .\r", None),                   # CRLF line, umlaut
+    (b"Das Kind war nicht gro\xc3\x9f", None),                  # last line, no newline
+]
+
+
+@pytest.mark.parametrize("output_format", ["text", "tsv", "jsonl"])
+def test_bad_lines_get_error_records_and_exit_3(model_dir: Path, tmp_path: Path, output_format: str,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"\n".join(raw for raw, _ in BAD_LINES))
+    output = tmp_path / f"out.{output_format}"
+
+    status = translate(model_dir, "-i", source, "-o", output, "-f", output_format, "--max-chars", "200",
+                       "--beam-size", "1", "--batch-size", "3")
+
+    assert status == batch.EXIT_SOME_FAILED
+    lines = output.read_text(encoding="utf-8").split("\n")
+    assert lines[-1] == "" and len(lines) - 1 == len(BAD_LINES)      # one complete record per line
+    for number, ((_, expected), record) in enumerate(zip(BAD_LINES, lines), start=1):
+        if output_format == "text":
+            assert (record == "") == (expected is not None)
+            if expected:
+                assert f"line {number}: {expected}" in caplog.text
+        elif output_format == "tsv":
+            fields = record.split("\t")
+            assert len(fields) == 6 and fields[0] == str(number)
+            assert fields[5].startswith(expected) if expected else (fields[5] == "" and fields[2] and fields[3])
+        else:
+            parsed = TranslationRecord.model_validate_json(record)
+            assert parsed.line == number
+            assert parsed.error.startswith(expected) if expected else (parsed.error is None and parsed.text)
+    assert "6 of 9 lines failed" in caplog.text
+
+
+def test_bad_jsonl_input_lines(model_dir: Path, tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join([
+        json.dumps({"id": "a", "text": "Der Hund ist klein ."}),
+        "{not json",
+        json.dumps({"id": "c"}),
+        json.dumps(["Der Hund"]),
+        json.dumps({"id": 5, "text": "Das Haus ist rot ."}),
+        json.dumps({"id": {"x": 1}, "text": "Das Haus ist rot ."}),
+        json.dumps({"text": "   "}),
+    ]) + "\n", encoding="utf-8")
+    output = tmp_path / "out.jsonl"
+    assert translate(model_dir, "-i", source, "--input-format", "jsonl", "-o", output, "-f", "jsonl",
+                     "--beam-size", "1") == batch.EXIT_SOME_FAILED
+    records = [TranslationRecord.model_validate(r) for r in read_jsonl(output)]
+    assert [r.id for r in records] == ["a", None, None, None, 5, None, None]
+    assert [r.error is None for r in records] == [True, False, False, False, True, False, False]
+    assert records[1].error.startswith("invalid JSON") and records[6].error == "empty line"
+
+
+def test_empty_input_and_usage_errors(model_dir: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    output = tmp_path / "out.txt"
+    assert translate(model_dir, "-i", empty, "-o", output) == batch.EXIT_OK
+    assert output.read_bytes() == b""
+    assert translate(model_dir, "-i", empty, "--resume") == batch.EXIT_USAGE
+    assert translate(tmp_path / "no-model", "-i", empty) == batch.EXIT_FATAL
+
+
+# --------------------------------------------------------------------------- heatmaps
+
+
+@pytest.mark.parametrize("fmt", ["png", "svg"])
+def test_heatmaps_are_images_named_by_line_or_id(model_dir: Path, tmp_path: Path, fmt: str) -> None:
+    from PIL import Image
+
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(json.dumps(item) for item in [
+        {"id": "doc/1", "text": "Der Hund ist klein ."}, {"text": "Das Haus ist rot ."}, {"text": ""}]) + "\n")
+    heatmaps = tmp_path / "maps"
+    status = translate(model_dir, "-i", source, "--input-format", "jsonl", "-o", tmp_path / "out.txt",
+                       "--heatmaps", heatmaps, "--heatmap-format", fmt, "--beam-size", "1")
+    assert status == batch.EXIT_SOME_FAILED                     # the empty line
+    assert sorted(p.name for p in heatmaps.iterdir()) == sorted([f"doc_1.{fmt}", f"000002.{fmt}"])
+    for path in heatmaps.iterdir():
+        if fmt == "png":
+            with Image.open(path) as image:
+                image.verify()
+                assert image.format == "PNG"
+        else:
+            assert ElementTree.parse(path).getroot().tag.endswith("svg")
+
+
+# --------------------------------------------------------------------------- workers
+
+
+def test_workers_keep_order_and_count(model_dir: Path, tmp_path: Path) -> None:
+    lines = toy_sentences(48, seed=3)
+    lines[17] = ""                                               # a bad line among them
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    outputs = {}
+    for workers in (1, 2):
+        outputs[workers] = tmp_path / f"out{workers}.tsv"
+        status = translate(model_dir, "-i", source, "-o", outputs[workers], "-f", "tsv", "--workers", workers,
+                           "--batch-size", "4", "--beam-size", "1")
+        assert status == batch.EXIT_SOME_FAILED
+    records = outputs[2].read_text(encoding="utf-8").splitlines()
+    assert len(records) == len(lines)
+    assert [r.split("\t")[:2] for r in records] == [[str(i), line] for i, line in enumerate(lines, start=1)]
+    assert outputs[2].read_text() == outputs[1].read_text()     # same batches, same results
+
+
+def test_onnx_backend_with_workers_matches_torch(model_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from export.exporter import export_model
+
+    bundle = tmp_path / "bundle"
+    export_model(model_dir, bundle, parity_sentences=["Der Hund ist klein ."])
+    lines = toy_sentences(24, seed=5)
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    common = ["-i", source, "-f", "jsonl", "--alignment", "--beam-size", "2", "--batch-size", "4"]
+    assert translate(model_dir, *common, "-o", tmp_path / "torch.jsonl") == batch.EXIT_OK
+    status = cli_main(["translate", "-m", str(bundle), "--backend", "onnx", "--workers", "2", "--threads", "1",
+                       *map(str, common), "-o", str(tmp_path / "onnx.jsonl")])
+    assert status == batch.EXIT_OK
+    expected, actual = read_jsonl(tmp_path / "torch.jsonl"), read_jsonl(tmp_path / "onnx.jsonl")
+    assert [r["line"] for r in actual] == list(range(1, len(lines) + 1))
+    assert [r["text"] for r in actual] == [r["text"] for r in expected]
+    assert all(abs(a["score"] - e["score"]) < 1e-3 for a, e in zip(actual, expected))
+    assert [r["alignment"]["links"] for r in actual] == [r["alignment"]["links"] for r in expected]
+
+
+# --------------------------------------------------------------------------- resume
+
+
+def test_resume_after_sigkill_equals_an_uninterrupted_run(model_dir: Path, tmp_path: Path) -> None:
+    lines = toy_sentences(240, seed=4)
+    lines[5], lines[200] = "", "Der Hund \x01 ist klein ."      # failures before and after the kill
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    clean, resumed = tmp_path / "clean.jsonl", tmp_path / "resumed.jsonl"
+    command = [sys.executable, "-m", "seq2seq.cli", "translate", "-m", str(model_dir), "--backend", "torch",
+               "-i", str(source), "-f", "jsonl", "--beam-size", "1", "--batch-size", "16",
+               "--window", "48"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+    process = subprocess.Popen([*command, "-o", str(resumed)], env=env, cwd=REPO, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None:
+        if resumed.exists() and resumed.read_bytes().count(b"\n") >= 10:
+            break
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, process.stderr.read().decode()
+    written = resumed.read_bytes().count(b"\n")
+    assert 10 <= written < len(lines), "the run should have been killed part-way"
+    with open(resumed, "ab") as stream:                        # as if killed in the middle of a write
+        stream.write(b'{"text":"half a rec')
+
+    finished = subprocess.run([*command, "-o", str(resumed), "--resume"], env=env, cwd=REPO,
+                              capture_output=True, text=True, timeout=120)
+    assert finished.returncode == batch.EXIT_SOME_FAILED, finished.stderr
+    assert "2 of 240 lines failed" in finished.stderr
+    assert translate(model_dir, *command[command.index("-i"):], "-o", clean) == batch.EXIT_SOME_FAILED
+
+    expected, actual = read_jsonl(clean), read_jsonl(resumed)
+    assert [r["line"] for r in actual] == list(range(1, len(lines) + 1))
+    assert len(actual) == len(expected)
+    for want, got in zip(expected, actual):
+        # Batches after the resume point are composed differently; padding is masked, but
+        # float sums may differ in the last bits, so the score gets a tolerance.
+        assert {k: v for k, v in got.items() if k != "score"} == {k: v for k, v in want.items() if k != "score"}
+        assert abs(got.get("score", 0.0) - want.get("score", 0.0)) < 1e-3
+
+
+def test_resume_truncates_a_partial_record(tmp_path: Path) -> None:
+    path = tmp_path / "out.txt"
+    path.write_bytes(b"one\ntwo\nthr")
+    assert batch.prepare_resume(path) == 2
+    assert path.read_bytes() == b"one\ntwo\n"
+    assert batch.prepare_resume(tmp_path / "missing.txt") == 0
+
+
+# --------------------------------------------------------------------------- units
+
+
+def test_decode_line_never_raises_and_keeps_tsv_first_column() -> None:
+    assert batch.decode_line(b"Hallo Welt\tHello world\n", 1, "tsv").source == "Hallo Welt"
+    assert batch.decode_line(b"\xef\xbb\xbfHallo\n", 1).source == "Hallo"
+    assert batch.decode_line(b"\xc3(", 2).error == "invalid UTF-8 at byte 0"
+    assert batch.decode_line(b"a\x85b", 3).error.startswith("invalid UTF-8")       # lone C1 byte
+    assert batch.decode_line("a\u0085b".encode(), 3).error.startswith("control character U+0085")
+
+
+def test_plan_batches_respects_sentences_and_tokens() -> None:
+    units = [batch._Unit(line, 0, "x", length) for line, length in enumerate([3, 9, 1, 30, 4, 4, 8], start=1)]
+    planned = batch.plan_batches(units, batch_size=3, max_tokens=20)
+    assert sorted(u.line for b in planned for u in b) == list(range(1, 8))
+    for chunk in planned:
+        assert len(chunk) <= 3
+        assert len(chunk) == 1 or (max(u.length for u in chunk) + 1) * len(chunk) <= 20
+    assert [u.length for b in planned for u in b] == sorted(u.length for u in units)

@@ -1,0 +1,253 @@
+"""Corpus readers, Ding cleaning, the leakage-free split and `prepare` end to end."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from data import corpora
+from data.corpora import (PHRASE, SENTENCE, CorpusError, Pair, clean_ding_text, find_ding, is_sentence,
+                          parse_ding_line, read_corpus, read_ding, read_moses, read_tsv, split_key)
+from data.prepare import prepare, read_pairs
+from data.split import split_pairs
+from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+
+# --------------------------------------------------------------------------- Ding cleaning
+
+
+def test_example_sentence_keeps_one_of_the_slashed_words():
+    assert parse_ding_line("Es war purer Zufall. :: It was sheer/pure coincidence.") == [
+        Pair("Es war purer Zufall.", "It was sheer coincidence.", SENTENCE)]
+
+
+@pytest.mark.parametrize("raw, clean", [
+    ("Abkürzung {f} /Abk./", "Abkürzung"),                     # gender and abbreviation
+    ("Aalmolche {pl} (Amphiuma) [zool.] <Aalmolch>", "Aalmolche"),  # gloss, domain, variant
+    ("eel-smoking business <eelsmoking business>", "eel-smoking business"),
+    ("to put a spoke in sb.'s wheel [Br.] [coll.]", "to put a spoke in wheel"),
+    ("jdm. etw. geben", "geben"),
+    ("to give sb. sth.", "to give"),
+    ("auf jdn. warten", "auf warten"),
+    ("(zoologische (Unter)familie) Katzen", "Katzen"),             # nested annotation
+    ("none other gods but me / other gods before me", ""),        # alternatives of unknown extent
+])
+def test_clean_ding_text_strips_annotations_and_placeholders(raw: str, clean: str):
+    assert clean_ding_text(raw) == clean
+
+
+def test_placeholder_lookalikes_in_real_sentences_survive():
+    assert parse_ding_line("Ich glaube schon. :: I think so.") == [Pair("Ich glaube schon.", "I think so.", SENTENCE)]
+    assert clean_ding_text("That's anyone's guess.") == "That's anyone's guess."
+
+
+def test_sub_entries_align_by_position_and_are_labelled():
+    line = ("Buch {n} | Bücher {pl} | Er gab mir das Buch. :: "
+            "book | books | He gave me the book.")
+    assert parse_ding_line(line) == [
+        Pair("Buch", "book", PHRASE),
+        Pair("Bücher", "books", PHRASE),
+        Pair("Er gab mir das Buch.", "He gave me the book.", SENTENCE),
+    ]
+    # A different number of sub-entries: which example translates which is unknown.
+    assert parse_ding_line("Buch {n} | Bücher {pl} :: book") == []
+
+
+def test_alternatives_pair_by_position_not_as_a_cross_product():
+    pairs = parse_ding_line("blank {adj}; pur; rein :: sheer; pure [Br.]")
+    assert [(p.source, p.target) for p in pairs] == [("blank", "sheer"), ("pur", "pure"), ("rein", "pure")]
+    # Semicolons inside a gloss do not split alternatives.
+    assert [p.source for p in parse_ding_line("Bank {f} (Sitz; Möbel) :: bench")] == ["Bank"]
+
+
+def test_sentence_versus_phrase():
+    assert is_sentence("Er gab mir das Buch.")
+    assert is_sentence("Wo ist er?")
+    assert is_sentence("„Komm her!“, rief sie.")
+    assert not is_sentence("er gab mir das Buch.")      # not capitalised
+    assert not is_sentence("Er gab mir das Buch")       # no final punctuation
+    assert not is_sentence("Komm!")                     # too short
+    # A pair is a sentence only if both sides are.
+    assert parse_ding_line("Er kommt gleich. :: to come soon")[0].kind == PHRASE
+
+
+def test_read_ding_skips_comments_and_names_file_and_line_of_bad_input(tmp_path: Path):
+    path = tmp_path / "de-en"
+    path.write_text("# Version :: 1.9\nHaus {n} :: house\n\nEs regnet heute. :: It is raining today.\n",
+                    encoding="utf-8")
+    assert list(read_ding(path)) == [Pair("Haus", "house", PHRASE),
+                                     Pair("Es regnet heute.", "It is raining today.", SENTENCE)]
+    path.write_text("Haus {n} :: house\nnot a dictionary line\n", encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"de-en:2: expected 'German :: English'"):
+        list(read_ding(path))
+
+
+def test_missing_ding_explains_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(corpora, "DING_SYSTEM_PATH", tmp_path / "no-such-system-file")
+    monkeypatch.setattr(corpora.Path, "home", lambda: tmp_path / "home")
+    monkeypatch.setattr(corpora.shutil, "which", lambda name: None)  # as on a machine without apt
+
+    def no_subprocess(*args, **kwargs):
+        raise AssertionError("find_ding must not run apt-get here")
+
+    monkeypatch.setattr(corpora.subprocess, "run", no_subprocess)
+    with pytest.raises(CorpusError) as error:
+        find_ding(cache_dir=tmp_path / "cache")
+    assert "apt-get install trans-de-en" in str(error.value) and "--ding-path" in str(error.value)
+    with pytest.raises(CorpusError, match="apt-get install trans-de-en"):
+        read_corpus("ding")
+    with pytest.raises(CorpusError, match=r"nowhere\.txt: no such file.*apt-get install"):
+        find_ding(tmp_path / "nowhere.txt")
+    # A copy already unpacked into the cache is found without any download.
+    cached = tmp_path / "cache" / "root" / "usr/share/trans/de-en"
+    cached.parent.mkdir(parents=True)
+    cached.write_text("Haus {n} :: house\n", encoding="utf-8")
+    assert find_ding(cache_dir=tmp_path / "cache") == cached
+
+
+# --------------------------------------------------------------------------- TSV and Moses
+
+
+def test_read_tsv_good_input(tmp_path: Path):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("Hallo Welt.\tHello world.\tCC-BY 2.0 #123\n\n  Ja.  \t Yes.\r\n", encoding="utf-8")
+    assert list(read_tsv(path)) == [Pair("Hallo Welt.", "Hello world.", SENTENCE), Pair("Ja.", "Yes.", SENTENCE)]
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"Hallo.\tHello.\nkein Tab hier\n", "found no tab"),
+    (b"Hallo.\tHello.\n \tEmpty.\n", "empty source"),
+    (b"Hallo.\tHello.\nLeer.\t  \n", "empty target"),
+    (b"Hallo.\tHello.\nGr\xfc\xdfe.\tGreetings.\n", "invalid UTF-8"),  # Latin-1, not UTF-8
+])
+def test_read_tsv_rejects_malformed_lines_naming_file_and_line(tmp_path: Path, content: bytes, problem: str):
+    path = tmp_path / "broken.tsv"
+    path.write_bytes(content)
+    with pytest.raises(CorpusError) as error:
+        list(read_tsv(path))
+    assert "broken.tsv:2:" in str(error.value) and problem in str(error.value)
+
+
+def write_moses(tmp_path: Path, source: bytes, target: bytes) -> tuple[Path, Path]:
+    (tmp_path / "corpus.de").write_bytes(source)
+    (tmp_path / "corpus.en").write_bytes(target)
+    return tmp_path / "corpus.de", tmp_path / "corpus.en"
+
+
+def test_read_moses_good_input(tmp_path: Path):
+    src, tgt = write_moses(tmp_path, "Guten Morgen.\n\nDanke.\n".encode(), "Good morning.\n\nThanks.\n".encode())
+    assert list(read_moses(src, tgt)) == [Pair("Guten Morgen.", "Good morning.", SENTENCE),
+                                          Pair("Danke.", "Thanks.", SENTENCE)]
+    pairs, inputs, _ = read_corpus(f"moses:{src},{tgt}")
+    assert len(list(pairs)) == 2 and inputs == [src, tgt]
+
+
+@pytest.mark.parametrize("source, target, where, problem", [
+    (b"a\nb\nc\n", b"x\ny\n", "corpus.de:3:", "different line counts"),      # one extra source line
+    (b"a\nb\n", b"x\ny\nz\nw\n", "corpus.en:3:", "different line counts"),
+    (b"a\n\nc\n", b"x\ny\nz\n", "corpus.de:2:", "empty line"),
+    (b"a\nb\n", b"x\n\xff\xfe\n", "corpus.en:2:", "invalid UTF-8"),
+])
+def test_read_moses_rejects_malformed_input(tmp_path: Path, source: bytes, target: bytes, where: str, problem: str):
+    src, tgt = write_moses(tmp_path, source, target)
+    with pytest.raises(CorpusError) as error:
+        list(read_moses(src, tgt))
+    assert where in str(error.value) and problem in str(error.value)
+
+
+def test_unknown_corpus_spec_and_missing_file(tmp_path: Path):
+    with pytest.raises(CorpusError, match="unknown corpus spec"):
+        read_corpus("csv:x")
+    pairs, _, _ = read_corpus(f"tsv:{tmp_path / 'absent.tsv'}")
+    with pytest.raises(CorpusError, match=r"absent\.tsv: no such file"):
+        list(pairs)
+
+
+# --------------------------------------------------------------------------- split
+
+
+def synthetic_pairs(n: int) -> list[Pair]:
+    pairs = []
+    for i in range(n):
+        pairs.append(Pair(f"Satz Nummer {i} ist hier.", f"Sentence number {i} is here.", SENTENCE))
+        if i % 5 == 0:  # a second reference, and a phrase sharing the sentence's source
+            pairs.append(Pair(f"Satz Nummer {i} ist hier.", f"Here is sentence number {i}.", SENTENCE))
+            pairs.append(Pair(f"satz nummer {i}  ist hier.", f"sentence no. {i}", PHRASE))
+        if i % 3 == 0:
+            pairs.append(Pair(f"Wort {i}", f"word {i}", PHRASE))
+    return pairs
+
+
+def test_split_has_no_leakage_and_holds_out_only_sentences():
+    pairs = synthetic_pairs(2000)
+    splits = split_pairs(pairs, test_size=100, valid_size=80)
+    train_keys = {split_key(p.source) for p in splits.train}
+    valid_keys = {split_key(p.source) for p in splits.valid}
+    test_keys = {split_key(p.source) for p in splits.test}
+    assert not train_keys & valid_keys and not train_keys & test_keys and not valid_keys & test_keys
+    assert all(p.kind == SENTENCE for p in splits.valid + splits.test)
+    assert len(valid_keys) == len(splits.valid) and len(test_keys) == len(splits.test)  # one reference each
+    assert 60 <= len(splits.test) <= 140 and 45 <= len(splits.valid) <= 115
+    assert any(p.kind == PHRASE for p in splits.train)
+
+
+def test_split_is_deterministic_and_independent_of_input_order():
+    pairs = [Pair(f"Satz {i} ist hier.", f"Sentence {i} is here.", SENTENCE) for i in range(1500)]
+    first = split_pairs(pairs, test_size=60, valid_size=40)
+    shuffled = pairs[:]
+    random.Random(7).shuffle(shuffled)
+    second = split_pairs(shuffled, test_size=60, valid_size=40)
+    for name in ("train", "valid", "test"):
+        assert set(getattr(first, name)) == set(getattr(second, name)), name
+    assert first == split_pairs(pairs, test_size=60, valid_size=40)
+
+
+def test_small_corpus_holds_out_at_most_a_quarter():
+    pairs = [Pair(f"Satz {i} ist hier.", f"Sentence {i} is here.", SENTENCE) for i in range(200)]
+    splits = split_pairs(pairs)  # default sizes far exceed the corpus
+    assert len(splits.valid) + len(splits.test) <= 0.4 * len(pairs)
+    assert len(splits.train) >= 0.6 * len(pairs)
+
+
+# --------------------------------------------------------------------------- prepare
+
+
+def test_prepare_end_to_end_on_a_tsv_corpus(tmp_path: Path):
+    subjects = [("Der Hund", "The dog"), ("Die Katze", "The cat"), ("Mein Vater", "My father"),
+                ("Das Kind", "The child"), ("Unsere Lehrerin", "Our teacher")]
+    verbs = [("sieht", "sees"), ("mag", "likes"), ("sucht", "is looking for"), ("findet", "finds")]
+    objects = [("den Ball", "the ball"), ("das Haus", "the house"), ("einen Apfel", "an apple"),
+               ("die Zeitung", "the newspaper"), ("den Garten", "the garden"), ("ein Buch", "a book"),
+               ("den Schlüssel", "the key"), ("die Straße", "the street"), ("das Fahrrad", "the bicycle"),
+               ("den Mond", "the moon")]
+    lines = [f"{s} {v} {o}.\t{se} {ve} {oe}.\n"
+             for s, se in subjects for v, ve in verbs for o, oe in objects]
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_text("".join(lines), encoding="utf-8")
+    out = tmp_path / "prepared"
+    manifest = prepare(out, corpus=f"tsv:{corpus}", vocab_size=80, test_size=20, valid_size=15)
+
+    for name in ("train.tsv", "valid.tsv", "test.tsv", "spm.model", "manifest.json"):
+        assert (out / name).is_file(), name
+    assert json.loads((out / "manifest.json").read_text()) == manifest
+    splits = {name: read_pairs(out / f"{name}.tsv") for name in ("train", "valid", "test")}
+    for name, pairs in splits.items():
+        assert manifest["counts"][name]["total"] == len(pairs)
+    assert sum(len(p) for p in splits.values()) == len(lines)
+    assert min(len(splits["valid"]), len(splits["test"])) > 0
+    assert not {p.source for p in splits["train"]} & {p.source for p in splits["test"] + splits["valid"]}
+    assert manifest["inputs"] == [{"path": str(corpus), "sha256": hashlib.sha256(corpus.read_bytes()).hexdigest()}]
+    assert manifest["tokenizer"]["vocab_size"] == 80
+
+    tokenizer = Tokenizer(out / "spm.model")
+    assert (tokenizer.sp.pad_id(), tokenizer.sp.unk_id(), tokenizer.sp.bos_id(), tokenizer.sp.eos_id()) == (
+        PAD_ID, UNK_ID, BOS_ID, EOS_ID)
+    text = "Die Katze mag den Garten."
+    ids = tokenizer.encode(text)
+    assert min(ids) > EOS_ID and tokenizer.decode(ids + [EOS_ID]) == text
+    _, pieces, offsets = tokenizer.encode_with_offsets("Die Straße")
+    assert "".join(pieces).replace("▁", " ").strip() == "Die Straße"
+    assert offsets[-1][1] == len("Die Straße")

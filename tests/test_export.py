@@ -1,0 +1,307 @@
+"""ONNX export, the onnxruntime backend and the release bundle.
+
+A tiny model (d_model 32, 2+2 layers) is trained for a few seconds on a toy word-for-word
+German -> English language with an 80-piece SentencePiece model, so that its searches end
+with EOS and make real choices, then exported once per module. The fixtures live here,
+not in conftest.py, because other test files own that file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_sentencepiece
+from export import exporter
+from export.bundle import BUNDLE_FILE, BundleError, load_bundle_manifest, update_metrics
+from export.exporter import ExportError, check_parity, export_model
+from export.runtime import OnnxBackend, load_translator
+from seq2seq.config import DecodeConfig, ModelConfig
+from seq2seq.model import Transformer, load_model, save_model
+from seq2seq.search import beam_search, pad_batch
+from seq2seq.torch_backend import TorchBackend
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED_BUNDLE = REPO / "models" / "de-en"
+TOLERANCE = 1e-4
+
+LEXICON = {
+    "der": "the", "die": "the", "das": "the", "ist": "is", "war": "was", "sehr": "very", "nicht": "not",
+    "auch": "also", "und": "and", "heute": "today", "hier": "here",
+    "Hund": "dog", "Katze": "cat", "Haus": "house", "Auto": "car", "Mann": "man", "Frau": "woman",
+    "Kind": "child", "Baum": "tree", "Buch": "book", "Stadt": "city", "Garten": "garden", "Tisch": "table",
+    "klein": "small", "groß": "big", "rot": "red", "blau": "blue", "alt": "old", "neu": "new", "schön": "nice",
+    "kalt": "cold", "warm": "warm", "grün": "green", "schnell": "fast", "langsam": "slow",
+}
+NOUNS = ["Hund", "Katze", "Haus", "Auto", "Mann", "Frau", "Kind", "Baum", "Buch", "Stadt", "Garten", "Tisch"]
+ADJECTIVES = ["klein", "groß", "rot", "blau", "alt", "neu", "schön", "kalt", "warm", "grün", "schnell", "langsam"]
+SENTENCES = [
+    "der Hund ist klein .",
+    "die Katze war sehr alt und schön heute .",
+    "das Haus ist nicht rot .",
+    "der Baum war groß hier .",
+    "das Kind ist auch schnell und warm .",
+]
+
+
+def toy_pairs(count: int, seed: int = 0) -> list[tuple[str, str]]:
+    """`count` toy sentence pairs: German words translated one by one."""
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(count):
+        words = [rng.choice(["der", "die", "das"]), rng.choice(NOUNS), rng.choice(["ist", "war"])]
+        words += rng.sample(["sehr", "nicht", "auch"], rng.randint(0, 1)) + [rng.choice(ADJECTIVES)]
+        if rng.random() < 0.3:
+            words += ["und", rng.choice(ADJECTIVES)]
+        if rng.random() < 0.3:
+            words.append(rng.choice(["heute", "hier"]))
+        pairs.append((" ".join(words) + " .", " ".join(LEXICON[w] for w in words) + " ."))
+    return pairs
+
+
+def train_tiny(directory: Path, steps: int = 30) -> Path:
+    """A tiny model trained for `steps` (deterministic, ~3 s on one core) into `directory/ckpt` (config.json, model.pt, spm.model)."""
+    pairs = toy_pairs(400)
+    spm_path = train_sentencepiece([text for pair in pairs for text in pair], directory / "spm", vocab_size=80)
+    tokenizer = Tokenizer(spm_path)
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=32, n_heads=4, d_ff=64, encoder_layers=2,
+                         decoder_layers=2, dropout=0.0, max_positions=256)
+    model = Transformer(config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    sources = [tokenizer.encode(s) + [EOS_ID] for s, _ in pairs]
+    targets = [tokenizer.encode(t) for _, t in pairs]
+    rng = random.Random(0)
+    for _ in range(steps):
+        batch = rng.sample(range(len(pairs)), 32)
+        src, _ = pad_batch([sources[i] for i in batch], PAD_ID)
+        tgt_in, _ = pad_batch([[BOS_ID] + targets[i] for i in batch], PAD_ID)
+        tgt_out, _ = pad_batch([targets[i] + [EOS_ID] for i in batch], PAD_ID)
+        log_probs = model(torch.from_numpy(src), torch.from_numpy(tgt_in))
+        loss = F.nll_loss(log_probs.flatten(0, 1), torch.from_numpy(tgt_out).flatten(), ignore_index=PAD_ID)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    checkpoint = directory / "ckpt"
+    save_model(model.eval(), checkpoint)
+    shutil.copyfile(spm_path, checkpoint / "spm.model")
+    return checkpoint
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return train_tiny(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def data_manifest(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "manifest.json"
+    path.write_text(json.dumps({"corpus": "toy", "license": "CC0-1.0 (generated in the test)"}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def bundle(checkpoint: Path, data_manifest: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("models") / "de-en"
+    export_model(checkpoint, out, data_manifest=data_manifest, parity_sentences=SENTENCES)
+    return out
+
+
+@pytest.fixture(scope="module")
+def backends(bundle: Path) -> tuple[TorchBackend, OnnxBackend]:
+    return TorchBackend(load_model(bundle)), OnnxBackend.from_bundle(load_bundle_manifest(bundle), threads=1)
+
+
+# --------------------------------------------------------------------------- parity
+
+
+def test_export_records_parity_within_tolerance(bundle: Path) -> None:
+    parity = json.loads((bundle / BUNDLE_FILE).read_text())["parity"]["fp32"]
+    assert parity["token_agreement"] == {"greedy": 1.0, "beam4": 1.0}
+    for name in ("max_log_prob_diff", "max_cross_weight_diff", "max_cross_kv_diff", "max_score_diff"):
+        assert parity[name] <= TOLERANCE, name
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_onnx_search_equals_torch_search(backends: tuple[TorchBackend, OnnxBackend], bundle: Path,
+                                         beam_size: int) -> None:
+    torch_backend, onnx_backend = backends
+    tokenizer = Tokenizer(bundle / "spm.model")
+    src_ids, src_mask = pad_batch([tokenizer.encode(s) + [EOS_ID] for s in SENTENCES], PAD_ID)
+    config = DecodeConfig(beam_size=beam_size, n_best=beam_size)
+    expected = beam_search(torch_backend, src_ids, src_mask, config)
+    actual = beam_search(onnx_backend, src_ids, src_mask, config)
+    assert any(hyps[0].tokens for hyps in expected), "the tiny model should translate something"
+    for expected_hyps, actual_hyps in zip(expected, actual):
+        assert [h.tokens for h in actual_hyps] == [h.tokens for h in expected_hyps]
+        for e, a in zip(expected_hyps, actual_hyps):
+            assert abs(e.score - a.score) <= TOLERANCE
+            np.testing.assert_allclose(a.token_log_probs, e.token_log_probs, atol=TOLERANCE, rtol=0)
+            # Every layer and head, every step, including the step that produced EOS.
+            np.testing.assert_allclose(a.attention, e.attention, atol=TOLERANCE, rtol=0)
+
+
+@pytest.mark.parametrize("rows,source,past,new", [(1, 3, 0, 1), (3, 7, 0, 1), (3, 7, 4, 1), (2, 5, 0, 6), (4, 2, 5, 3)])
+def test_decoder_graph_matches_torch_for_every_shape(backends: tuple[TorchBackend, OnnxBackend],
+                                                      rows: int, source: int, past: int, new: int) -> None:
+    """Dynamic batch, source, past (including the empty past of the first step) and new lengths."""
+    torch_backend, onnx_backend = backends
+    model, config = torch_backend.model, torch_backend.config
+    rng = np.random.default_rng(rows * 100 + source * 10 + past)
+    src_ids = rng.integers(4, config.vocab_size, (rows, source))
+    src_mask = np.ones((rows, source), dtype=bool)
+    src_mask[-1, source // 2:] = False                       # a padded row
+    tokens = rng.integers(4, config.vocab_size, (rows, new))
+    shape = (config.decoder_layers, rows, config.n_heads, past, config.head_dim)
+    past_k, past_v = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+
+    cross_k, cross_v, encoder_self = onnx_backend.encoder.run(None, {"src_ids": src_ids, "src_mask": src_mask})
+    outputs = onnx_backend.decoder.run(None, {"tokens": tokens, "cross_k": cross_k, "cross_v": cross_v,
+                                              "src_mask": src_mask, "past_k": past_k, "past_v": past_v})
+    with torch.inference_mode():
+        encoded = model.encode(torch.from_numpy(src_ids), torch.from_numpy(src_mask), need_weights=True)
+        decoded = model.decode(torch.from_numpy(tokens), encoded.cross_k, encoded.cross_v, torch.from_numpy(src_mask),
+                               torch.from_numpy(past_k) if past else None, torch.from_numpy(past_v) if past else None,
+                               need_cross_weights=True, need_self_weights=True)
+    np.testing.assert_allclose(cross_k, encoded.cross_k.numpy(), atol=TOLERANCE, rtol=0)
+    np.testing.assert_allclose(cross_v, encoded.cross_v.numpy(), atol=TOLERANCE, rtol=0)
+    np.testing.assert_allclose(encoder_self, torch.stack(encoded.self_weights).numpy(), atol=TOLERANCE, rtol=0)
+    expected = (decoded.log_probs, decoded.self_k, decoded.self_v, decoded.cross_weights, decoded.self_weights)
+    assert outputs[3].shape == (config.decoder_layers, rows, config.n_heads, new, source)
+    for name, actual, reference in zip(exporter.DECODER_IO["outputs"], outputs, expected):
+        np.testing.assert_allclose(actual, reference.numpy(), atol=TOLERANCE, rtol=0, err_msg=name)
+
+
+def test_attention_maps_match_the_searched_alignment(bundle: Path) -> None:
+    """Teacher forcing the whole target at once gives the maps that incremental search stored."""
+    translator = load_translator(bundle, threads=1)
+    result = translator.translate(SENTENCES[1], DecodeConfig(beam_size=4))
+    src_ids, src_mask = pad_batch([result.source_ids + [EOS_ID]], PAD_ID)
+    maps = translator.backend.attention_maps(src_ids, src_mask, np.array([result.target_ids], dtype=np.int64))
+    config = translator.backend.config
+    steps, source = len(result.target_ids) + 1, src_ids.shape[1]
+    assert maps["encoder_self"].shape == (config.encoder_layers, 1, config.n_heads, source, source)
+    assert maps["decoder_self"].shape == (config.decoder_layers, 1, config.n_heads, steps, steps)
+    np.testing.assert_allclose(maps["cross"][:, 0], result.attention, atol=TOLERANCE, rtol=0)
+    # Causal: no decoder position looks ahead; every row is a distribution.
+    assert np.all(np.triu(maps["decoder_self"], k=1) == 0)
+    np.testing.assert_allclose(maps["cross"].sum(-1), 1.0, atol=1e-5)
+
+
+def test_torch_backend_from_bundle_translates_identically(bundle: Path) -> None:
+    onnx = load_translator(bundle, "onnx", threads=1).translate_batch(SENTENCES)
+    eager = load_translator(bundle, "torch", threads=1).translate_batch(SENTENCES)
+    assert [r.target_ids for r in onnx] == [r.target_ids for r in eager]
+    assert [r.text for r in onnx] == [r.text for r in eager]
+
+
+# --------------------------------------------------------------------------- bundle
+
+
+def test_bundle_describes_itself(bundle: Path, checkpoint: Path) -> None:
+    loaded = load_bundle_manifest(bundle)
+    manifest = loaded.manifest
+    assert manifest["languages"] == {"source": "de", "target": "en"}
+    assert loaded.model_config == load_model(checkpoint).config
+    assert json.loads((bundle / "config.json").read_text()) == manifest["model_config"]
+    assert manifest["precision"] == "fp32" and loaded.precisions == ("fp32",)
+    assert manifest["alignment"] == {"layer": loaded.model_config.resolved_alignment_layer, "heads": []}
+    assert manifest["license"] == "CC0-1.0 (generated in the test)"
+    assert manifest["data"]["corpus"] == "toy"
+    assert manifest["metrics"] == {}
+    for name in ("config.json", "model.pt", "spm.model", "encoder.onnx", "decoder_step.onnx", "data_manifest.json"):
+        entry = manifest["files"][name]
+        assert entry["bytes"] == (bundle / name).stat().st_size and len(entry["sha256"]) == 64
+    assert not list(bundle.parent.glob(".*staging")), "the staging directory was moved into place"
+
+
+def test_metrics_can_be_added_after_export(bundle: Path, tmp_path: Path) -> None:
+    copy = shutil.copytree(bundle, tmp_path / "bundle")
+    update_metrics(copy, {"test": {"bleu": 12.5}})
+    assert load_bundle_manifest(copy).manifest["metrics"] == {"test": {"bleu": 12.5}}
+
+
+def test_corrupted_graph_is_named(bundle: Path, tmp_path: Path) -> None:
+    copy = shutil.copytree(bundle, tmp_path / "bundle")
+    graph = copy / "decoder_step.onnx"
+    data = bytearray(graph.read_bytes())
+    data[len(data) // 2] ^= 0xFF                            # same size, different bytes
+    graph.write_bytes(bytes(data))
+    with pytest.raises(BundleError, match=r"decoder_step\.onnx: corrupted"):
+        load_bundle_manifest(copy)
+    with pytest.raises(BundleError, match=r"decoder_step\.onnx"):
+        load_translator(copy)
+
+
+def test_missing_files_are_all_named(bundle: Path, tmp_path: Path) -> None:
+    copy = shutil.copytree(bundle, tmp_path / "bundle")
+    (copy / "encoder.onnx").unlink()
+    (copy / "spm.model").write_bytes(b"truncated")
+    with pytest.raises(BundleError) as raised:
+        load_bundle_manifest(copy)
+    assert "encoder.onnx: missing" in str(raised.value)
+    assert "spm.model: corrupted" in str(raised.value)
+
+
+def test_runtime_does_not_import_torch() -> None:
+    code = ("import sys, export.runtime, export.bundle, seq2seq.translator, seq2seq.search, data.tokenizer; "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+# --------------------------------------------------------------------------- export template
+
+
+def test_validation_reports_every_problem_at_once(checkpoint: Path, tmp_path: Path) -> None:
+    broken = shutil.copytree(checkpoint, tmp_path / "broken")
+    (broken / "model.pt").unlink()
+    config = json.loads((broken / "config.json").read_text())
+    config["vocab_size"] = 123
+    (broken / "config.json").write_text(json.dumps(config))
+    occupied = tmp_path / "occupied"
+    occupied.mkdir()
+    (occupied / "notes.txt").write_text("not a bundle")
+    with pytest.raises(ExportError) as raised:
+        export_model(broken, occupied, opset=13)
+    message = str(raised.value)
+    assert "model.pt: missing" in message
+    assert "80 pieces, but the model's vocab_size is 123" in message
+    assert "refusing to overwrite" in message
+    assert "opset 13" in message
+    assert (occupied / "notes.txt").exists() and not (occupied / BUNDLE_FILE).exists()
+
+
+def test_int8_export_through_the_cli(checkpoint: Path, tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    exporter.add_arguments(parser)
+    out, sentences = tmp_path / "int8", tmp_path / "parity.tsv"
+    sentences.write_text("".join(f"{s}\tref\n" for s in SENTENCES))
+    args = parser.parse_args([str(checkpoint), "--out", str(out), "--int8", "--parity-file", str(sentences)])
+    assert exporter.main(args) == 0
+    loaded = load_bundle_manifest(out)
+    assert loaded.default_precision == "int8" and loaded.precisions == ("fp32", "int8")
+    assert loaded.graph_paths()[0].name == "encoder.int8.onnx"
+    assert "int8" in loaded.manifest["parity"]
+    results = load_translator(out, threads=1).translate_batch(SENTENCES, DecodeConfig(beam_size=4))
+    assert len(results) == len(SENTENCES) and any(r.target_ids for r in results)
+    for result in results:
+        assert result.attention is not None and np.isfinite(result.attention).all()
+    # A second export into the same place needs --force.
+    with pytest.raises(ExportError, match="--force"):
+        exporter.main(parser.parse_args([str(checkpoint), "--out", str(out)]))
+
+
+@pytest.mark.skipif(not (SHIPPED_BUNDLE / BUNDLE_FILE).exists(), reason="models/de-en is not shipped yet")
+def test_shipped_bundle_matches_torch() -> None:
+    report = check_parity(SHIPPED_BUNDLE, sentences=exporter.PARITY_SENTENCES[:4])
+    assert not report.problems, report.problems

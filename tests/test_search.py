@@ -1,0 +1,254 @@
+"""Beam search against a scripted decoder with fixed probabilities (fairseq's approach).
+
+The scripted backend reads each row's prefix back from the KV cache it is handed, so a
+search that reorders the cache wrongly gets the wrong probabilities, and its cross
+weights encode (prefix, layer, head, source position), so a wrongly reordered alignment
+buffer is caught too. Expected hypotheses and scores are worked out by hand below.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from seq2seq.config import DecodeConfig
+from seq2seq.model import key_padding_mask
+from seq2seq.search import StepOutput, beam_search, greedy_search, pad_batch
+from seq2seq.torch_backend import TorchBackend
+
+PAD, UNK, BOS, EOS, A, B = 0, 1, 2, 3, 4, 5
+VOCAB = 6
+LAYERS, HEADS = 2, 3
+
+
+def lp(p: float) -> float:
+    """The log-prob the backend reports for probability p (float32, as a real backend would)."""
+    return float(np.float32(np.log(p)))
+
+
+# Per sentence (its first source token): prefix -> {token: probability}. Unlisted prefixes
+# get DEFAULT. UNK never has probability; PAD and BOS are banned by the search itself.
+DEFAULT = {EOS: 0.1, A: 0.45, B: 0.45}
+TABLES = {
+    # Sentence 7, beam 2 (worked through in test_beam_search_exact_hypotheses_and_scores):
+    7: {(): {A: 0.6, B: 0.3, EOS: 0.1},
+        (A,): {EOS: 0.3, A: 0.36, B: 0.34},
+        (B,): {EOS: 0.05, A: 0.9, B: 0.05},
+        (A, A): {EOS: 0.5, A: 0.25, B: 0.25},
+        (B, A): {EOS: 0.9, A: 0.05, B: 0.05}},
+    # Sentence 8: a short and a long hypothesis whose ranking flips with the length penalty.
+    8: {(): {A: 0.9, B: 0.07, EOS: 0.03},
+        (A,): {EOS: 0.34, A: 0.33, B: 0.33},
+        (A, A): {EOS: 0.99, A: 0.005, B: 0.005}},
+    # Sentence 9: EOS almost never; only the length limit ends it.
+    9: {(): {A: 0.7, B: 0.29, EOS: 0.01}},
+}
+NO_EOS = {EOS: 0.01, A: 0.6, B: 0.39}
+
+
+def prefix_code(prefix: tuple[int, ...]) -> int:
+    """A distinct small integer per prefix (base 6 with a leading 1): exact in float32."""
+    code = 1
+    for token in prefix:
+        code = code * VOCAB + token
+    return code
+
+
+def expected_attention(prefix: tuple[int, ...], layer: int, head: int, position: int) -> float:
+    return prefix_code(prefix) * 1000 + layer * 100 + head * 10 + position
+
+
+class ScriptedBackend:
+    """A fake model: log-probs from TABLES, prefix kept in the 'KV cache' it returns."""
+
+    pad_id, bos_id, eos_id = PAD, BOS, EOS
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # Cross "keys" carry the source ids, so each row's step knows its sentence.
+        b, s = src_ids.shape
+        cross = np.broadcast_to(src_ids[None, :, None, :, None], (LAYERS, b, HEADS, s, 1)).astype(np.float32)
+        return cross.copy(), cross.copy()
+
+    def step(self, tokens, cross_k, cross_v, src_mask, past_k, past_v, need_attention) -> StepOutput:
+        self.calls += 1
+        n, s = tokens.shape[0], src_mask.shape[1]
+        new = np.broadcast_to(tokens[None, :, None, :, None], (LAYERS, n, HEADS, 1, 1)).astype(np.float32)
+        history = new if past_k is None else np.concatenate([past_k, new], axis=3)   # (L, N, H, P+1, 1)
+        log_probs = np.full((n, VOCAB), -np.inf, dtype=np.float32)
+        weights = np.zeros((LAYERS, n, HEADS, s), dtype=np.float32)
+        for row in range(n):
+            generated = [int(t) for t in history[0, row, 0, :, 0]]
+            assert generated[0] == BOS
+            prefix = tuple(generated[1:])
+            sentence = int(cross_k[0, row, 0, 0, 0])
+            table = TABLES[sentence].get(prefix, NO_EOS if sentence == 9 else DEFAULT)
+            for token, p in table.items():
+                log_probs[row, token] = lp(p)
+            for layer in range(LAYERS):
+                for head in range(HEADS):
+                    weights[layer, row, head] = [expected_attention(prefix, layer, head, j) for j in range(s)]
+            weights[:, row] *= src_mask[row]  # padding gets no attention, as in the real model
+        return StepOutput(log_probs, history, history.copy(), weights if need_attention else None)
+
+
+def sources(*sentences: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    return pad_batch([list(s) for s in sentences], PAD)
+
+
+def penalty(length: int, alpha: float) -> float:
+    return ((5 + length) / 6) ** alpha
+
+
+# --------------------------------------------------------------------------- exact results
+
+
+def test_beam_search_exact_hypotheses_and_scores():
+    # Beam 2 on sentence 7, candidates ranked by total log-prob (2K = 4 examined per step):
+    # step 0: A (log .6), B (log .3)                                  -> beams A, B
+    # step 1: BA (.3*.9) > AA (.6*.36) > AB (.6*.34) > A+EOS (.6*.3)  -> beams BA, AA
+    # step 2: BA+EOS (.3*.9*.9) > AA+EOS (.6*.36*.5) > AAA, AAB       -> two finished: stop
+    alpha = 0.6
+    config = DecodeConfig(beam_size=2, n_best=2, length_penalty=alpha)
+    [hypotheses] = beam_search(ScriptedBackend(), *sources([7, 6, EOS]), config)
+    best_log_prob = ((0.0 + lp(0.3)) + lp(0.9)) + lp(0.9)
+    second_log_prob = ((0.0 + lp(0.6)) + lp(0.36)) + lp(0.5)
+    assert [h.tokens for h in hypotheses] == [[B, A], [A, A]]
+    assert [h.log_prob for h in hypotheses] == [best_log_prob, second_log_prob]
+    assert [h.score for h in hypotheses] == [best_log_prob / penalty(3, alpha), second_log_prob / penalty(3, alpha)]
+    assert hypotheses[0].token_log_probs == [lp(0.3), lp(0.9), lp(0.9)]
+    assert hypotheses[1].token_log_probs == [lp(0.6), lp(0.36), lp(0.5)]
+
+
+def test_greedy_is_beam_one_and_misses_what_beam_two_finds():
+    src = sources([7, 6, EOS])
+    [greedy] = greedy_search(ScriptedBackend(), *src, DecodeConfig(length_penalty=0.6))
+    # Argmax at each step: A (.6), then A (.36 > .34), then EOS (.5).
+    assert greedy.tokens == [A, A]
+    assert greedy.log_prob == ((0.0 + lp(0.6)) + lp(0.36)) + lp(0.5)
+    [[beam_one]] = beam_search(ScriptedBackend(), *src, DecodeConfig(beam_size=1, n_best=1, length_penalty=0.6))
+    assert (beam_one.tokens, beam_one.score) == (greedy.tokens, greedy.score)
+    [[beam_two]] = beam_search(ScriptedBackend(), *src, DecodeConfig(beam_size=2, n_best=1))
+    assert beam_two.tokens == [B, A] and beam_two.log_prob > greedy.log_prob
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_n_best_is_ordered_by_length_normalised_score(alpha: float):
+    # Sentence 8, beam 2: step 1 finishes [A] (.9*.34), step 2 finishes [A, A] (.9*.33*.99).
+    short = (0.0 + lp(0.9)) + lp(0.34)
+    long = ((0.0 + lp(0.9)) + lp(0.33)) + lp(0.99)
+    short_score, long_score = short / penalty(2, alpha), long / penalty(3, alpha)
+    assert (short_score > long_score) == (alpha == 0.0)  # the penalty flips the ranking
+    [hypotheses] = beam_search(ScriptedBackend(), *sources([8, EOS]),
+                               DecodeConfig(beam_size=2, n_best=2, length_penalty=alpha))
+    expected = sorted([([A], short, short_score), ([A, A], long, long_score)], key=lambda h: -h[2])
+    assert [(h.tokens, h.log_prob, h.score) for h in hypotheses] == expected
+    assert hypotheses[0].score >= hypotheses[1].score
+
+
+def test_length_limit_forces_eos_with_its_real_log_prob():
+    config = DecodeConfig(beam_size=2, n_best=2, length_penalty=0.0, max_length_ratio=0.0, max_length_extra=3)
+    [hypotheses] = beam_search(ScriptedBackend(), *sources([9, EOS]), config)
+    assert len(hypotheses) == 2
+    for h in hypotheses:
+        assert len(h.tokens) == 3 and EOS not in h.tokens
+        assert h.token_log_probs[-1] == lp(0.01)  # the model's own EOS log-prob, not renormalised
+        assert h.log_prob == sum(h.token_log_probs)
+    assert hypotheses[0].tokens == [A, A, A]
+    assert hypotheses[0].log_prob == (((0.0 + lp(0.7)) + lp(0.6)) + lp(0.6)) + lp(0.01)
+
+
+def test_pad_and_bos_are_never_generated():
+    class LovesPad(ScriptedBackend):
+        def step(self, *args, **kwargs):
+            out = super().step(*args, **kwargs)
+            out.log_probs[:, PAD] = 0.0
+            out.log_probs[:, BOS] = -0.01
+            return out
+
+    [hypotheses] = beam_search(LovesPad(), *sources([7, 6, EOS]), DecodeConfig(beam_size=2, n_best=2))
+    assert [h.tokens for h in hypotheses] == [[B, A], [A, A]]
+
+
+# --------------------------------------------------------------------------- batches and attention
+
+
+def test_batch_equals_each_sentence_alone():
+    sentences = [[9, 5, 5, 4, 4, EOS], [7, 6, EOS], [8, EOS]]  # different lengths: padding in the batch
+    config = DecodeConfig(beam_size=2, n_best=2, length_penalty=0.6, max_length_ratio=0.5, max_length_extra=2)
+    batched = beam_search(ScriptedBackend(), *sources(*sentences), config)
+    for sentence, together in zip(sentences, batched):
+        [alone] = beam_search(ScriptedBackend(), *sources(sentence), config)
+        assert [(h.tokens, h.score, h.token_log_probs) for h in together] == \
+               [(h.tokens, h.score, h.token_log_probs) for h in alone]
+        for h_together, h_alone in zip(together, alone):
+            assert np.array_equal(h_together.attention[..., :len(sentence)], h_alone.attention)
+            assert (h_together.attention[..., len(sentence):] == 0).all()
+    # Sentence 9's limit is 0.5 * 6 + 2 = 5 tokens; the others end early on their own.
+    assert [len(h.tokens) for h in batched[0]] == [5, 5]
+
+
+def test_each_hypothesis_carries_its_own_attention_rows():
+    src = [7, 6, EOS]
+    [hypotheses] = beam_search(ScriptedBackend(), *sources(src), DecodeConfig(beam_size=2, n_best=2))
+    # [B, A] descends from beam 1 at step 1 while [A, A] descends from beam 0: the rows
+    # cross over, so a buffer that is not reordered with the beams gives the wrong maps.
+    for h in hypotheses:
+        assert h.attention.shape == (LAYERS, HEADS, len(h.tokens) + 1, len(src))
+        assert h.attention.dtype == np.float32
+        for i in range(len(h.tokens) + 1):  # row i: the step that produced token i (last: EOS)
+            prefix = tuple(h.tokens[:i])
+            expected = np.array([[[expected_attention(prefix, layer, head, j) for j in range(len(src))]
+                                  for head in range(HEADS)] for layer in range(LAYERS)], dtype=np.float32)
+            assert np.array_equal(h.attention[:, :, i], expected), (h.tokens, i)
+
+
+def test_no_attention_when_not_asked_for():
+    [hypotheses] = beam_search(ScriptedBackend(), *sources([7, 6, EOS]),
+                               DecodeConfig(beam_size=2, n_best=2, return_attention=False))
+    assert all(h.attention is None for h in hypotheses)
+
+
+# --------------------------------------------------------------------------- the real model
+
+
+def manual_greedy(model, src: list[int], limit: int) -> list[int]:
+    """Argmax decoding with full (uncached) decoder calls, independent of the search code:
+    at most `limit` tokens, then EOS, as the search's length limit does."""
+    src_ids = torch.tensor([src])
+    mask = key_padding_mask(src_ids, PAD)
+    generated = [BOS]
+    with torch.no_grad():
+        encoded = model.encode(src_ids, mask)
+        for _ in range(limit):
+            log_probs = model.decode(torch.tensor([generated]), encoded.cross_k, encoded.cross_v, mask).log_probs[0, -1]
+            log_probs[[PAD, BOS]] = -math.inf
+            generated.append(int(log_probs.argmax()))
+            if generated[-1] == EOS:
+                return generated[1:]
+    return generated[1:] + [EOS]
+
+
+def test_torch_model_greedy_matches_manual_decoding_and_batches_match(tiny_model):
+    backend = TorchBackend(tiny_model)
+    sentences = [[5, 9, 7, 11, 6, 14, EOS], [13, 8, EOS], [21, 4, 17, 10, EOS]]
+    config = DecodeConfig(beam_size=1, max_length_ratio=1.0, max_length_extra=3)
+    greedy = greedy_search(backend, *sources(*sentences), config)
+    for sentence, hypothesis in zip(sentences, greedy):
+        assert hypothesis.tokens + [EOS] == manual_greedy(tiny_model, sentence, limit=len(sentence) + 3)
+
+    beam = DecodeConfig(beam_size=3, n_best=3, length_penalty=0.6, max_length_ratio=1.0, max_length_extra=3)
+    batched = beam_search(backend, *sources(*sentences), beam)
+    for sentence, together in zip(sentences, batched):
+        [alone] = beam_search(backend, *sources(sentence), beam)
+        assert [h.tokens for h in together] == [h.tokens for h in alone]
+        for h_together, h_alone in zip(together, alone):
+            assert h_together.score == pytest.approx(h_alone.score, abs=1e-5)
+            assert h_together.attention.shape == (2, 4, len(h_together.tokens) + 1, 7)
+            assert np.abs(h_together.attention[..., :len(sentence)] - h_alone.attention).max() < 1e-5
+            assert (h_together.attention[..., len(sentence):] == 0).all()

@@ -1,0 +1,329 @@
+"""The HTTP layer over a scripted engine (fast), the sentence splitter, the micro-batcher.
+
+The engine is the real `TranslatorEngine` and `Translator` over a scripted `EchoBackend`
+that "translates" the toy alphabet word for word with a known, diagonal cross-attention,
+so every answer (texts, scores, maps, offsets) is predictable. The same contract against
+a real uvicorn server and an onnxruntime bundle is in test_service_server.py.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import threading
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from data.tokenizer import Tokenizer
+from seq2seq.config import DecodeConfig, ModelConfig
+from seq2seq.search import StepOutput
+from seq2seq.segment import split_sentences
+from seq2seq.translator import Translator
+from service.app import create_app
+from service.batching import MicroBatcher
+from service.engine import TranslatorEngine
+from service.settings import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class EchoBackend:
+    """Copies the source token by token (p = 0.9), attending exactly to the copied position;
+    EOS comes only after the last source token.
+
+    The source ids are smuggled through cross_k, which the search expands and reorders
+    like real encoder states.
+    """
+
+    def __init__(self, vocab_size: int):
+        self.config = ModelConfig(vocab_size=vocab_size, d_model=8, n_heads=2, d_ff=16, encoder_layers=1,
+                                  decoder_layers=2, max_positions=64)
+        self.bos_id, self.eos_id, self.pad_id = 2, 3, 0
+        self.vocab_size = vocab_size
+
+    def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ids = src_ids.astype(np.float32)[None, :, None, :, None]           # (1, B, 1, S, 1)
+        cross = np.broadcast_to(ids, (2, src_ids.shape[0], 2, src_ids.shape[1], 1)).copy()
+        return cross, cross
+
+    def step(self, tokens, cross_k, cross_v, src_mask, past_k, past_v, need_attention) -> StepOutput:
+        rows, length = tokens.shape[0], cross_k.shape[3]
+        position = 0 if past_k is None else past_k.shape[3]
+        source = cross_k[0, :, 0, :, 0].astype(np.int64)                   # (N, S)
+        lengths = src_mask.sum(axis=1)
+        probs = np.full((rows, self.vocab_size), 0.1 / (self.vocab_size - 1))
+        attend = np.minimum(position, lengths - 1)
+        wanted = np.where(position < lengths - 1, source[np.arange(rows), attend], self.eos_id)
+        probs[:, self.eos_id] = 1e-9   # ends only after the last source token: no short hypotheses
+        probs[np.arange(rows), wanted] = 0.9
+        weights = np.zeros((2, rows, 2, length), dtype=np.float32)
+        weights[:, np.arange(rows), :, attend] = 1.0
+        past = np.zeros((2, rows, 2, position + 1, 1), dtype=np.float32)
+        return StepOutput(np.log(probs).astype(np.float32), past, past, weights if need_attention else None)
+
+
+@pytest.fixture(scope="module")
+def echo_engine(toy_tokenizer_path: Path) -> TranslatorEngine:
+    tokenizer = Tokenizer(toy_tokenizer_path)
+    translator = Translator(EchoBackend(tokenizer.vocab_size), tokenizer)
+    engine = TranslatorEngine({("de", "en"): ("de-en", translator)}, window_s=0.002)
+    yield engine
+    engine.close()
+
+
+def make_client(engine: TranslatorEngine, **settings: object) -> TestClient:
+    return TestClient(create_app(Settings(**settings), engine=engine), raise_server_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def client(echo_engine: TranslatorEngine) -> TestClient:
+    with make_client(echo_engine, char_limit=200, batch_limit=4) as client:
+        yield client
+
+
+# --------------------------------------------------------------------------- LibreTranslate
+
+
+def test_translate_single_and_list(client: TestClient) -> None:
+    single = client.post("/translate", json={"q": "a b c", "source": "de", "target": "en"})
+    assert single.status_code == 200
+    assert single.json() == {"translatedText": "a b c", "alternatives": []}
+    listed = client.post("/translate", json={"q": ["a b", "c d e"], "source": "de", "target": "en",
+                                             "alternatives": 2})
+    body = listed.json()
+    assert body["translatedText"] == ["a b", "c d e"]
+    assert len(body["alternatives"]) == 2 and all(len(a) == 2 for a in body["alternatives"])
+
+
+def test_translate_form_bodies(client: TestClient) -> None:
+    form = client.post("/translate", data={"q": "a b", "source": "de", "target": "en"})
+    assert form.json()["translatedText"] == "a b"
+    multipart = client.post("/translate", files={"q": (None, "c d"), "source": (None, "de"), "target": (None, "en")})
+    assert multipart.json()["translatedText"] == "c d"
+
+
+def test_translate_alignment_extension(client: TestClient) -> None:
+    text = "a b c\nd e"  # two sentences (toy words only: the toy tokenizer knows no punctuation)
+    body = client.post("/translate", json={"q": text, "source": "de", "target": "en", "alignment": True}).json()
+    assert body["translatedText"] == text
+    alignment = body["alignment"]
+    assert alignment["level"] == "word"
+    matrix = np.array(alignment["matrix"])
+    assert matrix.shape == (len(alignment["target_tokens"]), len(alignment["source_tokens"]))
+    assert np.allclose(matrix.sum(axis=1), 1.0, atol=1e-3)
+    for token in alignment["source_tokens"]:
+        assert text[token["start"]:token["end"]] == token["text"]
+    assert alignment["links"] == "0-0 1-1 2-2 3-3 4-4"
+    for token in alignment["target_tokens"]:
+        assert body["translatedText"][token["start"]:token["end"]] == token["text"]
+
+
+def test_auto_source_and_detect(client: TestClient) -> None:
+    auto = client.post("/translate", json={"q": "a b", "source": "auto", "target": "en"}).json()
+    assert auto["translatedText"] == "a b" and auto["detectedLanguage"]["language"] == "de"
+    detected = client.post("/detect", json={"q": "Das Haus ist sehr klein und der Hund ist alt."}).json()
+    assert detected[0]["language"] == "de" and detected[0]["confidence"] > 50
+    french = client.post("/translate", json={"q": "La maison est très petite et le chien est vieux.",
+                                             "source": "auto", "target": "en"})
+    assert french.status_code == 400 and "French" in french.json()["error"]
+
+
+def test_languages(client: TestClient) -> None:
+    assert client.get("/languages").json() == [{"code": "de", "name": "German", "targets": ["en"]},
+                                               {"code": "en", "name": "English", "targets": []}]
+
+
+BAD_LIBRE = [
+    ({"json": {"source": "de", "target": "en"}}, "missing q"),
+    ({"json": {"q": "", "source": "de", "target": "en"}}, "missing q"),
+    ({"json": {"q": [], "source": "de", "target": "en"}}, "missing q"),
+    ({"json": {"q": 5, "source": "de", "target": "en"}}, "string or a list"),
+    ({"json": {"q": ["a", 1], "source": "de", "target": "en"}}, "string or a list"),
+    ({"json": {"q": {"x": 1}, "source": "de", "target": "en"}}, "string or a list"),
+    ({"json": {"q": "a", "source": "fr", "target": "en"}}, "not served"),
+    ({"json": {"q": "a", "source": "de", "target": "xx"}}, "not served"),
+    ({"json": {"q": "a", "source": "de"}}, "missing target"),
+    ({"json": {"q": "a " * 150, "source": "de", "target": "en"}}, "text limit"),
+    ({"json": {"q": ["a"] * 5, "source": "de", "target": "en"}}, "batch limit"),
+    ({"json": {"q": "a", "source": "de", "target": "en", "alternatives": 99}}, "beam_size"),
+    ({"json": {"q": "a", "source": "de", "target": "en", "alternatives": -1}}, "alternatives"),
+    ({"json": {"q": "a", "source": "de", "target": "en", "format": "pdf"}}, "format"),
+    ({"json": {"q": "a", "source": "de", "target": "en", "alignment": {"layer": 7}}}, "layer 7"),
+    ({"content": b'{"q": "a", "source": ', "headers": {"content-type": "application/json"}}, "malformed JSON"),
+    ({"content": b'["a"]', "headers": {"content-type": "application/json"}}, "must be an object"),
+    ({"content": b'{"q": "\xff\xfe", "source": "de", "target": "en"}',
+      "headers": {"content-type": "application/json"}}, "UTF-8"),
+    ({"content": b"q=%FF&source=de&target=en",
+      "headers": {"content-type": "application/x-www-form-urlencoded"}}, "UTF-8"),
+    ({"content": b"", "headers": {"content-type": "application/json"}}, "empty body"),
+]
+
+
+@pytest.mark.parametrize("request_kwargs,message", BAD_LIBRE, ids=[m for _, m in BAD_LIBRE])
+def test_translate_bad_input(client: TestClient, request_kwargs: dict, message: str) -> None:
+    response = client.post("/translate", **request_kwargs)
+    assert response.status_code == 400, response.text
+    assert message in response.json()["error"]
+
+
+def test_oversized_body_is_refused_before_reading(echo_engine: TranslatorEngine) -> None:
+    with make_client(echo_engine, max_body_bytes=2048) as client:
+        response = client.post("/v1/translate", json={"text": "a " * 2000})
+        assert response.status_code == 413 and "2048 bytes" in response.json()["error"]
+        assert 'status="413"' in client.get("/metrics").text
+
+
+def test_api_keys_and_rate_limit(echo_engine: TranslatorEngine) -> None:
+    with make_client(echo_engine, api_keys="k1, k2", rate_limit=2) as client:
+        request = {"q": "a", "source": "de", "target": "en"}
+        assert client.post("/translate", json=request).status_code == 403
+        assert client.post("/translate", json={**request, "api_key": "nope"}).status_code == 403
+        assert client.post("/translate", json={**request, "api_key": "k1"}).status_code == 200
+        assert client.post("/v1/translate", json={"text": "a"}, headers={"X-API-Key": "k1"}).status_code == 200
+        limited = client.post("/translate", json={**request, "api_key": "k1"})
+        assert limited.status_code == 429 and "per minute" in limited.json()["error"]
+        assert client.post("/translate", json={**request, "api_key": "k2"}).status_code == 200
+        assert client.post("/v1/translate", json={"text": "a"}).status_code == 403
+
+
+def test_cors(echo_engine: TranslatorEngine) -> None:
+    with make_client(echo_engine, cors_origins="https://example.org") as client:
+        response = client.get("/languages", headers={"Origin": "https://example.org"})
+        assert response.headers["access-control-allow-origin"] == "https://example.org"
+
+
+# --------------------------------------------------------------------------- native API
+
+
+def test_native_translate(client: TestClient) -> None:
+    text = "a b c d\ne f"
+    response = client.post("/v1/translate", json={"text": text, "source": "de", "target": "en", "beam_size": 3,
+                                                  "n_best": 2, "alignment": {"level": "subword", "layer": 0}})
+    assert response.status_code == 200, response.text
+    (translation,) = response.json()["translations"]
+    assert translation["source"] == "de" and len(translation["sentences"]) == 2
+    assert len(translation["alternatives"]) == 1
+    for sentence in translation["sentences"]:
+        assert text[sentence["source_start"]:sentence["source_end"]] in ("a b c d", "e f")
+        assert translation["text"][sentence["target_start"]:sentence["target_end"]] == sentence["text"]
+        for side, whole in (("source", text), ("target", translation["text"])):
+            for token in sentence[f"{side}_tokens"] + sentence[f"{side}_words"]:
+                assert whole[token["start"]:token["end"]] == token["text"]
+        alignment = sentence["alignment"]
+        assert alignment["level"] == "subword" and alignment["layer"] == 0 and alignment["heads"] == "mean"
+        matrix = np.array(alignment["matrix"])
+        assert np.allclose(matrix, np.eye(len(matrix)))  # the echo attends to the copied token
+        assert sentence["word_links"] == " ".join(f"{i}-{i}" for i in range(len(sentence["target_words"])))
+        assert len(sentence["alternatives"]) == 1 and sentence["alternatives"][0]["alignment"]["matrix"]
+
+
+def test_native_batch_and_no_alignment(client: TestClient) -> None:
+    body = client.post("/v1/translate", json={"texts": ["a", "b c", "  "], "alignment": False}).json()
+    assert [t["text"] for t in body["translations"]] == ["a", "b c", ""]
+    assert body["translations"][0]["sentences"][0]["alignment"] is None
+
+
+@pytest.mark.parametrize("body,message", [
+    ({"text": "a", "texts": ["b"]}, "exactly one"),
+    ({}, "exactly one"),
+    ({"texts": []}, "empty"),
+    ({"text": 3}, "text"),
+    ({"text": "a", "beam_size": 0}, "beam_size"),
+    ({"text": "a", "beam_size": 2, "n_best": 3}, "n_best"),
+    ({"text": "a", "alignment": {"heads": [9]}}, "heads"),
+    ({"text": "a", "alignment": {"level": "char"}}, "level"),
+    ({"text": "a", "colour": "red"}, "colour"),
+    ({"text": "a", "target": "fr"}, "not a served target"),
+])
+def test_native_bad_input(client: TestClient, body: dict, message: str) -> None:
+    response = client.post("/v1/translate", json=body)
+    assert response.status_code == 400, response.text
+    assert message in response.json()["error"]
+
+
+def test_heatmap_downloads(client: TestClient) -> None:
+    import matplotlib.image
+
+    png = client.get("/v1/heatmap", params={"q": "a b c", "format": "png", "width": 640, "height": 480})
+    assert png.status_code == 200 and png.headers["content-type"] == "image/png"
+    assert png.headers["content-disposition"] == 'attachment; filename="alignment-de-en-a-b-c.png"'
+    assert png.content.startswith(b"\x89PNG\r\n\x1a\n")
+    assert matplotlib.image.imread(io.BytesIO(png.content)).shape[:2] == (480, 640)
+    svg = client.post("/v1/heatmap", json={"q": "a b c", "format": "svg", "level": "subword", "head": [1]})
+    assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")
+    labels = [e.text for e in ET.fromstring(svg.content).iter("{http://www.w3.org/2000/svg}text")]
+    assert {"a", "b", "c"} <= set(labels) and any("heads 1" in (label or "") for label in labels)
+
+
+@pytest.mark.parametrize("params,message", [
+    ({"q": "a", "width": 10**9}, "width"),
+    ({"q": "a", "height": 5}, "height"),
+    ({"q": "a", "width": "huge"}, "width"),
+    ({"q": "a " * 60}, "per axis"),
+    ({"q": ""}, "missing q"),
+    ({}, "q"),
+    ({"q": "a", "format": "gif"}, "format"),
+    ({"q": "a", "layer": 5}, "layer"),
+])
+def test_heatmap_bad_input(echo_engine: TranslatorEngine, params: dict, message: str) -> None:
+    with make_client(echo_engine, heatmap_max_tokens=50) as client:
+        response = client.get("/v1/heatmap", params=params)
+        assert response.status_code == 400, response.text
+        assert message in response.json()["error"]
+
+
+def test_health_metrics_and_unknown_routes(client: TestClient) -> None:
+    assert client.get("/health").json() == {"status": "ok",
+                                            "models": [{"name": "de-en", "source": "de", "target": "en"}]}
+    client.post("/translate", json={"q": "a b", "source": "de", "target": "en"})
+    assert client.get("/nowhere").status_code == 404
+    text = client.get("/metrics").text
+    assert 'crossalign_requests_total{method="POST",route="/translate",status="200"}' in text
+    assert 'crossalign_request_seconds_bucket{le="0.005",method="POST",route="/translate"}' in text
+    assert 'route="unmatched"' in text
+    assert "crossalign_tokens_total" in text and "crossalign_requests_in_flight" in text
+    assert client.get("/docs").status_code == 200
+    assert "/v1/heatmap" in client.get("/openapi.json").json()["paths"]
+
+
+# --------------------------------------------------------------------------- library pieces
+
+
+def test_split_sentences_offsets() -> None:
+    text = "Das ist gut. Er kam am 3. Mai, z.B. mit Dr. Weber!  Wo?\nNeue Zeile"
+    spans = split_sentences(text)
+    assert [text[s:e] for s, e in spans] == ["Das ist gut.", "Er kam am 3. Mai, z.B. mit Dr. Weber!", "Wo?",
+                                             "Neue Zeile"]
+    assert split_sentences("   \n ") == []
+    long = "wort " * 300
+    assert all(e - s <= 100 for s, e in split_sentences(long, max_chars=100))
+
+
+def test_micro_batcher_batches_concurrent_requests(echo_engine: TranslatorEngine) -> None:
+    translator = echo_engine.translators[("de", "en")]
+    sizes: list[int] = []
+    batcher = MicroBatcher(translator.translate_batch, window_s=0.05, max_sentences=64, on_batch=sizes.append)
+    texts = ["a b", "c", "d e f", "g h a b"] * 4
+    results: dict[int, str] = {}
+
+    def one(index: int) -> None:
+        results[index] = batcher.submit([texts[index]], DecodeConfig(beam_size=2)).result(timeout=10)[0].text
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(texts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    batcher.close()
+    assert [results[i] for i in range(len(texts))] == texts
+    assert max(sizes) > 1 and sum(sizes) == len(texts)
+
+
+def test_service_imports_no_torch() -> None:
+    code = "import sys, service.app, service.serve, service.heatmap; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)

@@ -1,0 +1,206 @@
+"""Training: it learns a toy task, resumes exactly, averages, schedules, and runs under torchrun."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from data.tokenizer import Tokenizer
+from seq2seq.config import DecodeConfig, ModelConfig, TrainConfig
+from seq2seq.model import Transformer, load_model
+from seq2seq.torch_backend import TorchBackend
+from seq2seq.train import (average_checkpoints, learning_rate, list_checkpoints, make_batches, smoothed_loss,
+                           train)
+from seq2seq.translator import Translator
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def toy_sequences(alphabet: list[str], rng: random.Random, count: int) -> set[str]:
+    return {" ".join(rng.choice(alphabet) for _ in range(rng.randint(3, 6))) for _ in range(count)}
+
+
+def write_toy_data(directory: Path, tokenizer_path: Path, train_count: int, held_out_count: int,
+                   seed: int = 0) -> list[str]:
+    """A data dir as `data prepare` writes it, for the copy task; returns held-out sources.
+
+    The words are the pieces of the word-level toy tokenizer (conftest), one id each.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "spm.model").write_bytes(tokenizer_path.read_bytes())
+    tokenizer = Tokenizer(directory / "spm.model")
+    alphabet = [piece.lstrip("▁") for piece in tokenizer.pieces(range(4, tokenizer.vocab_size))]
+    rng = random.Random(seed)
+    train_set = sorted(toy_sequences(alphabet, rng, train_count))
+    held_out = sorted(toy_sequences(alphabet, rng, 4 * held_out_count) - set(train_set))[:held_out_count]
+    (directory / "train.tsv").write_text("".join(f"{s}\t{s}\tsentence\n" for s in train_set))
+    (directory / "valid.tsv").write_text("".join(f"{s}\t{s}\tsentence\n" for s in held_out[:4]))
+    return held_out
+
+
+def tiny_train_config(data_dir: Path, out_dir: Path, **overrides) -> TrainConfig:
+    values = dict(data_dir=str(data_dir), out_dir=str(out_dir), max_tokens=800, max_steps=10, lr=3e-3,
+                  warmup_steps=50, weight_decay=0.0, label_smoothing=0.0, valid_every=10**6, save_every=10**6,
+                  valid_bleu_sentences=2, average_last=1, threads=1)
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def tiny_model_config(d_model: int = 32, **overrides) -> ModelConfig:
+    values = dict(d_model=d_model, n_heads=2, d_ff=2 * d_model, encoder_layers=1, decoder_layers=1,
+                  alignment_layer=-1, dropout=0.0, max_positions=32)
+    values.update(overrides)
+    return ModelConfig(**values)
+
+
+# --------------------------------------------------------------------------- it learns
+
+
+def test_tiny_model_learns_to_copy(tmp_path: Path, toy_tokenizer_path: Path):
+    held_out = write_toy_data(tmp_path / "data", toy_tokenizer_path, train_count=3000, held_out_count=50)
+    final = train(tiny_train_config(tmp_path / "data", tmp_path / "run", max_steps=400), tiny_model_config(),
+                  resume=False)
+    assert {"config.json", "model.pt", "spm.model", "history.json"} <= {p.name for p in final.iterdir()}
+    translator = Translator(TorchBackend(load_model(final)), Tokenizer(final / "spm.model"))
+    results = translator.translate_batch(held_out, DecodeConfig(beam_size=1))
+    accuracy = sum(r.text == source for r, source in zip(results, held_out)) / len(held_out)
+    assert accuracy >= 0.9, [(r.text, s) for r, s in zip(results, held_out) if r.text != s]
+    # The alignment of a copy is the diagonal: each target token attends most to its own source.
+    exact = [(r, s) for r, s in zip(results, held_out) if r.text == s]
+    diagonal = sum(bool((r.attention[0].mean(0)[:-1, :-1].argmax(-1) == np.arange(len(s.split()))).all())
+                   for r, s in exact)
+    assert diagonal >= 0.8 * len(exact)
+
+
+# --------------------------------------------------------------------------- resume and checkpoints
+
+
+def test_resume_is_exact(tmp_path: Path, toy_tokenizer_path: Path):
+    # Dropout on, so the restored RNG state matters; small batches, so the run crosses an epoch.
+    write_toy_data(tmp_path / "data", toy_tokenizer_path, train_count=40, held_out_count=4)
+    model_config = tiny_model_config(d_model=16, dropout=0.1)
+
+    def run(out: str, max_steps: int) -> Path:
+        return train(tiny_train_config(tmp_path / "data", tmp_path / out, max_steps=max_steps, max_tokens=64),
+                     model_config)
+
+    straight = torch.load(run("straight", 14) / "model.pt")
+    first_half = run("resumed", 7)
+    assert [p.name for p in list_checkpoints(tmp_path / "resumed")] == ["step0000007.pt"]
+    assert load_model(first_half).state_dict().keys() == straight.keys()
+    resumed = torch.load(run("resumed", 14) / "model.pt")
+    for name, tensor in straight.items():
+        assert torch.allclose(tensor, resumed[name], atol=1e-6, rtol=0), name
+    payload = torch.load(list_checkpoints(tmp_path / "resumed")[-1], weights_only=False)
+    assert payload["state"]["step"] == 14 and payload["state"]["epoch"] >= 1  # crossed an epoch boundary
+
+    # Resuming a run that already reached max_steps trains no further.
+    again = torch.load(run("resumed", 14) / "model.pt")
+    assert all(torch.equal(again[name], resumed[name]) for name in resumed)
+    assert [p.name for p in list_checkpoints(tmp_path / "resumed")] == ["step0000007.pt", "step0000014.pt"]
+
+
+def test_average_checkpoints(tmp_path: Path):
+    config = tiny_model_config(d_model=16)
+    states = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        states.append(Transformer(config).state_dict())
+        torch.save({"model": states[-1], "state": {"step": seed}}, tmp_path / f"step{seed}.pt")
+    averaged = average_checkpoints([tmp_path / f"step{seed}.pt" for seed in range(3)])
+    assert averaged.keys() == states[0].keys()
+    for name in averaged:
+        expected = (states[0][name].double() + states[1][name].double() + states[2][name].double()) / 3
+        assert averaged[name].dtype == states[0][name].dtype
+        assert torch.allclose(averaged[name].double(), expected, atol=1e-7)
+    Transformer(config).load_state_dict(averaged)  # loads as a model
+
+
+# --------------------------------------------------------------------------- optimisation pieces
+
+
+def test_learning_rate_warms_up_linearly_then_decays_as_inverse_sqrt():
+    config = TrainConfig(lr=1e-3, warmup_steps=100)
+    assert learning_rate(1, config) == pytest.approx(1e-5)
+    assert learning_rate(50, config) == pytest.approx(5e-4)
+    assert learning_rate(100, config) == pytest.approx(1e-3)
+    assert learning_rate(400, config) == pytest.approx(5e-4)      # 4x the warmup: half the peak
+    assert learning_rate(10_000, config) == pytest.approx(1e-4)
+    rates = [learning_rate(step, config) for step in range(1, 1000)]
+    assert max(rates) == rates[99]
+    assert all(a < b for a, b in zip(rates[:99], rates[1:100]))
+    assert all(a > b for a, b in zip(rates[99:], rates[100:]))
+
+
+def test_smoothed_loss_ignores_padding():
+    torch.manual_seed(0)
+    log_probs = torch.randn(2, 4, 7).log_softmax(-1)
+    target = torch.tensor([[4, 5, 3, 0], [6, 3, 0, 0]])
+    real = target != 0
+    loss, count = smoothed_loss(log_probs, target, smoothing=0.1, pad_id=0)
+    assert count == 5
+    nll = -log_probs.gather(-1, target[..., None])[..., 0]
+    expected = (0.9 * nll - 0.1 * log_probs.mean(-1))[real].sum()
+    assert torch.allclose(loss, expected)
+    scrambled = log_probs.clone()
+    scrambled[~real] = torch.randn(3, 7).log_softmax(-1)  # anything at padded positions
+    assert torch.equal(smoothed_loss(scrambled, target, 0.1, 0)[0], loss)
+    unsmoothed, _ = smoothed_loss(log_probs, target, 0.0, 0)
+    assert torch.allclose(unsmoothed, nll[real].sum())
+
+
+def test_batches_respect_the_token_budget_and_cover_every_example_once():
+    rng = random.Random(0)
+    examples = [([5] * rng.randint(2, 20), [6] * rng.randint(2, 20)) for _ in range(300)]
+    batches = make_batches(examples, max_tokens=200, seed=1, epoch=0)
+    assert sorted(i for batch in batches for i in batch) == list(range(300))
+    for batch in batches:
+        longest = max(max(len(examples[i][0]), len(examples[i][1]) + 1) for i in batch)
+        assert longest * len(batch) * 2 <= 200
+    assert batches == make_batches(examples, max_tokens=200, seed=1, epoch=0)
+    assert batches != make_batches(examples, max_tokens=200, seed=1, epoch=1)
+
+
+# --------------------------------------------------------------------------- torchrun
+
+
+def test_distributed_data_parallel_with_two_processes(tmp_path: Path, toy_tokenizer_path: Path):
+    write_toy_data(tmp_path / "data", toy_tokenizer_path, train_count=60, held_out_count=4)
+    driver = tmp_path / "driver.py"
+    driver.write_text(textwrap.dedent(f"""
+        import os
+        import torch.distributed as dist
+        from seq2seq.config import ModelConfig, TrainConfig
+        from seq2seq.train import train
+
+        final = train(TrainConfig(data_dir={str(tmp_path / 'data')!r}, out_dir={str(tmp_path / 'run')!r},
+                                  max_tokens=64, max_steps=6, warmup_steps=2, valid_every=3, save_every=3,
+                                  valid_bleu_sentences=2, average_last=2, threads=1),
+                      ModelConfig(d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1,
+                                  alignment_layer=-1, dropout=0.0, max_positions=32))
+        assert not dist.is_initialized()
+        with open({str(tmp_path)!r} + f"/rank{{os.environ['RANK']}}.done", "w") as handle:
+            handle.write(str(final))
+    """))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                             str(driver)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (tmp_path / "rank0.done").is_file() and (tmp_path / "rank1.done").is_file()
+    final = Path((tmp_path / "rank0.done").read_text())
+    model = load_model(final)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert [p.name for p in list_checkpoints(tmp_path / "run")] == ["step0000003.pt", "step0000006.pt"]
+    history = (tmp_path / "run" / "history.jsonl").read_text().splitlines()
+    assert len(history) == 2  # validation at steps 3 and 6, written once (by rank 0)
+    assert math.isfinite(json.loads(history[-1])["valid_loss"])

@@ -1,0 +1,92 @@
+"""The Translator and the command line around it: length limits, alignment, --help."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from data.tokenizer import Tokenizer
+from seq2seq.alignment import words
+from seq2seq.config import DecodeConfig, ModelConfig
+from seq2seq.model import Transformer
+from seq2seq.torch_backend import TorchBackend
+from seq2seq.translator import Translator
+from test_export import SENTENCES, train_tiny
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return train_tiny(tmp_path_factory.mktemp("tiny"))
+
+
+def test_target_length_never_exceeds_the_position_table(checkpoint: Path) -> None:
+    """A source as long as the model allows must not decode past max_positions."""
+    torch.manual_seed(0)
+    tokenizer = Tokenizer(checkpoint / "spm.model")
+    config = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_heads=2, d_ff=32, encoder_layers=1,
+                         decoder_layers=1, max_positions=12, alignment_layer=0)
+    translator = Translator(TorchBackend(Transformer(config)), tokenizer)
+    long_text = " ".join(SENTENCES * 3)
+    result = translator.translate(long_text, DecodeConfig(beam_size=2, max_length_ratio=5.0))
+    assert len(result.source_ids) + 1 <= config.max_positions
+    assert len(result.target_ids) + 2 <= config.max_positions  # BOS + tokens + EOS fit the table
+
+
+def test_word_alignment_rows_sum_to_one_and_offsets_point_into_the_texts(checkpoint: Path) -> None:
+    from seq2seq.loading import load_translator
+
+    translator = load_translator(checkpoint, "torch")
+    source = "die Katze war sehr alt und schön heute ."
+    result = translator.translate(source)
+    for level in ("word", "subword"):
+        alignment = translator.align(source, result, level=level)
+        matrix = alignment.matrix
+        assert matrix.shape == (len(alignment.target_tokens), len(alignment.source_tokens))
+        assert np.allclose(matrix.sum(axis=1), 1.0)
+        # A piece with no visible characters (a bare "▁") has an empty span and keeps "▁" as its label.
+        for token in alignment.source_tokens:
+            assert source[token.start:token.end] == token.text or (token.start == token.end and token.text == "▁")
+        for token in alignment.target_tokens:
+            assert result.text[token.start:token.end] == token.text or (token.start == token.end and token.text == "▁")
+        assert all(0 <= i < matrix.shape[1] and 0 <= j < matrix.shape[0] for i, j in alignment.links)
+    assert [t.text for t in translator.align(source, result).source_tokens] == [w.text for w in words(source)]
+
+
+def test_align_rejects_layers_and_heads_the_model_does_not_have(checkpoint: Path) -> None:
+    from seq2seq.loading import load_translator
+
+    translator = load_translator(checkpoint, "torch")
+    result = translator.translate("der Hund ist klein .")
+    with pytest.raises(ValueError, match="layer"):
+        translator.align("der Hund ist klein .", result, layer=7)
+    with pytest.raises(ValueError, match="heads"):
+        translator.align("der Hund ist klein .", result, heads=(99,))
+
+
+@pytest.mark.parametrize("command", [[], ["data", "prepare"], ["train"], ["translate"], ["eval"], ["export"], ["serve"]])
+def test_every_command_has_help(command: list[str]) -> None:
+    out = subprocess.run([sys.executable, "-m", "seq2seq.cli", *command, "--help"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "usage: crossalign" in out.stdout
+
+
+def test_eval_command_scores_with_sacrebleu_signatures(tmp_path: Path) -> None:
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_text("the dog is small .\nthe house is red .\n")
+    ref.write_text("the dog is small .\nthe house is not red .\n")
+    out = subprocess.run([sys.executable, "-m", "seq2seq.cli", "eval", "--hyp", str(hyp), "--ref", str(ref), "--json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    result = json.loads(out.stdout)
+    assert 0 < result["bleu"] < 100 and 0 < result["chrf"] < 100
+    assert result["bleu_signature"].startswith("nrefs:1") and "nc:6" in result["chrf_signature"]
