@@ -139,6 +139,19 @@ def _skip(stream, count: int, args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    # SIGTERM (kill) ends the run like Ctrl-C: workers stopped, summary printed. The
+    # records already written are complete either way, which is what --resume relies on.
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:           # before the job started (loading the model)
+        log.warning("interrupted")
+        return batch.EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
     problems = _problems(args)
     if problems:
         for problem in problems:
@@ -202,9 +215,6 @@ def main(args: argparse.Namespace) -> int:
     writer = batch.RecordWriter(args.output, args.format, append=args.resume)
     progress = tqdm(total=total, initial=done, unit="line", file=sys.stderr, dynamic_ncols=True,
                     disable=not sys.stderr.isatty() or total == 1)
-    # SIGTERM (kill) ends the run like Ctrl-C: workers stopped, summary printed. The
-    # records already written are complete either way, which is what --resume relies on.
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     started = time.monotonic()
     summary = batch.JobSummary()
     interrupted = False
@@ -220,8 +230,6 @@ def main(args: argparse.Namespace) -> int:
         progress.close()
         writer.close()
         return batch.EXIT_FATAL
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     engine.close(cancel=interrupted)
     progress.close()
     writer.close()
@@ -229,7 +237,7 @@ def main(args: argparse.Namespace) -> int:
         stream.close()
 
     elapsed = time.monotonic() - started
-    written = done + (summary.lines if not interrupted else _written_since(args, done))
+    written = _written_since(args, done) if interrupted else done + summary.lines
     if interrupted:
         log.warning("interrupted after %d lines%s", written,
                     f"; rerun with --resume -o {args.output} to continue" if args.output else "")

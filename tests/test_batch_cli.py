@@ -9,7 +9,6 @@ a subprocess where a process must die (resume after SIGKILL).
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import random
