@@ -15,6 +15,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("seq2seq.train", "train a transformer on a prepared data directory"),
     "translate": ("seq2seq.translate_cli", "translate lines of text (stdin or a file)"),
+    "align": ("seq2seq.align_cli", "align given translation pairs (source<TAB>target) by teacher forcing"),
     "eval": ("seq2seq.evaluate", "score a model or a translation file with sacreBLEU (BLEU, chrF)"),
     "export": ("export.exporter", "export a trained model to an ONNX release bundle"),
     "serve": ("service.serve", "run the HTTP service (LibreTranslate-compatible, with alignment maps)"),

@@ -1,7 +1,16 @@
-"""`crossalign eval`: sacreBLEU BLEU and chrF, with their signatures.
+"""`crossalign eval`: sacreBLEU BLEU and chrF, with their signatures; or alignment error rate.
 
-Either score a file of translations against references, or translate a test split with a
-model and score that.
+Translations: either score a file of translations against references, or translate a test
+split with a model and score that.
+
+Alignments (`--gold FILE`, a hand-aligned set as documented in data/gold/README.md): AER,
+precision and recall (seq2seq/aer.py, Och & Ney 2003) of either a Pharaoh file of any
+aligner (`--hyp FILE.pharaoh`, one line per gold pair), or the model's own alignment of
+the gold pairs, read by teacher forcing the gold target (seq2seq/forced.py) from
+`--layer` / `--heads` / `--step-shift` (default: the model's alignment source).
+
+    crossalign eval --gold data/gold/de-en.gold.tsv --hyp data/gold/eflomal.gold.pharaoh
+    crossalign eval --gold data/gold/de-en.gold.tsv --model models/de-en --layer 1 --heads 2 --step-shift
 """
 
 from __future__ import annotations
@@ -61,16 +70,78 @@ def read_tsv_pairs(path: Path) -> tuple[list[str], list[str]]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", type=Path, help="model directory to translate --test with")
     parser.add_argument("--test", type=Path, help="source<TAB>reference file (e.g. DATA/test.tsv)")
-    parser.add_argument("--hyp", type=Path, help="file of translations, one per line (instead of --model)")
+    parser.add_argument("--hyp", type=Path, help="file of translations, one per line (instead of --model); "
+                                                 "with --gold a Pharaoh file of alignments")
     parser.add_argument("--ref", type=Path, help="file of references, one per line (with --hyp)")
     parser.add_argument("--backend", choices=("onnx", "torch"), default="onnx")
     parser.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size)
     parser.add_argument("--limit", type=int, default=0, help="score only the first N sentences")
-    parser.add_argument("--save-hyp", type=Path, help="write the model's translations here")
+    parser.add_argument("--save-hyp", type=Path, help="write the model's translations (with --gold: its Pharaoh "
+                                                      "links) here")
     parser.add_argument("--json", action="store_true", help="print the scores as JSON")
+    alignment = parser.add_argument_group("alignment (AER against a gold set)")
+    alignment.add_argument("--gold", type=Path, help="gold alignments, source<TAB>target<TAB>links "
+                                                     "(data/gold/de-en.gold.tsv); --hyp is then a Pharaoh file")
+    alignment.add_argument("--layer", type=int, default=None, help="decoder layer (default: the model's)")
+    alignment.add_argument("--heads", type=int, nargs="*", default=None,
+                           help="heads to average (default: the model's; none given = all)")
+    alignment.add_argument("--step-shift", action="store_true",
+                           help="read the map where the target word is the decoder input (Chen et al. 2020)")
+
+
+def alignment_links(model: Path, backend: str, pairs: list[tuple[str, str]], layer: int | None,
+                    heads: tuple[int, ...] | None, step_shift: bool) -> list[set[tuple[int, int]]]:
+    """The model's hard word links of given pairs (an unalignable pair has none)."""
+    from seq2seq.forced import ForcedAlignmentError, align_pairs
+    from seq2seq.loading import load_translator
+
+    translator = load_translator(model, backend)
+    links = []
+    for number, result in enumerate(align_pairs(translator, pairs, "word", layer, heads, step_shift), start=1):
+        if isinstance(result, ForcedAlignmentError):
+            log.warning("gold pair %d not aligned: %s", number, result)
+            links.append(set())
+        else:
+            links.append(set(result.links))
+    return links
+
+
+def evaluate_alignment(args: argparse.Namespace) -> int:
+    """`--gold`: AER, precision and recall of `--hyp` (Pharaoh) or of `--model`'s maps."""
+    from seq2seq.aer import read_gold, read_pharaoh, score as alignment_score, write_pharaoh
+
+    gold = read_gold(args.gold)
+    if args.limit:
+        gold = gold[: args.limit]
+    if args.hyp:
+        hypotheses = read_pharaoh(args.hyp)
+        if args.limit:
+            hypotheses = hypotheses[: args.limit]
+        source = str(args.hyp)
+    elif args.model:
+        heads = None if args.heads is None else tuple(args.heads)
+        hypotheses = alignment_links(args.model, args.backend, [(p.source, p.target) for p in gold], args.layer,
+                                     heads, args.step_shift)
+        source = (f"{args.model} layer {'default' if args.layer is None else args.layer} heads "
+                  f"{'default' if heads is None else (list(heads) or 'mean')}{' step-shift' if args.step_shift else ''}")
+        if args.save_hyp:
+            write_pharaoh(args.save_hyp, hypotheses)
+    else:
+        raise SystemExit("--gold needs --hyp FILE.pharaoh or --model DIR")
+    result = alignment_score(hypotheses, gold)
+    if args.json:
+        print(json.dumps({"aer": round(100 * result.aer, 2), "precision": round(100 * result.precision, 2),
+                          "recall": round(100 * result.recall, 2), "hypothesis_links": result.hypothesis_links,
+                          "sure_links": result.sure_links, "possible_links": result.possible_links,
+                          "pairs": len(gold), "alignments": source}))
+    else:
+        print(f"{result}  [{len(gold)} pairs; {source}]")
+    return 0
 
 
 def main(args: argparse.Namespace) -> int:
+    if getattr(args, "gold", None):
+        return evaluate_alignment(args)
     if args.hyp:
         if not args.ref and not args.test:
             raise SystemExit("--hyp needs --ref or --test")

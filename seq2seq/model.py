@@ -307,5 +307,7 @@ def load_model(directory: Path, map_location: str = "cpu") -> Transformer:
             raise FileNotFoundError(f"{directory / name}: missing; a model directory holds {CONFIG_FILE} and {WEIGHTS_FILE}")
     model = Transformer(load_config(ModelConfig, directory / CONFIG_FILE))
     state = torch.load(directory / WEIGHTS_FILE, map_location=map_location, weights_only=True)
-    model.load_state_dict(state.get("model", state) if isinstance(state, dict) and "model" in state else state)
+    # A training checkpoint nests the weights under "model"; bundles may store them as float16,
+    # which load_state_dict casts into the float32 parameters.
+    model.load_state_dict(state["model"] if "model" in state else state)
     return model.eval()

@@ -52,10 +52,11 @@ def default_size(n_source: int, n_target: int) -> tuple[int, int]:
 
 
 def render_heatmap(alignment: Any, fmt: str = "png", width: int | None = None, height: int | None = None,
-                   title: str | None = None) -> bytes:
+                   title: str | None = None, axis_labels: tuple[str, str] = ("source", "target")) -> bytes:
     """The heatmap of `alignment` (seq2seq.alignment.Alignment or service.schema.AlignmentMap).
 
-    `width`/`height` in pixels (default: fitted to the token counts). Returns PNG or SVG bytes.
+    `width`/`height` in pixels (default: fitted to the token counts). `axis_labels` name the
+    columns and the rows (("keys", "queries") for a self-attention map). Returns PNG or SVG bytes.
     """
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
@@ -76,8 +77,8 @@ def render_heatmap(alignment: Any, fmt: str = "png", width: int | None = None, h
         axes.set_yticks(range(len(target)), target, parse_math=False)
         axes.xaxis.tick_top()
         axes.xaxis.set_label_position("top")
-        axes.set_xlabel("source", parse_math=False)
-        axes.set_ylabel("target", parse_math=False)
+        axes.set_xlabel(axis_labels[0], parse_math=False)
+        axes.set_ylabel(axis_labels[1], parse_math=False)
         axes.set_title(title or caption, loc="left", fontsize=8, y=-0.1 / max(height / DPI - 2, 0.5),
                        parse_math=False)
         buffer = io.BytesIO()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from seq2seq.config import DecodeConfig
+from service.attention import attention_backend, self_attention_alignment
 from service.deps import (APIError, check_alignment, check_texts, decode_config, get_engine, get_language_detector,
                           get_metrics, require_access, resolve_pair, run_translation)
 from service.engine import Engine
@@ -75,9 +77,13 @@ class HeatmapRequest(BaseModel):
     source: str = "auto"
     target: str | None = None
     format: Literal["png", "svg"] = "png"
+    kind: Literal["cross", "encoder", "decoder"] = Field(
+        "cross", description="cross: the alignment map; encoder / decoder: that self-attention, over subword "
+                             "pieces with <s> / </s> (`level` and `step_shift` apply to cross only)")
     level: Literal["word", "subword"] = "word"
-    layer: int | None = None
-    head: list[int] | None = Field(None, description="heads to average (default: the model's alignment heads)")
+    layer: int | None = Field(None, description="default: the alignment layer (cross), the last layer (self)")
+    head: list[int] | None = Field(None, description="heads to average (default: the model's alignment heads "
+                                                     "for cross, all heads for self-attention)")
     step_shift: bool = False
     beam_size: int = DecodeConfig.beam_size
     width: int | None = Field(None, description="pixels (default: fitted to the tokens)")
@@ -95,16 +101,26 @@ def heatmap_response(body: HeatmapRequest, engine: Engine, settings: Settings, m
     pair, _ = resolve_pair(engine, detector, body.source, body.target, [body.q])
     options = AlignmentOptions(body.level, body.layer, None if body.head is None else tuple(body.head),
                                body.step_shift)
-    check_alignment(engine, pair, options)
+    # A self-attention layer is checked against its own stack (the encoder's may be deeper).
+    check_alignment(engine, pair, options if body.kind == "cross" else replace(options, layer=None))
+    if body.kind != "cross":
+        attention_backend(engine, pair)  # 501 before translating, if it cannot
     config = decode_config(settings, body.beam_size, 1, attention=True)
     translated = run_translation(engine, metrics, settings, pair, [body.q], config)[0]
-    alignment = text_alignment(engine, pair, translated, options)
+    if body.kind == "cross":
+        alignment, title, axes = text_alignment(engine, pair, translated, options), None, ("source", "target")
+    else:
+        alignment = self_attention_alignment(engine, pair, translated, body.kind, body.layer, tuple(body.head or ()))
+        heads = "heads " + ",".join(map(str, alignment.heads)) if alignment.heads else "mean of heads"
+        title, axes = f"{body.kind} self-attention, layer {alignment.layer}, {heads}", ("keys", "queries")
     rows, columns = alignment.matrix.shape
     if max(rows, columns) > settings.heatmap_max_tokens:
         raise APIError(400, f"the alignment has {columns} x {rows} tokens; a heatmap shows at most "
                             f"{settings.heatmap_max_tokens} per axis (send less text, or use level=word)")
-    image = render_heatmap(alignment, body.format, body.width, body.height)
+    image = render_heatmap(alignment, body.format, body.width, body.height, title, axes)
     name = filename(pair[0], pair[1], body.q, body.format)
+    if body.kind != "cross":
+        name = name.replace("alignment-", f"{body.kind}-attention-", 1)
     return Response(image, media_type=FORMATS[body.format],
                     headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
@@ -115,7 +131,8 @@ IMAGE_RESPONSES = {200: {"content": {media: {} for media in FORMATS.values()},
 
 @router.get("/heatmap", response_class=Response, responses=IMAGE_RESPONSES, summary="Alignment heatmap (download)")
 def heatmap(q: str = Query(description="text to translate"), source: str = "auto", target: str | None = None,
-            format: Literal["png", "svg"] = "png", level: Literal["word", "subword"] = "word",
+            format: Literal["png", "svg"] = "png", kind: Literal["cross", "encoder", "decoder"] = "cross",
+            level: Literal["word", "subword"] = "word",
             layer: int | None = None, head: list[int] | None = Query(None, description="repeat for several heads"),
             step_shift: bool = False, beam_size: int = DecodeConfig.beam_size,
             width: int | None = None, height: int | None = None,
@@ -123,8 +140,10 @@ def heatmap(q: str = Query(description="text to translate"), source: str = "auto
             metrics: Metrics = Depends(get_metrics),
             detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> Response:
     """The alignment heatmap of the translation of `q`: token labels on both axes, a colour
-    scale, hard links outlined. `POST /v1/heatmap` takes the same fields as JSON, for long text."""
-    body = HeatmapRequest(q=q, source=source, target=target, format=format, level=level, layer=layer, head=head,
+    scale, hard links outlined; `kind=encoder|decoder` draws a self-attention map of the same
+    translation instead. `POST /v1/heatmap` takes the same fields as JSON, for long text."""
+    body = HeatmapRequest(q=q, source=source, target=target, format=format, kind=kind, level=level, layer=layer,
+                          head=head,
                           step_shift=step_shift, beam_size=beam_size, width=width, height=height)
     return heatmap_response(body, engine, settings, metrics, detector)
 

@@ -1,0 +1,150 @@
+"""`crossalign align`: word alignments of given translation pairs (forced alignment).
+
+Input: one `source<TAB>target` pair per line (further tab-separated fields, such as the
+links column of a gold file or the kind column of a prepared split, are ignored). The
+target is teacher-forced through the decoder and the cross-attention is read with the
+one rule of `seq2seq.alignment` (see `seq2seq.forced`). Output, one per input line and in
+input order:
+
+- `--format pharaoh`: the hard word links `i-j` (i = source word, j = target word of
+  `seq2seq.alignment.words()`), ready for `crossalign eval --gold FILE --hyp FILE`;
+  a line that could not be aligned is an empty line, and its error goes to stderr;
+- `--format jsonl`: `{"line", "source", "target", "source_words", "target_words",
+  "word_alignment", "matrix", "layer", "heads", "step_shift"}` (+ `subword_alignment`
+  with `--level subword`); a bad line is `{"line", "source", "target", "error"}`.
+
+Bad lines (no tab, an empty side, invalid UTF-8, control characters, too long for the
+model) never stop the job; the exit status is then 3. Torch-free with `--backend onnx`.
+
+    crossalign align --model models/de-en -i pairs.tsv -o pairs.pharaoh
+    crossalign align --model work/release/final --backend torch --format jsonl --layer 1 --heads 2 < pairs.tsv
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, TextIO
+
+from seq2seq.batch import EXIT_OK, EXIT_SOME_FAILED, line_problem
+from seq2seq.forced import ForcedAlignmentError, align_pairs
+from seq2seq.loading import BACKENDS, load_translator
+
+log = logging.getLogger("crossalign.align")
+FORMATS = ("pharaoh", "jsonl")
+
+
+@dataclass
+class PairLine:
+    line: int                 # 1-based
+    source: str
+    target: str
+    error: str | None = None
+
+
+def decode_pair(raw: bytes, line: int, max_chars: int = 10_000) -> PairLine:
+    """One raw input line -> a `PairLine`, never raising."""
+    raw = raw[:-1] if raw.endswith(b"\n") else raw
+    raw = raw[:-1] if raw.endswith(b"\r") else raw
+    if line == 1 and raw.startswith(b"\xef\xbb\xbf"):    # a UTF-8 byte order mark
+        raw = raw[3:]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        fields = raw.decode("utf-8", errors="replace").split("\t")
+        return PairLine(line, fields[0], fields[1] if len(fields) > 1 else "", f"invalid UTF-8 at byte {error.start}")
+    fields = text.split("\t")
+    if len(fields) < 2:
+        return PairLine(line, text, "", "expected source<TAB>target")
+    source, target = fields[0], fields[1]
+    for side, value in (("source", source), ("target", target)):
+        problem = line_problem(value, max_chars)
+        if problem:
+            return PairLine(line, source, target, f"{side}: {problem}")
+    return PairLine(line, source, target)
+
+
+def read_pair_lines(stream: BinaryIO, max_chars: int = 10_000) -> Iterator[PairLine]:
+    for number, raw in enumerate(stream, start=1):
+        yield decode_pair(raw, number, max_chars)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = __doc__
+    parser.add_argument("--model", type=Path, required=True, help="model directory (bundle, or training output "
+                                                                  "with --backend torch)")
+    parser.add_argument("-i", "--input", type=Path, help="source<TAB>target lines (default: stdin)")
+    parser.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")
+    parser.add_argument("--format", choices=FORMATS, default="pharaoh")
+    parser.add_argument("--backend", choices=BACKENDS, default="onnx")
+    parser.add_argument("--layer", type=int, default=None, help="decoder layer (default: the model's alignment layer)")
+    parser.add_argument("--heads", type=int, nargs="*", default=None,
+                        help="heads to average (default: the model's alignment heads; none given = all)")
+    parser.add_argument("--step-shift", action="store_true",
+                        help="read the map where the target token is the decoder input (Chen et al. 2020)")
+    parser.add_argument("--level", choices=("word", "subword"), default="word",
+                        help="subword: also write the subword map in JSONL records")
+    parser.add_argument("--batch-lines", type=int, default=256, help="lines read and aligned together")
+    parser.add_argument("--max-chars", type=int, default=10_000, help="longer sides are error records")
+    parser.add_argument("--threads", type=int, default=0, help="inference threads (0: the backend's default)")
+
+
+def write_records(lines: list[PairLine], translator, args: argparse.Namespace, out: TextIO) -> int:
+    """Align one chunk of lines and write its records in order; returns the number of failures."""
+    good = [p for p in lines if p.error is None]
+    heads = None if args.heads is None else tuple(args.heads)
+    aligned = iter(align_pairs(translator, [(p.source, p.target) for p in good], args.level, args.layer, heads,
+                               args.step_shift))
+    failures = 0
+    for pair in lines:
+        result = ForcedAlignmentError(pair.error) if pair.error else next(aligned)
+        if isinstance(result, ForcedAlignmentError):
+            failures += 1
+            print(f"line {pair.line}: {result}", file=sys.stderr)
+            if args.format == "pharaoh":
+                out.write("\n")
+            else:
+                out.write(json.dumps({"line": pair.line, "source": pair.source, "target": pair.target,
+                                      "error": str(result)}, ensure_ascii=False) + "\n")
+            continue
+        if args.format == "pharaoh":
+            out.write(result.word.pharaoh + "\n")
+        else:
+            out.write(json.dumps({"line": pair.line, **result.to_record()}, ensure_ascii=False) + "\n")
+    out.flush()
+    return failures
+
+
+def main(args: argparse.Namespace) -> int:
+    translator = load_translator(args.model, args.backend, args.threads)
+    config = translator.backend.config
+    if args.layer is not None and not -config.decoder_layers <= args.layer < config.decoder_layers:
+        raise SystemExit(f"--layer {args.layer}: the model has {config.decoder_layers} decoder layers")
+    if args.heads and any(not 0 <= h < config.n_heads for h in args.heads):
+        raise SystemExit(f"--heads {args.heads}: the model has {config.n_heads} heads (0..{config.n_heads - 1})")
+    source = open(args.input, "rb") if args.input else sys.stdin.buffer
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    total = failures = 0
+    try:
+        chunk: list[PairLine] = []
+        for pair in read_pair_lines(source, args.max_chars):
+            chunk.append(pair)
+            if len(chunk) >= args.batch_lines:
+                failures += write_records(chunk, translator, args, out)
+                total, chunk = total + len(chunk), []
+        if chunk:
+            failures += write_records(chunk, translator, args, out)
+            total += len(chunk)
+    finally:
+        if args.input:
+            source.close()
+        if args.output:
+            out.close()
+    log.info("aligned %d of %d lines", total - failures, total)
+    return EXIT_SOME_FAILED if failures else EXIT_OK

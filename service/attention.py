@@ -1,0 +1,291 @@
+"""The attention explorer: `/v1/attention` (every attention map of a translation) and the page at `/`.
+
+The maps belong to the translation the model actually produced: the text is translated by
+the same beam search as /v1/translate (sentence by sentence), then each sentence's
+`<s>` + translation is teacher-forced through the encoder and decoder graphs
+(`OnnxBackend.attention_maps`), which return the weights of every layer and head.
+
+Which tokens label the axes (S source pieces, T translation pieces, per sentence):
+
+    encoder  rows = columns = source pieces + `</s>`            (S+1) x (S+1)
+             no mask: every position attends to positions before and after it.
+    decoder  rows = columns = `<s>` + translation pieces        (T+1) x (T+1)
+             row i is the position whose input is token i and which predicts `outputs[i]`
+             (the next piece, `</s>` at the last row); the causal mask makes every column
+             after the row zero, so the map is lower-triangular.
+    cross    rows = `<s>` + translation pieces (decoder inputs), (T+1) x (S+1)
+             columns = source pieces + `</s>`; no mask: each step may read the whole source.
+
+Every row sums to 1 (a softmax). `alignment` holds the library's alignment maps
+(seq2seq.alignment) of every cross-attention layer and head selection, at word and
+subword level: rows = the target tokens the steps produced, columns = source tokens,
+`</s>` row and column removed, rows renormalised; these are what /v1/heatmap draws.
+
+Torch-free: the backend is onnxruntime's (any backend with `attention_maps` works).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from fastapi import APIRouter, Depends, FastAPI, Query
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
+
+from seq2seq.alignment import Alignment, Token
+from seq2seq.config import DecodeConfig
+from seq2seq.translator import TranslationResult
+from service.deps import (APIError, check_texts, decode_config, get_engine, get_language_detector, get_metrics,
+                          require_access, resolve_pair, run_translation)
+from service.engine import Engine, Pair
+from service.languages import LanguageDetector
+from service.metrics import Metrics
+from service.schema import TokenSpan
+from service.settings import Settings, get_settings
+from service.translation import TranslatedText, merge_alignments, shift
+
+STATIC = Path(__file__).resolve().parent / "static"
+BOS, EOS = "<s>", "</s>"
+Kind = Literal["cross", "encoder", "decoder"]
+DECIMALS = 4
+
+router = APIRouter(prefix="/v1", tags=["native"], dependencies=[Depends(require_access)])
+page = APIRouter(include_in_schema=False)
+
+
+# --------------------------------------------------------------------------- computing the maps
+
+
+@dataclass
+class SentenceMaps:
+    """All attention weights of one translated sentence (batch axis removed)."""
+
+    source_pieces: list[str]      # S pieces, without </s>
+    target_pieces: list[str]      # T pieces, without </s>
+    encoder: np.ndarray           # (E, H, S+1, S+1)
+    decoder: np.ndarray           # (L, H, T+1, T+1)
+    cross: np.ndarray             # (L, H, T+1, S+1)
+
+    @property
+    def encoder_tokens(self) -> list[str]:
+        return [*self.source_pieces, EOS]
+
+    @property
+    def decoder_inputs(self) -> list[str]:
+        return [BOS, *self.target_pieces]
+
+    @property
+    def decoder_outputs(self) -> list[str]:
+        return [*self.target_pieces, EOS]
+
+
+def attention_backend(engine: Engine, pair: Pair) -> object:
+    """The search backend serving `pair`, if it can return attention maps (onnxruntime's can)."""
+    translator = getattr(engine, "translators", {}).get(pair)
+    backend = getattr(translator, "backend", None)
+    if not hasattr(backend, "attention_maps"):
+        raise APIError(501, "this model's backend does not expose its attention maps")
+    return backend
+
+
+def sentence_maps(backend: object, result: TranslationResult) -> SentenceMaps:
+    """Teacher-force `<s>` + the translation of `result` and keep every layer's weights."""
+    src_ids = np.array([[*result.source_ids, backend.eos_id]], dtype=np.int64)      # (1, S+1)
+    target_ids = np.array([result.target_ids], dtype=np.int64).reshape(1, -1)       # (1, T)
+    maps = backend.attention_maps(src_ids, np.ones_like(src_ids, dtype=np.bool_), target_ids)
+    return SentenceMaps(result.source_tokens, result.target_tokens, maps["encoder_self"][:, 0],
+                        maps["decoder_self"][:, 0], maps["cross"][:, 0])
+
+
+def check_layer(kind: str, layer: int, layers: int) -> int:
+    """`layer` (negative counts from the end) as 0-based, or a 400 naming the range."""
+    if not -layers <= layer < layers:
+        raise APIError(400, f"layer {layer} is out of range: the model has {layers} {kind} layers "
+                            f"(0..{layers - 1}, or negative from the end)")
+    return layer % layers
+
+
+def self_attention_alignment(engine: Engine, pair: Pair, translated: TranslatedText, kind: Kind,
+                             layer: int | None, heads: tuple[int, ...]) -> Alignment:
+    """An encoder or decoder self-attention map of a whole text, shaped as an `Alignment`
+    for service.heatmap: columns = keys, rows = queries, sentences block-diagonal, no links.
+
+    `layer` None = the last layer; `heads` () = the mean of all heads.
+    """
+    backend = attention_backend(engine, pair)
+    parts = []
+    for result in translated.results:
+        maps = sentence_maps(backend, result)
+        weights, tokens = (maps.encoder, maps.encoder_tokens) if kind == "encoder" else \
+            (maps.decoder, maps.decoder_inputs)
+        index = check_layer(kind, -1 if layer is None else layer, weights.shape[0])
+        chosen = weights[index][list(heads)] if heads else weights[index]               # (h, Q, K)
+        labels = [Token(t, 0, 0) for t in tokens]
+        parts.append(Alignment("subword", labels, labels, chosen.mean(axis=0).astype(np.float64), [], index,
+                               heads, False))
+    return merge_alignments(parts, "subword", parts[0].layer if parts else 0, heads)
+
+
+# --------------------------------------------------------------------------- the response
+
+
+class AttentionMaps(BaseModel):
+    rows: list[str] = Field(description="the query token of each row")
+    columns: list[str] = Field(description="the key token of each column")
+    weights: list[list[list[list[float]]]] = Field(
+        description="(layers, heads, rows, columns) softmax weights; every row sums to 1")
+
+
+class AlignmentMaps(BaseModel):
+    source_tokens: list[TokenSpan] = Field(description="columns; offsets into the whole input text")
+    target_tokens: list[TokenSpan] = Field(description="rows: the target tokens the decoder steps produced; "
+                                                       "offsets into the whole translation")
+    head_sets: list[list[int]] = Field(description="the heads averaged along the second axis of `matrices` and "
+                                                   "`links`: each single head, then [] = the mean of all heads")
+    matrices: list[list[list[list[float]]]] = Field(
+        description="(decoder layers, head sets, rows, columns): the alignment rule applied to that layer and "
+                    "head set; rows sum to 1")
+    links: list[list[str]] = Field(description="hard links per (layer, head set), Pharaoh 'i-j' "
+                                               "(i = source token, j = target token)")
+
+
+class SentenceAttention(BaseModel):
+    source: str = Field(description="the sentence")
+    translation: str
+    score: float
+    source_start: int = Field(description="the sentence's span in the input text")
+    source_end: int
+    target_start: int = Field(description="its translation's span in the whole translation")
+    target_end: int
+    outputs: list[str] = Field(description="what each decoder row predicted: the translation pieces, then </s>")
+    encoder: AttentionMaps = Field(description="rows = columns = source pieces + </s>; unmasked")
+    decoder: AttentionMaps = Field(description="rows = columns = <s> + translation pieces; causal "
+                                               "(zero above the diagonal)")
+    cross: AttentionMaps = Field(description="rows = <s> + translation pieces (decoder inputs), "
+                                             "columns = source pieces + </s>; unmasked")
+    alignment: dict[Literal["word", "subword"], AlignmentMaps]
+
+
+class AttentionResponse(BaseModel):
+    text: str = Field(description="the input")
+    translation: str
+    source: str
+    target: str
+    model: str
+    encoder_layers: int
+    decoder_layers: int
+    n_heads: int
+    alignment_layer: int = Field(description="the decoder layer the model's alignment is read from (0-based)")
+    alignment_heads: list[int] = Field(description="the heads it averages ([] = all)")
+    sentences: list[SentenceAttention]
+
+
+def _maps(rows: list[str], columns: list[str], weights: np.ndarray) -> AttentionMaps:
+    return AttentionMaps(rows=rows, columns=columns, weights=np.round(weights.astype(np.float64), DECIMALS).tolist())
+
+
+def _spans(tokens: list[Token]) -> list[TokenSpan]:
+    return [TokenSpan(text=t.text, start=t.start, end=t.end) for t in tokens]
+
+
+def alignment_maps(engine: Engine, pair: Pair, source: str, result: TranslationResult, level: str,
+                   layers: int, n_heads: int, offsets: tuple[int, int]) -> AlignmentMaps:
+    """The alignment of every (layer, head set) of `result` at `level`, as /v1/translate computes one."""
+    head_sets = [(h,) for h in range(n_heads)] + [()]
+    found = [[shift(engine.align(pair, source, result, level, layer, heads, False), *offsets) for heads in head_sets]
+             for layer in range(layers)]
+    first = found[0][0]
+    return AlignmentMaps(source_tokens=_spans(first.source_tokens), target_tokens=_spans(first.target_tokens),
+                         head_sets=[list(h) for h in head_sets],
+                         matrices=[[np.round(a.matrix, DECIMALS).tolist() for a in row] for row in found],
+                         links=[[a.pharaoh for a in row] for row in found])
+
+
+def attention_response(engine: Engine, pair: Pair, translated: TranslatedText, max_tokens: int) -> AttentionResponse:
+    backend = attention_backend(engine, pair)
+    info = engine.models[pair]
+    sentences, encoder_layers = [], 0
+    for (start, end), (target_start, target_end), result in zip(translated.spans, translated.target_spans,
+                                                               translated.results):
+        if max(len(result.source_ids), len(result.target_ids)) + 1 > max_tokens:
+            raise APIError(400, f"a sentence has {len(result.source_ids)} source and {len(result.target_ids)} "
+                                f"target tokens; the explorer shows at most {max_tokens - 1} per sentence")
+        maps = sentence_maps(backend, result)
+        encoder_layers = maps.encoder.shape[0]
+        source = translated.source[start:end]
+        alignment = {level: alignment_maps(engine, pair, source, result, level, info.decoder_layers, info.n_heads,
+                                           (start, target_start))
+                     for level in ("word", "subword")}
+        sentences.append(SentenceAttention(
+            source=source, translation=result.text, score=round(result.score, 4), source_start=start,
+            source_end=end, target_start=target_start, target_end=target_end, outputs=maps.decoder_outputs,
+            encoder=_maps(maps.encoder_tokens, maps.encoder_tokens, maps.encoder),
+            decoder=_maps(maps.decoder_inputs, maps.decoder_inputs, maps.decoder),
+            cross=_maps(maps.decoder_inputs, maps.encoder_tokens, maps.cross),
+            alignment=alignment))
+    return AttentionResponse(text=translated.source, translation=translated.text, source=pair[0], target=pair[1],
+                             model=info.name, encoder_layers=encoder_layers, decoder_layers=info.decoder_layers,
+                             n_heads=info.n_heads, alignment_layer=info.alignment_layer,
+                             alignment_heads=list(info.alignment_heads), sentences=sentences)
+
+
+# --------------------------------------------------------------------------- routes
+
+
+class AttentionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(description="the text to translate and explore")
+    source: str = Field("auto", description="source language code, or 'auto'")
+    target: str | None = Field(None, description="target language (default: the only one served for the source)")
+    beam_size: int = DecodeConfig.beam_size
+
+
+def attention_for(body: AttentionRequest, engine: Engine, settings: Settings, metrics: Metrics,
+                  detector: Callable[[], LanguageDetector]) -> AttentionResponse:
+    if not body.text.strip():
+        raise APIError(400, "Invalid request: `text` is empty")
+    check_texts([body.text], settings)
+    pair, _ = resolve_pair(engine, detector, body.source, body.target, [body.text])
+    attention_backend(engine, pair)  # 501 before translating, if it cannot
+    config = decode_config(settings, body.beam_size, 1, attention=True)
+    translated = run_translation(engine, metrics, settings, pair, [body.text], config)[0]
+    return attention_response(engine, pair, translated, settings.heatmap_max_tokens)
+
+
+@router.post("/attention", response_model=AttentionResponse, summary="Every attention map of a translation")
+def attention(body: AttentionRequest, engine: Engine = Depends(get_engine),
+              settings: Settings = Depends(get_settings), metrics: Metrics = Depends(get_metrics),
+              detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> AttentionResponse:
+    """Translate `text` (beam search), then return, per sentence, the encoder self-attention,
+    the decoder (masked) self-attention and the cross-attention of every layer and head of
+    that translation, with the tokens labelling rows and columns, and its alignment maps."""
+    return attention_for(body, engine, settings, metrics, detector)
+
+
+@router.get("/attention", response_model=AttentionResponse, summary="Every attention map of a translation (GET)")
+def attention_get(q: str = Query(description="the text to translate and explore"), source: str = "auto",
+                  target: str | None = None, beam_size: int = DecodeConfig.beam_size,
+                  engine: Engine = Depends(get_engine), settings: Settings = Depends(get_settings),
+                  metrics: Metrics = Depends(get_metrics),
+                  detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> AttentionResponse:
+    return attention_for(AttentionRequest(text=q, source=source, target=target, beam_size=beam_size), engine,
+                         settings, metrics, detector)
+
+
+@page.get("/")
+def explorer_page() -> FileResponse:
+    """The attention explorer (service/static): plain HTML, CSS and JS, no build step, no CDN."""
+    return FileResponse(STATIC / "index.html", media_type="text/html")
+
+
+def install(app: FastAPI) -> None:
+    """Add the attention routes, the page at `/` and its files under `/static`."""
+    app.include_router(router)
+    app.include_router(page)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
