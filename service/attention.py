@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, Depends, FastAPI, Query
@@ -84,7 +84,7 @@ class SentenceMaps:
         return [*self.target_pieces, EOS]
 
 
-def attention_backend(engine: Engine, pair: Pair) -> object:
+def attention_backend(engine: Engine, pair: Pair) -> Any:
     """The search backend serving `pair`, if it can return attention maps (onnxruntime's can)."""
     translator = getattr(engine, "translators", {}).get(pair)
     backend = getattr(translator, "backend", None)
@@ -93,7 +93,7 @@ def attention_backend(engine: Engine, pair: Pair) -> object:
     return backend
 
 
-def sentence_maps(backend: object, result: TranslationResult) -> SentenceMaps:
+def sentence_maps(backend: Any, result: TranslationResult) -> SentenceMaps:
     """Teacher-force `<s>` + the translation of `result` and keep every layer's weights."""
     src_ids = np.array([[*result.source_ids, backend.eos_id]], dtype=np.int64)      # (1, S+1)
     target_ids = np.array([result.target_ids], dtype=np.int64).reshape(1, -1)       # (1, T)

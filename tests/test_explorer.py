@@ -1,0 +1,220 @@
+"""The attention explorer page in a real browser against the real server on 127.0.0.1.
+
+Debian's chromium (`apt-get install chromium`) driven by playwright; playwright's own
+browser download cannot work on these machines, so `executable_path` points at the
+system binary and the test is skipped where it is missing. The server is
+`python -m service.serve` over the tiny toy bundle of test_export.py.
+
+Also a tool: `python tests/test_explorer.py --models models --out docs/explorer.png`
+serves the bundles under `--models` and saves a screenshot of the page.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import httpx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_export import SENTENCES, train_tiny  # noqa: E402
+from test_service_server import free_port, start_server  # noqa: E402
+
+CHROMIUM = os.environ.get("CROSSALIGN_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+# Headless, and quiet: without the background-networking flags chromium keeps trying to
+# reach Google's services, which a closed network answers with refused connections.
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SENTENCE = SENTENCES[0]            # "der Hund ist klein ."
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra)")
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).is_file(), reason=f"no chromium at {CHROMIUM} "
+                                                                       "(apt-get install chromium)")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from export.exporter import export_model
+
+    work = tmp_path_factory.mktemp("explorer_model")
+    export_model(train_tiny(work), work / "models" / "de-en", parity_sentences=SENTENCES[:2])
+    port = free_port()
+    process = start_server(work / "models", port)
+    yield f"http://127.0.0.1:{port}"
+    process.terminate()
+    process.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(browser, server: str):
+    """The page after translating SENTENCE; every request it made is kept in `page.requests`."""
+    context = browser.new_context(accept_downloads=True, viewport={"width": 1100, "height": 900})
+    page = context.new_page()
+    page.requests = []
+    page.on("request", lambda request: page.requests.append(request.url))
+    page.goto(server + "/")
+    page.get_by_label("Text to translate").fill(SENTENCE)
+    page.get_by_label("Language pair").select_option("de:en")
+    page.get_by_label("Beam size").fill("4")
+    page.get_by_role("button", name="Translate").click()
+    page.locator("#translation-text").wait_for(state="visible")
+    yield page
+    context.close()
+
+
+def weights(page) -> list[tuple[int, int, float]]:
+    """(row, column, weight) of every cell of the map on show."""
+    return page.eval_on_selector_all(
+        "#map .cell", "cells => cells.map(c => [+c.dataset.row, +c.dataset.col, +c.dataset.weight])")
+
+
+def choose_kind(page, label: str) -> None:
+    page.get_by_role("radio", name=label).check()
+    page.wait_for_function("kind => document.querySelector('#map').dataset.kind === kind",
+                           arg=label.split()[0].replace("-attention", ""))
+
+
+def test_translation_and_alignment_map(page, server: str) -> None:
+    expected = httpx.post(server + "/v1/translate", json={"text": SENTENCE, "source": "de", "target": "en"},
+                          timeout=60).json()["translations"][0]
+    assert page.locator("#translation-text").inner_text() == expected["text"]
+    assert page.locator("#result").get_attribute("aria-live") == "polite"
+    grid = page.locator("#map")
+    rows, columns = int(grid.get_attribute("data-rows")), int(grid.get_attribute("data-columns"))
+    assert columns == 5                                            # der Hund ist klein .
+    cells = weights(page)
+    assert len(cells) == rows * columns
+    for row in range(rows):                                        # the alignment: rows sum to 1
+        assert abs(sum(w for r, _, w in cells if r == row) - 1) < 2e-3
+    assert page.locator("#map .cell.link").count() == rows         # one hard link per target word
+    # No request left the server: no CDN, nothing external.
+    assert page.requests and all(url.startswith(server) for url in page.requests)
+
+
+def test_hover_and_focus_show_where_weight_went(page) -> None:
+    choose_kind(page, "cross-attention")
+    source = page.locator("#source-tokens .token")
+    assert source.count() == 5
+    page.locator("#target-tokens .token").first.hover()
+    painted = source.evaluate_all("tokens => tokens.map(t => t.style.backgroundColor)")
+    assert all(painted), "every source word is shaded by its weight"
+    assert "drew most from" in page.locator("#readout").inner_text()
+    page.locator("#map .row-label").first.hover()
+    assert page.locator("#map .cell.cross-hair").count() == 5
+    source.nth(1).focus()                                           # the keyboard equivalent
+    assert "gave most to" in page.locator("#readout").inner_text()
+    page.locator("#map .col-label").nth(2).focus()
+    assert page.locator("#readout").inner_text().startswith("Column")
+
+
+def test_decoder_self_attention_is_lower_triangular(page) -> None:
+    choose_kind(page, "decoder self-attention")
+    cells = weights(page)
+    rows = int(page.locator("#map").get_attribute("data-rows"))
+    assert rows == int(page.locator("#map").get_attribute("data-columns"))
+    assert page.locator("#map .row-label").first.inner_text() == "<s>"
+    assert all(w == 0 for r, c, w in cells if c > r), "the upper triangle must be empty"
+    assert cells[0][2] == 1.0                                     # <s> can only read itself
+    assert page.locator("#map .cell.masked").count() == rows * (rows - 1) // 2
+    assert page.locator("#level").is_disabled()
+
+
+def test_encoder_self_attention_is_a_full_square(page) -> None:
+    choose_kind(page, "encoder self-attention")
+    cells = weights(page)
+    assert page.locator("#map .row-label").last.inner_text() == "</s>"
+    assert sum(w for r, c, w in cells if c > r) > 0.1, "the encoder reads later positions too"
+    assert page.locator("#map .cell.masked").count() == 0
+
+
+def test_layer_and_head_switch_the_map(page) -> None:
+    choose_kind(page, "decoder self-attention")
+    page.get_by_label("Layer", exact=True).select_option("1")
+    page.get_by_label("Head", exact=True).select_option("mean")
+    mean = weights(page)
+    page.get_by_label("Head", exact=True).select_option("0")
+    head0 = weights(page)
+    assert head0 != mean
+    page.get_by_label("Layer", exact=True).select_option("0")
+    assert weights(page) != head0
+    assert "layer 0, head 0" in page.locator("#map-caption").inner_text()
+
+
+def test_downloads_png_and_svg(page) -> None:
+    from PIL import Image
+
+    choose_kind(page, "decoder self-attention")
+    page.get_by_label("Layer", exact=True).select_option("0")
+    page.get_by_label("Head", exact=True).select_option("1")
+    with page.expect_download() as png_download:
+        page.get_by_role("link", name="Download the decoder map as PNG").click()
+    png = Path(png_download.value.path()).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and Image.open(io.BytesIO(png)).size[0] > 100
+    assert png_download.value.suggested_filename.startswith("decoder-attention-de-en-der-hund")
+    with page.expect_download() as svg_download:
+        page.get_by_role("link", name="Download the decoder map as SVG").click()
+    texts = [e.text for e in ET.fromstring(Path(svg_download.value.path()).read_bytes())
+             .iter("{http://www.w3.org/2000/svg}text")]
+    assert "decoder self-attention, layer 0, heads 1" in texts and "<s>" in texts
+    choose_kind(page, "cross-attention")
+    with page.expect_download() as cross_download:
+        page.get_by_role("link", name="Download the cross map as SVG").click()
+    assert cross_download.value.suggested_filename.startswith("alignment-de-en-der-hund")
+
+
+def test_accessible_and_narrow(page) -> None:
+    unlabelled = page.eval_on_selector_all(
+        "input, select, textarea", "els => els.filter(e => !e.labels || !e.labels.length).map(e => e.id || e.name)")
+    assert unlabelled == []
+    page.set_viewport_size({"width": 360, "height": 800})
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 1, "the page scrolls sideways on a narrow screen (only the map may)"
+    page.keyboard.press("Tab")                      # the controls are reachable from the keyboard
+    page.set_viewport_size({"width": 1100, "height": 900})
+
+
+def screenshot(models: Path, out: Path, text: str) -> None:
+    """Serve `models`, translate `text` on the page and save a screenshot to `out`."""
+    port = free_port()
+    process = start_server(models, port)
+    try:
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1100, "height": 1000}, device_scale_factor=1)
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.get_by_label("Text to translate").fill(text)
+            page.get_by_role("button", name="Translate").click()
+            page.locator("#translation-text").wait_for(state="visible")
+            page.locator("#target-tokens .token").nth(1).hover()
+            out.parent.mkdir(parents=True, exist_ok=True)
+            bottom = page.evaluate("document.querySelector('#explorer').getBoundingClientRect().bottom")
+            page.screenshot(path=str(out), full_page=True, clip={"x": 0, "y": 0, "width": 1100, "height": bottom})
+            browser.close()
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="screenshot of the attention explorer")
+    parser.add_argument("--models", type=Path, default=Path("models"))
+    parser.add_argument("--out", type=Path, default=Path("docs/explorer.png"))
+    parser.add_argument("--text", default="Das Haus ist sehr klein.")
+    arguments = parser.parse_args()
+    screenshot(arguments.models, arguments.out, arguments.text)
+    print(f"wrote {arguments.out}")
