@@ -22,13 +22,13 @@ Torch-free: the onnxruntime serving path reads bundles.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from data.prepare import sha256_file
 from seq2seq.config import ModelConfig, from_dict, to_dict
 
 BUNDLE_FILE = "bundle.json"
@@ -44,14 +44,6 @@ GRAPH_FILES = {
 
 class BundleError(ValueError):
     """A bundle is missing files, has corrupted files, or has an unreadable manifest."""
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def file_entry(path: Path) -> dict[str, Any]:

@@ -81,6 +81,14 @@ class TrainConfig:
     average_last: int = 5                # average the last N checkpoints into the final model
     seed: int = 1
     threads: int = 0                     # torch intra-op threads, 0 = torch's default
+    # Guided alignment (Garg et al. 2019): supervise one cross-attention head with a word
+    # aligner's links while training translation. A Pharaoh file with one line per line of
+    # DATA/train.tsv (bench/eflomal_baseline.py --train-out); "" = off. The head is
+    # `guided_head` of ModelConfig.alignment_layer, and a new run records it as the model's
+    # alignment head, so the product reads the supervised head by default.
+    guided_alignment: str = ""
+    guided_weight: float = 0.05          # λ of Garg et al.: loss = translation + λ · alignment
+    guided_head: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(self.betas))

@@ -115,7 +115,7 @@ def _stepwise_attention(backend, source: list[int], target: list[int]) -> np.nda
     for token in [backend.bos_id] + target:
         out = backend.step(np.array([[token]], dtype=np.int64), cross_k, cross_v, src_mask, past_k, past_v, True)
         past_k, past_v = out.past_k, out.past_v
-        rows.append(np.asarray(out.attention)[:, 0])                                     # (L, H, S)
+        rows.append(np.asarray(out.cross_weights)[:, 0])                                   # (L, H, S)
     return np.stack(rows, axis=2).astype(np.float32)                                     # (L, H, T+1, S)
 
 

@@ -1,5 +1,7 @@
 """Training: token-bucketed batches, label smoothing, AdamW with warmup + inverse-sqrt,
-validation loss and BLEU, exact resume, checkpoint averaging, and torchrun data parallelism.
+validation loss and BLEU, exact resume, checkpoint averaging, and torchrun data parallelism;
+optionally guided alignment (one cross-attention head supervised with a word aligner's
+links, Garg et al. 2019; `--guided-alignment FILE.pharaoh`).
 
 Run it plainly (`crossalign train ...`) or under `torchrun --nproc_per_node N` (gloo on
 CPU): each rank takes every N-th batch of the same deterministic order.
@@ -24,11 +26,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from data.prepare import read_pairs
+from data.prepare import Pair, read_pairs
 from data.tokenizer import Tokenizer
+from seq2seq.aer import read_pharaoh
+from seq2seq.alignment import Token, projection, words
 from seq2seq.config import (DecodeConfig, ModelConfig, TrainConfig, dataclass_arguments, from_arguments,
                             load_config, save_config, to_dict)
-from seq2seq.model import Transformer, save_model
+from seq2seq.model import Transformer, key_padding_mask, save_model
 from seq2seq.torch_backend import TorchBackend
 from seq2seq.translator import Translator
 
@@ -40,17 +44,25 @@ Example = tuple[list[int], list[int]]  # (source ids + EOS, target ids), no BOS/
 # --------------------------------------------------------------------------- data
 
 
-def load_examples(path: Path, tokenizer: Tokenizer, max_length: int, upsample_sentences: int = 1) -> list[Example]:
-    """Tokenize a split; sentence pairs are repeated `upsample_sentences` times."""
+def load_examples(path: Path, tokenizer: Tokenizer, max_length: int, upsample_sentences: int = 1,
+                  lines: list[int] | None = None) -> list[Example]:
+    """Tokenize a split; sentence pairs are repeated `upsample_sentences` times.
+
+    Empty and over-long pairs are dropped, so examples and lines of `path` do not
+    correspond one to one: when `lines` is given, it receives the 0-based line of every
+    example (what keeps guided alignment line-aligned with its Pharaoh file).
+    """
     pairs = read_pairs(path)
     sources = tokenizer.encode_batch([p.source for p in pairs])
     targets = tokenizer.encode_batch([p.target for p in pairs])
     examples = []
-    for pair, src, tgt in zip(pairs, sources, targets):
+    for number, (pair, src, tgt) in enumerate(zip(pairs, sources, targets)):
         if not src or not tgt or len(src) + 1 > max_length or len(tgt) + 1 > max_length:
             continue
         repeat = upsample_sentences if pair.kind == "sentence" else 1
         examples.extend([(src + [tokenizer.sp.eos_id()], tgt)] * repeat)
+        if lines is not None:
+            lines.extend([number] * repeat)
     return examples
 
 
@@ -92,6 +104,108 @@ def collate(examples: list[Example], indices: list[int], config: ModelConfig) ->
         tgt_in[row, : len(target) + 1] = torch.tensor([config.bos_id] + target)
         tgt_out[row, : len(target) + 1] = torch.tensor(target + [config.eos_id])
     return src, tgt_in, tgt_out
+
+
+# --------------------------------------------------------------------------- guided alignment
+#
+# Garg et al. 2019 ("Jointly Learning to Align and Translate with Transformer Models"): one
+# cross-attention head is trained, together with translation, to put its attention where
+# a word aligner (eflomal, bench/eflomal_baseline.py) links the words.
+#
+# The rule from word links to a subword target, per training pair:
+#   * words are `seq2seq.alignment.words()` of the pair's texts (eflomal's tokens); a
+#     piece belongs to every word its characters overlap (`seq2seq.alignment.projection`);
+#   * the row of the decoder step that *produces* target piece t (no step shift, the
+#     map's default reading) gets a uniform distribution over every source piece of every
+#     source word linked to a word of piece t; the source EOS column gets nothing;
+#   * rows with no linked source word (unaligned target words, a bare "▁" piece) and the
+#     step that produces EOS are not supervised;
+#   * links outside the sentence's word counts are dropped, and a pair whose pieces
+#     differ from the training example's (never, with one tokenizer) is not supervised.
+# The loss is Garg et al.'s cross-entropy between that distribution g and the head's
+# attention a, -Σ_s g(t, s) log a(t, s), averaged over the supervised rows of the batch,
+# added to the per-token translation loss with weight `TrainConfig.guided_weight`.
+
+
+class GuidedAlignment:
+    """Word links of the training lines, and the attention rows they ask of the head."""
+
+    def __init__(self, path: Path, pairs: list[Pair], lines: list[int], tokenizer: Tokenizer):
+        self.links = read_pharaoh(path)
+        if len(self.links) != len(pairs):
+            raise ValueError(f"{path}: {len(self.links)} alignment lines for {len(pairs)} training lines; the "
+                             "Pharaoh file must have one line per line of train.tsv")
+        self.pairs, self.lines, self.tokenizer = pairs, lines, tokenizer
+
+    def distribution(self, line: int, n_source: int, n_target: int) -> np.ndarray | None:
+        """(n_target, n_source + 1) gold attention of one training line (+ its EOS column),
+        zero rows where a piece is not supervised; None when the pieces do not match."""
+        pair = self.pairs[line]
+        pieces = []
+        for text, expected in ((pair.source, n_source), (pair.target, n_target)):
+            _, names, offsets = self.tokenizer.encode_with_offsets(text)
+            if len(names) != expected:
+                return None
+            pieces.append(projection([Token(n, s, e) for n, (s, e) in zip(names, offsets)], words(text)) > 0)
+        source_of, target_of = pieces                                   # (S, Sw), (T, Tw) bool
+        linked = np.zeros((target_of.shape[1], source_of.shape[1]), dtype=bool)   # (Tw, Sw)
+        for i, j in self.links[line]:
+            if i < linked.shape[1] and j < linked.shape[0]:
+                linked[j, i] = True
+        # piece t -> its words -> their linked source words -> those words' pieces
+        rows = (target_of.astype(np.int64) @ linked.astype(np.int64)) > 0         # (T, Sw)
+        mass = (rows.astype(np.int64) @ source_of.T.astype(np.int64)) > 0         # (T, S)
+        gold = np.zeros((n_target, n_source + 1), dtype=np.float32)
+        counts = mass.sum(axis=1, keepdims=True)
+        gold[:, :n_source] = np.divide(mass, counts, out=np.zeros(mass.shape), where=counts > 0)
+        return gold
+
+    def targets(self, examples: list[Example], indices: list[int]) -> torch.Tensor:
+        """(B, T, S) gold rows for a batch laid out as `collate` lays it out (T = longest
+        target + 1 for the EOS step, S = longest source with its EOS)."""
+        s = max(len(examples[i][0]) for i in indices)
+        t = max(len(examples[i][1]) for i in indices) + 1
+        gold = np.zeros((len(indices), t, s), dtype=np.float32)
+        for row, index in enumerate(indices):
+            source, target = examples[index]
+            found = self.distribution(self.lines[index], len(source) - 1, len(target))
+            if found is not None:
+                gold[row, : len(target), : len(source)] = found
+        return torch.from_numpy(gold)
+
+
+class GuidedForward(torch.nn.Module):
+    """The training pass that also returns the guided head's cross-attention.
+
+    A module (not a function) so that DistributedDataParallel can wrap it; it holds the
+    model, whose state dict and checkpoints are unchanged. Only the guided layer takes
+    the explicit-softmax attention path (`cross_weight_layers`), the others stay fused.
+    """
+
+    def __init__(self, model: Transformer, layer: int, head: int):
+        super().__init__()
+        self.model, self.layer, self.head = model, layer, head
+
+    def forward(self, src_ids: torch.Tensor, tgt_in_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, S), (B, T) -> log-probs (B, T, V), the head's weights (B, T, S)."""
+        pad_id = self.model.config.pad_id
+        src_key_mask = key_padding_mask(src_ids, pad_id)
+        encoded = self.model.encode(src_ids, src_key_mask)
+        out = self.model.decode(tgt_in_ids, encoded.cross_k, encoded.cross_v, src_key_mask,
+                                tgt_key_mask=key_padding_mask(tgt_in_ids, pad_id), need_cross_weights=True,
+                                cross_weight_layers=(self.layer,))
+        return out.log_probs, out.cross_weights[0][:, self.head]        # (L=1, B, H, T, S) -> (B, T, S)
+
+
+def guided_loss(weights: torch.Tensor, gold: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Cross-entropy -Σ g log a summed over supervised rows (those with gold mass); the count.
+
+    weights and gold (B, T, S). Masked columns have a = 0 and g = 0: the clamp keeps
+    0 · log 0 at 0 instead of NaN.
+    """
+    supervised = gold.sum(dim=-1) > 0                                   # (B, T)
+    entropy = -(gold * weights.clamp_min(1e-9).log()).sum(dim=-1)       # (B, T)
+    return entropy[supervised].sum(), int(supervised.sum())
 
 
 # --------------------------------------------------------------------------- optimisation
@@ -197,6 +311,16 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
     checkpoints = list_checkpoints(out_dir) if resume else []
     if checkpoints:  # the architecture of a run is fixed by its first start
         model_config = load_config(ModelConfig, out_dir / "config.json")
+    elif train_config.guided_alignment and not model_config.alignment_heads:
+        # The supervised head becomes the model's alignment source (config.json travels with it).
+        model_config = replace(model_config, alignment_heads=(train_config.guided_head,))
+    guided_layer = model_config.resolved_alignment_layer
+    if train_config.guided_alignment:
+        if not 0 <= train_config.guided_head < model_config.n_heads:
+            raise ValueError(f"guided_head {train_config.guided_head} outside 0..{model_config.n_heads - 1}")
+        if train_config.guided_head not in model_config.alignment_heads:
+            log.warning("guided head %d is not among the model's alignment heads %s", train_config.guided_head,
+                        list(model_config.alignment_heads))
     random.seed(train_config.seed)
     np.random.seed(train_config.seed)
     torch.manual_seed(train_config.seed)
@@ -216,10 +340,20 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
     if is_main_process():
         save_config(model_config, out_dir / "config.json")
         save_config(train_config, out_dir / "train_config.json")
-    ddp_model = torch.nn.parallel.DistributedDataParallel(model) if distributed else model
+    forward: torch.nn.Module = model
+    if train_config.guided_alignment:
+        forward = GuidedForward(model, guided_layer, train_config.guided_head)
+    ddp_model = torch.nn.parallel.DistributedDataParallel(forward) if distributed else forward
 
     max_length = model_config.max_positions
-    examples = load_examples(data_dir / "train.tsv", tokenizer, max_length, train_config.sentence_upsample)
+    lines: list[int] = []
+    examples = load_examples(data_dir / "train.tsv", tokenizer, max_length, train_config.sentence_upsample, lines)
+    guided = None
+    if train_config.guided_alignment:
+        guided = GuidedAlignment(Path(train_config.guided_alignment), read_pairs(data_dir / "train.tsv"), lines,
+                                 tokenizer)
+        log.info("guided alignment: head %d of layer %d, weight %g, links from %s", train_config.guided_head,
+                 guided_layer, train_config.guided_weight, train_config.guided_alignment)
     valid_pairs = read_pairs(data_dir / "valid.tsv")
     valid_examples = load_examples(data_dir / "valid.tsv", tokenizer, max_length)
     bleu_pairs = valid_pairs[: train_config.valid_bleu_sentences]
@@ -232,6 +366,7 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
     progress = tqdm(total=train_config.max_steps, initial=state["step"], disable=not is_main_process(),
                     desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
     window_tokens, window_start, window_loss = 0, time.time(), (0.0, 0)
+    window_guided = (0.0, 0)
     stop = state["step"] >= train_config.max_steps  # resuming a finished run trains no further
     while not stop:
         batches = make_batches(examples, train_config.max_tokens, train_config.seed, state["epoch"])
@@ -243,11 +378,20 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, train_config)
             src, tgt_in, tgt_out = collate(examples, indices, model_config)
-            loss_sum, n_tokens = smoothed_loss(ddp_model(src, tgt_in), tgt_out, train_config.label_smoothing,
-                                               model_config.pad_id)
+            if guided is None:
+                loss_sum, n_tokens = smoothed_loss(ddp_model(src, tgt_in), tgt_out, train_config.label_smoothing,
+                                                   model_config.pad_id)
+                # Normalise by this rank's tokens; DDP averages gradients across ranks.
+                loss = loss_sum / max(n_tokens, 1)
+            else:
+                log_probs, head_weights = ddp_model(src, tgt_in)
+                loss_sum, n_tokens = smoothed_loss(log_probs, tgt_out, train_config.label_smoothing,
+                                                   model_config.pad_id)
+                guided_sum, n_rows = guided_loss(head_weights, guided.targets(examples, indices))
+                loss = loss_sum / max(n_tokens, 1) + train_config.guided_weight * guided_sum / max(n_rows, 1)
+                window_guided = (window_guided[0] + float(guided_sum.detach()), window_guided[1] + n_rows)
             optimizer.zero_grad(set_to_none=True)
-            # Normalise by this rank's tokens; DDP averages gradients across ranks.
-            (loss_sum / max(n_tokens, 1)).backward()
+            loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.clip_norm)
             optimizer.step()
             state["step"] = step
@@ -258,7 +402,9 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
                 rate = window_tokens / max(time.time() - window_start, 1e-9)
                 progress.set_postfix(loss=f"{window_loss[0] / max(window_loss[1], 1):.3f}",
                                      tok_s=f"{rate:,.0f}", lr=f"{learning_rate(step, train_config):.2e}",
-                                     gnorm=f"{float(grad_norm):.2f}")
+                                     gnorm=f"{float(grad_norm):.2f}",
+                                     **({"align": f"{window_guided[0] / max(window_guided[1], 1):.3f}"}
+                                        if guided is not None else {}))
             stop = step >= train_config.max_steps or time.time() >= deadline
             if distributed and math.isfinite(deadline):
                 # Clocks differ across ranks: all must stop at the same step, or the ones that
@@ -272,6 +418,8 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
                              "train_loss": round(window_loss[0] / max(window_loss[1], 1), 4),
                              "tokens_per_s": round(window_tokens / max(time.time() - window_start, 1e-9)),
                              "valid_loss": round(validation_loss(model, valid_examples, train_config.max_tokens), 4)}
+                    if guided is not None:
+                        entry["guided_loss"] = round(window_guided[0] / max(window_guided[1], 1), 4)
                     if bleu_pairs:
                         entry["valid_bleu"] = round(validation_bleu(model, tokenizer, [p.source for p in bleu_pairs],
                                                                     [p.target for p in bleu_pairs]), 2)
@@ -280,6 +428,7 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
                     with open(out_dir / "history.jsonl", "a") as handle:
                         handle.write(json.dumps(entry) + "\n")
                 window_tokens, window_start, window_loss = 0, time.time(), (0.0, 0)
+                window_guided = (0.0, 0)
             if step % train_config.save_every == 0 or stop:
                 state["elapsed"] = time.time() - start_time
                 if is_main_process():

@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from service import attention, libre, native
+from service import align, attention, libre, native
 from service.deps import APIError, RateLimiter, get_engine, get_metrics
 from service.engine import Engine, load_engine
 from service.languages import get_detector
@@ -147,6 +147,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.add_middleware(MetricsMiddleware, metrics=metrics_)
     app.include_router(libre.router)
     app.include_router(native.router)
+    app.include_router(align.router)
     app.include_router(ops)
     attention.install(app)  # /v1/attention and the explorer page at /
     return app

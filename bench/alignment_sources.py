@@ -1,0 +1,115 @@
+"""Choose the alignment source on the gold set: which decoder layer, which heads, step shift or not.
+
+Every gold pair's target is teacher-forced through the model once (seq2seq/forced.py);
+from that one (L, H, T+1, S+1) attention array per pair, every candidate source is read
+with the project's one rule (seq2seq.alignment: subword -> word, argmax links) and scored
+against the gold links (seq2seq/aer.py: AER, precision, recall):
+
+* every layer, mean of all heads;
+* every single head of every layer;
+* each of them with and without the step shift (row i read where target token i is the
+  decoder *input*, Chen et al. 2020, "Accurate Word Alignment Induction from Neural
+  Machine Translation").
+
+Prints the table sorted by AER and the best choice, as the ModelConfig fields
+(`alignment_layer`, `alignment_heads`) and the flags of `crossalign eval` / `align`.
+Choosing on the gold set and reporting on the same set is optimistic; with 162 pairs,
+differences under about one AER point are noise.
+
+    OMP_NUM_THREADS=1 python bench/alignment_sources.py --model work/release/final --backend torch \\
+        --gold data/gold/de-en.gold.tsv [--json sources.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from seq2seq.aer import Score, read_gold, score  # noqa: E402
+from seq2seq.forced import ForcedAlignmentError, build_alignment, forced_attention  # noqa: E402
+from seq2seq.loading import BACKENDS, load_translator  # noqa: E402
+
+
+def candidates(layers: int, heads: int) -> list[tuple[int, tuple[int, ...], bool]]:
+    """(layer, heads, step_shift): each layer's mean, then each single head; shift off and on."""
+    sources = [(layer, (), shift) for layer in range(layers) for shift in (False, True)]
+    sources += [(layer, (head,), shift) for layer in range(layers) for head in range(heads) for shift in (False, True)]
+    return sources
+
+
+def describe(layer: int, heads: tuple[int, ...], shift: bool) -> str:
+    return f"layer {layer}  {'mean' if not heads else f'head {heads[0]}':<7} {'shift' if shift else '-':<5}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--model", type=Path, required=True, help="model directory (bundle or training output)")
+    parser.add_argument("--gold", type=Path, default=REPO / "data" / "gold" / "de-en.gold.tsv")
+    parser.add_argument("--backend", choices=("auto",) + BACKENDS, default="auto",
+                        help="auto: onnx for a bundle (bundle.json), else torch")
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="also write every row as JSON here")
+    args = parser.parse_args(argv)
+
+    backend = args.backend
+    if backend == "auto":
+        backend = "onnx" if (args.model / "bundle.json").is_file() else "torch"
+    translator = load_translator(args.model, backend, args.threads)
+    config = translator.backend.config
+    gold = read_gold(args.gold)
+    started = time.perf_counter()
+    prepared = forced_attention(translator, [(pair.source, pair.target) for pair in gold])
+    failed = [pair.line for pair, item in zip(gold, prepared) if isinstance(item, ForcedAlignmentError)]
+    if failed:
+        print(f"warning: {len(failed)} gold pairs could not be aligned (lines {failed[:10]}); they count as "
+              "pairs without links", file=sys.stderr)
+    print(f"{args.model} ({backend}): {config.decoder_layers} decoder layers x {config.n_heads} heads; "
+          f"{len(gold)} gold pairs teacher-forced in {time.perf_counter() - started:.1f} s", flush=True)
+
+    def score_source(layer: int, heads: tuple[int, ...], shift: bool) -> Score:
+        hypotheses = []
+        for pair, item in zip(gold, prepared):
+            if isinstance(item, ForcedAlignmentError):
+                hypotheses.append(set())
+                continue
+            attention, source_pieces, target_pieces = item
+            word, _ = build_alignment(attention, pair.source, source_pieces, pair.target, target_pieces, layer,
+                                      heads, "word", shift)
+            hypotheses.append(set(word.links))
+        return score(hypotheses, gold)
+
+    rows = [(score_source(layer, heads, shift), layer, heads, shift)
+            for layer, heads, shift in candidates(config.decoder_layers, config.n_heads)]
+    rows.sort(key=lambda row: (row[0].aer, -row[0].recall))
+
+    print(f"\n{'source':<26} {'AER':>6} {'prec':>6} {'recall':>6}")
+    for result, layer, heads, shift in rows:
+        print(f"{describe(layer, heads, shift):<26} {100 * result.aer:6.1f} {100 * result.precision:6.1f} "
+              f"{100 * result.recall:6.1f}")
+    best, layer, heads, shift = rows[0]
+    current = score_source(config.resolved_alignment_layer, tuple(config.alignment_heads), False)
+    print(f"\nbest: {describe(layer, heads, shift).strip()}: {best}")
+    print(f"the model's current default (layer {config.resolved_alignment_layer}, heads "
+          f"{list(config.alignment_heads) or 'mean'}, no shift): AER {100 * current.aer:.1f}")
+    heads_flag = " ".join(map(str, heads)) if heads else "(no value: the mean of all heads)"
+    print(f"as flags: --layer {layer} --heads {heads_flag}{' --step-shift' if shift else ''}")
+    print(f"as ModelConfig: alignment_layer={layer}, alignment_heads={tuple(heads)}"
+          f"{'; the step shift is a read-time option (step_shift=true)' if shift else ''}")
+    if args.json:
+        args.json.write_text(json.dumps([
+            {"layer": layer, "heads": list(heads) or "mean", "step_shift": shift, "aer": round(100 * r.aer, 2),
+             "precision": round(100 * r.precision, 2), "recall": round(100 * r.recall, 2)}
+            for r, layer, heads, shift in rows], indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

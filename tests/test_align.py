@@ -1,0 +1,316 @@
+"""Forced alignment (`crossalign align`, `POST /v1/align`), AER evaluation and guided alignment.
+
+The tiny model of test_export (a few seconds of training on a word-for-word toy language)
+is exported once per module; the guided-alignment test trains two tiny models on a
+reversal task, whose gold alignment is the anti-diagonal.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from data.prepare import read_pairs
+from data.tokenizer import Tokenizer
+from export.exporter import export_model
+from export.runtime import load_translator as load_onnx_translator
+from seq2seq.aer import read_gold, score, write_pharaoh
+from seq2seq.cli import main as cli_main
+from seq2seq.config import DecodeConfig, ModelConfig, TrainConfig
+from seq2seq.forced import ForcedAlignment, ForcedAlignmentError, align_pair, align_pairs
+from seq2seq.loading import load_translator
+from seq2seq.train import GuidedAlignment, guided_loss, load_examples, train
+from seq2seq.translator import Translator
+from service.app import create_app
+from service.engine import TranslatorEngine
+from service.settings import Settings
+from test_export import SENTENCES, toy_pairs, train_tiny
+
+from conftest import TOY_ALPHABET, write_toy_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+PAIRS = toy_pairs(6, seed=7)
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("align")
+    checkpoint = train_tiny(directory)
+    manifest = directory / "manifest.json"
+    manifest.write_text(json.dumps({"corpus": "toy", "license": "CC0-1.0 (generated in the test)"}))
+    export_model(checkpoint, directory / "de-en", data_manifest=manifest, parity_sentences=SENTENCES)
+    return directory / "de-en"
+
+
+@pytest.fixture(scope="module")
+def onnx_translator(bundle: Path) -> Translator:
+    return load_onnx_translator(bundle, threads=1)
+
+
+@pytest.fixture(scope="module")
+def torch_translator(bundle: Path) -> Translator:
+    return load_translator(bundle, "torch")
+
+
+class StepOnly:
+    """A backend with only the search interface (encode, step): the step-by-step path."""
+
+    def __init__(self, backend):
+        self.inner, self.config = backend, backend.config
+        self.bos_id, self.eos_id, self.pad_id = backend.bos_id, backend.eos_id, backend.pad_id
+
+    def encode(self, *args):
+        return self.inner.encode(*args)
+
+    def step(self, *args):
+        return self.inner.step(*args)
+
+
+# --------------------------------------------------------------------------- the library
+
+
+@pytest.mark.parametrize("layer,heads,step_shift", [(None, None, False), (0, (), True), (-1, (1, 3), False)])
+def test_backends_agree_on_forced_alignment(onnx_translator: Translator, torch_translator: Translator,
+                                            layer, heads, step_shift) -> None:
+    stepwise = Translator(StepOnly(onnx_translator.backend), onnx_translator.tokenizer)
+    results = [align_pairs(t, PAIRS, "subword", layer, heads, step_shift)
+               for t in (onnx_translator, torch_translator, stepwise)]
+    for onnx, torch_, steps in zip(*results):
+        assert isinstance(onnx, ForcedAlignment)
+        assert onnx.links == torch_.links == steps.links
+        np.testing.assert_allclose(torch_.word.matrix, onnx.word.matrix, atol=1e-4, rtol=0)
+        np.testing.assert_allclose(steps.alignment.matrix, onnx.alignment.matrix, atol=1e-4, rtol=0)
+        assert onnx.word.matrix.shape == (len(onnx.word.target_tokens), len(onnx.word.source_tokens))
+        np.testing.assert_allclose(onnx.word.matrix.sum(axis=1), 1.0, atol=1e-6)
+
+
+def test_forced_alignment_of_the_model_translation_equals_its_search_alignment(torch_translator: Translator) -> None:
+    """Teacher forcing the model's own translation reproduces the map the search stored."""
+    for sentence in SENTENCES:
+        result = torch_translator.translate(sentence, DecodeConfig(beam_size=4))
+        searched = torch_translator.align(sentence, result, "word")
+        forced = align_pair(torch_translator, sentence, result.text)
+        assert forced.links == searched.links
+        np.testing.assert_allclose(forced.word.matrix, searched.matrix, atol=1e-5, rtol=0)
+        assert [t.text for t in forced.word.target_tokens] == [t.text for t in searched.target_tokens]
+
+
+def test_unalignable_pairs_are_errors_in_place(onnx_translator: Translator) -> None:
+    results = align_pairs(onnx_translator, [("der Hund", "  "), PAIRS[0], ("", "the dog"),
+                                            (" ".join(["der"] * 300), "the")])
+    assert [type(r) for r in results] == [ForcedAlignmentError, ForcedAlignment, ForcedAlignmentError,
+                                          ForcedAlignmentError]
+    assert "empty target" in str(results[0]) and "too long" in str(results[3])
+    with pytest.raises(ForcedAlignmentError, match="layer 5"):
+        align_pair(onnx_translator, *PAIRS[0], layer=5)
+
+
+# --------------------------------------------------------------------------- crossalign align
+
+
+def test_align_cli_pharaoh_and_jsonl_with_bad_lines(bundle: Path, onnx_translator: Translator, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    lines = [f"{s}\t{t}".encode() for s, t in PAIRS[:3]]
+    lines[1:1] = [b"no tab here", b"der Hund\t", b"der \xff Hund\tthe dog"]
+    lines.append(f"{PAIRS[3][0]}\t{PAIRS[3][1]}\tsentence".encode())       # a third column is ignored
+    source = tmp_path / "pairs.tsv"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    expected = [a.word.pharaoh for a in align_pairs(onnx_translator, PAIRS[:4])]
+
+    pharaoh = tmp_path / "out.pharaoh"
+    assert cli_main(["align", "--model", str(bundle), "-i", str(source), "-o", str(pharaoh), "--threads", "1"]) == 3
+    written = pharaoh.read_text().split("\n")[:-1]
+    assert written == [expected[0], "", "", "", expected[1], expected[2], expected[3]]
+    errors = capsys.readouterr().err
+    assert "line 2: expected source<TAB>target" in errors and "line 4: invalid UTF-8" in errors
+
+    jsonl = tmp_path / "out.jsonl"
+    assert cli_main(["align", "--model", str(bundle), "-i", str(source), "-o", str(jsonl), "--format", "jsonl",
+                     "--backend", "torch", "--layer", "0", "--heads", "1", "--step-shift", "--level", "subword"]) == 3
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [r["line"] for r in records] == list(range(1, 8))
+    assert records[2]["error"] == "target: empty line" and "error" not in records[0]
+    first = records[0]
+    assert first["source"] == PAIRS[0][0] and first["target"] == PAIRS[0][1]
+    assert [w["text"] for w in first["source_words"]] == PAIRS[0][0].split()
+    matrix = np.array(first["matrix"])
+    assert matrix.shape == (len(first["target_words"]), len(first["source_words"]))
+    assert (first["layer"], first["heads"], first["step_shift"]) == (0, [1], True)
+    assert first["subword_alignment"]["level"] == "subword"
+    links = [tuple(map(int, link.split("-"))) for link in first["word_alignment"].split()]
+    assert links == sorted((int(np.argmax(row)), j) for j, row in enumerate(matrix))
+
+
+# --------------------------------------------------------------------------- POST /v1/align
+
+
+def test_v1_align_matches_the_library(onnx_translator: Translator, torch_translator: Translator) -> None:
+    engine = TranslatorEngine({("de", "en"): ("de-en", onnx_translator)}, window_s=0.002)
+    with TestClient(create_app(Settings(), engine=engine), raise_server_exceptions=False) as client:
+        source, target = PAIRS[0]
+        body = client.post("/v1/align", json={"text": source, "translation": target, "source": "de"}).json()
+        (item,) = body["alignments"]
+        assert item["word_alignment"] == align_pair(torch_translator, source, target).word.pharaoh
+        assert item["text"] == source and item["translation"] == target
+        for word in item["source_words"]:
+            assert source[word["start"]:word["end"]] == word["text"]
+
+        many = client.post("/v1/align", json={"pairs": [{"text": s, "translation": t} for s, t in PAIRS[:3]],
+                                              "source": "de", "target": "en", "layer": 0, "heads": [2],
+                                              "level": "subword"}).json()
+        expected = align_pairs(torch_translator, PAIRS[:3], "subword", 0, (2,))
+        assert [a["word_alignment"] for a in many["alignments"]] == [e.word.pharaoh for e in expected]
+        assert all(a["subword_alignment"]["heads"] == [2] for a in many["alignments"])
+
+        for bad, message in [({"text": source, "translation": " ", "source": "de"}, "empty target"),
+                             ({"text": source, "translation": target, "source": "de", "layer": 7}, "layer 7"),
+                             ({"text": source, "source": "de"}, "translation"),
+                             ({"pairs": [], "source": "de"}, "empty")]:
+            response = client.post("/v1/align", json=bad)
+            assert response.status_code == 400 and message in response.json()["error"], response.json()
+    engine.close()
+
+
+# --------------------------------------------------------------------------- crossalign eval --gold
+
+
+def test_eval_gold_scores_a_pharaoh_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    gold_path = REPO / "data" / "gold" / "de-en.gold.tsv"
+    gold = read_gold(gold_path)
+    hypothesis = tmp_path / "sure.pharaoh"
+    write_pharaoh(hypothesis, [pair.sure for pair in gold])
+    assert cli_main(["eval", "--gold", str(gold_path), "--hyp", str(hypothesis), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["aer"], result["precision"], result["recall"], result["pairs"]) == (0.0, 100.0, 100.0, len(gold))
+    assert cli_main(["eval", "--gold", str(gold_path), "--hyp", str(REPO / "data/gold/eflomal.gold.pharaoh"),
+                     "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["aer"] == 13.59          # the baseline of data/gold/README.md
+
+
+# --------------------------------------------------------------------------- guided alignment
+
+
+class FakeTokenizer:
+    """A fixed segmentation with subwords, to check the word -> subword supervision rule."""
+
+    SEGMENTS = {"Das Hausboot sinkt": ["▁Das", "▁Haus", "boot", "▁sinkt"],
+                "The house boat is sinking": ["▁The", "▁house", "▁boat", "▁is", "▁sink", "ing"]}
+
+    def encode_with_offsets(self, text: str):
+        pieces, offsets, position = self.SEGMENTS[text], [], 0
+        for piece in pieces:
+            visible = piece.replace("▁", " ") if position else piece.lstrip("▁")
+            offsets.append((position, position + len(visible)))
+            position += len(visible)
+        return list(range(len(pieces))), pieces, offsets
+
+
+def test_guided_rule_maps_word_links_to_subword_rows(tmp_path: Path) -> None:
+    links = tmp_path / "links.pharaoh"
+    links.write_text("0-0 1-1 1-2 2-3 2-4\n")
+    pairs = read_pairs_text(tmp_path, "Das Hausboot sinkt\tThe house boat is sinking\tsentence\n")
+    gold = GuidedAlignment(links, pairs, [0], FakeTokenizer()).distribution(0, n_source=4, n_target=6)
+    half = [0, 0.5, 0.5, 0, 0]
+    np.testing.assert_allclose(gold, [[1, 0, 0, 0, 0],            # The -> Das
+                                      half,                       # house -> Haus boot (both pieces of Hausboot)
+                                      half,                       # boat -> Haus boot
+                                      [0, 0, 0, 1, 0],            # is -> sinkt
+                                      [0, 0, 0, 1, 0],            # sink -> sinkt
+                                      [0, 0, 0, 1, 0]])           # ing -> sinkt; EOS column never supervised
+    links.write_text("0-0 7-7\n")                                 # out-of-range links are dropped
+    unaligned = GuidedAlignment(links, pairs, [0], FakeTokenizer()).distribution(0, 4, 6)
+    assert unaligned[0, 0] == 1 and unaligned[1:].sum() == 0      # rows of unaligned words stay unsupervised
+
+
+def read_pairs_text(directory: Path, text: str):
+    path = directory / "train.tsv"
+    path.write_text(text)
+    return read_pairs(path)
+
+
+def test_guided_loss_is_zero_without_gold_and_examples_keep_their_lines(tmp_path: Path,
+                                                                       toy_tokenizer_path: Path) -> None:
+    weights = torch.softmax(torch.randn(2, 3, 4), dim=-1)
+    assert guided_loss(weights, torch.zeros(2, 3, 4)) == (0, 0)
+    gold = torch.zeros(2, 3, 4)
+    gold[0, 1, 2] = 1.0
+    total, rows = guided_loss(weights, gold)
+    assert rows == 1 and torch.isclose(total, -weights[0, 1, 2].log())
+    # Dropped (over-long) and upsampled pairs: every example remembers its train.tsv line.
+    path = tmp_path / "train.tsv"
+    path.write_text("a b\tb a\tsentence\n" + "a " * 40 + "\ta\tsentence\nc\td\tphrase\ne f\tf e\tsentence\n")
+    lines: list[int] = []
+    examples = load_examples(path, Tokenizer(toy_tokenizer_path), 16, upsample_sentences=2, lines=lines)
+    assert lines == [0, 0, 2, 3, 3] and len(examples) == 5
+    assert examples == load_examples(path, Tokenizer(toy_tokenizer_path), 16, upsample_sentences=2)
+
+
+def reversal_pairs(count: int, rng: random.Random) -> list[tuple[str, str]]:
+    pairs = []
+    for _ in range(count):
+        words = [rng.choice(TOY_ALPHABET) for _ in range(rng.randint(3, 6))]
+        pairs.append((" ".join(words), " ".join(reversed(words))))
+    return pairs
+
+
+def anti_diagonal(source: str) -> list[tuple[int, int]]:
+    n = len(source.split())
+    return [(i, n - 1 - i) for i in range(n)]
+
+
+def test_guided_alignment_makes_the_head_align(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Reversal task: with the anti-diagonal as guidance, the guided head's AER drops far below
+    the same head's AER after the same training without guidance."""
+    rng = random.Random(0)
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copyfile(write_toy_tokenizer(tmp_path), data / "spm.model")
+    training, valid, test = reversal_pairs(2000, rng), reversal_pairs(20, rng), reversal_pairs(50, rng)
+    (data / "train.tsv").write_text("".join(f"{s}\t{t}\tsentence\n" for s, t in training))
+    (data / "valid.tsv").write_text("".join(f"{s}\t{t}\tsentence\n" for s, t in valid))
+    write_pharaoh(tmp_path / "train.pharaoh", [anti_diagonal(s) for s, _ in training])
+    gold = tmp_path / "gold.tsv"
+    gold.write_text("".join(f"{s}\t{t}\t{' '.join(f'{i}-{j}' for i, j in anti_diagonal(s))}\n" for s, t in test))
+    model = ModelConfig(d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0,
+                        max_positions=64)
+    aer = {}
+    for guided in (False, True):
+        out = tmp_path / ("guided" if guided else "plain")
+        config = TrainConfig(data_dir=str(data), out_dir=str(out), max_tokens=256, max_steps=100, lr=1e-2,
+                             warmup_steps=20, valid_every=100, valid_bleu_sentences=0, save_every=100,
+                             keep_checkpoints=1, average_last=1, threads=1,
+                             guided_alignment=str(tmp_path / "train.pharaoh") if guided else "", guided_weight=1.0)
+        final = train(config, model, resume=False)
+        history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
+        assert ("guided_loss" in history[-1]) == guided
+        saved = json.loads((final / "config.json").read_text())
+        assert saved["alignment_heads"] == ([0] if guided else [])   # the guided head becomes the default
+        capsys.readouterr()
+        assert cli_main(["eval", "--gold", str(gold), "--model", str(final), "--backend", "torch",
+                         "--layer", "0", "--heads", "0", "--json"]) == 0
+        aer[guided] = json.loads(capsys.readouterr().out)["aer"]
+    assert aer[True] < 35.0 and aer[True] < aer[False] - 25.0, aer
+
+
+def test_alignment_sources_bench_ranks_every_source(bundle: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("alignment_sources", REPO / "bench" / "alignment_sources.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    gold = tmp_path / "gold.tsv"
+    gold.write_text("".join(f"{s}\t{t}\t{' '.join(f'{i}-{i}' for i in range(len(s.split())))}\n"
+                            for s, t in PAIRS))
+    assert bench.main(["--model", str(bundle), "--gold", str(gold), "--json", str(tmp_path / "rows.json")]) == 0
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert len(rows) == 2 * 2 * (1 + 4)                          # 2 layers x (mean + 4 heads) x shift off/on
+    assert [r["aer"] for r in rows] == sorted(r["aer"] for r in rows)
+    assert "best: layer" in capsys.readouterr().out
