@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from seq2seq.batch import EXIT_OK, EXIT_SOME_FAILED, line_problem
+from seq2seq.batch import EXIT_OK, EXIT_SOME_FAILED, line_problem, strip_line_ending
 from seq2seq.forced import ForcedAlignmentError, align_pairs
 from seq2seq.loading import BACKENDS, load_translator
 
@@ -49,10 +49,7 @@ class PairLine:
 
 def decode_pair(raw: bytes, line: int, max_chars: int = 10_000) -> PairLine:
     """One raw input line -> a `PairLine`, never raising."""
-    raw = raw[:-1] if raw.endswith(b"\n") else raw
-    raw = raw[:-1] if raw.endswith(b"\r") else raw
-    if line == 1 and raw.startswith(b"\xef\xbb\xbf"):    # a UTF-8 byte order mark
-        raw = raw[3:]
+    raw = strip_line_ending(raw, line)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:

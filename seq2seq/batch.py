@@ -87,16 +87,22 @@ def line_problem(text: str, max_chars: int) -> str | None:
     return None
 
 
+def strip_line_ending(raw: bytes, line: int) -> bytes:
+    """Drop the newline (LF or CRLF) and, on the first line, a UTF-8 byte order mark."""
+    raw = raw[:-1] if raw.endswith(b"\n") else raw
+    raw = raw[:-1] if raw.endswith(b"\r") else raw
+    if line == 1 and raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    return raw
+
+
 def decode_line(raw: bytes, line: int, input_format: str = "text", max_chars: int = 10_000) -> Segment:
     """One raw input line (with or without its newline) -> a `Segment`, never raising.
 
     tsv: the first column is the source (a test split's `source<TAB>target` works as is).
     jsonl: an object with a string `text` and an optional `id` (string or integer).
     """
-    raw = raw[:-1] if raw.endswith(b"\n") else raw
-    raw = raw[:-1] if raw.endswith(b"\r") else raw
-    if line == 1 and raw.startswith(b"\xef\xbb\xbf"):    # a UTF-8 byte order mark
-        raw = raw[3:]
+    raw = strip_line_ending(raw, line)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:

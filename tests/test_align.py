@@ -21,7 +21,7 @@ from data.prepare import read_pairs
 from data.tokenizer import Tokenizer
 from export.exporter import export_model
 from export.runtime import load_translator as load_onnx_translator
-from seq2seq.aer import read_gold, score, write_pharaoh
+from seq2seq.aer import read_gold, write_pharaoh
 from seq2seq.cli import main as cli_main
 from seq2seq.config import DecodeConfig, ModelConfig, TrainConfig
 from seq2seq.forced import ForcedAlignment, ForcedAlignmentError, align_pair, align_pairs
@@ -31,7 +31,7 @@ from seq2seq.translator import Translator
 from service.app import create_app
 from service.engine import TranslatorEngine
 from service.settings import Settings
-from test_export import SENTENCES, toy_pairs, train_tiny
+from toy import SENTENCES, toy_pairs, train_tiny
 
 from conftest import TOY_ALPHABET, write_toy_tokenizer
 

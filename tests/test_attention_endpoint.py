@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from test_export import SENTENCES, train_tiny
+from toy import SENTENCES, train_tiny
 
 REPO = Path(__file__).resolve().parents[1]
 SENTENCE = SENTENCES[1]            # "die Katze war sehr alt und schön heute ."

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_export import SENTENCES, train_tiny  # noqa: E402
+from toy import SENTENCES, train_tiny  # noqa: E402
 from test_service_server import free_port, start_server  # noqa: E402
 
 CHROMIUM = os.environ.get("CROSSALIGN_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"

@@ -23,7 +23,7 @@ import httpx
 import numpy as np
 import pytest
 
-from test_export import SENTENCES, train_tiny
+from toy import SENTENCES, train_tiny
 
 REPO = Path(__file__).resolve().parents[1]
 

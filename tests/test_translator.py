@@ -16,7 +16,7 @@ from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.model import Transformer
 from seq2seq.torch_backend import TorchBackend
 from seq2seq.translator import Translator
-from test_export import SENTENCES, train_tiny
+from toy import SENTENCES, train_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 
