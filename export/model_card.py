@@ -14,6 +14,16 @@ import json
 from pathlib import Path
 
 
+QUALITY_LABELS = {
+    "test_bleu_beam4": "BLEU, beam 4", "test_chrf_beam4": "chrF, beam 4",
+    "test_bleu_greedy": "BLEU, greedy", "test_chrf_greedy": "chrF, greedy",
+    "gold_aer_default_map": "alignment error rate (AER), default map",
+    "gold_precision_default_map": "alignment precision, default map",
+    "gold_recall_default_map": "alignment recall, default map",
+    "gold_aer_eflomal_baseline": "AER of eflomal (statistical baseline), same gold set",
+}
+
+
 def plot_curve(history: list[dict], out: Path) -> None:
     import matplotlib
 
@@ -48,17 +58,28 @@ def write_card(bundle: Path, run: Path, data: Path, metrics: dict, command: str)
     rows = "\n".join(
         f"| {h['step']} | {h['epoch']} | {h['minutes']} | {h['train_loss']} | {h['valid_loss']} | {h.get('valid_bleu', '')} | {h['tokens_per_s']} |"
         for h in history)
-    metric_rows = "\n".join(f"| {name} | {value} |" for name, value in metrics.items() if not isinstance(value, dict))
+    quality_rows = "\n".join(
+        f"| {label} | {metrics[key]} |" for key, label in QUALITY_LABELS.items() if key in metrics)
+    signatures = "\n".join(f"{name}: {metrics[name]}" for name in ("bleu_signature", "chrf_signature") if name in metrics)
     card = f"""# crossalign de-en — model card
 
 A German→English transformer trained from scratch by crossalign; every translation comes
 with its cross-attention alignment map.
 
-## Measured quality (held-out test split, {manifest['counts']['test']['total']} sentences)
+## Measured quality (held-out test split, {metrics.get('test_sentences', manifest['counts']['test']['total'])} sentences)
 
 | metric | value |
 |---|---|
-{metric_rows}
+{quality_rows}
+
+sacreBLEU signatures:
+
+```
+{signatures}
+```
+
+AER is measured on the project's hand-aligned gold set (data/gold/, 162 pairs, sure and
+possible links) with the bundle's default alignment source; lower is better.
 
 Test sentences are Ding example sentences whose source never occurs in training
 (split by sha256 of the casefolded source). They are short, idiomatic dictionary examples
