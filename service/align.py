@@ -83,7 +83,7 @@ class AlignResponse(BaseModel):
 
 def forced_translator(engine: Engine, pair: Pair) -> Translator:
     """The library `Translator` of a served pair (the engine's, shared with /v1/translate)."""
-    translator = getattr(engine, "translators", {}).get(pair)
+    translator = engine.translator(pair)
     if translator is None:
         raise APIError(501, "this server's engine cannot align given translations")
     return translator

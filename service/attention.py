@@ -86,7 +86,7 @@ class SentenceMaps:
 
 def attention_backend(engine: Engine, pair: Pair) -> Any:
     """The search backend serving `pair`, if it can return attention maps (onnxruntime's can)."""
-    translator = getattr(engine, "translators", {}).get(pair)
+    translator = engine.translator(pair)
     backend = getattr(translator, "backend", None)
     if not hasattr(backend, "attention_maps"):
         raise APIError(501, "this model's backend does not expose its attention maps")

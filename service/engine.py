@@ -49,6 +49,12 @@ class Engine(Protocol):
               layer: int | None, heads: tuple[int, ...] | None, step_shift: bool) -> Alignment:
         ...
 
+    def translator(self, pair: Pair) -> Translator | None:
+        """The library `Translator` behind `pair`, for features beyond translating (the
+        explorer's attention maps, forced alignment of given translations); None if the
+        engine has none."""
+        ...
+
     def close(self) -> None:
         ...
 
@@ -74,6 +80,9 @@ class TranslatorEngine:
     def align(self, pair: Pair, source_text: str, result: TranslationResult, level: str,
               layer: int | None, heads: tuple[int, ...] | None, step_shift: bool) -> Alignment:
         return self.translators[pair].align(source_text, result, level, layer, heads, step_shift)
+
+    def translator(self, pair: Pair) -> Translator | None:
+        return self.translators.get(pair)
 
     def close(self) -> None:
         for batcher in self.batchers.values():
