@@ -48,7 +48,7 @@ def plot_curve(history: list[dict], out: Path) -> None:
     plt.close(fig)
 
 
-def write_card(bundle: Path, run: Path, data: Path, metrics: dict, command: str) -> Path:
+def write_card(bundle: Path, run: Path, data: Path, metrics: dict, command: str, notes: str = "") -> Path:
     history = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines() if line.strip()]
     plot_curve(history, bundle / "training_curve.png")
     config = json.loads((bundle / "config.json").read_text())
@@ -117,6 +117,7 @@ with a single reference, which makes BLEU harsh.
 |---|---|---|---|---|---|---|
 {rows}
 
+{("## Notes from training" + chr(10) + chr(10) + notes.strip() + chr(10)) if notes.strip() else ""}
 ## Data and license
 
 - Corpus: {manifest['license']}.
@@ -141,11 +142,13 @@ def main() -> None:
     parser.add_argument("--data", type=Path, required=True, help="prepared data dir (manifest.json)")
     parser.add_argument("--metrics", type=Path, nargs="+", required=True, help="JSON files of measured metrics, merged")
     parser.add_argument("--command", required=True, help="the command that reproduces training")
+    parser.add_argument("--notes", type=Path, help="Markdown with what was tried and chosen, included as is")
     args = parser.parse_args()
     metrics: dict = {}
     for path in args.metrics:
         metrics.update(json.loads(path.read_text()))
-    print(write_card(args.bundle, args.run, args.data, metrics, args.command))
+    notes = args.notes.read_text() if args.notes else ""
+    print(write_card(args.bundle, args.run, args.data, metrics, args.command, notes))
 
 
 if __name__ == "__main__":
