@@ -43,8 +43,14 @@ def read_pairs(path: Path) -> list[Pair]:
 
 
 def prepare(out: Path, corpus: str = "ding", vocab_size: int = 8000, max_phrases: int | None = 200_000,
-            test_size: int = 1600, valid_size: int = 1100, seed: int = 1, ding_path: Path | None = None) -> dict:
-    """Write train/valid/test TSVs, `spm.model` and `manifest.json` into `out`."""
+            test_size: int = 1600, valid_size: int = 1100, seed: int = 1, ding_path: Path | None = None,
+            tokenizer_model: Path | None = None) -> dict:
+    """Write train/valid/test TSVs, `spm.model` and `manifest.json` into `out`.
+
+    `tokenizer_model` reuses an existing SentencePiece model instead of training one: what
+    continuing or fine-tuning a model (`crossalign train --init-from`) needs, since its
+    embeddings are indexed by that model's ids.
+    """
     out.mkdir(parents=True, exist_ok=True)
     pairs_iter, inputs, license_ = read_corpus(corpus, ding_path)
     raw = list(pairs_iter)
@@ -63,10 +69,17 @@ def prepare(out: Path, corpus: str = "ding", vocab_size: int = 8000, max_phrases
     write_pairs(out / "train.tsv", train)
     write_pairs(out / "valid.tsv", splits.valid)
     write_pairs(out / "test.tsv", splits.test)
-    log.info("training SentencePiece (vocab %d)", vocab_size)
-    spm_texts = [t for p in train for t in (p.source, p.target)]
-    model_path = train_sentencepiece(spm_texts, out / "spm", vocab_size=vocab_size)
-    tokenizer = Tokenizer(model_path)
+    if tokenizer_model is not None:
+        tokenizer = Tokenizer(tokenizer_model)  # checks the special ids before anything is copied
+        (out / "spm.model").write_bytes(Path(tokenizer_model).read_bytes())
+        (out / "spm.vocab").unlink(missing_ok=True)
+        tokenizer = Tokenizer(out / "spm.model")
+        vocab_size = tokenizer.vocab_size
+        log.info("reusing SentencePiece model %s (vocab %d)", tokenizer_model, vocab_size)
+    else:
+        log.info("training SentencePiece (vocab %d)", vocab_size)
+        spm_texts = [t for p in train for t in (p.source, p.target)]
+        tokenizer = Tokenizer(train_sentencepiece(spm_texts, out / "spm", vocab_size=vocab_size))
     sample = [p for p in splits.valid][:1000]
     tokens_per_sentence = sum(len(tokenizer.encode(p.source)) + len(tokenizer.encode(p.target))
                               for p in sample) / max(2 * len(sample), 1)
@@ -79,7 +92,9 @@ def prepare(out: Path, corpus: str = "ding", vocab_size: int = 8000, max_phrases
         "counts": counts,
         "filters": {"max_chars": 300, "max_length_ratio": 3.0, "max_phrases": max_phrases},
         "split": {"method": "sha256 of casefolded NFC source", "test_size": test_size, "valid_size": valid_size},
-        "tokenizer": {"file": "spm.model", "vocab_size": vocab_size, "type": "unigram",
+        "tokenizer": {"file": "spm.model", "sha256": sha256_file(out / "spm.model"),
+                      "reused_from": str(tokenizer_model) if tokenizer_model else None,
+                      "vocab_size": vocab_size, "type": "unigram",
                       "pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3,
                       "valid_tokens_per_sentence": round(tokens_per_sentence, 2)},
     }
@@ -98,9 +113,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--test-size", type=int, default=1600, help="held-out test sentences (default 1600)")
     parser.add_argument("--valid-size", type=int, default=1100, help="held-out validation sentences (default 1100)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--tokenizer", type=Path, default=None, metavar="SPM_MODEL",
+                        help="reuse this SentencePiece model instead of training one (e.g. models/de-en/spm.model, "
+                             "to continue training or fine-tune that model with --init-from)")
 
 
 def main(args: argparse.Namespace) -> None:
     prepare(args.out, corpus=args.corpus, vocab_size=args.vocab_size,
             max_phrases=None if args.max_phrases < 0 else args.max_phrases,
-            test_size=args.test_size, valid_size=args.valid_size, seed=args.seed, ding_path=args.ding_path)
+            test_size=args.test_size, valid_size=args.valid_size, seed=args.seed, ding_path=args.ding_path,
+            tokenizer_model=args.tokenizer)

@@ -81,6 +81,10 @@ class TrainConfig:
     average_last: int = 5                # average the last N checkpoints into the final model
     seed: int = 1
     threads: int = 0                     # torch intra-op threads, 0 = torch's default
+    # Start a new run from the weights of a model directory (a release bundle or a run's
+    # final/): its config.json fixes the architecture and its spm.model must be the data's.
+    # The optimizer and the schedule start afresh; "" = random initialisation.
+    init_from: str = ""
     # Guided alignment (Garg et al. 2019): supervise one cross-attention head with a word
     # aligner's links while training translation. A Pharaoh file with one line per line of
     # DATA/train.tsv (bench/eflomal_baseline.py --train-out); "" = off. The head is

@@ -262,6 +262,18 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
     return {name: (tensor / len(paths)).float() for name, tensor in total.items()}
 
 
+def initial_config(model_dir: Path, data_dir: Path) -> ModelConfig:
+    """The architecture of the model in `model_dir`, checked against the data's tokenizer."""
+    for name in ("config.json", "model.pt", "spm.model"):
+        if not (model_dir / name).is_file():
+            raise FileNotFoundError(f"--init-from {model_dir}: no {name}; give a release bundle or a run's final/")
+    if (model_dir / "spm.model").read_bytes() != (data_dir / "spm.model").read_bytes():
+        raise ValueError(f"--init-from {model_dir}: its spm.model differs from {data_dir / 'spm.model'}; the "
+                         "token ids would not match (copy the model's spm.model into the data directory and "
+                         "re-run `crossalign data prepare` with it, or start from scratch)")
+    return load_config(ModelConfig, model_dir / "config.json")
+
+
 # --------------------------------------------------------------------------- evaluation
 
 
@@ -308,11 +320,15 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
     tokenizer = Tokenizer(data_dir / "spm.model")
     model_config = replace(model_config, vocab_size=tokenizer.vocab_size)
     checkpoints = list_checkpoints(out_dir) if resume else []
+    initial = None if checkpoints or not train_config.init_from else Path(train_config.init_from)
     if checkpoints:  # the architecture of a run is fixed by its first start
         model_config = load_config(ModelConfig, out_dir / "config.json")
-    elif train_config.guided_alignment and not model_config.alignment_heads:
-        # The supervised head becomes the model's alignment source (config.json travels with it).
-        model_config = replace(model_config, alignment_heads=(train_config.guided_head,))
+    else:
+        if initial is not None:
+            model_config = initial_config(initial, data_dir)
+        if train_config.guided_alignment and (initial is not None or not model_config.alignment_heads):
+            # The supervised head becomes the model's alignment source (config.json travels with it).
+            model_config = replace(model_config, alignment_heads=(train_config.guided_head,))
     guided_layer = model_config.resolved_alignment_layer
     if train_config.guided_alignment:
         if not 0 <= train_config.guided_head < model_config.n_heads:
@@ -327,6 +343,10 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
     optimizer = torch.optim.AdamW(model.parameters(), lr=train_config.lr, betas=train_config.betas,
                                   weight_decay=train_config.weight_decay)
     state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "history": [], "elapsed": 0.0}
+    if initial is not None:
+        weights = torch.load(initial / "model.pt", map_location="cpu", weights_only=True)
+        model.load_state_dict(weights.get("model", weights))  # fp16 bundle weights cast to fp32
+        log.info("initialised from %s (%s)", initial, model_config)
     if checkpoints:
         payload = torch.load(checkpoints[-1], map_location="cpu", weights_only=False)
         model.load_state_dict(payload["model"])

@@ -251,3 +251,20 @@ def test_prepare_end_to_end_on_a_tsv_corpus(tmp_path: Path):
     _, pieces, offsets = tokenizer.encode_with_offsets("Die Straße")
     assert "".join(pieces).replace("▁", " ").strip() == "Die Straße"
     assert offsets[-1][1] == len("Die Straße")
+
+
+def test_prepare_can_reuse_an_existing_tokenizer(tmp_path: Path):
+    """`--tokenizer`: the data of a model that is continued or fine-tuned keeps its ids."""
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_text("".join(f"Satz Nummer {i}.\tSentence number {i}.\n" for i in range(200)), encoding="utf-8")
+    first = prepare(tmp_path / "first", corpus=f"tsv:{corpus}", vocab_size=40, test_size=10, valid_size=10)
+    other = tmp_path / "other.tsv"
+    other.write_text("".join(f"Ganz andere Wörter {i}.\tQuite other words {i}.\n" for i in range(200)),
+                     encoding="utf-8")
+    second = prepare(tmp_path / "second", corpus=f"tsv:{other}", test_size=10, valid_size=10,
+                     tokenizer_model=tmp_path / "first" / "spm.model")
+    assert (tmp_path / "second" / "spm.model").read_bytes() == (tmp_path / "first" / "spm.model").read_bytes()
+    assert second["tokenizer"]["sha256"] == first["tokenizer"]["sha256"]
+    assert second["tokenizer"]["reused_from"] == str(tmp_path / "first" / "spm.model")
+    assert second["tokenizer"]["vocab_size"] == 40  # the reused model's size, not the default 8000
+    assert first["tokenizer"]["reused_from"] is None

@@ -9,13 +9,14 @@ import random
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from data.tokenizer import Tokenizer
+from data.tokenizer import Tokenizer, train_sentencepiece
 from seq2seq.config import DecodeConfig, ModelConfig, TrainConfig
 from seq2seq.model import Transformer, load_model
 from seq2seq.torch_backend import TorchBackend
@@ -108,6 +109,41 @@ def test_resume_is_exact(tmp_path: Path, toy_tokenizer_path: Path):
     again = torch.load(run("resumed", 14) / "model.pt")
     assert all(torch.equal(again[name], resumed[name]) for name in resumed)
     assert [p.name for p in list_checkpoints(tmp_path / "resumed")] == ["step0000007.pt", "step0000014.pt"]
+
+
+def test_init_from_starts_a_new_run_from_a_model_and_checks_its_tokenizer(tmp_path: Path,
+                                                                          toy_tokenizer_path: Path):
+    write_toy_data(tmp_path / "data", toy_tokenizer_path, train_count=200, held_out_count=4)
+    # The first model's architecture (d_model 16) wins over the second run's model arguments.
+    base = train(tiny_train_config(tmp_path / "data", tmp_path / "base", max_steps=5), tiny_model_config(16))
+    continued_config = tiny_train_config(tmp_path / "data", tmp_path / "continued", max_steps=1, lr=0.0,
+                                         init_from=str(base))
+    continued = train(continued_config, tiny_model_config(32))
+    assert load_model(continued).config == load_model(base).config
+    base_state, continued_state = torch.load(base / "model.pt"), torch.load(continued / "model.pt")
+    for name, tensor in base_state.items():  # one step at learning rate 0 changes no weight
+        assert torch.equal(tensor, continued_state[name]), name
+
+    # A guided continuation records the supervised head as the model's alignment head.
+    links = tmp_path / "links.pharaoh"
+    links.write_text("".join(" ".join(f"{i}-{i}" for i in range(len(line.split("\t")[0].split()))) + "\n"
+                             for line in (tmp_path / "data" / "train.tsv").read_text().splitlines()))
+    guided = train(replace(continued_config, out_dir=str(tmp_path / "guided"), guided_alignment=str(links),
+                           guided_head=1), tiny_model_config(32))
+    assert load_model(guided).config.alignment_heads == (1,)
+
+    # Ids must mean the same pieces: another tokenizer is refused before any training.
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("config.json", "model.pt"):
+        (other / name).write_bytes((base / name).read_bytes())
+    train_sentencepiece(["ganz andere Wörter hier", "quite other words here"] * 50, other / "spm", vocab_size=25)
+    with pytest.raises(ValueError, match="spm.model differs"):
+        train(replace(continued_config, out_dir=str(tmp_path / "refused"), init_from=str(other)),
+              tiny_model_config(32))
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        train(replace(continued_config, out_dir=str(tmp_path / "refused"), init_from=str(tmp_path / "data")),
+              tiny_model_config(32))
 
 
 def test_average_checkpoints(tmp_path: Path):
