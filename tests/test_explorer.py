@@ -12,6 +12,7 @@ serves the bundles under `--models` and saves a screenshot of the page.
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import sys
@@ -31,6 +32,7 @@ CHROMIUM = os.environ.get("CROSSALIGN_CHROMIUM") or shutil.which("chromium") or 
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SENTENCE = SENTENCES[0]            # "der Hund ist klein ."
+ALIGNMENT_HEAD = 1
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra)")
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).is_file(), reason=f"no chromium at {CHROMIUM} "
@@ -42,7 +44,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> str:
     from export.exporter import export_model
 
     work = tmp_path_factory.mktemp("explorer_model")
-    export_model(train_tiny(work), work / "models" / "de-en", parity_sentences=SENTENCES[:2])
+    checkpoint = train_tiny(work)
+    # One alignment head, as a guided model has: the page must start on it.
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps(config | {"alignment_heads": [ALIGNMENT_HEAD]}))
+    export_model(checkpoint, work / "models" / "de-en", parity_sentences=SENTENCES[:2])
     port = free_port()
     process = start_server(work / "models", port)
     yield f"http://127.0.0.1:{port}"
@@ -102,6 +108,21 @@ def test_translation_and_alignment_map(page, server: str) -> None:
     assert page.locator("#map .cell.link").count() == rows         # one hard link per target word
     # No request left the server: no CDN, nothing external.
     assert page.requests and all(url.startswith(server) for url in page.requests)
+
+
+def test_cross_attention_starts_on_the_models_alignment_head(page) -> None:
+    choose_kind(page, "decoder self-attention")
+    assert page.get_by_label("Head", exact=True).input_value() == "mean"
+    choose_kind(page, "cross-attention")
+    head = page.get_by_label("Head", exact=True)
+    assert head.input_value() == str(ALIGNMENT_HEAD)
+    assert "alignment head" in head.locator("option:checked").inner_text()
+    assert f"head {ALIGNMENT_HEAD}" in page.locator("#map-caption").inner_text()
+    default = weights(page)
+    head.select_option("mean")
+    assert weights(page) != default
+    head.select_option(str(ALIGNMENT_HEAD))
+    assert weights(page) == default
 
 
 def test_hover_and_focus_show_where_weight_went(page) -> None:

@@ -84,6 +84,7 @@ async function translate(event) {
     if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
     Object.assign(state, { data: body, text, pair: [source, target], beam, sentence: 0 });
     state.layer = state.kind === "cross" ? body.alignment_layer : layersOf(state.kind) - 1;
+    state.head = defaultHead(state.kind);
     showResult();
     setStatus(`Translated by ${body.model} (beam ${beam}).`);
   } catch (error) {
@@ -102,6 +103,13 @@ function setStatus(message, isError = false) {
 
 function layersOf(kind) {
   return kind === "encoder" ? state.data.encoder_layers : state.data.decoder_layers;
+}
+
+// The model's own alignment (the bundle's alignment heads, e.g. a guided head) is what the
+// API returns by default, so cross-attention starts on it; other stacks start on the mean.
+function defaultHead(kind) {
+  const heads = state.data.alignment_heads;
+  return kind === "cross" && heads.length === 1 ? String(heads[0]) : "mean";
 }
 
 function fillSelect(select, options, value) {
@@ -127,7 +135,10 @@ function syncSelectors() {
   // Layers and heads count from 0, as in the API and the downloaded images.
   fillSelect($("layer"), [...Array(layers).keys()].map((l) => [l, `${l} (of 0–${layers - 1})` +
     (state.kind === "cross" && l === data.alignment_layer ? ", alignment layer" : "")]), state.layer);
-  const heads = [["mean", "mean of heads"], ...[...Array(data.n_heads).keys()].map((h) => [h, `head ${h}`])];
+  const isDefault = (h) => state.kind === "cross" && state.layer === data.alignment_layer &&
+    data.alignment_heads.length === 1 && data.alignment_heads[0] === h;
+  const heads = [["mean", "mean of heads"],
+    ...[...Array(data.n_heads).keys()].map((h) => [h, `head ${h}` + (isDefault(h) ? ", alignment head" : "")])];
   fillSelect($("head"), heads, state.head);
   $("level").value = state.level;
   // Self-attention maps are over the pieces the model reads: the level applies to cross only.
@@ -213,12 +224,13 @@ function labelButton(className, text, data, aria) {
 // ------------------------------------------------------------------ the word strips
 
 // The word alignment behind the strips: the cross-attention layer/head chosen when the map
-// shows cross-attention, else the model's own alignment layer and the mean of heads.
+// shows cross-attention, else the model's own alignment (its layer and default head).
 function wordAlignment() {
   const aligned = state.data.sentences[state.sentence].alignment.word;
   const cross = state.kind === "cross";
   const layer = cross ? state.layer : state.data.alignment_layer;
-  const index = cross && state.head !== "mean" ? Number(state.head) : aligned.head_sets.length - 1;
+  const head = cross ? state.head : defaultHead("cross");
+  const index = head !== "mean" ? Number(head) : aligned.head_sets.length - 1;
   return { aligned, matrix: aligned.matrices[layer][index] };
 }
 
@@ -355,10 +367,11 @@ function onSelect() {
     // A new stack: start on its most telling layer (the alignment layer, or the last).
     state.layer = kind === "cross" ? state.data.alignment_layer : layersOf(kind) - 1;
     state.kind = kind;
+    state.head = defaultHead(kind);
   } else {
     state.layer = Number($("layer").value);
+    state.head = $("head").value;
   }
-  state.head = $("head").value;
   state.level = $("level").value;
   state.sentence = Number($("sentence").value) || 0;
   syncSelectors();
