@@ -24,6 +24,24 @@ QUALITY_LABELS = {
 }
 
 
+def read_history(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines() if line.strip()]
+
+
+def joined_history(runs: list[Path]) -> list[dict]:
+    """The validation entries of runs that continue one another (`crossalign train --init-from`)
+    as one curve: steps and minutes count on from the end of the previous run, and every
+    entry names its stage (1, 2, ...)."""
+    joined: list[dict] = []
+    for stage, run in enumerate(runs, start=1):
+        step_offset = joined[-1]["step"] if joined else 0
+        minute_offset = joined[-1]["minutes"] if joined else 0.0
+        for entry in read_history(run):
+            joined.append(entry | {"step": entry["step"] + step_offset, "stage": stage,
+                                   "minutes": round(entry["minutes"] + minute_offset, 2)})
+    return joined
+
+
 def plot_curve(history: list[dict], out: Path) -> None:
     import matplotlib
 
@@ -41,6 +59,11 @@ def plot_curve(history: list[dict], out: Path) -> None:
                    marker="o", markersize=3)
     bleu_axis.set_ylabel("BLEU")
     lines = loss_axis.get_lines() + bleu_axis.get_lines()
+    for before, after in zip(history, history[1:]):
+        if after.get("stage", 1) != before.get("stage", 1):
+            loss_axis.axvline(before["step"], color="#888888", linestyle=":", linewidth=1)
+            loss_axis.annotate(f"stage {after['stage']}", (before["step"], loss_axis.get_ylim()[1]), fontsize=8,
+                               color="#555555", ha="left", va="top", xytext=(3, -3), textcoords="offset points")
     loss_axis.legend(lines, [line.get_label() for line in lines], loc="center right", fontsize=8)
     loss_axis.set_title("crossalign de-en training curve")
     fig.tight_layout()
@@ -48,15 +71,24 @@ def plot_curve(history: list[dict], out: Path) -> None:
     plt.close(fig)
 
 
-def write_card(bundle: Path, run: Path, data: Path, metrics: dict, command: str, notes: str = "") -> Path:
-    history = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines() if line.strip()]
+def guided_line(train_config: dict, config: dict) -> str:
+    if not train_config.get("guided_alignment"):
+        return ""
+    return (f"\n- Guided alignment (Garg et al. 2019): head {train_config['guided_head']} of decoder layer "
+            f"{config['alignment_layer']} supervised with eflomal's grow-diag-final links of the training corpus "
+            f"(`{Path(train_config['guided_alignment']).name}`), loss weight {train_config['guided_weight']}.")
+
+
+def write_card(bundle: Path, run: Path, data: Path, metrics: dict, command: str, notes: str = "",
+               earlier_runs: tuple[Path, ...] = ()) -> Path:
+    history = joined_history([*earlier_runs, run])
     plot_curve(history, bundle / "training_curve.png")
     config = json.loads((bundle / "config.json").read_text())
     train_config = json.loads((run / "train_config.json").read_text())
     manifest = json.loads((data / "manifest.json").read_text())
     last = history[-1]
     rows = "\n".join(
-        f"| {h['step']} | {h['epoch']} | {h['minutes']} | {h['train_loss']} | {h['valid_loss']} | {h.get('valid_bleu', '')} | {h['tokens_per_s']} |"
+        f"| {h['stage']} | {h['step']} | {h['epoch']} | {h['minutes']} | {h['train_loss']} | {h['valid_loss']} | {h.get('valid_bleu', '')} | {h['tokens_per_s']} |"
         for h in history)
     quality_rows = "\n".join(
         f"| {label} | {metrics[key]} |" for key, label in QUALITY_LABELS.items() if key in metrics)
@@ -98,11 +130,11 @@ with a single reference, which makes BLEU harsh.
 
 - Data: {manifest['corpus']} — {manifest['counts']['train'].get('sentence', 0)} sentence pairs
   (upsampled x{train_config['sentence_upsample']}) and {manifest['counts']['train'].get('phrase', 0)} dictionary phrase pairs.
-- {last['step']} steps, {last['epoch'] + 1} epochs, {last['minutes']} minutes on a 2-core CPU
-  ({last['tokens_per_s']} target tokens/s in the last window); AdamW (betas {train_config['betas']}),
+- {last['step']} steps{f" in {last['stage']} stages (each later stage starts from the previous stage's weights with a fresh optimizer: `--init-from`)" if last['stage'] > 1 else ""}, {last['minutes']} minutes on a 2-core CPU
+  ({last['tokens_per_s']} target tokens/s in the last window). {"Last stage: " if last['stage'] > 1 else ""}{last['epoch'] + 1} epochs; AdamW (betas {train_config['betas']}),
   peak lr {train_config['lr']}, {train_config['warmup_steps']} warmup steps then inverse-sqrt decay,
   label smoothing {train_config['label_smoothing']}, dropout {config['dropout']}, {train_config['max_tokens']} tokens per batch;
-  the final weights average the last {train_config['average_last']} checkpoints.
+  the final weights average the last {train_config['average_last']} checkpoints.{guided_line(train_config, config)}
 - Reproduce:
 
 ```bash
@@ -113,8 +145,8 @@ with a single reference, which makes BLEU harsh.
 
 ![training curve](training_curve.png)
 
-| step | epoch | minutes | train loss | valid loss | valid BLEU (greedy, {train_config['valid_bleu_sentences']} sent.) | target tok/s |
-|---|---|---|---|---|---|---|
+| stage | step | epoch | minutes | train loss | valid loss | valid BLEU (greedy, {train_config['valid_bleu_sentences']} sent.) | target tok/s |
+|---|---|---|---|---|---|---|---|
 {rows}
 
 {("## Notes from training" + chr(10) + chr(10) + notes.strip() + chr(10)) if notes.strip() else ""}
@@ -143,12 +175,14 @@ def main() -> None:
     parser.add_argument("--metrics", type=Path, nargs="+", required=True, help="JSON files of measured metrics, merged")
     parser.add_argument("--command", required=True, help="the command that reproduces training")
     parser.add_argument("--notes", type=Path, help="Markdown with what was tried and chosen, included as is")
+    parser.add_argument("--earlier-run", type=Path, action="append", default=[],
+                        help="a run that --run continues (--init-from), oldest first; its curve comes first")
     args = parser.parse_args()
     metrics: dict = {}
     for path in args.metrics:
         metrics.update(json.loads(path.read_text()))
     notes = args.notes.read_text() if args.notes else ""
-    print(write_card(args.bundle, args.run, args.data, metrics, args.command, notes))
+    print(write_card(args.bundle, args.run, args.data, metrics, args.command, notes, tuple(args.earlier_run)))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,11 @@
 # Build the release bundle models/de-en from a finished training run, measure it, and
 # write its model card. Every figure in the model card comes from this script.
 #
-#   [NOTES=notes.md] export/release.sh [RUN_DIR=work/release] [DATA_DIR=work/ding8k] [OUT=models/de-en]
+#   [NOTES=notes.md] [EARLIER="RUN ..."] export/release.sh [RUN_DIR=work/release] [DATA_DIR=work/ding8k] [OUT=models/de-en]
+#
+# EARLIER names the runs that RUN_DIR continues (`crossalign train --init-from`), oldest
+# first: the model card's curve and table show every stage. RUN_DIR/train_command.txt holds
+# the training command(s) the card gives for reproduction.
 #
 # 1. choose the default alignment source (layer, heads) on the gold set, 2. export to
 # ONNX with parity checks, 3. test-split BLEU/chrF (beam 4 and greedy) and gold-set AER,
@@ -62,5 +66,5 @@ PY
 
 echo "== model card"
 $PY -m export.model_card --bundle "$OUT" --run "$RUN" --data "$DATA" --metrics "$RUN/metrics.json" \
-    ${NOTES:+--notes "$NOTES"} --command "crossalign data prepare --out $DATA --max-phrases 200000 && $(cat "$RUN/train_command.txt")"
+    ${NOTES:+--notes "$NOTES"} $(for run in ${EARLIER:-}; do printf -- '--earlier-run %s ' "$run"; done) --command "crossalign data prepare --out $DATA --max-phrases 200000 && $(cat "$RUN/train_command.txt")"
 du -sh "$OUT"; ls -la "$OUT"

@@ -240,3 +240,18 @@ def test_int8_export_through_the_cli(checkpoint: Path, tmp_path: Path) -> None:
 def test_shipped_bundle_matches_torch() -> None:
     report = check_parity(SHIPPED_BUNDLE, sentences=exporter.PARITY_SENTENCES[:4])
     assert not report.problems, report.problems
+
+
+def test_model_card_joins_the_curves_of_continued_runs(tmp_path: Path) -> None:
+    from export.model_card import joined_history, plot_curve
+
+    for name, entries in (("first", [(500, 10.0, 1.0), (1000, 20.0, 2.0)]), ("second", [(250, 6.0, 2.5)])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "history.jsonl").write_text("".join(
+            json.dumps({"step": s, "epoch": 0, "minutes": m, "train_loss": 4.0, "valid_loss": 3.0, "valid_bleu": b,
+                        "tokens_per_s": 1000}) + "\n" for s, m, b in entries))
+    history = joined_history([tmp_path / "first", tmp_path / "second"])
+    assert [(h["stage"], h["step"], h["minutes"], h["valid_bleu"]) for h in history] == [
+        (1, 500, 10.0, 1.0), (1, 1000, 20.0, 2.0), (2, 1250, 26.0, 2.5)]
+    plot_curve(history, tmp_path / "curve.png")
+    assert (tmp_path / "curve.png").stat().st_size > 1000
