@@ -95,14 +95,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{describe(layer, heads, shift):<26} {100 * result.aer:6.1f} {100 * result.precision:6.1f} "
               f"{100 * result.recall:6.1f}")
     best, layer, heads, shift = rows[0]
-    current = score_source(config.resolved_alignment_layer, tuple(config.alignment_heads), False)
+    current = score_source(config.resolved_alignment_layer, tuple(config.alignment_heads),
+                           config.alignment_step_shift)
     print(f"\nbest: {describe(layer, heads, shift).strip()}: {best}")
     print(f"the model's current default (layer {config.resolved_alignment_layer}, heads "
-          f"{list(config.alignment_heads) or 'mean'}, no shift): AER {100 * current.aer:.1f}")
+          f"{list(config.alignment_heads) or 'mean'}, {'step shift' if config.alignment_step_shift else 'no shift'}): "
+          f"AER {100 * current.aer:.1f}")
     heads_flag = " ".join(map(str, heads)) if heads else "(no value: the mean of all heads)"
     print(f"as flags: --layer {layer} --heads {heads_flag}{' --step-shift' if shift else ''}")
-    print(f"as ModelConfig: alignment_layer={layer}, alignment_heads={tuple(heads)}"
-          f"{'; the step shift is a read-time option (step_shift=true)' if shift else ''}")
+    print(f"as ModelConfig: alignment_layer={layer}, alignment_heads={tuple(heads)}, alignment_step_shift={shift}")
     if args.json:
         args.json.write_text(json.dumps([
             {"layer": layer, "heads": list(heads) or "mean", "step_shift": shift, "aer": round(100 * r.aer, 2),

@@ -106,7 +106,8 @@ def write_bundle_manifest(directory: Path, *, model_config: ModelConfig, tokeniz
         "graphs": graphs,
         # The alignment the product shows by default: decoder layer (resolved to 0-based) and
         # heads (empty = the mean of all heads), from ModelConfig.alignment_layer/heads.
-        "alignment": {"layer": model_config.resolved_alignment_layer, "heads": list(model_config.alignment_heads)},
+        "alignment": {"layer": model_config.resolved_alignment_layer, "heads": list(model_config.alignment_heads),
+                      "step_shift": model_config.alignment_step_shift},
         "metrics": dict(metrics or {}),
         "data": data_manifest,
         "license": (data_manifest or {}).get("license"),

@@ -124,7 +124,7 @@ with a single reference, which makes BLEU harsh.
   {config['encoder_layers']} encoder + {config['decoder_layers']} decoder layers, vocabulary {config['vocab_size']}
   (joint SentencePiece unigram).
 - Default alignment source: decoder layer {config['alignment_layer']} (from the end when negative),
-  heads {config['alignment_heads'] or 'mean of all'}.
+  heads {config['alignment_heads'] or 'mean of all'}{", read with the step shift (the row where the target token is the decoder input, Chen et al. 2020)" if config.get('alignment_step_shift') else ""}.
 
 ## Training
 

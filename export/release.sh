@@ -19,18 +19,19 @@ GOLD=data/gold/de-en.gold.tsv
 
 echo "== alignment sources on the gold set"
 $PY bench/alignment_sources.py --model "$RUN/final" --backend torch --gold "$GOLD" --json "$RUN/alignment_sources.json"
-# The default must be readable without extra options, so pick the best source without
-# the step shift; shifted reads stay available through the API's step_shift option.
+# The best source (layer, heads, step shift) becomes the bundle's default map; a guided
+# model's supervised head wins here when the supervision worked.
 $PY - "$RUN" <<'PY'
 import json, sys
 from pathlib import Path
 run = Path(sys.argv[1])
-rows = [r for r in json.loads((run / "alignment_sources.json").read_text()) if not r["step_shift"]]
+rows = json.loads((run / "alignment_sources.json").read_text())
 best = min(rows, key=lambda r: r["aer"])
 path = run / "final" / "config.json"
 config = json.loads(path.read_text())
 config["alignment_layer"] = best["layer"]
 config["alignment_heads"] = [] if best["heads"] == "mean" else best["heads"]
+config["alignment_step_shift"] = best["step_shift"]
 path.write_text(json.dumps(config, indent=2) + "\n")
 print("default alignment source:", best)
 PY

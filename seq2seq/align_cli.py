@@ -83,8 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layer", type=int, default=None, help="decoder layer (default: the model's alignment layer)")
     parser.add_argument("--heads", type=int, nargs="*", default=None,
                         help="heads to average (default: the model's alignment heads; none given = all)")
-    parser.add_argument("--step-shift", action="store_true",
-                        help="read the map where the target token is the decoder input (Chen et al. 2020)")
+    parser.add_argument("--step-shift", action=argparse.BooleanOptionalAction, default=None,
+                        help="read the map where the target token is the decoder input (Chen et al. 2020); default: the model's")
     parser.add_argument("--level", choices=("word", "subword"), default="word",
                         help="subword: also write the subword map in JSONL records")
     parser.add_argument("--batch-lines", type=int, default=256, help="lines read and aligned together")

@@ -143,7 +143,7 @@ class AlignmentOptions:
     level: str = "word"                        # "word" or "subword"
     layer: int | None = None                   # None = the model's alignment layer
     heads: tuple[int, ...] | None = None       # None = the model's alignment heads
-    step_shift: bool = False
+    step_shift: bool | None = None             # None = the model's
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,9 @@ class ModelConfig:
     # alignment layer). -1 counts from the end; heads=() means the mean of all heads.
     alignment_layer: int = -2
     alignment_heads: tuple[int, ...] = ()
+    # Read the default map at the step where the target token is the decoder *input*
+    # (Chen et al. 2020); set by guided training with `guided_step_shift`.
+    alignment_step_shift: bool = False
     source_lang: str = "de"
     target_lang: str = "en"
 
@@ -93,6 +96,11 @@ class TrainConfig:
     guided_alignment: str = ""
     guided_weight: float = 0.05          # λ of Garg et al.: loss = translation + λ · alignment
     guided_head: int = 0
+    # Supervise the row where the target piece is the decoder *input* (the step after it
+    # was produced, Chen et al. 2020) rather than the row that predicts it: the head then
+    # aligns a word it has seen instead of guessing the next one. A new run records it as
+    # the model's `alignment_step_shift`, so the product reads the same row.
+    guided_step_shift: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(self.betas))

@@ -85,12 +85,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     alignment.add_argument("--layer", type=int, default=None, help="decoder layer (default: the model's)")
     alignment.add_argument("--heads", type=int, nargs="*", default=None,
                            help="heads to average (default: the model's; none given = all)")
-    alignment.add_argument("--step-shift", action="store_true",
-                           help="read the map where the target word is the decoder input (Chen et al. 2020)")
+    alignment.add_argument("--step-shift", action=argparse.BooleanOptionalAction, default=None,
+                           help="read the map where the target token is the decoder input (Chen et al. 2020); default: the model's")
 
 
 def alignment_links(model: Path, backend: str, pairs: list[tuple[str, str]], layer: int | None,
-                    heads: tuple[int, ...] | None, step_shift: bool) -> list[set[tuple[int, int]]]:
+                    heads: tuple[int, ...] | None, step_shift: bool | None) -> list[set[tuple[int, int]]]:
     """The model's hard word links of given pairs (an unalignable pair has none)."""
     from seq2seq.forced import ForcedAlignmentError, align_pairs
     from seq2seq.loading import load_translator
@@ -123,7 +123,7 @@ def evaluate_alignment(args: argparse.Namespace) -> int:
         hypotheses = alignment_links(args.model, args.backend, [(p.source, p.target) for p in gold], args.layer,
                                      heads, args.step_shift)
         source = (f"{args.model} layer {'default' if args.layer is None else args.layer} heads "
-                  f"{'default' if heads is None else (list(heads) or 'mean')}{' step-shift' if args.step_shift else ''}")
+                  f"{'default' if heads is None else (list(heads) or 'mean')}{'' if args.step_shift is None else (' step-shift' if args.step_shift else ' no step-shift')}")
         if args.save_hyp:
             write_pharaoh(args.save_hyp, hypotheses)
     else:

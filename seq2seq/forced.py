@@ -211,14 +211,16 @@ def forced_attention(translator: Translator, pairs: Sequence[tuple[str, str]], m
 
 
 def align_pairs(translator: Translator, pairs: Sequence[tuple[str, str]], level: str = "word",
-                layer: int | None = None, heads: tuple[int, ...] | None = None, step_shift: bool = False,
+                layer: int | None = None, heads: tuple[int, ...] | None = None, step_shift: bool | None = None,
                 max_batch_tokens: int = 4096) -> list[ForcedAlignment | ForcedAlignmentError]:
     """Align given (source, target) pairs; one result per pair, in order.
 
     A pair that cannot be aligned gives a `ForcedAlignmentError` in its place instead of
     raising, so one bad line never stops a job. layer/heads None: the model's alignment
-    source (`ModelConfig.alignment_layer` / `alignment_heads`); heads () = mean of all.
+    source (`ModelConfig.alignment_layer` / `alignment_heads`); heads () = mean of all;
+    step_shift None: the model's `alignment_step_shift`.
     """
+    step_shift = translator.default_step_shift if step_shift is None else step_shift
     results: list[ForcedAlignment | ForcedAlignmentError] = []
     for (source, target), prepared in zip(pairs, forced_attention(translator, pairs, max_batch_tokens)):
         if isinstance(prepared, ForcedAlignmentError):
@@ -236,7 +238,7 @@ def align_pairs(translator: Translator, pairs: Sequence[tuple[str, str]], level:
 
 
 def align_pair(translator: Translator, source: str, target: str, level: str = "word", layer: int | None = None,
-               heads: tuple[int, ...] | None = None, step_shift: bool = False) -> ForcedAlignment:
+               heads: tuple[int, ...] | None = None, step_shift: bool | None = None) -> ForcedAlignment:
     """Align one given pair; raises ForcedAlignmentError when it cannot be aligned."""
     result = align_pairs(translator, [(source, target)], level, layer, heads, step_shift)[0]
     if isinstance(result, ForcedAlignmentError):

@@ -114,11 +114,12 @@ def collate(examples: list[Example], indices: list[int], config: ModelConfig) ->
 # The rule from word links to a subword target, per training pair:
 #   * words are `seq2seq.alignment.words()` of the pair's texts (eflomal's tokens); a
 #     piece belongs to every word its characters overlap (`seq2seq.alignment.projection`);
-#   * the row of the decoder step that *produces* target piece t (no step shift, the
-#     map's default reading) gets a uniform distribution over every source piece of every
-#     source word linked to a word of piece t; the source EOS column gets nothing;
-#   * rows with no linked source word (unaligned target words, a bare "▁" piece) and the
-#     step that produces EOS are not supervised;
+#   * the row of target piece t gets a uniform distribution over every source piece of
+#     every source word linked to a word of piece t; the source EOS column gets nothing.
+#     With `guided_step_shift` (the default) that row is the decoder step whose *input* is
+#     piece t (position t + 1, after BOS); without, the step that *produces* piece t;
+#   * rows with no linked source word (unaligned target words, a bare "▁" piece) are not
+#     supervised, nor is the BOS-input step (shifted) or the EOS-producing step (unshifted);
 #   * links outside the sentence's word counts are dropped, and a pair whose pieces
 #     differ from the training example's (never, with one tokenizer) is not supervised.
 # The loss is Garg et al.'s cross-entropy between that distribution g and the head's
@@ -129,8 +130,10 @@ def collate(examples: list[Example], indices: list[int], config: ModelConfig) ->
 class GuidedAlignment:
     """Word links of the training lines, and the attention rows they ask of the head."""
 
-    def __init__(self, path: Path, pairs: list[Pair], lines: list[int], tokenizer: Tokenizer):
+    def __init__(self, path: Path, pairs: list[Pair], lines: list[int], tokenizer: Tokenizer,
+                 step_shift: bool = True):
         self.links = read_pharaoh(path)
+        self.step_shift = step_shift
         if len(self.links) != len(pairs):
             raise ValueError(f"{path}: {len(self.links)} alignment lines for {len(pairs)} training lines; the "
                              "Pharaoh file must have one line per line of train.tsv")
@@ -169,7 +172,8 @@ class GuidedAlignment:
             source, target = examples[index]
             found = self.distribution(self.lines[index], len(source) - 1, len(target))
             if found is not None:
-                gold[row, : len(target), : len(source)] = found
+                first = 1 if self.step_shift else 0     # decoder position 0 reads BOS
+                gold[row, first: first + len(target), : len(source)] = found
         return torch.from_numpy(gold)
 
 
@@ -328,7 +332,8 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
             model_config = initial_config(initial, data_dir)
         if train_config.guided_alignment and (initial is not None or not model_config.alignment_heads):
             # The supervised head becomes the model's alignment source (config.json travels with it).
-            model_config = replace(model_config, alignment_heads=(train_config.guided_head,))
+            model_config = replace(model_config, alignment_heads=(train_config.guided_head,),
+                                   alignment_step_shift=train_config.guided_step_shift)
     guided_layer = model_config.resolved_alignment_layer
     if train_config.guided_alignment:
         if not 0 <= train_config.guided_head < model_config.n_heads:
@@ -370,9 +375,10 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
     guided = None
     if train_config.guided_alignment:
         guided = GuidedAlignment(Path(train_config.guided_alignment), read_pairs(data_dir / "train.tsv"), lines,
-                                 tokenizer)
-        log.info("guided alignment: head %d of layer %d, weight %g, links from %s", train_config.guided_head,
-                 guided_layer, train_config.guided_weight, train_config.guided_alignment)
+                                 tokenizer, train_config.guided_step_shift)
+        log.info("guided alignment: head %d of layer %d, weight %g, step shift %s, links from %s",
+                 train_config.guided_head, guided_layer, train_config.guided_weight, train_config.guided_step_shift,
+                 train_config.guided_alignment)
     valid_pairs = read_pairs(data_dir / "valid.tsv")
     valid_examples = load_examples(data_dir / "valid.tsv", tokenizer, max_length)
     bleu_pairs = valid_pairs[: train_config.valid_bleu_sentences]

@@ -92,8 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     aligned.add_argument("--alignment-level", choices=("word", "subword"), default="word", help="(default word)")
     aligned.add_argument("--alignment-layer", type=int, help="decoder layer (default: the model's alignment layer)")
     aligned.add_argument("--alignment-heads", type=int, nargs="+", help="heads to average (default: the model's)")
-    aligned.add_argument("--step-shift", action="store_true",
-                         help="read the row where a target token is the decoder input (Chen et al. 2020)")
+    aligned.add_argument("--step-shift", action=argparse.BooleanOptionalAction, default=None,
+                         help="read the map where the target token is the decoder input (Chen et al. 2020); default: the model's")
     aligned.add_argument("--heatmaps", type=Path, metavar="DIR",
                          help="write one heatmap per line into DIR, named by line number or id")
     aligned.add_argument("--heatmap-format", choices=batch.HEATMAP_FORMATS, default="png", help="(default png)")

@@ -78,14 +78,22 @@ class Translator:
             return -2, ()
         return config.resolved_alignment_layer, tuple(config.alignment_heads)
 
+    @property
+    def default_step_shift(self) -> bool:
+        """Whether the model's default map is read at the step where the token is the input."""
+        return bool(getattr(getattr(self.backend, "config", None), "alignment_step_shift", False))
+
     def align(self, source_text: str, result: TranslationResult, level: str = "word", layer: int | None = None,
-              heads: tuple[int, ...] | None = None, step_shift: bool = False) -> Alignment:
-        """The alignment map of `result`, the translation of `source_text` (see seq2seq.alignment)."""
+              heads: tuple[int, ...] | None = None, step_shift: bool | None = None) -> Alignment:
+        """The alignment map of `result`, the translation of `source_text` (see seq2seq.alignment).
+
+        layer, heads and step_shift each default (None) to the model's alignment source."""
         if result.attention is None:
             raise ValueError("the translation was made without attention (DecodeConfig.return_attention=False)")
         default_layer, default_heads = self.default_alignment
         layer = default_layer if layer is None else layer
         heads = default_heads if heads is None else tuple(heads)
+        step_shift = self.default_step_shift if step_shift is None else step_shift
         n_layers, n_heads = result.attention.shape[:2]
         if not -n_layers <= layer < n_layers:
             raise ValueError(f"layer {layer} out of range: the model has {n_layers} decoder layers")

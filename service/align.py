@@ -47,7 +47,8 @@ class AlignRequest(BaseModel):
     level: Literal["word", "subword"] = Field("word", description="subword: also return the subword map")
     layer: int | None = Field(None, description="decoder layer (default: the model's alignment layer)")
     heads: list[int] | None = Field(None, description="heads to average (default: the model's; [] = all)")
-    step_shift: bool = Field(False, description="read the map where the target token is the decoder input")
+    step_shift: bool | None = Field(None, description="read the map where the target token is the decoder input "
+                                                   "(default: the model's)")
 
     @model_validator(mode="after")
     def _one_input(self) -> "AlignRequest":

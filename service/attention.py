@@ -182,6 +182,8 @@ class AttentionResponse(BaseModel):
     n_heads: int
     alignment_layer: int = Field(description="the decoder layer the model's alignment is read from (0-based)")
     alignment_heads: list[int] = Field(description="the heads it averages ([] = all)")
+    alignment_step_shift: bool = Field(False, description="whether the model's maps (and every map in `alignment`) "
+                                                          "are read where the target token is the decoder input")
     sentences: list[SentenceAttention]
 
 
@@ -197,7 +199,7 @@ def alignment_maps(engine: Engine, pair: Pair, source: str, result: TranslationR
                    layers: int, n_heads: int, offsets: tuple[int, int]) -> AlignmentMaps:
     """The alignment of every (layer, head set) of `result` at `level`, as /v1/translate computes one."""
     head_sets = [(h,) for h in range(n_heads)] + [()]
-    found = [[shift(engine.align(pair, source, result, level, layer, heads, False), *offsets) for heads in head_sets]
+    found = [[shift(engine.align(pair, source, result, level, layer, heads, None), *offsets) for heads in head_sets]
              for layer in range(layers)]
     first = found[0][0]
     return AlignmentMaps(source_tokens=_spans(first.source_tokens), target_tokens=_spans(first.target_tokens),
@@ -231,7 +233,8 @@ def attention_response(engine: Engine, pair: Pair, translated: TranslatedText, m
     return AttentionResponse(text=translated.source, translation=translated.text, source=pair[0], target=pair[1],
                              model=info.name, encoder_layers=encoder_layers, decoder_layers=info.decoder_layers,
                              n_heads=info.n_heads, alignment_layer=info.alignment_layer,
-                             alignment_heads=list(info.alignment_heads), sentences=sentences)
+                             alignment_heads=list(info.alignment_heads),
+                             alignment_step_shift=info.alignment_step_shift, sentences=sentences)
 
 
 # --------------------------------------------------------------------------- routes

@@ -35,6 +35,7 @@ class ModelInfo:
     n_heads: int
     alignment_layer: int            # the default alignment source, 0-based
     alignment_heads: tuple[int, ...]  # () = mean of all heads
+    alignment_step_shift: bool = False  # read where the target token is the decoder input
 
 
 class Engine(Protocol):
@@ -46,7 +47,7 @@ class Engine(Protocol):
         ...
 
     def align(self, pair: Pair, source_text: str, result: TranslationResult, level: str,
-              layer: int | None, heads: tuple[int, ...] | None, step_shift: bool) -> Alignment:
+              layer: int | None, heads: tuple[int, ...] | None, step_shift: bool | None) -> Alignment:
         ...
 
     def translator(self, pair: Pair) -> Translator | None:
@@ -78,7 +79,7 @@ class TranslatorEngine:
         return self.batchers[pair].submit(texts, config).result(timeout=timeout)
 
     def align(self, pair: Pair, source_text: str, result: TranslationResult, level: str,
-              layer: int | None, heads: tuple[int, ...] | None, step_shift: bool) -> Alignment:
+              layer: int | None, heads: tuple[int, ...] | None, step_shift: bool | None) -> Alignment:
         return self.translators[pair].align(source_text, result, level, layer, heads, step_shift)
 
     def translator(self, pair: Pair) -> Translator | None:
@@ -92,7 +93,7 @@ class TranslatorEngine:
 def model_info(name: str, pair: Pair, translator: Translator) -> ModelInfo:
     config = translator.backend.config  # type: ignore[attr-defined]
     return ModelInfo(name, pair[0], pair[1], config.decoder_layers, config.n_heads,
-                     config.resolved_alignment_layer, tuple(config.alignment_heads))
+                     config.resolved_alignment_layer, tuple(config.alignment_heads), config.alignment_step_shift)
 
 
 def find_bundles(models: Path) -> list[Path]:

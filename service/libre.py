@@ -36,7 +36,8 @@ class AlignmentRequest(BaseModel):
     level: Literal["word", "subword"] = "word"
     layer: int | None = Field(None, description="decoder layer (default: the model's alignment layer)")
     heads: list[int] | None = Field(None, description="heads to average (default: the model's; [] = all)")
-    step_shift: bool = False
+    step_shift: bool | None = Field(None, description="read the map where the target token is the decoder "
+                                                   "input (default: the model's)")
 
     def options(self) -> AlignmentOptions:
         return AlignmentOptions(self.level, self.layer, None if self.heads is None else tuple(self.heads),

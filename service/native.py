@@ -84,7 +84,8 @@ class HeatmapRequest(BaseModel):
     layer: int | None = Field(None, description="default: the alignment layer (cross), the last layer (self)")
     head: list[int] | None = Field(None, description="heads to average (default: the model's alignment heads "
                                                      "for cross, all heads for self-attention)")
-    step_shift: bool = False
+    step_shift: bool | None = Field(None, description="read the map where the target token is the decoder "
+                                                   "input (default: the model's)")
     beam_size: int = DecodeConfig.beam_size
     width: int | None = Field(None, description="pixels (default: fitted to the tokens)")
     height: int | None = Field(None, description="pixels (default: fitted to the tokens)")
@@ -134,7 +135,7 @@ def heatmap(q: str = Query(description="text to translate"), source: str = "auto
             format: Literal["png", "svg"] = "png", kind: Literal["cross", "encoder", "decoder"] = "cross",
             level: Literal["word", "subword"] = "word",
             layer: int | None = None, head: list[int] | None = Query(None, description="repeat for several heads"),
-            step_shift: bool = False, beam_size: int = DecodeConfig.beam_size,
+            step_shift: bool | None = None, beam_size: int = DecodeConfig.beam_size,
             width: int | None = None, height: int | None = None,
             engine: Engine = Depends(get_engine), settings: Settings = Depends(get_settings),
             metrics: Metrics = Depends(get_metrics),

@@ -28,7 +28,7 @@ class AlignmentOptions:
     level: str = "word"
     layer: int | None = None               # None: the model's alignment layer
     heads: tuple[int, ...] | None = None   # None: the model's alignment heads; () = mean of all
-    step_shift: bool = False
+    step_shift: bool | None = None         # None: the model's alignment_step_shift
 
 
 @dataclass

@@ -191,7 +191,7 @@ def test_eval_gold_scores_a_pharaoh_file(tmp_path: Path, capsys: pytest.CaptureF
     assert (result["aer"], result["precision"], result["recall"], result["pairs"]) == (0.0, 100.0, 100.0, len(gold))
     assert cli_main(["eval", "--gold", str(gold_path), "--hyp", str(REPO / "data/gold/eflomal.gold.pharaoh"),
                      "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["aer"] == 13.59          # the baseline of data/gold/README.md
+    assert json.loads(capsys.readouterr().out)["aer"] == 14.54          # the baseline of data/gold/README.md
 
 
 # --------------------------------------------------------------------------- guided alignment
@@ -227,6 +227,23 @@ def test_guided_rule_maps_word_links_to_subword_rows(tmp_path: Path) -> None:
     links.write_text("0-0 7-7\n")                                 # out-of-range links are dropped
     unaligned = GuidedAlignment(links, pairs, [0], FakeTokenizer()).distribution(0, 4, 6)
     assert unaligned[0, 0] == 1 and unaligned[1:].sum() == 0      # rows of unaligned words stay unsupervised
+
+
+@pytest.mark.parametrize("step_shift", [True, False])
+def test_guided_rows_are_the_input_steps_of_the_pieces_with_the_step_shift(tmp_path: Path, step_shift: bool) -> None:
+    links = tmp_path / "links.pharaoh"
+    links.write_text("0-0 1-1 1-2 2-3 2-4\n")
+    pairs = read_pairs_text(tmp_path, "Das Hausboot sinkt\tThe house boat is sinking\tsentence\n")
+    guided = GuidedAlignment(links, pairs, [0], FakeTokenizer(), step_shift=step_shift)
+    examples = [([4, 5, 6, 7, 3], [8, 9, 10, 11, 12, 13])]          # 4 source pieces + EOS, 6 target pieces
+    rows = guided.targets(examples, [0])[0].numpy()                 # (T + 1 decoder steps, S + 1)
+    per_piece = guided.distribution(0, n_source=4, n_target=6)
+    # Decoder step p reads BOS + y_<p and produces y_p: shifted, piece t is supervised at
+    # step t + 1 (where it is the input) and step 0 (input BOS) is free; else at step t.
+    first = 1 if step_shift else 0
+    np.testing.assert_allclose(rows[first:first + 6], per_piece)
+    free = 0 if step_shift else 6
+    assert rows.shape == (7, 5) and rows[free].sum() == 0
 
 
 def read_pairs_text(directory: Path, text: str):
@@ -292,6 +309,7 @@ def test_guided_alignment_makes_the_head_align(tmp_path: Path, capsys: pytest.Ca
         assert ("guided_loss" in history[-1]) == guided
         saved = json.loads((final / "config.json").read_text())
         assert saved["alignment_heads"] == ([0] if guided else [])   # the guided head becomes the default
+        assert saved["alignment_step_shift"] == guided               # read as it was supervised
         capsys.readouterr()
         assert cli_main(["eval", "--gold", str(gold), "--model", str(final), "--backend", "torch",
                          "--layer", "0", "--heads", "0", "--json"]) == 0

@@ -59,6 +59,31 @@ def test_word_alignment_rows_sum_to_one_and_offsets_point_into_the_texts(checkpo
     assert [t.text for t in translator.align(source, result).source_tokens] == [w.text for w in words(source)]
 
 
+def test_the_models_step_shift_is_the_default_reading(checkpoint: Path, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from seq2seq.forced import align_pair
+    from seq2seq.loading import load_translator
+
+    shifted_dir = tmp_path / "shifted"
+    shutil.copytree(checkpoint, shifted_dir)
+    config = json.loads((checkpoint / "config.json").read_text())
+    (shifted_dir / "config.json").write_text(json.dumps(config | {"alignment_step_shift": True}))
+    plain, shifted = load_translator(checkpoint, "torch"), load_translator(shifted_dir, "torch")
+    source = "die Katze war sehr alt und schön heute ."
+    result = plain.translate(source)
+    default = shifted.align(source, result)
+    assert default.step_shift and not plain.align(source, result).step_shift
+    np.testing.assert_array_equal(default.matrix, plain.align(source, result, step_shift=True).matrix)
+    assert not np.array_equal(default.matrix, plain.align(source, result).matrix)
+    assert not shifted.align(source, result, step_shift=False).step_shift   # an explicit choice still wins
+    # Forced alignment (crossalign align, /v1/align, eval --gold) reads the same default.
+    forced = align_pair(shifted, source, result.text)
+    assert forced.word.step_shift
+    np.testing.assert_array_equal(forced.word.matrix, align_pair(plain, source, result.text, step_shift=True).word.matrix)
+
+
 def test_align_rejects_layers_and_heads_the_model_does_not_have(checkpoint: Path) -> None:
     from seq2seq.loading import load_translator
 
