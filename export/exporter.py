@@ -380,6 +380,15 @@ class ExportResult:
     parity: dict[str, Any]
 
 
+def portable_path(path: Path) -> str:
+    """`path` relative to the working directory when it lies inside it (e.g. work/run/final),
+    else its name: a bundle should not carry the exporting machine's directory layout."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return Path(path).name
+
+
 def export_model(checkpoint_dir: Path, out_dir: Path, int8: bool = False, tokenizer: Path | None = None,
                  data_manifest: Path | None = None, opset: int = DEFAULT_OPSET, force: bool = False,
                  parity_sentences: list[str] | None = None) -> ExportResult:
@@ -443,7 +452,7 @@ def write_bundle(loaded: LoadedCheckpoint, directory: Path, int8: bool, opset: i
         "weights_dtype": "float16 (fp32 graphs exported from the same float16-rounded values)",
         "interface": {"encoder": ENCODER_IO, "decoder_step": DECODER_IO, "opset": opset},
         "exporter": _versions(),
-        "source_checkpoint": str(loaded.checkpoint_dir.resolve()),
+        "source_checkpoint": portable_path(loaded.checkpoint_dir),
     }
     write_bundle_manifest(directory, model_config=loaded.config, tokenizer_file=TOKENIZER_FILE, graphs=graphs,
                           precision=precision, files=files, data_manifest=loaded.data_manifest, extra=extra)

@@ -150,7 +150,9 @@ def test_bundle_describes_itself(bundle: Path, checkpoint: Path) -> None:
     assert loaded.model_config == load_model(checkpoint).config
     assert json.loads((bundle / "config.json").read_text()) == manifest["model_config"]
     assert manifest["precision"] == "fp32" and loaded.precisions == ("fp32",)
-    assert manifest["alignment"] == {"layer": loaded.model_config.resolved_alignment_layer, "heads": []}
+    assert manifest["alignment"] == {"layer": loaded.model_config.resolved_alignment_layer, "heads": [],
+                                     "step_shift": False}
+    assert not Path(manifest["source_checkpoint"]).is_absolute()   # no exporting machine's paths
     assert manifest["license"] == "CC0-1.0 (generated in the test)"
     assert manifest["data"]["corpus"] == "toy"
     assert manifest["metrics"] == {}
