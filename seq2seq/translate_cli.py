@@ -7,7 +7,9 @@ job itself -- decoding lines, batching, joining, writing -- is seq2seq.batch.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
+import json
 import logging
 import signal
 import sys
@@ -44,7 +46,9 @@ translated and joined; alignment offsets refer to the original line.
 
 resume: with -o FILE --resume, a run that was interrupted (Ctrl-C, kill, crash) goes on
 where it stopped: complete records are kept, a partial last record is removed, and that
-many input lines are skipped. Use the same input and options as the first run.
+many input lines are skipped. The options that decide what a record holds (model, input,
+formats, beam, alignment, ...) are kept beside the output in FILE.job.json while the job
+is unfinished; a resume with different ones is refused, naming them.
 
 exit status:
   {batch.EXIT_OK}    every line translated
@@ -111,6 +115,36 @@ def _problems(args: argparse.Namespace) -> list[str]:
     if args.threads < 0 or args.window < 0:
         problems.append("--threads and --window must not be negative")
     return problems
+
+
+def job_options(args: argparse.Namespace) -> dict:
+    """What decides the content of the records: a resumed run must use the same."""
+    bundle = args.model / "bundle.json"
+    return {
+        "model": str(args.model.resolve()),
+        "model_sha256": hashlib.sha256(bundle.read_bytes()).hexdigest() if bundle.is_file() else None,
+        "input": str(args.input.resolve()) if args.input else None,
+        **{name: getattr(args, name) for name in (
+            "input_format", "format", "beam_size", "length_penalty", "max_chars", "split_tokens", "alignment",
+            "alignment_level", "alignment_layer", "alignment_heads", "step_shift", "heatmap_format")},
+        "heatmaps": str(args.heatmaps) if args.heatmaps else None,
+    }
+
+
+def job_file(output: Path) -> Path:
+    return output.with_name(output.name + ".job.json")
+
+
+def check_resume_options(args: argparse.Namespace) -> list[str]:
+    """Differences between this run's options and those of the run it resumes."""
+    path = job_file(args.output)
+    if not path.is_file():
+        if args.output.exists():
+            log.warning("%s: no record of the first run's options; assuming they are the same", path)
+        return []
+    before, now = json.loads(path.read_text()), json.loads(json.dumps(job_options(args)))
+    return [f"{name}: {before.get(name)!r} in the first run, {now.get(name)!r} now"
+            for name in sorted(set(before) | set(now)) if before.get(name) != now.get(name)]
 
 
 def _count_lines(path: Path) -> int:
@@ -201,6 +235,12 @@ def _run(args: argparse.Namespace) -> int:
     done = failed_before = 0
     try:
         if args.resume:
+            differences = check_resume_options(args)
+            if differences:
+                log.error("cannot resume %s with other options (%s); rerun with the first run's options, or "
+                          "delete %s to start over", args.output, "; ".join(differences), job_file(args.output))
+                engine.close(cancel=True)
+                return batch.EXIT_USAGE
             done = batch.prepare_resume(args.output)
             failed_before = _skip(stream, done, args)
             if done:
@@ -212,6 +252,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.heatmaps is not None:
         args.heatmaps.mkdir(parents=True, exist_ok=True)
 
+    if args.output:
+        job_file(args.output).write_text(json.dumps(job_options(args), indent=1) + "\n")
     writer = batch.RecordWriter(args.output, args.format, append=args.resume)
     progress = tqdm(total=total, initial=done, unit="line", file=sys.stderr, dynamic_ncols=True,
                     disable=not sys.stderr.isatty() or total == 1)
@@ -242,6 +284,8 @@ def _run(args: argparse.Namespace) -> int:
         log.warning("interrupted after %d lines%s", written,
                     f"; rerun with --resume -o {args.output} to continue" if args.output else "")
         return batch.EXIT_INTERRUPTED
+    if args.output:
+        job_file(args.output).unlink(missing_ok=True)  # finished: nothing left to resume
     failed = failed_before + summary.failed
     rate = summary.lines / elapsed if elapsed > 0 else 0.0
     log.info("%d lines (%d translated now, %d failed) in %.1f s, %.1f lines/s", written, summary.lines, failed,

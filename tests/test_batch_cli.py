@@ -258,7 +258,8 @@ def test_onnx_backend_with_workers_matches_torch(model_dir: Path, tmp_path: Path
 # --------------------------------------------------------------------------- resume
 
 
-def test_resume_after_sigkill_equals_an_uninterrupted_run(model_dir: Path, tmp_path: Path) -> None:
+def test_resume_after_sigkill_equals_an_uninterrupted_run(model_dir: Path, tmp_path: Path,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
     lines = toy_sentences(240, seed=4)
     lines[5], lines[200] = "", "Der Hund \x01 ist klein ."      # failures before and after the kill
     source = tmp_path / "in.txt"
@@ -283,8 +284,18 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(model_dir: Path, tmp_p
     with open(resumed, "ab") as stream:                        # as if killed in the middle of a write
         stream.write(b'{"text":"half a rec')
 
+    # Other options than the first run's would mix two kinds of records in one file: refused.
+    job = resumed.with_name(resumed.name + ".job.json")
+    assert json.loads(job.read_text())["beam_size"] == 1
+    before = resumed.read_bytes()
+    assert translate(model_dir, *command[command.index("-i"):], "-o", resumed, "--resume",
+                     "--beam-size", "2") == batch.EXIT_USAGE
+    assert "beam_size: 1 in the first run, 2 now" in caplog.text
+    assert resumed.read_bytes() == before                      # nothing written, nothing truncated
+
     finished = subprocess.run([*command, "-o", str(resumed), "--resume"], env=env, cwd=REPO,
                               capture_output=True, text=True, timeout=120)
+    assert not job.exists(), "a finished job leaves nothing to resume"
     assert finished.returncode == batch.EXIT_SOME_FAILED, finished.stderr
     assert "2 of 240 lines failed" in finished.stderr
     assert translate(model_dir, *command[command.index("-i"):], "-o", clean) == batch.EXIT_SOME_FAILED
