@@ -8,7 +8,9 @@ Torch-free: the serving path reads these too.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,7 +23,7 @@ class ModelConfig:
     d_model: int = 256              # residual width
     n_heads: int = 4                # d_model / n_heads = 64: the head size that trains well small
     d_ff: int = 1024                # feed-forward inner width, 4 x d_model as in Vaswani et al.
-    encoder_layers: int = 4
+    encoder_layers: int = 4         # the encoder runs once per sentence: depth is cheap there
     decoder_layers: int = 3         # decoding runs the decoder once per token: keep it shallow
     dropout: float = 0.1            # residual and embedding dropout
     attention_dropout: float = 0.0  # on attention weights; 0 keeps the alignment maps clean
@@ -68,21 +70,21 @@ class TrainConfig:
     data_dir: str = "work/data"          # output of `crossalign data prepare`
     out_dir: str = "work/run"            # checkpoints, logs, config.json
     max_tokens: int = 6000               # tokens per batch (source + target, padded)
-    max_steps: int = 20000
+    max_steps: int = 20000               # optimizer steps; the run stops at the first of steps/minutes
     max_minutes: float = 0.0             # stop after this wall time (0 = no limit)
     lr: float = 1e-3                     # peak learning rate
     warmup_steps: int = 1000             # linear warmup, then inverse-sqrt decay (Vaswani et al.)
-    weight_decay: float = 0.01
-    betas: tuple[float, float] = (0.9, 0.98)
-    label_smoothing: float = 0.1
-    clip_norm: float = 1.0
+    weight_decay: float = 0.01           # AdamW decoupled weight decay
+    betas: tuple[float, float] = (0.9, 0.98)  # AdamW betas (Vaswani et al.)
+    label_smoothing: float = 0.1         # mass spread over the vocabulary (Szegedy et al.)
+    clip_norm: float = 1.0               # clip the global gradient norm to this
     sentence_upsample: int = 1           # repeat sentence pairs in each epoch (phrases once)
     valid_every: int = 1000              # steps between validation (loss + BLEU)
     valid_bleu_sentences: int = 500      # greedy-decode this many valid sentences for BLEU
-    save_every: int = 1000
-    keep_checkpoints: int = 5
+    save_every: int = 1000               # steps between checkpoints (resume points)
+    keep_checkpoints: int = 5            # older checkpoints are deleted
     average_last: int = 5                # average the last N checkpoints into the final model
-    seed: int = 1
+    seed: int = 1                        # initialisation, batch order and dropout
     threads: int = 0                     # torch intra-op threads, 0 = torch's default
     # Start a new run from the weights of a model directory (a release bundle or a run's
     # final/): its config.json fixes the architecture and its spm.model must be the data's.
@@ -95,7 +97,7 @@ class TrainConfig:
     # alignment head, so the product reads the supervised head by default.
     guided_alignment: str = ""
     guided_weight: float = 0.05          # λ of Garg et al.: loss = translation + λ · alignment
-    guided_head: int = 0
+    guided_head: int = 0                 # which head of the alignment layer is supervised
     # Supervise the row where the target piece is the decoder *input* (the step after it
     # was produced, Chen et al. 2020) rather than the row that predicts it: the head then
     # aligns a word it has seen instead of guessing the next one. A new run records it as
@@ -132,21 +134,48 @@ def save_config(config: Any, path: Path) -> None:
 def load_config(cls: type[T], path: Path) -> T:
     return from_dict(cls, json.loads(Path(path).read_text()))
 
+def field_comments(cls: type) -> dict[str, str]:
+    """Each field's comment in the class source (trailing, or the block just above it): the
+    one place a setting is explained, reused as its `--help` text."""
+    try:
+        lines = inspect.getsource(cls).splitlines()
+    except (OSError, TypeError):  # no source (e.g. a frozen build): help shows defaults only
+        return {}
+    comments, block = {}, []
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            block.append(stripped.lstrip("# "))
+            continue
+        match = re.match(r"(\w+)\s*:[^=]*=[^#]*(?:#\s*(.*))?$", stripped)
+        if match:
+            text = " ".join(block + ([match.group(2)] if match.group(2) else []))
+            if text:
+                comments[match.group(1)] = text
+        block = []
+    return comments
+
+
 def dataclass_arguments(parser: Any, cls: type, skip: tuple[str, ...] = ()) -> None:
-    """Expose every field of `cls` as `--field-name`, with the dataclass default (one default)."""
+    """Expose every field of `cls` as `--field-name`, with the dataclass default (one default)
+    and the field's comment as help."""
+    comments = field_comments(cls)
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         flag = "--" + f.name.replace("_", "-")
+        about = comments.get(f.name, "").replace("%", "%%")
+        shown = list(default) if isinstance(default, tuple) else default
+        text = f"{about} (default {shown!r})" if about else f"(default {shown!r})"
         if isinstance(default, bool):
             parser.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=default,
-                                metavar="BOOL", help=f"(default {default})")
+                                metavar="BOOL", help=text)
         elif isinstance(default, tuple):
             kind = type(default[0]) if default else int
-            parser.add_argument(flag, type=kind, nargs="*", default=default, help=f"(default {list(default)})")
+            parser.add_argument(flag, type=kind, nargs="*", default=default, help=text)
         else:
-            parser.add_argument(flag, type=type(default), default=default, help=f"(default {default})")
+            parser.add_argument(flag, type=type(default), default=default, help=text)
 
 def from_arguments(cls: type[T], args: Any, **overrides: Any) -> T:
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]

@@ -240,3 +240,21 @@ def test_distributed_data_parallel_with_two_processes(tmp_path: Path, toy_tokeni
     history = (tmp_path / "run" / "history.jsonl").read_text().splitlines()
     assert len(history) == 2  # validation at steps 3 and 6, written once (by rank 0)
     assert math.isfinite(json.loads(history[-1])["valid_loss"])
+
+
+def test_every_training_setting_is_explained_in_help() -> None:
+    """The comment beside (or above) each config field is its --help text: one explanation."""
+    import argparse
+
+    from seq2seq.config import field_comments
+    from seq2seq.train import add_arguments
+
+    comments = field_comments(TrainConfig)
+    assert comments["lr"] == "peak learning rate"
+    assert comments["init_from"].startswith("Start a new run from the weights")
+    assert set(comments) == {f for f in TrainConfig.__dataclass_fields__}, "every TrainConfig field has a comment"
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    text = parser.format_help()
+    assert "peak learning rate (default 0.001)" in " ".join(text.split())
+    assert "residual width (default 256)" in " ".join(text.split())
