@@ -134,7 +134,7 @@ with a single reference, which makes BLEU harsh.
   ({last['tokens_per_s']} target tokens/s in the last window). {"Last stage: " if last['stage'] > 1 else ""}{last['epoch'] + 1} epochs; AdamW (betas {train_config['betas']}),
   peak lr {train_config['lr']}, {train_config['warmup_steps']} warmup steps then inverse-sqrt decay,
   label smoothing {train_config['label_smoothing']}, dropout {config['dropout']}, {train_config['max_tokens']} tokens per batch;
-  the final weights average the last {train_config['average_last']} checkpoints.{guided_line(train_config, config)}
+  {"the final weights are the last checkpoint" if train_config['average_last'] == 1 else f"the final weights average the last {train_config['average_last']} checkpoints"}.{guided_line(train_config, config)}
 - Reproduce:
 
 ```bash

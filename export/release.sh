@@ -38,6 +38,7 @@ PY
 
 echo "== export"
 $PY -m seq2seq.cli export "$RUN/final" --out "$OUT" --data-manifest "$DATA/manifest.json" --force
+cp "$RUN/alignment_sources.json" "$OUT/"   # the ranking behind the default, shipped for reference
 
 echo "== evaluate"
 $PY -m seq2seq.cli eval --model "$OUT" --test "$DATA/test.tsv" --beam-size 4 --json --save-hyp "$RUN/test.beam4.en" > "$RUN/test_beam4.json"
