@@ -47,7 +47,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> str:
     checkpoint = train_tiny(work)
     # One alignment head, as a guided model has: the page must start on it.
     config = json.loads((checkpoint / "config.json").read_text())
-    (checkpoint / "config.json").write_text(json.dumps(config | {"alignment_heads": [ALIGNMENT_HEAD]}))
+    (checkpoint / "config.json").write_text(json.dumps(config | {"alignment_heads": [ALIGNMENT_HEAD],
+                                                                 "alignment_step_shift": True}))
     export_model(checkpoint, work / "models" / "de-en", parity_sentences=SENTENCES[:2])
     port = free_port()
     process = start_server(work / "models", port)
@@ -118,6 +119,7 @@ def test_cross_attention_starts_on_the_models_alignment_head(page) -> None:
     assert head.input_value() == str(ALIGNMENT_HEAD)
     assert "alignment head" in head.locator("option:checked").inner_text()
     assert f"head {ALIGNMENT_HEAD}" in page.locator("#map-caption").inner_text()
+    assert "Step-shifted" in page.locator("#map-caption").inner_text()
     default = weights(page)
     head.select_option("mean")
     assert weights(page) != default

@@ -177,8 +177,11 @@ function describe() {
                   decoder: "Decoder self-attention (masked)" };
   const head = state.head === "mean" ? "mean of heads" : `head ${state.head}`;
   const level = state.kind === "cross" ? `, ${state.level}s` : ", subword pieces";
+  // The model's maps are read where each target token is the decoder input (step shift).
+  const shifted = state.kind === "cross" && state.data.alignment_step_shift
+    ? " Step-shifted: each row is read at the step where its token is the decoder input." : "";
   return `${names[state.kind]}, layer ${state.layer}, ${head}${level}. Rows are queries, columns keys; ` +
-         "each row sums to 1.";
+         "each row sums to 1." + shifted;
 }
 
 function render() {
