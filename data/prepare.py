@@ -73,7 +73,6 @@ def prepare(out: Path, corpus: str = "ding", vocab_size: int = 8000, max_phrases
         tokenizer = Tokenizer(tokenizer_model)  # checks the special ids before anything is copied
         (out / "spm.model").write_bytes(Path(tokenizer_model).read_bytes())
         (out / "spm.vocab").unlink(missing_ok=True)
-        tokenizer = Tokenizer(out / "spm.model")
         vocab_size = tokenizer.vocab_size
         log.info("reusing SentencePiece model %s (vocab %d)", tokenizer_model, vocab_size)
     else:

@@ -138,7 +138,7 @@ def _visible(piece: Token, text: str) -> Token:
 
 def _check_options(translator: Translator, attention: np.ndarray, layer: int | None,
                    heads: tuple[int, ...] | None) -> tuple[int, tuple[int, ...]]:
-    default_layer, default_heads = translator.default_alignment
+    default_layer, default_heads, _ = translator.default_alignment
     layer = default_layer if layer is None else layer
     heads = default_heads if heads is None else tuple(heads)
     n_layers, n_heads = attention.shape[:2]
@@ -220,7 +220,7 @@ def align_pairs(translator: Translator, pairs: Sequence[tuple[str, str]], level:
     source (`ModelConfig.alignment_layer` / `alignment_heads`); heads () = mean of all;
     step_shift None: the model's `alignment_step_shift`.
     """
-    step_shift = translator.default_step_shift if step_shift is None else step_shift
+    step_shift = translator.default_alignment[2] if step_shift is None else step_shift
     results: list[ForcedAlignment | ForcedAlignmentError] = []
     for (source, target), prepared in zip(pairs, forced_attention(translator, pairs, max_batch_tokens)):
         if isinstance(prepared, ForcedAlignmentError):

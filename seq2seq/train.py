@@ -31,7 +31,7 @@ from seq2seq.aer import read_pharaoh
 from seq2seq.alignment import Token, projection, words
 from seq2seq.config import (DecodeConfig, ModelConfig, TrainConfig, dataclass_arguments, from_arguments,
                             load_config, save_config, to_dict)
-from seq2seq.model import Transformer, key_padding_mask, save_model
+from seq2seq.model import Transformer, key_padding_mask, load_weights, save_model
 from seq2seq.torch_backend import TorchBackend
 from seq2seq.translator import Translator
 
@@ -273,8 +273,8 @@ def initial_config(model_dir: Path, data_dir: Path) -> ModelConfig:
             raise FileNotFoundError(f"--init-from {model_dir}: no {name}; give a release bundle or a run's final/")
     if (model_dir / "spm.model").read_bytes() != (data_dir / "spm.model").read_bytes():
         raise ValueError(f"--init-from {model_dir}: its spm.model differs from {data_dir / 'spm.model'}; the "
-                         "token ids would not match (copy the model's spm.model into the data directory and "
-                         "re-run `crossalign data prepare` with it, or start from scratch)")
+                         f"token ids would not match (prepare the data with `crossalign data prepare --tokenizer "
+                         f"{model_dir / 'spm.model'}`, or start from scratch)")
     return load_config(ModelConfig, model_dir / "config.json")
 
 
@@ -349,8 +349,7 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
                                   weight_decay=train_config.weight_decay)
     state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "history": [], "elapsed": 0.0}
     if initial is not None:
-        weights = torch.load(initial / "model.pt", map_location="cpu", weights_only=True)
-        model.load_state_dict(weights.get("model", weights))  # fp16 bundle weights cast to fp32
+        model.load_state_dict(load_weights(initial / "model.pt"))
         log.info("initialised from %s (%s)", initial, model_config)
     if checkpoints:
         payload = torch.load(checkpoints[-1], map_location="cpu", weights_only=False)

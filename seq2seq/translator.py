@@ -71,17 +71,12 @@ class Translator:
         return self.translate_batch([text], config)[0]
 
     @property
-    def default_alignment(self) -> tuple[int, tuple[int, ...]]:
-        """(layer, heads) that the model config names as its alignment source."""
+    def default_alignment(self) -> tuple[int, tuple[int, ...], bool]:
+        """(layer, heads, step shift) that the model config names as its alignment source."""
         config = getattr(self.backend, "config", None)
         if config is None:
-            return -2, ()
-        return config.resolved_alignment_layer, tuple(config.alignment_heads)
-
-    @property
-    def default_step_shift(self) -> bool:
-        """Whether the model's default map is read at the step where the token is the input."""
-        return bool(getattr(getattr(self.backend, "config", None), "alignment_step_shift", False))
+            return -2, (), False
+        return config.resolved_alignment_layer, tuple(config.alignment_heads), config.alignment_step_shift
 
     def align(self, source_text: str, result: TranslationResult, level: str = "word", layer: int | None = None,
               heads: tuple[int, ...] | None = None, step_shift: bool | None = None) -> Alignment:
@@ -90,10 +85,10 @@ class Translator:
         layer, heads and step_shift each default (None) to the model's alignment source."""
         if result.attention is None:
             raise ValueError("the translation was made without attention (DecodeConfig.return_attention=False)")
-        default_layer, default_heads = self.default_alignment
+        default_layer, default_heads, default_shift = self.default_alignment
         layer = default_layer if layer is None else layer
         heads = default_heads if heads is None else tuple(heads)
-        step_shift = self.default_step_shift if step_shift is None else step_shift
+        step_shift = default_shift if step_shift is None else step_shift
         n_layers, n_heads = result.attention.shape[:2]
         if not -n_layers <= layer < n_layers:
             raise ValueError(f"layer {layer} out of range: the model has {n_layers} decoder layers")
