@@ -68,7 +68,9 @@ class ModelConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     data_dir: str = "work/data"          # output of `crossalign data prepare`
-    out_dir: str = "work/run"            # checkpoints, logs, config.json
+    # The run directory (checkpoints, logs, config.json). Long runs live outside the checkout,
+    # so a later session on the same machine resumes them; `~` is expanded.
+    out_dir: str = "~/.cache/crossalign/runs/default"
     max_tokens: int = 6000               # tokens per batch (source + target, padded)
     max_steps: int = 20000               # optimizer steps; the run stops at the first of steps/minutes
     max_minutes: float = 0.0             # stop after this wall time (0 = no limit)
@@ -79,16 +81,24 @@ class TrainConfig:
     label_smoothing: float = 0.1         # mass spread over the vocabulary (Szegedy et al.)
     clip_norm: float = 1.0               # clip the global gradient norm to this
     sentence_upsample: int = 1           # repeat sentence pairs in each epoch (phrases once)
+    # Share of each epoch's target tokens taken from dictionary phrase pairs, drawn afresh
+    # each epoch from the whole phrase pool (deterministic in seed and epoch), so a large
+    # pool adds vocabulary without drowning the sentences; 0 = every phrase once per epoch.
+    phrase_share: float = 0.0
+    # Replace this fraction of source and decoder-input tokens by <unk> (word dropout,
+    # Sennrich & Zhang 2019): a regulariser for small corpora; targets are never changed.
+    word_dropout: float = 0.0
     valid_every: int = 1000              # steps between validation (loss + BLEU)
-    valid_bleu_sentences: int = 500      # greedy-decode this many valid sentences for BLEU
+    valid_bleu_sentences: int = 500      # greedy-decode this many valid sentences for BLEU (-1 = all, 0 = none)
     save_every: int = 1000               # steps between checkpoints (resume points)
-    keep_checkpoints: int = 5            # older checkpoints are deleted
+    keep_checkpoints: int = 5            # older checkpoints are deleted (best.pt, the best valid BLEU, is kept apart)
     average_last: int = 5                # average the last N checkpoints into the final model
     seed: int = 1                        # initialisation, batch order and dropout
     threads: int = 0                     # torch intra-op threads, 0 = torch's default
     # Start a new run from the weights of a model directory (a release bundle or a run's
-    # final/): its config.json fixes the architecture and its spm.model must be the data's.
-    # The optimizer and the schedule start afresh; "" = random initialisation.
+    # final/): its config.json fixes the architecture and its spm.model must be the data's;
+    # dropout comes from this run's --dropout / --attention-dropout. The optimizer and the
+    # schedule start afresh; "" = random initialisation.
     init_from: str = ""
     # Guided alignment (Garg et al. 2019): supervise one cross-attention head with a word
     # aligner's links while training translation. A Pharaoh file with one line per line of
@@ -106,6 +116,17 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(self.betas))
+        problems = []
+        if not 0.0 <= self.phrase_share < 1.0:
+            problems.append(f"phrase_share {self.phrase_share} outside [0, 1)")
+        if not 0.0 <= self.word_dropout < 1.0:
+            problems.append(f"word_dropout {self.word_dropout} outside [0, 1)")
+        if problems:
+            raise ValueError("invalid TrainConfig: " + "; ".join(problems))
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out_dir).expanduser()
 
 @dataclass(frozen=True)
 class DecodeConfig:

@@ -44,12 +44,13 @@ Example = tuple[list[int], list[int]]  # (source ids + EOS, target ids), no BOS/
 
 
 def load_examples(path: Path, tokenizer: Tokenizer, max_length: int, upsample_sentences: int = 1,
-                  lines: list[int] | None = None) -> list[Example]:
+                  lines: list[int] | None = None, phrases: list[bool] | None = None) -> list[Example]:
     """Tokenize a split; sentence pairs are repeated `upsample_sentences` times.
 
     Empty and over-long pairs are dropped, so examples and lines of `path` do not
     correspond one to one: when `lines` is given, it receives the 0-based line of every
-    example (what keeps guided alignment line-aligned with its Pharaoh file).
+    example (what keeps guided alignment line-aligned with its Pharaoh file); `phrases`
+    receives whether each example is a dictionary phrase pair.
     """
     pairs = read_pairs(path)
     sources = tokenizer.encode_batch([p.source for p in pairs])
@@ -62,17 +63,41 @@ def load_examples(path: Path, tokenizer: Tokenizer, max_length: int, upsample_se
         examples.extend([(src + [tokenizer.sp.eos_id()], tgt)] * repeat)
         if lines is not None:
             lines.extend([number] * repeat)
+        if phrases is not None:
+            phrases.extend([pair.kind != "sentence"] * repeat)
     return examples
 
 
-def make_batches(examples: list[Example], max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
+def epoch_examples(examples: list[Example], phrases: list[bool], share: float, seed: int, epoch: int) -> list[int]:
+    """Indices of the examples one epoch trains on: every sentence, plus phrase pairs drawn
+    from the whole pool until they make up `share` of the epoch's target tokens (all
+    phrases when share is 0). Deterministic in (seed, epoch), so a resumed run sees the
+    same epoch; each epoch draws a different sample, so a large pool is covered over time."""
+    sentences = [i for i, phrase in enumerate(phrases) if not phrase]
+    pool = [i for i, phrase in enumerate(phrases) if phrase]
+    if share <= 0 or not pool:
+        return list(range(len(examples)))
+    budget = share / (1.0 - share) * sum(len(examples[i][1]) + 1 for i in sentences)
+    random.Random(seed * 7_919 + epoch).shuffle(pool)
+    chosen, tokens = [], 0
+    for index in pool:
+        if tokens >= budget:
+            break
+        chosen.append(index)
+        tokens += len(examples[index][1]) + 1
+    return sentences + chosen
+
+
+def make_batches(examples: list[Example], max_tokens: int, seed: int, epoch: int,
+                 indices: list[int] | None = None) -> list[list[int]]:
     """Length-bucketed batches of example indices, at most `max_tokens` padded tokens each.
 
     Sort by (target, source) length within a shuffled order so padding is small, cut into
     batches by padded size, then shuffle the batches. Deterministic in (seed, epoch).
+    `indices` restricts the batches to those examples (default: all).
     """
     rng = random.Random(seed * 100_003 + epoch)
-    order = list(range(len(examples)))
+    order = list(range(len(examples))) if indices is None else list(indices)
     rng.shuffle(order)
     order.sort(key=lambda i: (len(examples[i][1]), len(examples[i][0])))
     batches, current, longest = [], [], 0
@@ -88,6 +113,16 @@ def make_batches(examples: list[Example], max_tokens: int, seed: int, epoch: int
         batches.append(current)
     rng.shuffle(batches)
     return batches
+
+
+def drop_words(ids: torch.Tensor, rate: float, config: ModelConfig) -> torch.Tensor:
+    """Word dropout (Sennrich & Zhang 2019): each real token (not pad, BOS or EOS) becomes
+    <unk> with probability `rate`. Uses torch's RNG, which checkpoints save, so resume is exact."""
+    if rate <= 0:
+        return ids
+    special = (ids == config.pad_id) | (ids == config.bos_id) | (ids == config.eos_id)
+    dropped = (torch.rand(ids.shape) < rate) & ~special
+    return ids.masked_fill(dropped, config.unk_id)
 
 
 def collate(examples: list[Example], indices: list[int], config: ModelConfig) -> tuple[torch.Tensor, ...]:
@@ -266,8 +301,14 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
     return {name: (tensor / len(paths)).float() for name, tensor in total.items()}
 
 
-def initial_config(model_dir: Path, data_dir: Path) -> ModelConfig:
-    """The architecture of the model in `model_dir`, checked against the data's tokenizer."""
+# Training-time settings of ModelConfig: a run started with --init-from takes these from its
+# own command line, everything else (the architecture) from the model it starts from.
+REGULARISATION_FIELDS = ("dropout", "attention_dropout")
+
+
+def initial_config(model_dir: Path, data_dir: Path, requested: ModelConfig | None = None) -> ModelConfig:
+    """The architecture of the model in `model_dir`, checked against the data's tokenizer;
+    dropout from `requested` (this run's command line) when given."""
     for name in ("config.json", "model.pt", "spm.model"):
         if not (model_dir / name).is_file():
             raise FileNotFoundError(f"--init-from {model_dir}: no {name}; give a release bundle or a run's final/")
@@ -275,7 +316,10 @@ def initial_config(model_dir: Path, data_dir: Path) -> ModelConfig:
         raise ValueError(f"--init-from {model_dir}: its spm.model differs from {data_dir / 'spm.model'}; the "
                          f"token ids would not match (prepare the data with `crossalign data prepare --tokenizer "
                          f"{model_dir / 'spm.model'}`, or start from scratch)")
-    return load_config(ModelConfig, model_dir / "config.json")
+    config = load_config(ModelConfig, model_dir / "config.json")
+    if requested is not None:
+        config = replace(config, **{name: getattr(requested, name) for name in REGULARISATION_FIELDS})
+    return config
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -306,6 +350,29 @@ def validation_bleu(model: Transformer, tokenizer: Tokenizer, sources: list[str]
 # --------------------------------------------------------------------------- the loop
 
 
+HISTORY_COLUMNS = ("step", "epoch", "minutes", "train_loss", "valid_loss", "valid_bleu", "guided_loss", "tokens_per_s")
+
+
+def record_history(out_dir: Path, entry: dict) -> None:
+    """Append one validation entry to the run's history.jsonl and history.csv."""
+    with open(out_dir / "history.jsonl", "a") as handle:
+        handle.write(json.dumps(entry) + "\n")
+    csv_path = out_dir / "history.csv"
+    new = not csv_path.exists()
+    with open(csv_path, "a") as handle:
+        if new:
+            handle.write(",".join(HISTORY_COLUMNS) + "\n")
+        handle.write(",".join(str(entry.get(column, "")) for column in HISTORY_COLUMNS) + "\n")
+
+
+def save_best(model: Transformer, out_dir: Path, data_dir: Path, entry: dict) -> None:
+    """Keep the weights with the best valid BLEU so far as a model directory, `best/`."""
+    best = out_dir / "best"
+    save_model(model, best)
+    (best / "spm.model").write_bytes((data_dir / "spm.model").read_bytes())
+    (best / "validation.json").write_text(json.dumps(entry, indent=1) + "\n")
+
+
 def is_main_process() -> bool:
     return not dist.is_initialized() or dist.get_rank() == 0
 
@@ -318,7 +385,7 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     if train_config.threads:
         torch.set_num_threads(train_config.threads)
-    out_dir, data_dir = Path(train_config.out_dir), Path(train_config.data_dir)
+    out_dir, data_dir = train_config.run_dir, Path(train_config.data_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
     tokenizer = Tokenizer(data_dir / "spm.model")
@@ -329,7 +396,7 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
         model_config = load_config(ModelConfig, out_dir / "config.json")
     else:
         if initial is not None:
-            model_config = initial_config(initial, data_dir)
+            model_config = initial_config(initial, data_dir, model_config)
         if train_config.guided_alignment and (initial is not None or not model_config.alignment_heads):
             # The supervised head becomes the model's alignment source (config.json travels with it).
             model_config = replace(model_config, alignment_heads=(train_config.guided_head,),
@@ -359,7 +426,10 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
         torch.set_rng_state(payload["rng"]["torch"])
         random.setstate(payload["rng"]["python"])
         np.random.set_state(payload["rng"]["numpy"])
-        log.info("resumed from %s (step %d)", checkpoints[-1], state["step"])
+        log.info("resumed %s: step %d, epoch %d at batch %d, %.1f minutes trained, learning rate %.2e; "
+                 "optimizer moments, data order and the torch/python/numpy RNGs restored", checkpoints[-1],
+                 state["step"], state["epoch"], state["batch_in_epoch"], state["elapsed"] / 60,
+                 learning_rate(state["step"] + 1, train_config))
     if is_main_process():
         save_config(model_config, out_dir / "config.json")
         save_config(train_config, out_dir / "train_config.json")
@@ -370,7 +440,9 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
 
     max_length = model_config.max_positions
     lines: list[int] = []
-    examples = load_examples(data_dir / "train.tsv", tokenizer, max_length, train_config.sentence_upsample, lines)
+    phrases: list[bool] = []
+    examples = load_examples(data_dir / "train.tsv", tokenizer, max_length, train_config.sentence_upsample, lines,
+                             phrases)
     guided = None
     if train_config.guided_alignment:
         guided = GuidedAlignment(Path(train_config.guided_alignment), read_pairs(data_dir / "train.tsv"), lines,
@@ -380,7 +452,7 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
                  train_config.guided_alignment)
     valid_pairs = read_pairs(data_dir / "valid.tsv")
     valid_examples = load_examples(data_dir / "valid.tsv", tokenizer, max_length)
-    bleu_pairs = valid_pairs[: train_config.valid_bleu_sentences]
+    bleu_pairs = valid_pairs if train_config.valid_bleu_sentences < 0 else valid_pairs[: train_config.valid_bleu_sentences]
     log.info("model: %.2fM parameters; %d training examples; %d valid", model.num_parameters() / 1e6,
              len(examples), len(valid_examples))
 
@@ -393,7 +465,8 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
     window_guided = (0.0, 0)
     stop = state["step"] >= train_config.max_steps  # resuming a finished run trains no further
     while not stop:
-        batches = make_batches(examples, train_config.max_tokens, train_config.seed, state["epoch"])
+        epoch_indices = epoch_examples(examples, phrases, train_config.phrase_share, train_config.seed, state["epoch"])
+        batches = make_batches(examples, train_config.max_tokens, train_config.seed, state["epoch"], epoch_indices)
         batches = batches[len(batches) % world:] if world > 1 else batches  # equal count per rank
         while state["batch_in_epoch"] < len(batches) // world:
             indices = batches[state["batch_in_epoch"] * world + rank]
@@ -402,6 +475,8 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, train_config)
             src, tgt_in, tgt_out = collate(examples, indices, model_config)
+            src = drop_words(src, train_config.word_dropout, model_config)
+            tgt_in = drop_words(tgt_in, train_config.word_dropout, model_config)
             if guided is None:
                 loss_sum, n_tokens = smoothed_loss(ddp_model(src, tgt_in), tgt_out, train_config.label_smoothing,
                                                    model_config.pad_id)
@@ -449,8 +524,10 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
                                                                     [p.target for p in bleu_pairs]), 2)
                     state["history"].append(entry)
                     progress.write(json.dumps(entry))
-                    with open(out_dir / "history.jsonl", "a") as handle:
-                        handle.write(json.dumps(entry) + "\n")
+                    record_history(out_dir, entry)
+                    if entry.get("valid_bleu", -1.0) > state.get("best_bleu", -1.0):
+                        state["best_bleu"] = entry["valid_bleu"]
+                        save_best(model, out_dir, data_dir, entry)
                 window_tokens, window_start, window_loss = 0, time.time(), (0.0, 0)
                 window_guided = (0.0, 0)
             if step % train_config.save_every == 0 or stop:
