@@ -40,6 +40,8 @@ def score(hypotheses: list[str], references: list[str]) -> dict:
     chrf_score = chrf.corpus_score(hypotheses, [references])
     return {
         "bleu": round(bleu_score.score, 2), "chrf": round(chrf_score.score, 2),
+        # hypothesis / reference length (sacreBLEU's tokens): below 1 means dropped content
+        "length_ratio": round(bleu_score.sys_len / max(bleu_score.ref_len, 1), 3),
         "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature()),
         "sentences": len(hypotheses),
     }
@@ -75,6 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ref", type=Path, help="file of references, one per line (with --hyp)")
     parser.add_argument("--backend", choices=("onnx", "torch"), default="onnx")
     parser.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size)
+    parser.add_argument("--length-penalty", type=float, default=DecodeConfig.length_penalty,
+                        help="GNMT length-penalty exponent alpha (default %(default)s)")
     parser.add_argument("--limit", type=int, default=0, help="score only the first N sentences")
     parser.add_argument("--save-hyp", type=Path, help="write the model's translations (with --gold: its Pharaoh "
                                                       "links) here")
@@ -153,7 +157,8 @@ def main(args: argparse.Namespace) -> int:
             sources, references = sources[: args.limit], references[: args.limit]
         started = time.time()
         hypotheses = translate_file(args.model, args.backend, sources,
-                                    DecodeConfig(beam_size=args.beam_size, return_attention=False))
+                                    DecodeConfig(beam_size=args.beam_size, length_penalty=args.length_penalty,
+                                                 return_attention=False))
         log.info("translated %d sentences in %.1fs", len(sources), time.time() - started)
         if args.save_hyp:
             args.save_hyp.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
@@ -165,4 +170,5 @@ def main(args: argparse.Namespace) -> int:
     else:
         print(f"BLEU = {result['bleu']:.2f}  ({result['bleu_signature']})")
         print(f"chrF = {result['chrf']:.2f}  ({result['chrf_signature']})")
+        print(f"length ratio = {result['length_ratio']:.3f}  (hypothesis / reference)")
     return 0
