@@ -29,13 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seq2seq.alignment import Alignment, Token, hard_links, projection, subword_map, word_map, words
+from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Token, align
 from seq2seq.search import pad_batch
 from seq2seq.translator import Translator
-
-
-class ForcedAlignmentError(ValueError):
-    """A pair that cannot be aligned (empty side, too long for the model, bad options)."""
 
 
 @dataclass
@@ -125,72 +121,32 @@ def _stepwise_attention(backend, source: list[int], target: list[int]) -> np.nda
 def _pieces(translator: Translator, text: str) -> tuple[list[int], list[Token]]:
     """Ids and pieces with character offsets into `text` (the text as given, not normalised)."""
     ids, pieces, offsets = translator.tokenizer.encode_with_offsets(text)
-    return ids, [_visible(Token(p, s, e), text) for p, (s, e) in zip(pieces, offsets)]
-
-
-def _visible(piece: Token, text: str) -> Token:
-    """The piece's span without the whitespace a word-initial piece's offsets include."""
-    start = piece.start
-    while start < piece.end and text[start].isspace():
-        start += 1
-    return Token(text[start:piece.end] or piece.text, start, piece.end)
-
-
-def _check_options(translator: Translator, attention: np.ndarray, layer: int | None,
-                   heads: tuple[int, ...] | None) -> tuple[int, tuple[int, ...]]:
-    default_layer, default_heads, _ = translator.default_alignment
-    layer = default_layer if layer is None else layer
-    heads = default_heads if heads is None else tuple(heads)
-    n_layers, n_heads = attention.shape[:2]
-    if not -n_layers <= layer < n_layers:
-        raise ForcedAlignmentError(f"layer {layer} out of range: the model has {n_layers} decoder layers")
-    if any(not 0 <= h < n_heads for h in heads):
-        raise ForcedAlignmentError(f"heads {list(heads)} out of range: the model has {n_heads} heads")
-    return layer % n_layers, heads
-
-
-def build_alignment(attention: np.ndarray, source: str, source_pieces: list[Token], target: str,
-                    target_pieces: list[Token], layer: int, heads: tuple[int, ...] = (), level: str = "word",
-                    step_shift: bool = False) -> tuple[Alignment, Alignment]:
-    """(word alignment, alignment at `level`) of one pair from its (L, H, T+1, S+1) attention.
-
-    The rule of `seq2seq.alignment.align`, with the target pieces' offsets taken from the
-    given target text instead of a detokenized translation.
-    """
-    if level not in ("word", "subword"):
-        raise ForcedAlignmentError(f"level must be 'word' or 'subword', not {level!r}")
-    sub = subword_map(attention, layer, heads, step_shift)                               # (T, S)
-    source_words, target_words = words(source), words(target)
-    matrix = word_map(sub, projection(source_pieces, source_words), projection(target_pieces, target_words))
-    word = Alignment("word", source_words, target_words, matrix, hard_links(matrix), layer, heads, step_shift)
-    if level == "word":
-        return word, word
-    return word, Alignment("subword", source_pieces, target_pieces, sub, hard_links(sub), layer, heads, step_shift)
+    return ids, [Token(p, s, e) for p, (s, e) in zip(pieces, offsets)]
 
 
 Prepared = tuple[np.ndarray, list[Token], list[Token]]   # attention (L, H, T+1, S+1), source, target pieces
 
 
 def forced_attention(translator: Translator, pairs: Sequence[tuple[str, str]], max_batch_tokens: int = 4096
-                     ) -> list[Prepared | ForcedAlignmentError]:
+                     ) -> list[Prepared | AlignmentError]:
     """Per pair: its teacher-forced attention and pieces, or why it cannot be aligned.
 
-    The raw material of `align_pairs`, and of scoring many alignment sources from one
-    forward pass (bench/alignment_sources.py: `build_alignment` with any layer/heads/shift).
+    The raw material of `align_given`, and of scoring many alignment sources from one
+    forward pass (bench/alignment_sources.py: `seq2seq.alignment.align` with any options).
     Pairs are batched by length, at most `max_batch_tokens` padded tokens per batch.
     """
     source_limit = translator.max_source_tokens                # already <= max_positions
-    target_limit = translator.max_positions or source_limit
-    results: list[Prepared | ForcedAlignmentError | None] = [None] * len(pairs)
+    target_limit = translator.max_positions
+    results: list[Prepared | AlignmentError | None] = [None] * len(pairs)
     todo: list[tuple[int, list[int], list[Token], list[int], list[Token]]] = []
     for index, (source, target) in enumerate(pairs):
         if not source.strip() or not target.strip():
-            results[index] = ForcedAlignmentError("empty " + ("source" if not source.strip() else "target"))
+            results[index] = AlignmentError("empty " + ("source" if not source.strip() else "target"))
             continue
         source_ids, source_pieces = _pieces(translator, source)
         target_ids, target_pieces = _pieces(translator, target)
         if len(source_ids) + 1 > source_limit or len(target_ids) + 1 > target_limit:
-            results[index] = ForcedAlignmentError(
+            results[index] = AlignmentError(
                 f"too long: {len(source_ids)} source and {len(target_ids)} target pieces (the model takes at "
                 f"most {source_limit - 1} and {target_limit - 1})")
             continue
@@ -210,37 +166,39 @@ def forced_attention(translator: Translator, pairs: Sequence[tuple[str, str]], m
     return [r for r in results if r is not None]
 
 
-def align_pairs(translator: Translator, pairs: Sequence[tuple[str, str]], level: str = "word",
-                layer: int | None = None, heads: tuple[int, ...] | None = None, step_shift: bool | None = None,
-                max_batch_tokens: int = 4096) -> list[ForcedAlignment | ForcedAlignmentError]:
+def align_given(translator: Translator, pairs: Sequence[tuple[str, str]],
+                options: AlignmentOptions = AlignmentOptions(), max_batch_tokens: int = 4096
+                ) -> list[ForcedAlignment | AlignmentError]:
     """Align given (source, target) pairs; one result per pair, in order.
 
-    A pair that cannot be aligned gives a `ForcedAlignmentError` in its place instead of
-    raising, so one bad line never stops a job. layer/heads None: the model's alignment
-    source (`ModelConfig.alignment_layer` / `alignment_heads`); heads () = mean of all;
-    step_shift None: the model's `alignment_step_shift`.
+    Options the model cannot satisfy raise AlignmentError at once; a pair that cannot be
+    aligned gives an `AlignmentError` in its place instead, so one bad line never stops a job.
     """
-    step_shift = translator.default_alignment[2] if step_shift is None else step_shift
-    results: list[ForcedAlignment | ForcedAlignmentError] = []
+    resolved = options.resolve(translator.config)
+    results: list[ForcedAlignment | AlignmentError] = []
     for (source, target), prepared in zip(pairs, forced_attention(translator, pairs, max_batch_tokens)):
-        if isinstance(prepared, ForcedAlignmentError):
+        if isinstance(prepared, AlignmentError):
             results.append(prepared)
             continue
         attention, source_pieces, target_pieces = prepared
-        try:
-            resolved_layer, resolved_heads = _check_options(translator, attention, layer, heads)
-            word, chosen = build_alignment(attention, source, source_pieces, target, target_pieces,
-                                           resolved_layer, resolved_heads, level, step_shift)
-            results.append(ForcedAlignment(source, target, word, chosen))
-        except ForcedAlignmentError as error:
-            results.append(error)
+        maps = align(attention, source, source_pieces, target, target_pieces, resolved)
+        results.append(ForcedAlignment(source, target, maps.word, maps.requested))
     return results
+
+
+def align_pairs(translator: Translator, pairs: Sequence[tuple[str, str]], level: str = "word",
+                layer: int | None = None, heads: tuple[int, ...] | None = None, step_shift: bool | None = None,
+                max_batch_tokens: int = 4096) -> list[ForcedAlignment | AlignmentError]:
+    """`align_given` with the options spelled out; None = the model's alignment source
+    (heads () = the mean of all heads)."""
+    options = AlignmentOptions(level, layer, None if heads is None else tuple(heads), step_shift)
+    return align_given(translator, pairs, options, max_batch_tokens)
 
 
 def align_pair(translator: Translator, source: str, target: str, level: str = "word", layer: int | None = None,
                heads: tuple[int, ...] | None = None, step_shift: bool | None = None) -> ForcedAlignment:
-    """Align one given pair; raises ForcedAlignmentError when it cannot be aligned."""
+    """Align one given pair; raises AlignmentError when it cannot be aligned."""
     result = align_pairs(translator, [(source, target)], level, layer, heads, step_shift)[0]
-    if isinstance(result, ForcedAlignmentError):
+    if isinstance(result, AlignmentError):
         raise result
     return result

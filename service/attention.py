@@ -37,9 +37,9 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
-from seq2seq.alignment import Alignment, Token
+from seq2seq.alignment import Alignment, AlignmentOptions, Token, concat
 from seq2seq.config import DecodeConfig
-from seq2seq.translator import TranslationResult
+from seq2seq.translator import TranslationResult, Translator
 from service.deps import (APIError, check_texts, decode_config, get_engine, get_language_detector, get_metrics,
                           require_access, resolve_pair, run_translation)
 from service.engine import Engine, Pair
@@ -47,7 +47,7 @@ from service.languages import LanguageDetector
 from service.metrics import Metrics
 from service.schema import TokenSpan
 from service.settings import Settings, get_settings
-from service.translation import TranslatedText, merge_alignments, shift
+from service.translation import TranslatedText
 
 STATIC = Path(__file__).resolve().parent / "static"
 BOS, EOS = "<s>", "</s>"
@@ -126,9 +126,9 @@ def self_attention_alignment(engine: Engine, pair: Pair, translated: TranslatedT
         index = check_layer(kind, -1 if layer is None else layer, weights.shape[0])
         chosen = weights[index][list(heads)] if heads else weights[index]               # (h, Q, K)
         labels = [Token(t, 0, 0) for t in tokens]
-        parts.append(Alignment("subword", labels, labels, chosen.mean(axis=0).astype(np.float64), [], index,
-                               heads, False))
-    return merge_alignments(parts, "subword", parts[0].layer if parts else 0, heads)
+        parts.append((Alignment("subword", labels, labels, chosen.mean(axis=0).astype(np.float64), [], index,
+                                heads, False), 0, 0))
+    return concat(parts, AlignmentOptions("subword", parts[0][0].layer if parts else 0, heads, False))
 
 
 # --------------------------------------------------------------------------- the response
@@ -195,21 +195,31 @@ def _spans(tokens: list[Token]) -> list[TokenSpan]:
     return [TokenSpan(text=t.text, start=t.start, end=t.end) for t in tokens]
 
 
-def alignment_maps(engine: Engine, pair: Pair, source: str, result: TranslationResult, level: str,
-                   layers: int, n_heads: int, offsets: tuple[int, int]) -> AlignmentMaps:
-    """The alignment of every (layer, head set) of `result` at `level`, as /v1/translate computes one."""
-    head_sets = [(h,) for h in range(n_heads)] + [()]
-    found = [[shift(engine.align(pair, source, result, level, layer, heads, None), *offsets) for heads in head_sets]
-             for layer in range(layers)]
-    first = found[0][0]
-    return AlignmentMaps(source_tokens=_spans(first.source_tokens), target_tokens=_spans(first.target_tokens),
-                         head_sets=[list(h) for h in head_sets],
-                         matrices=[[np.round(a.matrix, DECIMALS).tolist() for a in row] for row in found],
-                         links=[[a.pharaoh for a in row] for row in found])
+def alignment_maps(translator: Translator, source: str, result: TranslationResult,
+                   offsets: tuple[int, int]) -> dict[str, AlignmentMaps]:
+    """The alignment of every (layer, head set) of `result` at both levels, by the rule
+    /v1/translate uses, read with the model's step shift."""
+    config = translator.config
+    head_sets = [(h,) for h in range(config.n_heads)] + [()]
+    pieces = translator.source_pieces(source, len(result.source_ids))
+    found = [[translator.alignments(source, result, AlignmentOptions("word", layer, heads).resolve(config), pieces)
+              .shifted(*offsets) for heads in head_sets] for layer in range(config.decoder_layers)]
+    maps = {}
+    for level in ("word", "subword"):
+        grid = [[getattr(a, level) for a in row] for row in found]
+        first = grid[0][0]
+        maps[level] = AlignmentMaps(
+            source_tokens=_spans(first.source_tokens), target_tokens=_spans(first.target_tokens),
+            head_sets=[list(h) for h in head_sets],
+            matrices=[[np.round(a.matrix, DECIMALS).tolist() for a in row] for row in grid],
+            links=[[a.pharaoh for a in row] for row in grid])
+    return maps
 
 
 def attention_response(engine: Engine, pair: Pair, translated: TranslatedText, max_tokens: int) -> AttentionResponse:
     backend = attention_backend(engine, pair)
+    translator = engine.translator(pair)
+    assert translator is not None  # attention_backend answered 501 otherwise
     info = engine.models[pair]
     sentences, encoder_layers = [], 0
     for (start, end), (target_start, target_end), result in zip(translated.spans, translated.target_spans,
@@ -220,9 +230,7 @@ def attention_response(engine: Engine, pair: Pair, translated: TranslatedText, m
         maps = sentence_maps(backend, result)
         encoder_layers = maps.encoder.shape[0]
         source = translated.source[start:end]
-        alignment = {level: alignment_maps(engine, pair, source, result, level, info.decoder_layers, info.n_heads,
-                                           (start, target_start))
-                     for level in ("word", "subword")}
+        alignment = alignment_maps(translator, source, result, (start, target_start))
         sentences.append(SentenceAttention(
             source=source, translation=result.text, score=round(result.score, 4), source_start=start,
             source_end=end, target_start=target_start, target_end=target_end, outputs=maps.decoder_outputs,

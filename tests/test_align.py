@@ -24,7 +24,8 @@ from export.runtime import load_translator as load_onnx_translator
 from seq2seq.aer import read_gold, write_pharaoh
 from seq2seq.cli import main as cli_main
 from seq2seq.config import DecodeConfig, ModelConfig, TrainConfig
-from seq2seq.forced import ForcedAlignment, ForcedAlignmentError, align_pair, align_pairs
+from seq2seq.alignment import AlignmentError as ForcedAlignmentError
+from seq2seq.forced import ForcedAlignment, align_pair, align_pairs
 from seq2seq.loading import load_translator
 from seq2seq.train import GuidedAlignment, guided_loss, load_examples, train
 from seq2seq.translator import Translator
