@@ -28,7 +28,7 @@ import onnxruntime as ort
 from data.tokenizer import Tokenizer
 from export.bundle import Bundle, load_bundle_manifest
 from seq2seq.config import ModelConfig
-from seq2seq.search import StepOutput
+from seq2seq.search import StepOutput, TeacherForced
 from seq2seq.translator import Translator
 
 ENCODER_OUTPUTS = ("cross_k", "cross_v", "self_weights")
@@ -104,23 +104,16 @@ class OnnxBackend:
         log_probs, new_k, new_v = outputs[:3]
         return StepOutput(log_probs[:, -1], new_k, new_v, outputs[3][:, :, :, -1] if need_attention else None)
 
-    def attention_maps(self, src_ids: np.ndarray, src_mask: np.ndarray, target_ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Every attention map of a given translation, by teacher forcing (for the explorer).
-
-        src_ids (B, S) with the source EOS, src_mask (B, S), target_ids (B, T) without BOS
-        or EOS (right-padded with pad_id when B > 1). The decoder reads BOS + target, so its
-        T+1 rows are the steps that produced target token i, the last one producing EOS,
-        as in `TranslationResult.attention`. Returns
-            encoder_self (E, B, H, S, S), decoder_self (L, B, H, T+1, T+1),
-            cross (L, B, H, T+1, S), log_probs (B, T+1, V).
-        Padded target positions only affect rows after them (the mask is causal).
-        """
+    def teacher_force(self, src_ids: np.ndarray, src_mask: np.ndarray, target_ids: np.ndarray) -> TeacherForced:
+        """Every attention map of given translations: one encoder and one decoder run over the
+        whole batch (see `SearchBackend.teacher_force`). Padded target positions only affect
+        rows after them (the mask is causal)."""
         cross_k, cross_v, encoder_self = self.encoder.run(list(ENCODER_OUTPUTS), self._source_feed(src_ids, src_mask))
         bos = np.full((target_ids.shape[0], 1), self.bos_id, dtype=np.int64)
         tokens = np.concatenate([bos, target_ids.astype(np.int64)], axis=1)
         log_probs, _, _, cross, decoder_self = self.decoder.run(
             list(DECODER_OUTPUTS), self._decoder_feed(tokens, cross_k, cross_v, src_mask, None, None))
-        return {"encoder_self": encoder_self, "decoder_self": decoder_self, "cross": cross, "log_probs": log_probs}
+        return TeacherForced(log_probs=log_probs, cross=cross, encoder_self=encoder_self, decoder_self=decoder_self)
 
     def _source_feed(self, src_ids: np.ndarray, src_mask: np.ndarray) -> dict[str, np.ndarray]:
         return {"src_ids": np.ascontiguousarray(src_ids, dtype=np.int64),

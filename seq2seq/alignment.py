@@ -214,9 +214,12 @@ class Alignments:
     word: Alignment                          # rows = target words, columns = source words
     level: str = "word"                      # the level that was asked for
 
+    def at(self, level: str) -> Alignment:
+        return self.word if level == "word" else self.subword
+
     @property
     def requested(self) -> Alignment:
-        return self.word if self.level == "word" else self.subword
+        return self.at(self.level)
 
     def shifted(self, source_offset: int, target_offset: int) -> Alignments:
         """Both maps with token offsets moved by the sentence's position in a longer text."""

@@ -7,15 +7,10 @@ exactly as for a translation the search produced, so `crossalign align`, `POST /
 `seq2seq.alignment` (layer, heads, step shift, subword -> word, argmax links) to the same
 (L, H, T+1, S+1) array that `TranslationResult.attention` holds.
 
-Where the attention comes from, by backend (`teacher_forced_attention`):
-
-- a backend with `attention_maps` (export.runtime.OnnxBackend): one encoder and one
-  decoder run over the whole padded batch;
-- a backend with a torch `model` (seq2seq.torch_backend.TorchBackend): one
-  `Transformer.decode(need_cross_weights=True)` call over the batch; torch is imported
-  only then;
-- any other `SearchBackend`: one `step` per target token with the KV cache, which is
-  exactly what the search computes (slower; used by the scripted test backends).
+The attention comes from the backend's `teacher_force` (part of `SearchBackend`): one
+encoder and one decoder run over the whole padded batch on onnxruntime and on torch alike;
+`teacher_force_by_steps` gives the same from `encode` and `step` alone, for backends that
+can only step.
 
 Words are `seq2seq.alignment.words()` of the texts *as given* (both sides use the
 tokenizer's character offsets into the original text), so word indices are those of the
@@ -30,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Token, align
-from seq2seq.search import pad_batch
+from seq2seq.search import SearchBackend, TeacherForced, pad_batch
 from seq2seq.translator import Translator
 
 
@@ -66,7 +61,7 @@ class ForcedAlignment:
 # --------------------------------------------------------------------------- attention
 
 
-def teacher_forced_attention(backend, sources: Sequence[Sequence[int]],
+def teacher_forced_attention(backend: SearchBackend, sources: Sequence[Sequence[int]],
                              targets: Sequence[Sequence[int]]) -> list[np.ndarray]:
     """Cross-attention of given translations, one (L, H, T+1, S+1) float array per pair.
 
@@ -77,42 +72,31 @@ def teacher_forced_attention(backend, sources: Sequence[Sequence[int]],
     if not sources:
         return []
     src_ids, src_mask = pad_batch([list(s) for s in sources], backend.pad_id)
-    if hasattr(backend, "attention_maps"):
-        tgt_ids, _ = pad_batch([list(t) for t in targets], backend.pad_id)
-        cross = backend.attention_maps(src_ids, src_mask, tgt_ids)["cross"]              # (L, B, H, T+1, S)
-    elif hasattr(backend, "model"):
-        cross = _torch_attention(backend.model, src_ids, src_mask, targets)
-    else:
-        return [_stepwise_attention(backend, list(s), list(t)) for s, t in zip(sources, targets)]
+    tgt_ids, _ = pad_batch([list(t) for t in targets], backend.pad_id)
+    cross = backend.teacher_force(src_ids, src_mask, tgt_ids).cross                      # (L, B, H, T+1, S)
     return [np.asarray(cross[:, row, :, : len(t) + 1, : len(s)], dtype=np.float32)
             for row, (s, t) in enumerate(zip(sources, targets))]
 
 
-def _torch_attention(model, src_ids: np.ndarray, src_mask: np.ndarray, targets: Sequence[Sequence[int]]) -> np.ndarray:
-    """One teacher-forced `Transformer.decode` over the batch -> (L, B, H, T+1, S)."""
-    import torch  # only for the torch backend
-
-    config = model.config
-    tgt_in, tgt_mask = pad_batch([[config.bos_id] + list(t) for t in targets], config.pad_id)
-    with torch.inference_mode():
-        mask = torch.from_numpy(src_mask)
-        encoded = model.encode(torch.from_numpy(src_ids), mask)
-        out = model.decode(torch.from_numpy(tgt_in), encoded.cross_k, encoded.cross_v, mask,
-                           tgt_key_mask=torch.from_numpy(tgt_mask), need_cross_weights=True)
-    return out.cross_weights.float().numpy()
-
-
-def _stepwise_attention(backend, source: list[int], target: list[int]) -> np.ndarray:
-    """Any SearchBackend: feed BOS + target one token at a time, as the search does."""
-    src_ids, src_mask = pad_batch([source], backend.pad_id)
+def teacher_force_by_steps(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarray,
+                           tgt_ids: np.ndarray) -> TeacherForced:
+    """Teacher forcing through `encode` and `step` alone, one position at a time with the KV
+    cache, exactly as the search computes it: for a backend that cannot run the decoder over
+    a whole target at once (the scripted test backends). It has no self-attention to show.
+    """
     cross_k, cross_v = backend.encode(src_ids, src_mask)
+    bos = np.full((src_ids.shape[0], 1), backend.bos_id, dtype=np.int64)
+    tokens = np.concatenate([bos, tgt_ids.astype(np.int64)], axis=1)                     # (B, T+1)
     past_k = past_v = None
-    rows = []
-    for token in [backend.bos_id] + target:
-        out = backend.step(np.array([[token]], dtype=np.int64), cross_k, cross_v, src_mask, past_k, past_v, True)
+    log_probs, cross = [], []
+    for position in range(tokens.shape[1]):
+        out = backend.step(tokens[:, position:position + 1], cross_k, cross_v, src_mask, past_k, past_v, True)
+        assert out.cross_weights is not None
         past_k, past_v = out.past_k, out.past_v
-        rows.append(np.asarray(out.cross_weights)[:, 0])                                   # (L, H, S)
-    return np.stack(rows, axis=2).astype(np.float32)                                     # (L, H, T+1, S)
+        log_probs.append(out.log_probs)
+        cross.append(out.cross_weights)                                                  # (L, B, H, S)
+    return TeacherForced(log_probs=np.stack(log_probs, axis=1), cross=np.stack(cross, axis=3),
+                         encoder_self=None, decoder_self=None)
 
 
 # --------------------------------------------------------------------------- the map

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from seq2seq.config import DecodeConfig
-from service.attention import attention_backend, self_attention_alignment
+from service.attention import explorer_translator, self_attention_alignment
 from seq2seq.alignment import AlignmentOptions
 from service.deps import (APIError, check_texts, decode_config, get_engine, get_language_detector, resolve_alignment,
                           get_metrics, require_access, resolve_pair, run_translation)
@@ -103,7 +103,7 @@ def heatmap_response(body: HeatmapRequest, engine: Engine, settings: Settings, m
     # A self-attention layer is checked against its own stack (the encoder's may be deeper).
     options = resolve_alignment(engine, pair, options if body.kind == "cross" else replace(options, layer=None))
     if body.kind != "cross":
-        attention_backend(engine, pair)  # 501 before translating, if it cannot
+        explorer_translator(engine, pair)  # 501 before translating, if it cannot
     config = decode_config(settings, body.beam_size, 1, attention=True,
                            alignment=options if body.kind == "cross" else None)
     translated = run_translation(engine, metrics, settings, pair, [body.q], config)[0]

@@ -21,7 +21,8 @@ from fastapi.testclient import TestClient
 
 from data.tokenizer import Tokenizer
 from seq2seq.config import DecodeConfig, ModelConfig
-from seq2seq.search import StepOutput
+from seq2seq.forced import teacher_force_by_steps
+from seq2seq.search import StepOutput, TeacherForced
 from seq2seq.segment import split_sentences
 from seq2seq.translator import Translator
 from service.app import create_app
@@ -65,6 +66,9 @@ class EchoBackend:
         weights[:, np.arange(rows), :, attend] = 1.0
         past = np.zeros((2, rows, 2, position + 1, 1), dtype=np.float32)
         return StepOutput(np.log(probs).astype(np.float32), past, past, weights if need_attention else None)
+
+    def teacher_force(self, src_ids, src_mask, tgt_ids) -> TeacherForced:
+        return teacher_force_by_steps(self, src_ids, src_mask, tgt_ids)
 
 
 @pytest.fixture(scope="module")
