@@ -7,7 +7,7 @@ within 1e-4. The bundle is written to a staging directory beside `out_dir` and o
 into place once the parity check passes, so a failed export never leaves a half bundle.
 
 Two graphs, mapping one-to-one onto `Transformer.encode` and `Transformer.decode` (their
-interface is listed in export/runtime.py):
+interface is listed in seq2seq/onnx_backend.py):
 
     encoder.onnx       src_ids, src_mask -> cross_k, cross_v, self_weights
     decoder_step.onnx  tokens, cross_k, cross_v, src_mask, past_k, past_v
@@ -48,7 +48,7 @@ import torch
 from torch import Tensor, nn
 
 from data.tokenizer import Tokenizer
-from export.bundle import BUNDLE_FILE, GRAPH_FILES, write_bundle_manifest
+from seq2seq.bundle import BUNDLE_FILE, GRAPH_FILES, write_bundle_manifest
 from seq2seq.config import DecodeConfig, ModelConfig, load_config, save_config
 from seq2seq.model import CONFIG_FILE, WEIGHTS_FILE, Transformer, load_model
 
@@ -316,7 +316,7 @@ def check_parity(bundle_dir: Path, sentences: list[str] | tuple[str, ...] = PARI
     cross K/V, and the teacher-forced log-probs and cross-attention of every position,
     layer and head (all within `tolerance`). Mismatches are collected in `problems`.
     """
-    from export.runtime import load_translator
+    from seq2seq.loading import load_translator
     from seq2seq.search import pad_batch
     from seq2seq.torch_backend import TorchBackend
     from seq2seq.translator import Translator

@@ -1,7 +1,7 @@
-"""onnxruntime behind the search's `SearchBackend`, and `load_translator` for bundles.
+"""onnxruntime behind the search's `SearchBackend`: the serving backend of a release bundle.
 
-Torch-free, even indirectly: serving needs onnxruntime, numpy and sentencepiece only. The
-torch backend is imported lazily, and only when asked for.
+Torch-free, even indirectly: serving needs onnxruntime, numpy and sentencepiece only
+(`seq2seq.loading.load_translator` builds a `Translator` over it).
 
 Graph interface (written by export/exporter.py; shapes: B sentences, N search rows, S
 source length, P cached target length, T new target positions, L decoder layers, E encoder
@@ -20,16 +20,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
-from data.tokenizer import Tokenizer
-from export.bundle import Bundle, load_bundle_manifest
+from seq2seq.bundle import Bundle
 from seq2seq.config import ModelConfig
 from seq2seq.search import StepOutput, TeacherForced
-from seq2seq.translator import Translator
 
 ENCODER_OUTPUTS = ("cross_k", "cross_v", "self_weights")
 DECODER_INPUTS = ("tokens", "cross_k", "cross_v", "src_mask", "past_k", "past_v")
@@ -127,29 +124,3 @@ class OnnxBackend:
         values = (tokens.astype(np.int64, copy=False), cross_k, cross_v, src_mask.astype(np.bool_, copy=False),
                   past_k, past_v)
         return {name: np.ascontiguousarray(value) for name, value in zip(DECODER_INPUTS, values)}
-
-
-def load_translator(bundle_dir: Path | str, backend: str = "onnx", threads: int | None = None,
-                    precision: str | None = None, verify: bool = True, **translator_options: Any) -> Translator:
-    """Verify the bundle and return the shared `Translator` over the chosen backend.
-
-    backend "onnx" runs the bundle's graphs of `precision` (default: the bundle's export
-    precision); "torch" imports torch lazily and runs `config.json` + `model.pt` from the
-    bundle in eager mode (`threads` then sets torch's process-wide thread count).
-    `translator_options` go to `Translator` (max_source_tokens, max_batch_tokens).
-    Raises BundleError if a file is missing or corrupted.
-    """
-    bundle = load_bundle_manifest(Path(bundle_dir), verify=verify)
-    tokenizer = Tokenizer(bundle.tokenizer_path)
-    if backend == "onnx":
-        search_backend: Any = OnnxBackend.from_bundle(bundle, precision, threads)
-    elif backend == "torch":
-        import torch  # lazy: the onnx path must never import torch
-
-        from seq2seq.torch_backend import TorchBackend
-        if threads:
-            torch.set_num_threads(threads)
-        search_backend = TorchBackend.from_directory(bundle.directory)
-    else:
-        raise ValueError(f"unknown backend {backend!r}: expected 'onnx' or 'torch'")
-    return Translator(search_backend, tokenizer, **translator_options)

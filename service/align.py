@@ -23,7 +23,7 @@ from service.deps import APIError, check_texts, get_engine, get_language_detecto
     resolve_alignment, resolve_pair
 from service.engine import Engine, Pair
 from service.languages import LanguageDetector
-from service.schema import AlignmentMap, TokenSpan
+from seq2seq.records import AlignmentMap, TokenSpan
 from service.settings import Settings, get_settings
 
 router = APIRouter(prefix="/v1", tags=["native"], dependencies=[Depends(require_access)])

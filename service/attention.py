@@ -47,7 +47,7 @@ from service.deps import (APIError, check_texts, decode_config, get_engine, get_
 from service.engine import Engine, Pair
 from service.languages import LanguageDetector
 from service.metrics import Metrics
-from service.schema import TokenSpan
+from seq2seq.records import TokenSpan
 from service.settings import Settings, get_settings
 from service.translation import TranslatedText
 
@@ -116,7 +116,7 @@ def check_layer(kind: str, layer: int, layers: int) -> int:
 def self_attention_alignment(engine: Engine, pair: Pair, translated: TranslatedText, kind: Kind,
                              layer: int | None, heads: tuple[int, ...]) -> Alignment:
     """An encoder or decoder self-attention map of a whole text, shaped as an `Alignment`
-    for service.heatmap: columns = keys, rows = queries, sentences block-diagonal, no links.
+    for seq2seq.heatmap: columns = keys, rows = queries, sentences block-diagonal, no links.
 
     `layer` None = the last layer; `heads` () = the mean of all heads.
     """

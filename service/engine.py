@@ -5,7 +5,7 @@ pairs are served, translate a list of sentences (with their alignments when the
 `DecodeConfig` asks for them). `TranslatorEngine`
 implements it over the library's `Translator`s, one per bundle found under the models
 directory; the tests also build it over a scripted backend. Torch-free: bundles run on
-onnxruntime through `export.runtime`.
+onnxruntime through `seq2seq.loading`.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from seq2seq.bundle import BUNDLE_FILE
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.translator import TranslationResult, Translator
 from service.batching import MicroBatcher
 
 log = logging.getLogger("crossalign.service")
 Pair = tuple[str, str]
-BUNDLE_FILE = "bundle.json"
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def find_bundles(models: Path) -> list[Path]:
 def load_engine(models: Path, threads: int = 0, window_s: float = 0.005, max_sentences: int = 128,
                 on_batch: Callable[[str, int], None] | None = None) -> TranslatorEngine:
     """Load every bundle under `models` on onnxruntime; the language pair comes from bundle.json."""
-    from export.runtime import load_translator  # onnxruntime: imported only when serving for real
+    from seq2seq.loading import load_translator  # onnxruntime: imported only when serving for real
 
     bundles = find_bundles(models)
     if not bundles:
@@ -127,7 +127,7 @@ def load_engine(models: Path, threads: int = 0, window_s: float = 0.005, max_sen
     translators: dict[Pair, tuple[str, Translator]] = {}
     for directory in bundles:
         languages = json.loads((directory / BUNDLE_FILE).read_text()).get("languages", {})
-        translator = load_translator(directory, backend="onnx", threads=threads or None)
+        translator = load_translator(directory, backend="onnx", threads=threads)
         config = translator.config
         pair = (languages.get("source", config.source_lang), languages.get("target", config.target_lang))
         if pair in translators:

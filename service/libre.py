@@ -26,7 +26,7 @@ from service.deps import (APIError, RateLimiter, check_access, check_texts, deco
 from service.engine import Engine
 from service.languages import LanguageDetector, language_name
 from service.metrics import Metrics
-from service.schema import AlignmentMap
+from seq2seq.records import AlignmentMap
 from service.settings import Settings, get_settings
 from service.translation import text_alignment
 

@@ -15,11 +15,11 @@ from seq2seq.alignment import AlignmentOptions
 from service.deps import (APIError, check_texts, decode_config, get_engine, get_language_detector, resolve_alignment,
                           get_metrics, require_access, resolve_pair, run_translation)
 from service.engine import Engine
-from service.heatmap import FORMATS, filename, render_heatmap
+from seq2seq.heatmap import FORMATS, filename, render_heatmap
 from service.languages import LanguageDetector
 from service.libre import AlignmentRequest
 from service.metrics import Metrics
-from service.schema import TextTranslation
+from seq2seq.records import TextTranslation
 from service.settings import Settings, get_settings
 from service.translation import text_alignment, text_translation
 

@@ -21,7 +21,7 @@ from seq2seq.config import DecodeConfig
 from seq2seq.segment import split_sentences
 from seq2seq.translator import TranslationResult
 from service.engine import Engine, Pair
-from service.schema import AlignedSentence, AlignedTranslation, AlignmentMap, Hypothesis, TextTranslation, TokenSpan
+from seq2seq.records import AlignedSentence, AlignedTranslation, AlignmentMap, Hypothesis, TextTranslation, TokenSpan
 
 
 @dataclass

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from data.prepare import read_pairs
 from data.tokenizer import Tokenizer
 from export.exporter import export_model
-from export.runtime import load_translator as load_onnx_translator
+from seq2seq.loading import load_translator as load_onnx_translator
 from seq2seq.aer import read_gold, write_pharaoh
 from seq2seq.cli import main as cli_main
 from seq2seq.config import DecodeConfig, ModelConfig, TrainConfig

@@ -329,14 +329,14 @@ def test_micro_batcher_batches_concurrent_requests(echo_engine: TranslatorEngine
 
 
 def test_service_imports_no_torch() -> None:
-    code = "import sys, service.app, service.serve, service.heatmap; assert 'torch' not in sys.modules"
+    code = "import sys, service.app, service.serve, seq2seq.heatmap; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
 @pytest.mark.parametrize("step_shift", [False, True])
 def test_heatmap_caption_says_how_the_map_was_read(step_shift: bool) -> None:
     from seq2seq.alignment import Alignment, Token
-    from service.heatmap import _parts
+    from seq2seq.heatmap import _parts
 
     tokens = [Token("a", 0, 1), Token("b", 2, 3)]
     alignment = Alignment("word", tokens, tokens, np.eye(2), [(0, 0), (1, 1)], 1, (2,), step_shift)

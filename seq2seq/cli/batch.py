@@ -342,7 +342,7 @@ def format_record(result: LineResult, output_format: str) -> str:
         links = result.alignment.pharaoh if result.alignment is not None else ""
         fields = [str(ident), segment.source, result.text, score, links, result.error or ""]
         return "\t".join(_one_line(f) for f in fields) + "\n"
-    from service.schema import AlignmentMap, TokenSpan, TranslationRecord  # pydantic only for jsonl
+    from seq2seq.records import AlignmentMap, TokenSpan, TranslationRecord  # pydantic only for jsonl
 
     record = TranslationRecord(
         line=segment.line, id=segment.id, source=segment.source, text=result.text,
@@ -403,7 +403,7 @@ def heatmap_name(segment: Segment, fmt: str) -> str:
 
 
 def write_heatmap(directory: Path, segment: Segment, alignment: Alignment, fmt: str) -> None:
-    from service.heatmap import render_heatmap  # matplotlib only when heatmaps are asked for
+    from seq2seq.heatmap import render_heatmap  # matplotlib only when heatmaps are asked for
 
     path = directory / heatmap_name(segment, fmt)
     partial = path.with_name(path.name + ".part")

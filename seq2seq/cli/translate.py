@@ -1,7 +1,7 @@
 """`crossalign translate`: whole files in, one record per line out, in input order.
 
 Argument parsing and the run's plumbing (input, output, resume, progress, workers); the
-job itself -- decoding lines, batching, joining, writing -- is seq2seq.batch.
+job itself -- decoding lines, batching, joining, writing -- is seq2seq.cli.batch.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from data.tokenizer import Tokenizer
-from seq2seq import batch
+from seq2seq.cli import batch
 from seq2seq.alignment import AlignmentError, AlignmentOptions
 from seq2seq.config import CONFIG_FILE, DecodeConfig, ModelConfig, load_config
 from seq2seq.loading import BACKENDS
@@ -37,7 +37,7 @@ input: one segment per line, UTF-8, read as bytes and decoded line by line.
 output: exactly one record per input line, in input order.
   text   the translation (an empty line for a bad line, with a warning on stderr)
   tsv    id-or-line, source, translation, score, Pharaoh links (with --alignment), error
-  jsonl  service.schema.TranslationRecord: line, id, source, text, score, and with
+  jsonl  seq2seq.records.TranslationRecord: line, id, source, text, score, and with
          --alignment the tokens, soft matrix and Pharaoh links (the HTTP API's schema);
          a bad line has "error" instead of a translation
 
