@@ -33,7 +33,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from seq2seq.aer import Score, read_gold, score  # noqa: E402
-from seq2seq.forced import ForcedAlignmentError, build_alignment, forced_attention  # noqa: E402
+from seq2seq.alignment import AlignmentError, AlignmentOptions, align  # noqa: E402
+from seq2seq.forced import forced_attention  # noqa: E402
 from seq2seq.loading import BACKENDS, load_translator  # noqa: E402
 
 
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     gold = read_gold(args.gold)
     started = time.perf_counter()
     prepared = forced_attention(translator, [(pair.source, pair.target) for pair in gold])
-    failed = [pair.line for pair, item in zip(gold, prepared) if isinstance(item, ForcedAlignmentError)]
+    failed = [pair.line for pair, item in zip(gold, prepared) if isinstance(item, AlignmentError)]
     if failed:
         print(f"warning: {len(failed)} gold pairs could not be aligned (lines {failed[:10]}); they count as "
               "pairs without links", file=sys.stderr)
@@ -75,15 +76,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(gold)} gold pairs teacher-forced in {time.perf_counter() - started:.1f} s", flush=True)
 
     def score_source(layer: int, heads: tuple[int, ...], shift: bool) -> Score:
+        options = AlignmentOptions("word", layer, heads, shift).resolve(config)
         hypotheses = []
         for pair, item in zip(gold, prepared):
-            if isinstance(item, ForcedAlignmentError):
+            if isinstance(item, AlignmentError):
                 hypotheses.append(set())
                 continue
             attention, source_pieces, target_pieces = item
-            word, _ = build_alignment(attention, pair.source, source_pieces, pair.target, target_pieces, layer,
-                                      heads, "word", shift)
-            hypotheses.append(set(word.links))
+            maps = align(attention, pair.source, source_pieces, pair.target, target_pieces, options)
+            hypotheses.append(set(maps.word.links))
         return score(hypotheses, gold)
 
     rows = [(score_source(layer, heads, shift), layer, heads, shift)

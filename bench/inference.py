@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from data.tokenizer import Tokenizer
-from export.bundle import load_bundle_manifest
-from export.runtime import OnnxBackend, default_threads
+from seq2seq.bundle import load_bundle_manifest
+from seq2seq.onnx_backend import OnnxBackend, default_threads
 from seq2seq.config import DecodeConfig
 from seq2seq.translator import Translator
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import random
@@ -11,18 +10,11 @@ from collections import Counter
 from pathlib import Path
 
 from data.corpora import PHRASE, SENTENCE, Pair, keep_pair, read_corpus
+from data.files import sha256_file
 from data.split import split_pairs
 from data.tokenizer import Tokenizer, train_sentencepiece
 
 log = logging.getLogger("crossalign.data")
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_pairs(path: Path, pairs: list[Pair]) -> None:

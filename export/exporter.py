@@ -7,7 +7,7 @@ within 1e-4. The bundle is written to a staging directory beside `out_dir` and o
 into place once the parity check passes, so a failed export never leaves a half bundle.
 
 Two graphs, mapping one-to-one onto `Transformer.encode` and `Transformer.decode` (their
-interface is listed in export/runtime.py):
+interface is listed in seq2seq/onnx_backend.py):
 
     encoder.onnx       src_ids, src_mask -> cross_k, cross_v, self_weights
     decoder_step.onnx  tokens, cross_k, cross_v, src_mask, past_k, past_v
@@ -48,7 +48,7 @@ import torch
 from torch import Tensor, nn
 
 from data.tokenizer import Tokenizer
-from export.bundle import BUNDLE_FILE, GRAPH_FILES, write_bundle_manifest
+from seq2seq.bundle import BUNDLE_FILE, GRAPH_FILES, write_bundle_manifest
 from seq2seq.config import DecodeConfig, ModelConfig, load_config, save_config
 from seq2seq.model import CONFIG_FILE, WEIGHTS_FILE, Transformer, load_model
 
@@ -316,13 +316,13 @@ def check_parity(bundle_dir: Path, sentences: list[str] | tuple[str, ...] = PARI
     cross K/V, and the teacher-forced log-probs and cross-attention of every position,
     layer and head (all within `tolerance`). Mismatches are collected in `problems`.
     """
-    from export.runtime import OnnxBackend, load_translator
+    from seq2seq.loading import load_translator
     from seq2seq.search import pad_batch
     from seq2seq.torch_backend import TorchBackend
     from seq2seq.translator import Translator
 
     onnx_translator = load_translator(bundle_dir, "onnx", precision=precision)
-    backend: OnnxBackend = onnx_translator.backend  # type: ignore[assignment]
+    backend = onnx_translator.backend
     model = reference if reference is not None else load_model(bundle_dir)
     torch_translator = Translator(TorchBackend(model), onnx_translator.tokenizer)
     report = ParityReport(len(sentences))
@@ -348,7 +348,7 @@ def check_parity(bundle_dir: Path, sentences: list[str] | tuple[str, ...] = PARI
     targets = [r.target_ids for r in torch_translator.translate_batch(list(sentences), DecodeConfig(beam_size=1))]
     src_ids, src_mask = pad_batch(source, model.config.pad_id)
     tgt_ids, tgt_mask = pad_batch(targets, model.config.pad_id)
-    maps = backend.attention_maps(src_ids, src_mask, tgt_ids)
+    maps = backend.teacher_force(src_ids, src_mask, tgt_ids)
     with torch.inference_mode():
         encoded = model.encode(torch.from_numpy(src_ids), torch.from_numpy(src_mask))
         bos = torch.full((len(sentences), 1), model.config.bos_id, dtype=torch.long)
@@ -358,8 +358,8 @@ def check_parity(bundle_dir: Path, sentences: list[str] | tuple[str, ...] = PARI
     report.max_cross_kv_diff = float(np.abs(cross_k - encoded.cross_k.numpy()).max())
     # Rows up to each target's own length + 1 (the EOS step); later rows read padding.
     rows = np.concatenate([np.ones((len(targets), 1), dtype=bool), tgt_mask], axis=1)
-    log_prob_diff = np.abs(maps["log_probs"] - decoded.log_probs.numpy())[rows]
-    cross_diff = np.abs(maps["cross"] - decoded.cross_weights.numpy()).transpose(1, 3, 0, 2, 4)[rows]
+    log_prob_diff = np.abs(maps.log_probs - decoded.log_probs.numpy())[rows]
+    cross_diff = np.abs(maps.cross - decoded.cross_weights.numpy()).transpose(1, 3, 0, 2, 4)[rows]
     report.max_log_prob_diff = float(log_prob_diff.max())
     report.max_cross_weight_diff = max(report.max_cross_weight_diff, float(cross_diff.max()))
 

@@ -49,7 +49,7 @@ $PY -m seq2seq.cli eval --gold "$GOLD" --hyp data/gold/eflomal.gold.pharaoh --js
 $PY - "$RUN" "$OUT" <<'PY'
 import json, sys
 from pathlib import Path
-from export.bundle import update_metrics
+from seq2seq.bundle import update_metrics
 run, out = Path(sys.argv[1]), Path(sys.argv[2])
 beam4, greedy = (json.loads((run / f).read_text()) for f in ("test_beam4.json", "test_greedy.json"))
 aer, eflomal = (json.loads((run / f).read_text()) for f in ("gold_aer.json", "gold_aer_eflomal.json"))

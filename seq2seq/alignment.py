@@ -16,15 +16,26 @@ The rule (documented in README, "Alignment maps"):
 4. Soft -> hard: each target word links to its argmax source word (optionally only when
    that weight reaches `threshold`). Links are Pharaoh `i-j`: i = source word, j = target word.
 
+The pipeline, used by translation (the translator fills `TranslationResult.alignment` in
+the same pass), teacher forcing (seq2seq.forced), the service and the CLIs alike:
+`AlignmentOptions` (the one options type) -> `resolve(model config)` (defaults applied,
+validated once, `AlignmentError`) -> `align()` (both levels) -> `concat()` (the sentences of
+a longer text, block-diagonal). A new option goes into `AlignmentOptions` and its one use.
+
 Torch-free.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from seq2seq.config import ModelConfig
 
 # A word: letters/digits with inner apostrophes or hyphens ("don't", "E-Mail"), or one
 # punctuation/symbol character.
@@ -153,35 +164,130 @@ class Alignment:
         }
 
 
-def _visible(piece: Token, text: str) -> Token:
-    """Trim the whitespace SentencePiece offsets include before a word-initial piece."""
+class AlignmentError(ValueError):
+    """Alignment options the model cannot satisfy, or a pair that cannot be aligned (empty
+    side, too long for the model). The service answers it with 400."""
+
+
+LEVELS = ("word", "subword")
+
+
+@dataclass(frozen=True)
+class AlignmentOptions:
+    """Which cross-attention to read and how: the one options type of the alignment.
+
+    None means the model's own choice (`ModelConfig.alignment_layer` / `alignment_heads` /
+    `alignment_step_shift`); `resolve` applies those defaults and validates, once.
+    """
+
+    level: str = "word"                        # "word" or "subword": the map a caller asked for
+    layer: int | None = None                   # decoder layer; negative counts from the end
+    heads: tuple[int, ...] | None = None       # heads to average; () = the mean of all heads
+    step_shift: bool | None = None             # read where the target token is the decoder input
+    threshold: float = 0.0                     # a hard link needs at least this weight
+
+    def resolve(self, config: ModelConfig) -> AlignmentOptions:
+        """These options with the model's defaults filled in, layer 0-based; raises
+        AlignmentError naming every option the model cannot satisfy."""
+        layers, n_heads = config.decoder_layers, config.n_heads
+        layer = config.alignment_layer if self.layer is None else self.layer
+        heads = tuple(config.alignment_heads) if self.heads is None else tuple(self.heads)
+        problems = []
+        if self.level not in LEVELS:
+            problems.append(f"level must be 'word' or 'subword', not {self.level!r}")
+        if not -layers <= layer < layers:
+            problems.append(f"layer {layer} is out of range: the model has {layers} decoder layers "
+                            f"(0..{layers - 1}, or negative from the end)")
+        if any(not 0 <= h < n_heads for h in heads):
+            problems.append(f"heads {list(heads)} out of range: the model has {n_heads} heads (0..{n_heads - 1})")
+        if problems:
+            raise AlignmentError("; ".join(problems))
+        step_shift = config.alignment_step_shift if self.step_shift is None else bool(self.step_shift)
+        return AlignmentOptions(self.level, layer % layers, heads, step_shift, self.threshold)
+
+
+@dataclass
+class Alignments:
+    """The maps of one translation read with one set of options, at both levels."""
+
+    subword: Alignment                       # rows = target pieces, columns = source pieces
+    word: Alignment                          # rows = target words, columns = source words
+    level: str = "word"                      # the level that was asked for
+
+    def at(self, level: str) -> Alignment:
+        return self.word if level == "word" else self.subword
+
+    @property
+    def requested(self) -> Alignment:
+        return self.at(self.level)
+
+    def shifted(self, source_offset: int, target_offset: int) -> Alignments:
+        """Both maps with token offsets moved by the sentence's position in a longer text."""
+        return Alignments(concat([(self.subword, source_offset, target_offset)]),
+                          concat([(self.word, source_offset, target_offset)]), self.level)
+
+
+def visible(piece: Token, text: str) -> Token:
+    """The piece's span without the whitespace SentencePiece offsets include before a
+    word-initial piece, labelled with the text it covers (its own text if it covers none)."""
     start = piece.start
     while start < piece.end and text[start].isspace():
         start += 1
-    return Token(piece.text, start, piece.end)
+    return Token(text[start:piece.end] or piece.text, start, piece.end)
 
 
-def align(attention: np.ndarray, source_text: str, source_pieces: list[Token], target_pieces: list[str],
-          layer: int, heads: tuple[int, ...] = (), level: str = "word", step_shift: bool = False,
-          threshold: float = 0.0) -> tuple[str, Alignment]:
-    """Build the alignment of one translation.
+def align(attention: np.ndarray, source_text: str, source_pieces: list[Token], target_text: str,
+          target_pieces: list[Token], options: AlignmentOptions) -> Alignments:
+    """Build the alignment of one translation, at both levels, by the rule above.
 
-    attention (L, H, T+1, S+1) from the search; source_pieces carry offsets into
-    `source_text` (Tokenizer.encode_with_offsets); target_pieces are SentencePiece pieces.
-    Returns the detokenized target text (offsets refer to it) and the Alignment.
+    attention (L, H, T+1, S+1) from the search or from teacher forcing; `source_pieces` and
+    `target_pieces` carry character offsets into `source_text` / `target_text`
+    (Tokenizer.encode_with_offsets, or `pieces_with_offsets` of a detokenized translation).
+    `options` must be resolved (`AlignmentOptions.resolve`).
     """
-    if level not in ("word", "subword"):
-        raise ValueError(f"level must be 'word' or 'subword', not {level!r}")
-    layer = layer % attention.shape[0]
-    target_text, target_tokens = pieces_with_offsets(target_pieces)
-    sub = subword_map(attention, layer, heads, step_shift)
-    source_pieces = [_visible(p, source_text) for p in source_pieces]
-    source_tokens = [Token(source_text[p.start:p.end] or p.text, p.start, p.end) for p in source_pieces]
-    target_tokens = [Token(target_text[t.start:t.end] or t.text, t.start, t.end) for t in target_tokens]
-    if level == "subword":
-        return target_text, Alignment("subword", source_tokens, target_tokens, sub, hard_links(sub, threshold),
-                                      layer, heads, step_shift)
+    if options.layer is None or options.heads is None or options.step_shift is None:
+        raise AlignmentError("alignment options must be resolved against the model first")
+    layer, heads, shift = options.layer, options.heads, options.step_shift
+    sub = subword_map(attention, layer, heads, shift)                                    # (T, S)
+    source_pieces = [visible(p, source_text) for p in source_pieces]
+    target_pieces = [visible(p, target_text) for p in target_pieces]
     source_words, target_words = words(source_text), words(target_text)
-    matrix = word_map(sub, projection(source_pieces, source_words), projection(target_tokens, target_words))
-    return target_text, Alignment("word", source_words, target_words, matrix, hard_links(matrix, threshold),
-                                  layer, heads, step_shift)
+    matrix = word_map(sub, projection(source_pieces, source_words), projection(target_pieces, target_words))
+    return Alignments(
+        subword=Alignment("subword", source_pieces, target_pieces, sub, hard_links(sub, options.threshold),
+                          layer, heads, shift),
+        word=Alignment("word", source_words, target_words, matrix, hard_links(matrix, options.threshold),
+                       layer, heads, shift),
+        level=options.level)
+
+
+def concat(parts: Sequence[tuple[Alignment, int, int]], options: AlignmentOptions = AlignmentOptions()
+           ) -> Alignment:
+    """Per-sentence alignments -> one block-diagonal alignment of the whole text.
+
+    parts: (alignment, source offset of its sentence, target offset of its translation).
+    Token offsets are shifted, the matrices placed on the diagonal (a sentence draws
+    nothing from another sentence) and links renumbered; rows still sum to 1. With no
+    parts: an empty map labelled with `options` (resolved).
+    """
+    if not parts:
+        return Alignment(options.level, [], [], np.zeros((0, 0)), [], options.layer or 0, options.heads or (),
+                         bool(options.step_shift))
+    first = parts[0][0]
+    rows = sum(a.matrix.shape[0] for a, _, _ in parts)
+    columns = sum(a.matrix.shape[1] for a, _, _ in parts)
+    matrix = np.zeros((rows, columns), dtype=np.float64)
+    source_tokens: list[Token] = []
+    target_tokens: list[Token] = []
+    links: list[tuple[int, int]] = []
+    for alignment, source_offset, target_offset in parts:
+        row, column = len(target_tokens), len(source_tokens)
+        height, width = alignment.matrix.shape
+        matrix[row:row + height, column:column + width] = alignment.matrix
+        links += [(i + column, j + row) for i, j in alignment.links]
+        source_tokens += [Token(t.text, t.start + source_offset, t.end + source_offset)
+                          for t in alignment.source_tokens]
+        target_tokens += [Token(t.text, t.start + target_offset, t.end + target_offset)
+                          for t in alignment.target_tokens]
+    return Alignment(first.level, source_tokens, target_tokens, matrix, sorted(links), first.layer, first.heads,
+                     first.step_shift)

@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from seq2seq.alignment import AlignmentOptions
+
 T = TypeVar("T")
+CONFIG_FILE = "config.json"   # a model directory's ModelConfig, beside every checkpoint and export
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -136,10 +139,15 @@ class DecodeConfig:
     max_length_ratio: float = 2.0        # max target length = ratio * source length + 10
     max_length_extra: int = 10
     return_attention: bool = True
+    # The alignment map to build in the same pass as each translation (it needs the
+    # attention); None = none.
+    alignment: AlignmentOptions | None = None
 
     def __post_init__(self) -> None:
         if self.beam_size < 1 or not 1 <= self.n_best <= self.beam_size:
             raise ValueError(f"need 1 <= n_best ({self.n_best}) <= beam_size ({self.beam_size})")
+        if self.alignment is not None and not self.return_attention:
+            raise ValueError("an alignment needs the attention: set return_attention")
 
 def to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)

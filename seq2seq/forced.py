@@ -7,15 +7,10 @@ exactly as for a translation the search produced, so `crossalign align`, `POST /
 `seq2seq.alignment` (layer, heads, step shift, subword -> word, argmax links) to the same
 (L, H, T+1, S+1) array that `TranslationResult.attention` holds.
 
-Where the attention comes from, by backend (`teacher_forced_attention`):
-
-- a backend with `attention_maps` (export.runtime.OnnxBackend): one encoder and one
-  decoder run over the whole padded batch;
-- a backend with a torch `model` (seq2seq.torch_backend.TorchBackend): one
-  `Transformer.decode(need_cross_weights=True)` call over the batch; torch is imported
-  only then;
-- any other `SearchBackend`: one `step` per target token with the KV cache, which is
-  exactly what the search computes (slower; used by the scripted test backends).
+The attention comes from the backend's `teacher_force` (part of `SearchBackend`): one
+encoder and one decoder run over the whole padded batch on onnxruntime and on torch alike;
+`teacher_force_by_steps` gives the same from `encode` and `step` alone, for backends that
+can only step.
 
 Words are `seq2seq.alignment.words()` of the texts *as given* (both sides use the
 tokenizer's character offsets into the original text), so word indices are those of the
@@ -29,13 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seq2seq.alignment import Alignment, Token, hard_links, projection, subword_map, word_map, words
-from seq2seq.search import pad_batch
+from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Token, align
+from seq2seq.search import SearchBackend, TeacherForced, pad_batch
 from seq2seq.translator import Translator
-
-
-class ForcedAlignmentError(ValueError):
-    """A pair that cannot be aligned (empty side, too long for the model, bad options)."""
 
 
 @dataclass
@@ -70,7 +61,7 @@ class ForcedAlignment:
 # --------------------------------------------------------------------------- attention
 
 
-def teacher_forced_attention(backend, sources: Sequence[Sequence[int]],
+def teacher_forced_attention(backend: SearchBackend, sources: Sequence[Sequence[int]],
                              targets: Sequence[Sequence[int]]) -> list[np.ndarray]:
     """Cross-attention of given translations, one (L, H, T+1, S+1) float array per pair.
 
@@ -81,42 +72,31 @@ def teacher_forced_attention(backend, sources: Sequence[Sequence[int]],
     if not sources:
         return []
     src_ids, src_mask = pad_batch([list(s) for s in sources], backend.pad_id)
-    if hasattr(backend, "attention_maps"):
-        tgt_ids, _ = pad_batch([list(t) for t in targets], backend.pad_id)
-        cross = backend.attention_maps(src_ids, src_mask, tgt_ids)["cross"]              # (L, B, H, T+1, S)
-    elif hasattr(backend, "model"):
-        cross = _torch_attention(backend.model, src_ids, src_mask, targets)
-    else:
-        return [_stepwise_attention(backend, list(s), list(t)) for s, t in zip(sources, targets)]
+    tgt_ids, _ = pad_batch([list(t) for t in targets], backend.pad_id)
+    cross = backend.teacher_force(src_ids, src_mask, tgt_ids).cross                      # (L, B, H, T+1, S)
     return [np.asarray(cross[:, row, :, : len(t) + 1, : len(s)], dtype=np.float32)
             for row, (s, t) in enumerate(zip(sources, targets))]
 
 
-def _torch_attention(model, src_ids: np.ndarray, src_mask: np.ndarray, targets: Sequence[Sequence[int]]) -> np.ndarray:
-    """One teacher-forced `Transformer.decode` over the batch -> (L, B, H, T+1, S)."""
-    import torch  # only for the torch backend
-
-    config = model.config
-    tgt_in, tgt_mask = pad_batch([[config.bos_id] + list(t) for t in targets], config.pad_id)
-    with torch.inference_mode():
-        mask = torch.from_numpy(src_mask)
-        encoded = model.encode(torch.from_numpy(src_ids), mask)
-        out = model.decode(torch.from_numpy(tgt_in), encoded.cross_k, encoded.cross_v, mask,
-                           tgt_key_mask=torch.from_numpy(tgt_mask), need_cross_weights=True)
-    return out.cross_weights.float().numpy()
-
-
-def _stepwise_attention(backend, source: list[int], target: list[int]) -> np.ndarray:
-    """Any SearchBackend: feed BOS + target one token at a time, as the search does."""
-    src_ids, src_mask = pad_batch([source], backend.pad_id)
+def teacher_force_by_steps(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarray,
+                           tgt_ids: np.ndarray) -> TeacherForced:
+    """Teacher forcing through `encode` and `step` alone, one position at a time with the KV
+    cache, exactly as the search computes it: for a backend that cannot run the decoder over
+    a whole target at once (the scripted test backends). It has no self-attention to show.
+    """
     cross_k, cross_v = backend.encode(src_ids, src_mask)
+    bos = np.full((src_ids.shape[0], 1), backend.bos_id, dtype=np.int64)
+    tokens = np.concatenate([bos, tgt_ids.astype(np.int64)], axis=1)                     # (B, T+1)
     past_k = past_v = None
-    rows = []
-    for token in [backend.bos_id] + target:
-        out = backend.step(np.array([[token]], dtype=np.int64), cross_k, cross_v, src_mask, past_k, past_v, True)
+    log_probs, cross = [], []
+    for position in range(tokens.shape[1]):
+        out = backend.step(tokens[:, position:position + 1], cross_k, cross_v, src_mask, past_k, past_v, True)
+        assert out.cross_weights is not None
         past_k, past_v = out.past_k, out.past_v
-        rows.append(np.asarray(out.cross_weights)[:, 0])                                   # (L, H, S)
-    return np.stack(rows, axis=2).astype(np.float32)                                     # (L, H, T+1, S)
+        log_probs.append(out.log_probs)
+        cross.append(out.cross_weights)                                                  # (L, B, H, S)
+    return TeacherForced(log_probs=np.stack(log_probs, axis=1), cross=np.stack(cross, axis=3),
+                         encoder_self=None, decoder_self=None)
 
 
 # --------------------------------------------------------------------------- the map
@@ -125,72 +105,32 @@ def _stepwise_attention(backend, source: list[int], target: list[int]) -> np.nda
 def _pieces(translator: Translator, text: str) -> tuple[list[int], list[Token]]:
     """Ids and pieces with character offsets into `text` (the text as given, not normalised)."""
     ids, pieces, offsets = translator.tokenizer.encode_with_offsets(text)
-    return ids, [_visible(Token(p, s, e), text) for p, (s, e) in zip(pieces, offsets)]
-
-
-def _visible(piece: Token, text: str) -> Token:
-    """The piece's span without the whitespace a word-initial piece's offsets include."""
-    start = piece.start
-    while start < piece.end and text[start].isspace():
-        start += 1
-    return Token(text[start:piece.end] or piece.text, start, piece.end)
-
-
-def _check_options(translator: Translator, attention: np.ndarray, layer: int | None,
-                   heads: tuple[int, ...] | None) -> tuple[int, tuple[int, ...]]:
-    default_layer, default_heads, _ = translator.default_alignment
-    layer = default_layer if layer is None else layer
-    heads = default_heads if heads is None else tuple(heads)
-    n_layers, n_heads = attention.shape[:2]
-    if not -n_layers <= layer < n_layers:
-        raise ForcedAlignmentError(f"layer {layer} out of range: the model has {n_layers} decoder layers")
-    if any(not 0 <= h < n_heads for h in heads):
-        raise ForcedAlignmentError(f"heads {list(heads)} out of range: the model has {n_heads} heads")
-    return layer % n_layers, heads
-
-
-def build_alignment(attention: np.ndarray, source: str, source_pieces: list[Token], target: str,
-                    target_pieces: list[Token], layer: int, heads: tuple[int, ...] = (), level: str = "word",
-                    step_shift: bool = False) -> tuple[Alignment, Alignment]:
-    """(word alignment, alignment at `level`) of one pair from its (L, H, T+1, S+1) attention.
-
-    The rule of `seq2seq.alignment.align`, with the target pieces' offsets taken from the
-    given target text instead of a detokenized translation.
-    """
-    if level not in ("word", "subword"):
-        raise ForcedAlignmentError(f"level must be 'word' or 'subword', not {level!r}")
-    sub = subword_map(attention, layer, heads, step_shift)                               # (T, S)
-    source_words, target_words = words(source), words(target)
-    matrix = word_map(sub, projection(source_pieces, source_words), projection(target_pieces, target_words))
-    word = Alignment("word", source_words, target_words, matrix, hard_links(matrix), layer, heads, step_shift)
-    if level == "word":
-        return word, word
-    return word, Alignment("subword", source_pieces, target_pieces, sub, hard_links(sub), layer, heads, step_shift)
+    return ids, [Token(p, s, e) for p, (s, e) in zip(pieces, offsets)]
 
 
 Prepared = tuple[np.ndarray, list[Token], list[Token]]   # attention (L, H, T+1, S+1), source, target pieces
 
 
 def forced_attention(translator: Translator, pairs: Sequence[tuple[str, str]], max_batch_tokens: int = 4096
-                     ) -> list[Prepared | ForcedAlignmentError]:
+                     ) -> list[Prepared | AlignmentError]:
     """Per pair: its teacher-forced attention and pieces, or why it cannot be aligned.
 
-    The raw material of `align_pairs`, and of scoring many alignment sources from one
-    forward pass (bench/alignment_sources.py: `build_alignment` with any layer/heads/shift).
+    The raw material of `align_given`, and of scoring many alignment sources from one
+    forward pass (bench/alignment_sources.py: `seq2seq.alignment.align` with any options).
     Pairs are batched by length, at most `max_batch_tokens` padded tokens per batch.
     """
     source_limit = translator.max_source_tokens                # already <= max_positions
-    target_limit = translator.max_positions or source_limit
-    results: list[Prepared | ForcedAlignmentError | None] = [None] * len(pairs)
+    target_limit = translator.max_positions
+    results: list[Prepared | AlignmentError | None] = [None] * len(pairs)
     todo: list[tuple[int, list[int], list[Token], list[int], list[Token]]] = []
     for index, (source, target) in enumerate(pairs):
         if not source.strip() or not target.strip():
-            results[index] = ForcedAlignmentError("empty " + ("source" if not source.strip() else "target"))
+            results[index] = AlignmentError("empty " + ("source" if not source.strip() else "target"))
             continue
         source_ids, source_pieces = _pieces(translator, source)
         target_ids, target_pieces = _pieces(translator, target)
         if len(source_ids) + 1 > source_limit or len(target_ids) + 1 > target_limit:
-            results[index] = ForcedAlignmentError(
+            results[index] = AlignmentError(
                 f"too long: {len(source_ids)} source and {len(target_ids)} target pieces (the model takes at "
                 f"most {source_limit - 1} and {target_limit - 1})")
             continue
@@ -210,37 +150,39 @@ def forced_attention(translator: Translator, pairs: Sequence[tuple[str, str]], m
     return [r for r in results if r is not None]
 
 
-def align_pairs(translator: Translator, pairs: Sequence[tuple[str, str]], level: str = "word",
-                layer: int | None = None, heads: tuple[int, ...] | None = None, step_shift: bool | None = None,
-                max_batch_tokens: int = 4096) -> list[ForcedAlignment | ForcedAlignmentError]:
+def align_given(translator: Translator, pairs: Sequence[tuple[str, str]],
+                options: AlignmentOptions = AlignmentOptions(), max_batch_tokens: int = 4096
+                ) -> list[ForcedAlignment | AlignmentError]:
     """Align given (source, target) pairs; one result per pair, in order.
 
-    A pair that cannot be aligned gives a `ForcedAlignmentError` in its place instead of
-    raising, so one bad line never stops a job. layer/heads None: the model's alignment
-    source (`ModelConfig.alignment_layer` / `alignment_heads`); heads () = mean of all;
-    step_shift None: the model's `alignment_step_shift`.
+    Options the model cannot satisfy raise AlignmentError at once; a pair that cannot be
+    aligned gives an `AlignmentError` in its place instead, so one bad line never stops a job.
     """
-    step_shift = translator.default_alignment[2] if step_shift is None else step_shift
-    results: list[ForcedAlignment | ForcedAlignmentError] = []
+    resolved = options.resolve(translator.config)
+    results: list[ForcedAlignment | AlignmentError] = []
     for (source, target), prepared in zip(pairs, forced_attention(translator, pairs, max_batch_tokens)):
-        if isinstance(prepared, ForcedAlignmentError):
+        if isinstance(prepared, AlignmentError):
             results.append(prepared)
             continue
         attention, source_pieces, target_pieces = prepared
-        try:
-            resolved_layer, resolved_heads = _check_options(translator, attention, layer, heads)
-            word, chosen = build_alignment(attention, source, source_pieces, target, target_pieces,
-                                           resolved_layer, resolved_heads, level, step_shift)
-            results.append(ForcedAlignment(source, target, word, chosen))
-        except ForcedAlignmentError as error:
-            results.append(error)
+        maps = align(attention, source, source_pieces, target, target_pieces, resolved)
+        results.append(ForcedAlignment(source, target, maps.word, maps.requested))
     return results
+
+
+def align_pairs(translator: Translator, pairs: Sequence[tuple[str, str]], level: str = "word",
+                layer: int | None = None, heads: tuple[int, ...] | None = None, step_shift: bool | None = None,
+                max_batch_tokens: int = 4096) -> list[ForcedAlignment | AlignmentError]:
+    """`align_given` with the options spelled out; None = the model's alignment source
+    (heads () = the mean of all heads)."""
+    options = AlignmentOptions(level, layer, None if heads is None else tuple(heads), step_shift)
+    return align_given(translator, pairs, options, max_batch_tokens)
 
 
 def align_pair(translator: Translator, source: str, target: str, level: str = "word", layer: int | None = None,
                heads: tuple[int, ...] | None = None, step_shift: bool | None = None) -> ForcedAlignment:
-    """Align one given pair; raises ForcedAlignmentError when it cannot be aligned."""
+    """Align one given pair; raises AlignmentError when it cannot be aligned."""
     result = align_pairs(translator, [(source, target)], level, layer, heads, step_shift)[0]
-    if isinstance(result, ForcedAlignmentError):
+    if isinstance(result, AlignmentError):
         raise result
     return result

@@ -1,9 +1,13 @@
-"""Load a `Translator` from a model directory with either backend.
+"""The one loader: a `Translator` from a model directory, on either backend.
 
 A directory is a release bundle (bundle.json + ONNX graphs + config.json + model.pt +
 spm.model) or a training output (config.json + model.pt + spm.model). The onnx backend
-needs a bundle; the torch backend reads config.json + model.pt from either. Torch is
-imported only for the torch backend.
+needs a bundle, whose files are verified against bundle.json; the torch backend reads
+config.json + model.pt from either.
+
+This module sits above both backends (the layer of the model and its training): torch is
+imported only when `backend="torch"` is asked for, so the service, which loads bundles on
+onnxruntime, never imports it.
 """
 
 from __future__ import annotations
@@ -11,28 +15,44 @@ from __future__ import annotations
 from pathlib import Path
 
 from data.tokenizer import Tokenizer
+from seq2seq.bundle import BUNDLE_FILE, load_bundle_manifest
+from seq2seq.onnx_backend import OnnxBackend
+from seq2seq.search import SearchBackend
 from seq2seq.translator import Translator
 
 BACKENDS = ("onnx", "torch")
 
 
-def load_translator(model_dir: Path | str, backend: str = "onnx", threads: int = 0) -> Translator:
+def load_translator(model_dir: Path | str, backend: str = "onnx", threads: int = 0, precision: str | None = None,
+                    verify: bool = True, max_source_tokens: int = 250, max_batch_tokens: int = 4096) -> Translator:
+    """The shared `Translator` over the chosen backend.
+
+    backend "onnx" runs the bundle's graphs of `precision` (default: the bundle's export
+    precision) with `threads` intra-op threads (0: `onnx_backend.default_threads`); "torch"
+    runs config.json + model.pt in eager mode (`threads` then sets torch's process-wide
+    thread count). Raises ValueError for an unknown backend, FileNotFoundError for a missing
+    directory or bundle, BundleError for a corrupted bundle.
+    """
     model_dir = Path(model_dir)
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     if not model_dir.is_dir():
         raise FileNotFoundError(f"{model_dir}: no such model directory")
+    search_backend: SearchBackend
     if backend == "onnx":
-        from export.runtime import load_translator as load_onnx
-
-        if not (model_dir / "bundle.json").is_file():
-            raise FileNotFoundError(f"{model_dir}: no bundle.json; export the model with `crossalign export` "
+        if not (model_dir / BUNDLE_FILE).is_file():
+            raise FileNotFoundError(f"{model_dir}: no {BUNDLE_FILE}; export the model with `crossalign export` "
                                     "or use --backend torch")
-        return load_onnx(model_dir, backend="onnx", threads=threads)
-    import torch
+        bundle = load_bundle_manifest(model_dir, verify=verify)
+        search_backend = OnnxBackend.from_bundle(bundle, precision, threads or None)
+        tokenizer_path = bundle.tokenizer_path
+    else:
+        import torch  # only here: the onnx path must never import torch
 
-    from seq2seq.torch_backend import TorchBackend
+        from seq2seq.torch_backend import TorchBackend
 
-    if threads:
-        torch.set_num_threads(threads)
-    return Translator(TorchBackend.from_directory(model_dir), Tokenizer(model_dir / "spm.model"))
+        if threads:
+            torch.set_num_threads(threads)
+        search_backend = TorchBackend.from_directory(model_dir)
+        tokenizer_path = model_dir / "spm.model"
+    return Translator(search_backend, Tokenizer(tokenizer_path), max_source_tokens, max_batch_tokens)

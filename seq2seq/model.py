@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.config import ModelConfig, load_config, save_config
+from seq2seq.config import CONFIG_FILE, ModelConfig, load_config, save_config
 
 # --------------------------------------------------------------------------- masks
 
@@ -288,7 +288,6 @@ class Transformer(nn.Module):
 # --------------------------------------------------------------------------- persistence
 
 WEIGHTS_FILE = "model.pt"
-CONFIG_FILE = "config.json"
 
 
 def save_model(model: Transformer, directory: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from seq2seq.config import DecodeConfig
+from seq2seq.config import DecodeConfig, ModelConfig
 
 
 @dataclass
@@ -27,12 +27,29 @@ class StepOutput:
     cross_weights: np.ndarray | None   # (L, N, H, S) cross-attention of the new position
 
 
+@dataclass
+class TeacherForced:
+    """Every attention map of given translations, the decoder fed BOS + target at once.
+
+    Row t of the decoder maps is the step whose input is BOS + target[:t], i.e. the step that
+    produced target piece t (the last row produced EOS), as in `TranslationResult.attention`.
+    """
+
+    log_probs: np.ndarray                # (B, T+1, V)
+    cross: np.ndarray                    # (L, B, H, T+1, S)
+    # Self-attention, None from a backend that can only step (the scripted test backends).
+    encoder_self: np.ndarray | None      # (E, B, H, S, S)
+    decoder_self: np.ndarray | None      # (L, B, H, T+1, T+1), causal: zero above the diagonal
+
+
 class SearchBackend(Protocol):
-    """What a model must offer to be searched: encode once, then step token by token."""
+    """What a model must offer to be searched (encode once, then step token by token) and
+    explained (its config, and every attention map of a given translation)."""
 
     bos_id: int
     eos_id: int
     pad_id: int
+    config: ModelConfig
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """src_ids (B, S) int64, src_mask (B, S) bool -> cross K and V, each (L, B, H, S, Dh)."""
@@ -41,6 +58,11 @@ class SearchBackend(Protocol):
     def step(self, tokens: np.ndarray, cross_k: np.ndarray, cross_v: np.ndarray, src_mask: np.ndarray,
              past_k: np.ndarray | None, past_v: np.ndarray | None, need_attention: bool) -> StepOutput:
         """tokens (N, 1) int64 at position P; past_k/v (L, N, H, P, Dh) or None when P = 0."""
+        ...
+
+    def teacher_force(self, src_ids: np.ndarray, src_mask: np.ndarray, tgt_ids: np.ndarray) -> TeacherForced:
+        """src_ids (B, S) with the source EOS, src_mask (B, S) bool, tgt_ids (B, T) without BOS
+        or EOS, right-padded with pad_id -> every map of the decoder reading BOS + target."""
         ...
 
 

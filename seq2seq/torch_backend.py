@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from seq2seq.model import Transformer, load_model
-from seq2seq.search import StepOutput
+from seq2seq.search import StepOutput, TeacherForced
 
 
 class TorchBackend:
@@ -40,3 +40,18 @@ class TorchBackend:
             need_cross_weights=need_attention)
         return StepOutput(out.log_probs[:, -1].numpy(), out.self_k.numpy(), out.self_v.numpy(),
                           None if out.cross_weights is None else out.cross_weights[:, :, :, -1].numpy())
+
+    @torch.inference_mode()
+    def teacher_force(self, src_ids: np.ndarray, src_mask: np.ndarray, tgt_ids: np.ndarray) -> TeacherForced:
+        """One `encode` and one `decode` over the whole batch, every attention map kept (see
+        `SearchBackend.teacher_force`)."""
+        mask = torch.from_numpy(src_mask)
+        encoded = self.model.encode(torch.from_numpy(src_ids), mask, need_weights=True)
+        bos = np.full((tgt_ids.shape[0], 1), self.bos_id, dtype=np.int64)
+        tokens = torch.from_numpy(np.concatenate([bos, tgt_ids.astype(np.int64)], axis=1))     # (B, T+1)
+        out = self.model.decode(tokens, encoded.cross_k, encoded.cross_v, mask, tgt_key_mask=tokens != self.pad_id,
+                                need_cross_weights=True, need_self_weights=True)
+        assert encoded.self_weights is not None and out.cross_weights is not None and out.self_weights is not None
+        return TeacherForced(log_probs=out.log_probs.float().numpy(), cross=out.cross_weights.float().numpy(),
+                             encoder_self=torch.stack(encoded.self_weights).float().numpy(),
+                             decoder_self=out.self_weights.float().numpy())

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from data.tokenizer import Tokenizer
-from seq2seq.alignment import Alignment, Token, align
-from seq2seq.config import DecodeConfig
+from seq2seq.alignment import (Alignment, AlignmentError, AlignmentOptions, Alignments, Token, align,
+                               pieces_with_offsets)
+from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.search import Hypothesis, SearchBackend, beam_search, pad_batch
 
 
@@ -28,6 +29,8 @@ class TranslationResult:
     # the step that emitted EOS), columns = source pieces plus the source EOS.
     attention: np.ndarray | None = None
     alternatives: list["TranslationResult"] = field(default_factory=list)  # n-best beyond the first
+    # Its alignment maps, built in the same pass when `DecodeConfig.alignment` asks for them.
+    alignment: Alignments | None = None
 
 
 class Translator:
@@ -36,19 +39,24 @@ class Translator:
     def __init__(self, backend: SearchBackend, tokenizer: Tokenizer, max_source_tokens: int = 250,
                  max_batch_tokens: int = 4096):
         self.backend, self.tokenizer = backend, tokenizer
-        config = getattr(backend, "config", None)
-        self.max_positions = getattr(config, "max_positions", None)
-        if self.max_positions is not None:
-            max_source_tokens = min(max_source_tokens, self.max_positions)
-        self.max_source_tokens = max_source_tokens
+        self.config: ModelConfig = backend.config
+        self.max_positions = self.config.max_positions
+        self.max_source_tokens = min(max_source_tokens, self.max_positions)
         self.max_batch_tokens = max_batch_tokens
 
     def encode_source(self, text: str) -> list[int]:
         ids = self.tokenizer.encode(text)[: self.max_source_tokens - 1]
         return ids + [self.backend.eos_id]
 
+    def source_pieces(self, text: str, limit: int | None = None) -> list[Token]:
+        """The first `limit` source pieces with character offsets into `text` (as given)."""
+        _, pieces, offsets = self.tokenizer.encode_with_offsets(text)
+        return [Token(p, s, e) for p, (s, e) in list(zip(pieces, offsets))[:limit]]
+
     def translate_batch(self, texts: list[str], config: DecodeConfig = DecodeConfig()) -> list[TranslationResult]:
-        """Translate `texts`; results in input order, each with `config.n_best - 1` alternatives."""
+        """Translate `texts`; results in input order, each with `config.n_best - 1` alternatives
+        and, when `config.alignment` is set, each with its `alignment`."""
+        options = config.alignment.resolve(self.config) if config.alignment is not None else None
         encoded = [self.encode_source(t) for t in texts]
         order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
         results: list[TranslationResult | None] = [None] * len(texts)
@@ -64,42 +72,40 @@ class Translator:
             for index, hypotheses in zip(chunk, beam_search(self.backend, src_ids, src_mask, config,
                                                                      self.max_positions)):
                 results[index] = self._result(encoded[index], hypotheses)
+                if options is not None:
+                    self._fill_alignments(texts[index], results[index], options)
             start = end
         return [r for r in results if r is not None]
 
     def translate(self, text: str, config: DecodeConfig = DecodeConfig()) -> TranslationResult:
         return self.translate_batch([text], config)[0]
 
-    @property
-    def default_alignment(self) -> tuple[int, tuple[int, ...], bool]:
-        """(layer, heads, step shift) that the model config names as its alignment source."""
-        config = getattr(self.backend, "config", None)
-        if config is None:
-            return -2, (), False
-        return config.resolved_alignment_layer, tuple(config.alignment_heads), config.alignment_step_shift
-
     def align(self, source_text: str, result: TranslationResult, level: str = "word", layer: int | None = None,
               heads: tuple[int, ...] | None = None, step_shift: bool | None = None) -> Alignment:
-        """The alignment map of `result`, the translation of `source_text` (see seq2seq.alignment).
+        """The alignment map of `result`, the translation of `source_text`, read with other
+        options than it was translated with (see seq2seq.alignment).
 
-        layer, heads and step_shift each default (None) to the model's alignment source."""
+        layer, heads and step_shift each default (None) to the model's alignment source;
+        raises AlignmentError (a ValueError) for options the model cannot satisfy."""
+        options = AlignmentOptions(level, layer, None if heads is None else tuple(heads), step_shift)
+        return self.alignments(source_text, result, options.resolve(self.config)).requested
+
+    def alignments(self, source_text: str, result: TranslationResult, options: AlignmentOptions,
+                   source_pieces: list[Token] | None = None) -> Alignments:
+        """Both maps of `result` with resolved `options`; `source_pieces` (with offsets into
+        `source_text`) saves tokenizing the source again."""
         if result.attention is None:
-            raise ValueError("the translation was made without attention (DecodeConfig.return_attention=False)")
-        default_layer, default_heads, default_shift = self.default_alignment
-        layer = default_layer if layer is None else layer
-        heads = default_heads if heads is None else tuple(heads)
-        step_shift = default_shift if step_shift is None else step_shift
-        n_layers, n_heads = result.attention.shape[:2]
-        if not -n_layers <= layer < n_layers:
-            raise ValueError(f"layer {layer} out of range: the model has {n_layers} decoder layers")
-        if any(not 0 <= h < n_heads for h in heads):
-            raise ValueError(f"heads {list(heads)} out of range: the model has {n_heads} heads")
-        _, pieces, offsets = self.tokenizer.encode_with_offsets(source_text)
-        n = len(result.source_ids)  # the translator may have truncated a very long source
-        source_pieces = [Token(p, s, e) for p, (s, e) in zip(pieces[:n], offsets[:n])]
-        _, alignment = align(result.attention, source_text, source_pieces, result.target_tokens, layer, heads,
-                             level, step_shift)
-        return alignment
+            raise AlignmentError("the translation was made without attention (DecodeConfig.return_attention=False)")
+        if source_pieces is None:
+            # The translator may have truncated a very long source: keep the pieces it read.
+            source_pieces = self.source_pieces(source_text, len(result.source_ids))
+        target_text, target_pieces = pieces_with_offsets(result.target_tokens)
+        return align(result.attention, source_text, source_pieces, target_text, target_pieces, options)
+
+    def _fill_alignments(self, source_text: str, result: TranslationResult, options: AlignmentOptions) -> None:
+        pieces = self.source_pieces(source_text, len(result.source_ids))
+        for hypothesis in [result, *result.alternatives]:
+            hypothesis.alignment = self.alignments(source_text, hypothesis, options, pieces)
 
     def _result(self, source_ids: list[int], hypotheses: list[Hypothesis]) -> TranslationResult:
         made = [self._one(source_ids, h) for h in hypotheses]

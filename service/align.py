@@ -16,15 +16,15 @@ from typing import Literal
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from seq2seq.forced import ForcedAlignmentError, align_pairs
+from seq2seq.alignment import AlignmentError, AlignmentOptions
+from seq2seq.forced import align_given
 from seq2seq.translator import Translator
-from service.deps import APIError, check_alignment, check_texts, get_engine, get_language_detector, require_access, \
-    resolve_pair
+from service.deps import APIError, check_texts, get_engine, get_language_detector, require_access, \
+    resolve_alignment, resolve_pair
 from service.engine import Engine, Pair
 from service.languages import LanguageDetector
-from service.schema import AlignmentMap, TokenSpan
+from seq2seq.records import AlignmentMap, TokenSpan
 from service.settings import Settings, get_settings
-from service.translation import AlignmentOptions
 
 router = APIRouter(prefix="/v1", tags=["native"], dependencies=[Depends(require_access)])
 
@@ -103,12 +103,12 @@ def align(body: AlignRequest, engine: Engine = Depends(get_engine), settings: Se
     pair, _ = resolve_pair(engine, detector, body.source, body.target, [item.text for item in items])
     options = AlignmentOptions(body.level, body.layer, None if body.heads is None else tuple(body.heads),
                                body.step_shift)
-    check_alignment(engine, pair, options)
-    results = align_pairs(forced_translator(engine, pair), [(item.text, item.translation) for item in items],
-                          options.level, options.layer, options.heads, options.step_shift)
+    options = resolve_alignment(engine, pair, options)
+    results = align_given(forced_translator(engine, pair), [(item.text, item.translation) for item in items],
+                          options)
     out = []
     for index, result in enumerate(results):
-        if isinstance(result, ForcedAlignmentError):
+        if isinstance(result, AlignmentError):
             where = f"pairs[{index}]: " if body.pairs is not None else ""
             raise APIError(400, f"Invalid request: {where}{result}")
         record = result.to_record()

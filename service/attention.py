@@ -3,7 +3,8 @@
 The maps belong to the translation the model actually produced: the text is translated by
 the same beam search as /v1/translate (sentence by sentence), then each sentence's
 `<s>` + translation is teacher-forced through the encoder and decoder graphs
-(`OnnxBackend.attention_maps`), which return the weights of every layer and head.
+(`SearchBackend.teacher_force`, onnxruntime's or torch's), which returns the weights of
+every layer and head.
 
 Which tokens label the axes (S source pieces, T translation pieces, per sentence):
 
@@ -21,7 +22,7 @@ Every row sums to 1 (a softmax). `alignment` holds the library's alignment maps
 subword level: rows = the target tokens the steps produced, columns = source tokens,
 `</s>` row and column removed, rows renormalised; these are what /v1/heatmap draws.
 
-Torch-free: the backend is onnxruntime's (any backend with `attention_maps` works).
+Torch-free: the service's backend is onnxruntime's; the torch backend gives the same maps.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from fastapi import APIRouter, Depends, FastAPI, Query
@@ -37,17 +38,18 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
-from seq2seq.alignment import Alignment, Token
+from seq2seq.alignment import Alignment, AlignmentOptions, Token, concat
 from seq2seq.config import DecodeConfig
-from seq2seq.translator import TranslationResult
+from seq2seq.search import SearchBackend
+from seq2seq.translator import TranslationResult, Translator
 from service.deps import (APIError, check_texts, decode_config, get_engine, get_language_detector, get_metrics,
                           require_access, resolve_pair, run_translation)
 from service.engine import Engine, Pair
 from service.languages import LanguageDetector
 from service.metrics import Metrics
-from service.schema import TokenSpan
+from seq2seq.records import TokenSpan
 from service.settings import Settings, get_settings
-from service.translation import TranslatedText, merge_alignments, shift
+from service.translation import TranslatedText
 
 STATIC = Path(__file__).resolve().parent / "static"
 BOS, EOS = "<s>", "</s>"
@@ -84,22 +86,23 @@ class SentenceMaps:
         return [*self.target_pieces, EOS]
 
 
-def attention_backend(engine: Engine, pair: Pair) -> Any:
-    """The search backend serving `pair`, if it can return attention maps (onnxruntime's can)."""
+def explorer_translator(engine: Engine, pair: Pair) -> Translator:
+    """The library `Translator` serving `pair` (its backend teacher-forces the maps)."""
     translator = engine.translator(pair)
-    backend = getattr(translator, "backend", None)
-    if not hasattr(backend, "attention_maps"):
-        raise APIError(501, "this model's backend does not expose its attention maps")
-    return backend
+    if translator is None:
+        raise APIError(501, "this server's engine does not expose its models' attention maps")
+    return translator
 
 
-def sentence_maps(backend: Any, result: TranslationResult) -> SentenceMaps:
+def sentence_maps(backend: SearchBackend, result: TranslationResult) -> SentenceMaps:
     """Teacher-force `<s>` + the translation of `result` and keep every layer's weights."""
     src_ids = np.array([[*result.source_ids, backend.eos_id]], dtype=np.int64)      # (1, S+1)
     target_ids = np.array([result.target_ids], dtype=np.int64).reshape(1, -1)       # (1, T)
-    maps = backend.attention_maps(src_ids, np.ones_like(src_ids, dtype=np.bool_), target_ids)
-    return SentenceMaps(result.source_tokens, result.target_tokens, maps["encoder_self"][:, 0],
-                        maps["decoder_self"][:, 0], maps["cross"][:, 0])
+    maps = backend.teacher_force(src_ids, np.ones_like(src_ids, dtype=np.bool_), target_ids)
+    if maps.encoder_self is None or maps.decoder_self is None:
+        raise APIError(501, "this model's backend does not expose its attention maps")
+    return SentenceMaps(result.source_tokens, result.target_tokens, maps.encoder_self[:, 0],
+                        maps.decoder_self[:, 0], maps.cross[:, 0])
 
 
 def check_layer(kind: str, layer: int, layers: int) -> int:
@@ -113,11 +116,11 @@ def check_layer(kind: str, layer: int, layers: int) -> int:
 def self_attention_alignment(engine: Engine, pair: Pair, translated: TranslatedText, kind: Kind,
                              layer: int | None, heads: tuple[int, ...]) -> Alignment:
     """An encoder or decoder self-attention map of a whole text, shaped as an `Alignment`
-    for service.heatmap: columns = keys, rows = queries, sentences block-diagonal, no links.
+    for seq2seq.heatmap: columns = keys, rows = queries, sentences block-diagonal, no links.
 
     `layer` None = the last layer; `heads` () = the mean of all heads.
     """
-    backend = attention_backend(engine, pair)
+    backend = explorer_translator(engine, pair).backend
     parts = []
     for result in translated.results:
         maps = sentence_maps(backend, result)
@@ -126,9 +129,9 @@ def self_attention_alignment(engine: Engine, pair: Pair, translated: TranslatedT
         index = check_layer(kind, -1 if layer is None else layer, weights.shape[0])
         chosen = weights[index][list(heads)] if heads else weights[index]               # (h, Q, K)
         labels = [Token(t, 0, 0) for t in tokens]
-        parts.append(Alignment("subword", labels, labels, chosen.mean(axis=0).astype(np.float64), [], index,
-                               heads, False))
-    return merge_alignments(parts, "subword", parts[0].layer if parts else 0, heads)
+        parts.append((Alignment("subword", labels, labels, chosen.mean(axis=0).astype(np.float64), [], index,
+                                heads, False), 0, 0))
+    return concat(parts, AlignmentOptions("subword", parts[0][0].layer if parts else 0, heads, False))
 
 
 # --------------------------------------------------------------------------- the response
@@ -195,21 +198,29 @@ def _spans(tokens: list[Token]) -> list[TokenSpan]:
     return [TokenSpan(text=t.text, start=t.start, end=t.end) for t in tokens]
 
 
-def alignment_maps(engine: Engine, pair: Pair, source: str, result: TranslationResult, level: str,
-                   layers: int, n_heads: int, offsets: tuple[int, int]) -> AlignmentMaps:
-    """The alignment of every (layer, head set) of `result` at `level`, as /v1/translate computes one."""
-    head_sets = [(h,) for h in range(n_heads)] + [()]
-    found = [[shift(engine.align(pair, source, result, level, layer, heads, None), *offsets) for heads in head_sets]
-             for layer in range(layers)]
-    first = found[0][0]
-    return AlignmentMaps(source_tokens=_spans(first.source_tokens), target_tokens=_spans(first.target_tokens),
-                         head_sets=[list(h) for h in head_sets],
-                         matrices=[[np.round(a.matrix, DECIMALS).tolist() for a in row] for row in found],
-                         links=[[a.pharaoh for a in row] for row in found])
+def alignment_maps(translator: Translator, source: str, result: TranslationResult,
+                   offsets: tuple[int, int]) -> dict[str, AlignmentMaps]:
+    """The alignment of every (layer, head set) of `result` at both levels, by the rule
+    /v1/translate uses, read with the model's step shift."""
+    config = translator.config
+    head_sets = [(h,) for h in range(config.n_heads)] + [()]
+    pieces = translator.source_pieces(source, len(result.source_ids))
+    found = [[translator.alignments(source, result, AlignmentOptions("word", layer, heads).resolve(config), pieces)
+              .shifted(*offsets) for heads in head_sets] for layer in range(config.decoder_layers)]
+    maps = {}
+    for level in ("word", "subword"):
+        grid = [[a.at(level) for a in row] for row in found]
+        first = grid[0][0]
+        maps[level] = AlignmentMaps(
+            source_tokens=_spans(first.source_tokens), target_tokens=_spans(first.target_tokens),
+            head_sets=[list(h) for h in head_sets],
+            matrices=[[np.round(a.matrix, DECIMALS).tolist() for a in row] for row in grid],
+            links=[[a.pharaoh for a in row] for row in grid])
+    return maps
 
 
 def attention_response(engine: Engine, pair: Pair, translated: TranslatedText, max_tokens: int) -> AttentionResponse:
-    backend = attention_backend(engine, pair)
+    translator = explorer_translator(engine, pair)
     info = engine.models[pair]
     sentences, encoder_layers = [], 0
     for (start, end), (target_start, target_end), result in zip(translated.spans, translated.target_spans,
@@ -217,12 +228,10 @@ def attention_response(engine: Engine, pair: Pair, translated: TranslatedText, m
         if max(len(result.source_ids), len(result.target_ids)) + 1 > max_tokens:
             raise APIError(400, f"a sentence has {len(result.source_ids)} source and {len(result.target_ids)} "
                                 f"target tokens; the explorer shows at most {max_tokens - 1} per sentence")
-        maps = sentence_maps(backend, result)
+        maps = sentence_maps(translator.backend, result)
         encoder_layers = maps.encoder.shape[0]
         source = translated.source[start:end]
-        alignment = {level: alignment_maps(engine, pair, source, result, level, info.decoder_layers, info.n_heads,
-                                           (start, target_start))
-                     for level in ("word", "subword")}
+        alignment = alignment_maps(translator, source, result, (start, target_start))
         sentences.append(SentenceAttention(
             source=source, translation=result.text, score=round(result.score, 4), source_start=start,
             source_end=end, target_start=target_start, target_end=target_end, outputs=maps.decoder_outputs,
@@ -255,7 +264,7 @@ def attention_for(body: AttentionRequest, engine: Engine, settings: Settings, me
         raise APIError(400, "Invalid request: `text` is empty")
     check_texts([body.text], settings)
     pair, _ = resolve_pair(engine, detector, body.source, body.target, [body.text])
-    attention_backend(engine, pair)  # 501 before translating, if it cannot
+    explorer_translator(engine, pair)  # 501 before translating, if it cannot
     config = decode_config(settings, body.beam_size, 1, attention=True)
     translated = run_translation(engine, metrics, settings, pair, [body.text], config)[0]
     return attention_response(engine, pair, translated, settings.heatmap_max_tokens)

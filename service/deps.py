@@ -14,12 +14,13 @@ from collections import deque
 from collections.abc import Callable
 from fastapi import Depends, Request
 
+from seq2seq.alignment import AlignmentError, AlignmentOptions
 from seq2seq.config import DecodeConfig
 from service.engine import Engine, Pair
 from service.languages import CONFIDENT, Detection, LanguageDetector, get_detector, language_name
 from service.metrics import Metrics
 from service.settings import Settings, get_settings
-from service.translation import AlignmentOptions, TranslatedText, translate_texts
+from service.translation import TranslatedText, translate_texts
 
 
 class APIError(Exception):
@@ -151,25 +152,24 @@ def resolve_pair(engine: Engine, detector: Callable[[], LanguageDetector], sourc
     return (source, target), detection
 
 
-def decode_config(settings: Settings, beam_size: int, n_best: int, attention: bool) -> DecodeConfig:
+def decode_config(settings: Settings, beam_size: int, n_best: int, attention: bool,
+                  alignment: AlignmentOptions | None = None) -> DecodeConfig:
+    """The search settings of a request; `alignment` (resolved) is built with the translation."""
     if not 1 <= beam_size <= settings.max_beam_size:
         raise APIError(400, f"beam_size must be between 1 and {settings.max_beam_size}, not {beam_size}")
     if not 1 <= n_best <= beam_size:
         raise APIError(400, f"n_best (or alternatives + 1) must be between 1 and beam_size ({beam_size}), "
                             f"not {n_best}")
-    return DecodeConfig(beam_size=beam_size, n_best=n_best, return_attention=attention)
+    return DecodeConfig(beam_size=beam_size, n_best=n_best, return_attention=attention or alignment is not None,
+                        alignment=alignment)
 
 
-def check_alignment(engine: Engine, pair: Pair, options: AlignmentOptions) -> None:
-    info = engine.models[pair]
-    if options.level not in ("word", "subword"):
-        raise APIError(400, f"level must be 'word' or 'subword', not {options.level!r}")
-    if options.layer is not None and not -info.decoder_layers <= options.layer < info.decoder_layers:
-        raise APIError(400, f"layer {options.layer} is out of range: the model has {info.decoder_layers} "
-                            f"decoder layers (0..{info.decoder_layers - 1}, or negative from the end)")
-    if options.heads and any(not 0 <= h < info.n_heads for h in options.heads):
-        raise APIError(400, f"heads {list(options.heads)} out of range: the model has {info.n_heads} heads "
-                            f"(0..{info.n_heads - 1})")
+def resolve_alignment(engine: Engine, pair: Pair, options: AlignmentOptions) -> AlignmentOptions:
+    """The request's alignment options with the model's defaults applied; 400 if it cannot satisfy them."""
+    try:
+        return options.resolve(engine.models[pair].config)
+    except AlignmentError as error:
+        raise APIError(400, str(error)) from None
 
 
 def run_translation(engine: Engine, metrics: Metrics, settings: Settings, pair: Pair, texts: list[str],

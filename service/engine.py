@@ -1,10 +1,11 @@
 """The engine behind the routes: language pairs -> `Translator`s, with micro-batching.
 
 Routes see only the `Engine` interface (after LibreTranslate's `ITranslation`): which
-pairs are served, translate a list of sentences, align one result. `TranslatorEngine`
+pairs are served, translate a list of sentences (with their alignments when the
+`DecodeConfig` asks for them). `TranslatorEngine`
 implements it over the library's `Translator`s, one per bundle found under the models
 directory; the tests also build it over a scripted backend. Torch-free: bundles run on
-onnxruntime through `export.runtime`.
+onnxruntime through `seq2seq.loading`.
 """
 
 from __future__ import annotations
@@ -16,14 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from seq2seq.alignment import Alignment
-from seq2seq.config import DecodeConfig
+from seq2seq.bundle import BUNDLE_FILE
+from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.translator import TranslationResult, Translator
 from service.batching import MicroBatcher
 
 log = logging.getLogger("crossalign.service")
 Pair = tuple[str, str]
-BUNDLE_FILE = "bundle.json"
 
 
 @dataclass(frozen=True)
@@ -31,11 +31,30 @@ class ModelInfo:
     name: str                       # the bundle directory's name, e.g. "de-en"
     source: str
     target: str
-    decoder_layers: int
-    n_heads: int
-    alignment_layer: int            # the default alignment source, 0-based
-    alignment_heads: tuple[int, ...]  # () = mean of all heads
-    alignment_step_shift: bool = False  # read where the target token is the decoder input
+    config: ModelConfig             # what alignment options are resolved against
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.config.decoder_layers
+
+    @property
+    def n_heads(self) -> int:
+        return self.config.n_heads
+
+    @property
+    def alignment_layer(self) -> int:
+        """The default alignment source, 0-based."""
+        return self.config.resolved_alignment_layer
+
+    @property
+    def alignment_heads(self) -> tuple[int, ...]:
+        """() = the mean of all heads."""
+        return tuple(self.config.alignment_heads)
+
+    @property
+    def alignment_step_shift(self) -> bool:
+        """Read where the target token is the decoder input."""
+        return self.config.alignment_step_shift
 
 
 class Engine(Protocol):
@@ -44,10 +63,6 @@ class Engine(Protocol):
     def translate(self, pair: Pair, texts: list[str], config: DecodeConfig, timeout: float | None = None
                   ) -> list[TranslationResult]:
         """Blocking: translate sentences (micro-batched with concurrent callers), in order."""
-        ...
-
-    def align(self, pair: Pair, source_text: str, result: TranslationResult, level: str,
-              layer: int | None, heads: tuple[int, ...] | None, step_shift: bool | None) -> Alignment:
         ...
 
     def translator(self, pair: Pair) -> Translator | None:
@@ -78,10 +93,6 @@ class TranslatorEngine:
                   ) -> list[TranslationResult]:
         return self.batchers[pair].submit(texts, config).result(timeout=timeout)
 
-    def align(self, pair: Pair, source_text: str, result: TranslationResult, level: str,
-              layer: int | None, heads: tuple[int, ...] | None, step_shift: bool | None) -> Alignment:
-        return self.translators[pair].align(source_text, result, level, layer, heads, step_shift)
-
     def translator(self, pair: Pair) -> Translator | None:
         return self.translators.get(pair)
 
@@ -91,9 +102,7 @@ class TranslatorEngine:
 
 
 def model_info(name: str, pair: Pair, translator: Translator) -> ModelInfo:
-    config = translator.backend.config  # type: ignore[attr-defined]
-    return ModelInfo(name, pair[0], pair[1], config.decoder_layers, config.n_heads,
-                     config.resolved_alignment_layer, tuple(config.alignment_heads), config.alignment_step_shift)
+    return ModelInfo(name, pair[0], pair[1], translator.config)
 
 
 def find_bundles(models: Path) -> list[Path]:
@@ -109,7 +118,7 @@ def find_bundles(models: Path) -> list[Path]:
 def load_engine(models: Path, threads: int = 0, window_s: float = 0.005, max_sentences: int = 128,
                 on_batch: Callable[[str, int], None] | None = None) -> TranslatorEngine:
     """Load every bundle under `models` on onnxruntime; the language pair comes from bundle.json."""
-    from export.runtime import load_translator  # onnxruntime: imported only when serving for real
+    from seq2seq.loading import load_translator  # onnxruntime: imported only when serving for real
 
     bundles = find_bundles(models)
     if not bundles:
@@ -118,8 +127,8 @@ def load_engine(models: Path, threads: int = 0, window_s: float = 0.005, max_sen
     translators: dict[Pair, tuple[str, Translator]] = {}
     for directory in bundles:
         languages = json.loads((directory / BUNDLE_FILE).read_text()).get("languages", {})
-        translator = load_translator(directory, backend="onnx", threads=threads or None)
-        config = translator.backend.config  # type: ignore[attr-defined]
+        translator = load_translator(directory, backend="onnx", threads=threads)
+        config = translator.config
         pair = (languages.get("source", config.source_lang), languages.get("target", config.target_lang))
         if pair in translators:
             raise ValueError(f"{directory}: a second model for {pair[0]}->{pair[1]} "

@@ -19,15 +19,16 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field, ValidationError
 
 from seq2seq.config import DecodeConfig
-from service.deps import (APIError, RateLimiter, check_access, check_alignment, check_texts, decode_config,
-                          get_engine, get_language_detector, get_limiter, get_metrics, request_api_key,
+from seq2seq.alignment import AlignmentOptions
+from service.deps import (APIError, RateLimiter, check_access, check_texts, decode_config, get_engine,
+                          get_language_detector, get_limiter, get_metrics, request_api_key, resolve_alignment,
                           resolve_pair, run_translation)
 from service.engine import Engine
 from service.languages import LanguageDetector, language_name
 from service.metrics import Metrics
-from service.schema import AlignmentMap
+from seq2seq.records import AlignmentMap
 from service.settings import Settings, get_settings
-from service.translation import AlignmentOptions, text_alignment
+from service.translation import text_alignment
 
 router = APIRouter(tags=["LibreTranslate"])
 
@@ -160,11 +161,9 @@ def translate(request: Request, params: LibreTranslateRequest = Depends(translat
     alignment = (AlignmentRequest() if params.alignment is True else params.alignment) or None
     plain = [_visible_text(t) for t in texts] if params.format == "html" else texts
     pair, detection = resolve_pair(engine, detector, params.source, params.target, plain)
-    options = alignment.options() if alignment else None
-    if options:
-        check_alignment(engine, pair, options)
+    options = resolve_alignment(engine, pair, alignment.options()) if alignment else None
     config = decode_config(settings, max(DecodeConfig.beam_size, params.alternatives + 1), params.alternatives + 1,
-                           attention=options is not None)
+                           attention=options is not None, alignment=options)
     if params.format == "html":
         translations = _translate_html(engine, metrics, settings, pair, texts, config)
         alternatives: list[list[str]] = [[] for _ in texts]
@@ -173,7 +172,7 @@ def translate(request: Request, params: LibreTranslateRequest = Depends(translat
         translated = run_translation(engine, metrics, settings, pair, texts, config)
         translations = [t.text for t in translated]
         alternatives = [[t.alternative(k)[0] for k in range(params.alternatives)] for t in translated]
-        maps = [AlignmentMap.from_alignment(text_alignment(engine, pair, t, options)) if options else None
+        maps = [AlignmentMap.from_alignment(text_alignment(t, options)) if options else None
                 for t in translated]
     single = isinstance(params.q, str)
     response: dict[str, Any] = {

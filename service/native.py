@@ -10,17 +10,18 @@ from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from seq2seq.config import DecodeConfig
-from service.attention import attention_backend, self_attention_alignment
-from service.deps import (APIError, check_alignment, check_texts, decode_config, get_engine, get_language_detector,
+from service.attention import explorer_translator, self_attention_alignment
+from seq2seq.alignment import AlignmentOptions
+from service.deps import (APIError, check_texts, decode_config, get_engine, get_language_detector, resolve_alignment,
                           get_metrics, require_access, resolve_pair, run_translation)
 from service.engine import Engine
-from service.heatmap import FORMATS, filename, render_heatmap
+from seq2seq.heatmap import FORMATS, filename, render_heatmap
 from service.languages import LanguageDetector
 from service.libre import AlignmentRequest
 from service.metrics import Metrics
-from service.schema import TextTranslation
+from seq2seq.records import TextTranslation
 from service.settings import Settings, get_settings
-from service.translation import AlignmentOptions, text_alignment, text_translation
+from service.translation import text_alignment, text_translation
 
 router = APIRouter(prefix="/v1", tags=["native"], dependencies=[Depends(require_access)])
 
@@ -61,13 +62,10 @@ def translate(body: TranslateRequest, engine: Engine = Depends(get_engine),
     check_texts(texts, settings)
     pair, _ = resolve_pair(engine, detector, body.source, body.target, texts)
     alignment = AlignmentRequest() if body.alignment is True else body.alignment or None
-    options = alignment.options() if alignment else None
-    if options:
-        check_alignment(engine, pair, options)
-    config = decode_config(settings, body.beam_size, body.n_best, attention=options is not None)
+    options = resolve_alignment(engine, pair, alignment.options()) if alignment else None
+    config = decode_config(settings, body.beam_size, body.n_best, attention=options is not None, alignment=options)
     translated = run_translation(engine, metrics, settings, pair, texts, config)
-    return TranslateResponse(translations=[text_translation(engine, pair, t, options, body.n_best)
-                                           for t in translated])
+    return TranslateResponse(translations=[text_translation(pair, t, body.n_best) for t in translated])
 
 
 class HeatmapRequest(BaseModel):
@@ -103,13 +101,14 @@ def heatmap_response(body: HeatmapRequest, engine: Engine, settings: Settings, m
     options = AlignmentOptions(body.level, body.layer, None if body.head is None else tuple(body.head),
                                body.step_shift)
     # A self-attention layer is checked against its own stack (the encoder's may be deeper).
-    check_alignment(engine, pair, options if body.kind == "cross" else replace(options, layer=None))
+    options = resolve_alignment(engine, pair, options if body.kind == "cross" else replace(options, layer=None))
     if body.kind != "cross":
-        attention_backend(engine, pair)  # 501 before translating, if it cannot
-    config = decode_config(settings, body.beam_size, 1, attention=True)
+        explorer_translator(engine, pair)  # 501 before translating, if it cannot
+    config = decode_config(settings, body.beam_size, 1, attention=True,
+                           alignment=options if body.kind == "cross" else None)
     translated = run_translation(engine, metrics, settings, pair, [body.q], config)[0]
     if body.kind == "cross":
-        alignment, title, axes = text_alignment(engine, pair, translated, options), None, ("source", "target")
+        alignment, title, axes = text_alignment(translated, options), None, ("source", "target")
     else:
         alignment = self_attention_alignment(engine, pair, translated, body.kind, body.layer, tuple(body.head or ()))
         heads = "heads " + ",".join(map(str, alignment.heads)) if alignment.heads else "mean of heads"

@@ -4,31 +4,24 @@ Every route goes through `translate_texts`: each input is split into sentences
 (seq2seq.segment), all sentences of all inputs go to the engine as one list (one padded
 batch, shared with concurrent requests by the micro-batcher), and the sentence
 translations are joined back with the spacing the input had between its sentences.
-Alignments are computed per sentence by the library's one rule and shifted so that their
-offsets refer to the whole input and the whole translation; `merge_alignments` joins them
-into one block-diagonal map for the LibreTranslate extension and the heatmap.
+Each sentence's alignment is built by the library together with its translation (when the
+`DecodeConfig` asks for one) and shifted so that its offsets refer to the whole input and
+the whole translation; `seq2seq.alignment.concat` joins them into one block-diagonal map for
+the LibreTranslate extension and the heatmap.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
-from seq2seq.alignment import Alignment, Token
+from seq2seq.alignment import Alignment, AlignmentOptions, Token, concat
 from seq2seq.config import DecodeConfig
 from seq2seq.segment import split_sentences
 from seq2seq.translator import TranslationResult
 from service.engine import Engine, Pair
-from service.schema import AlignedSentence, AlignedTranslation, AlignmentMap, Hypothesis, TextTranslation, TokenSpan
-
-
-@dataclass(frozen=True)
-class AlignmentOptions:
-    level: str = "word"
-    layer: int | None = None               # None: the model's alignment layer
-    heads: tuple[int, ...] | None = None   # None: the model's alignment heads; () = mean of all
-    step_shift: bool | None = None         # None: the model's alignment_step_shift
+from seq2seq.records import AlignedSentence, AlignedTranslation, AlignmentMap, Hypothesis, TextTranslation, TokenSpan
 
 
 @dataclass
@@ -87,76 +80,38 @@ def translate_texts(engine: Engine, pair: Pair, texts: list[str], config: Decode
     return out
 
 
-def shift(alignment: Alignment, source_offset: int, target_offset: int) -> Alignment:
-    """The same alignment with token offsets moved by the sentence's position."""
-    return replace(alignment,
-                   source_tokens=[Token(t.text, t.start + source_offset, t.end + source_offset)
-                                  for t in alignment.source_tokens],
-                   target_tokens=[Token(t.text, t.start + target_offset, t.end + target_offset)
-                                  for t in alignment.target_tokens])
-
-
-def merge_alignments(parts: list[Alignment], level: str = "word", layer: int = 0,
-                     heads: tuple[int, ...] = ()) -> Alignment:
-    """Block-diagonal union of per-sentence alignments (already shifted); rows still sum to 1."""
-    if not parts:
-        return Alignment(level, [], [], np.zeros((0, 0)), [], layer, heads, False)
-    rows = sum(p.matrix.shape[0] for p in parts)
-    columns = sum(p.matrix.shape[1] for p in parts)
-    matrix = np.zeros((rows, columns))
-    links, row, column = [], 0, 0
-    for part in parts:
-        height, width = part.matrix.shape
-        matrix[row:row + height, column:column + width] = part.matrix
-        links += [(i + column, j + row) for i, j in part.links]
-        row, column = row + height, column + width
-    first = parts[0]
-    return Alignment(first.level, [t for p in parts for t in p.source_tokens],
-                     [t for p in parts for t in p.target_tokens], matrix, sorted(links), first.layer, first.heads,
-                     first.step_shift)
-
-
-def text_alignment(engine: Engine, pair: Pair, translated: TranslatedText, options: AlignmentOptions) -> Alignment:
-    """One map for a whole text: its sentences' maps, shifted and merged."""
-    parts = [shift(engine.align(pair, translated.source[s:e], result, options.level, options.layer, options.heads,
-                                options.step_shift), s, t)
-             for (s, e), (t, _), result in zip(translated.spans, translated.target_spans, translated.results)]
-    info = engine.models[pair]
-    layer = info.alignment_layer if options.layer is None else options.layer % info.decoder_layers
-    heads = info.alignment_heads if options.heads is None else options.heads
-    return merge_alignments(parts, options.level, layer, heads)
+def text_alignment(translated: TranslatedText, options: AlignmentOptions) -> Alignment:
+    """One map for a whole text: its sentences' maps (built with them, `options` resolved),
+    placed block-diagonally."""
+    parts = [(result.alignment.requested, start, target_start)
+             for (start, _), (target_start, _), result in zip(translated.spans, translated.target_spans,
+                                                              translated.results) if result.alignment is not None]
+    return concat(parts, options)
 
 
 def _spans(tokens: list[Token]) -> list[TokenSpan]:
     return [TokenSpan(text=t.text, start=t.start, end=t.end) for t in tokens]
 
 
-def _aligned(engine: Engine, pair: Pair, source: str, result: TranslationResult, options: AlignmentOptions | None,
-             source_offset: int, target_offset: int) -> AlignedTranslation:
-    """A sentence translation with tokens, words and (when asked) its alignment."""
-    if options is None or result.attention is None:
+def _aligned(result: TranslationResult, source_offset: int, target_offset: int) -> AlignedTranslation:
+    """A sentence translation with tokens, words and (when it has one) its alignment."""
+    if result.alignment is None:
         return AlignedTranslation(text=result.text, score=round(result.score, 4))
-    subword = shift(engine.align(pair, source, result, "subword", options.layer, options.heads, options.step_shift),
-                    source_offset, target_offset)
-    word = shift(engine.align(pair, source, result, "word", options.layer, options.heads, options.step_shift),
-                 source_offset, target_offset)
-    chosen = word if options.level == "word" else subword
+    maps = result.alignment.shifted(source_offset, target_offset)
+    subword, word = maps.subword, maps.word
     return AlignedTranslation(
-        text=result.text, score=round(result.score, 4), alignment=AlignmentMap.from_alignment(chosen),
+        text=result.text, score=round(result.score, 4), alignment=AlignmentMap.from_alignment(maps.requested),
         source_tokens=_spans(subword.source_tokens), target_tokens=_spans(subword.target_tokens),
         source_words=_spans(word.source_tokens), target_words=_spans(word.target_tokens), word_links=word.pharaoh)
 
 
-def text_translation(engine: Engine, pair: Pair, translated: TranslatedText, options: AlignmentOptions | None,
-                     n_best: int) -> TextTranslation:
-    """The native API's view of one translated text."""
+def text_translation(pair: Pair, translated: TranslatedText, n_best: int) -> TextTranslation:
+    """The native API's view of one translated text (with the alignments it was translated with)."""
     sentences = []
     for (start, end), (target_start, target_end), result in zip(translated.spans, translated.target_spans,
                                                                translated.results):
-        source = translated.source[start:end]
-        best = _aligned(engine, pair, source, result, options, start, target_start)
-        alternatives = [_aligned(engine, pair, source, alternative, options, start, 0)
-                        for alternative in result.alternatives]
+        best = _aligned(result, start, target_start)
+        alternatives = [_aligned(alternative, start, 0) for alternative in result.alternatives]
         sentences.append(AlignedSentence(**best.model_dump(exclude={"alternatives"}), alternatives=alternatives,
                                          source_start=start, source_end=end, target_start=target_start,
                                          target_end=target_end))

@@ -20,11 +20,12 @@ from fastapi.testclient import TestClient
 from data.prepare import read_pairs
 from data.tokenizer import Tokenizer
 from export.exporter import export_model
-from export.runtime import load_translator as load_onnx_translator
+from seq2seq.loading import load_translator as load_onnx_translator
 from seq2seq.aer import read_gold, write_pharaoh
 from seq2seq.cli import main as cli_main
 from seq2seq.config import DecodeConfig, ModelConfig, TrainConfig
-from seq2seq.forced import ForcedAlignment, ForcedAlignmentError, align_pair, align_pairs
+from seq2seq.alignment import AlignmentError as ForcedAlignmentError
+from seq2seq.forced import ForcedAlignment, align_pair, align_pairs, teacher_force_by_steps
 from seq2seq.loading import load_translator
 from seq2seq.train import GuidedAlignment, guided_loss, load_examples, train
 from seq2seq.translator import Translator
@@ -60,7 +61,7 @@ def torch_translator(bundle: Path) -> Translator:
 
 
 class StepOnly:
-    """A backend with only the search interface (encode, step): the step-by-step path."""
+    """A backend that teacher-forces through encode and step alone: the step-by-step path."""
 
     def __init__(self, backend):
         self.inner, self.config = backend, backend.config
@@ -71,6 +72,9 @@ class StepOnly:
 
     def step(self, *args):
         return self.inner.step(*args)
+
+    def teacher_force(self, src_ids, src_mask, tgt_ids):
+        return teacher_force_by_steps(self, src_ids, src_mask, tgt_ids)
 
 
 # --------------------------------------------------------------------------- the library

@@ -24,14 +24,20 @@ SENTENCE = SENTENCES[1]            # "die Katze war sehr alt und schön heute ."
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> TestClient:
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from export.exporter import export_model
-    from service.app import create_app
-    from service.settings import Settings
 
     work = tmp_path_factory.mktemp("attention_model")
     export_model(train_tiny(work), work / "models" / "de-en", parity_sentences=SENTENCES[:2])
-    app = create_app(Settings(models=work / "models", threads=1, char_limit=400))
+    return work / "models" / "de-en"
+
+
+@pytest.fixture(scope="module")
+def client(bundle: Path) -> TestClient:
+    from service.app import create_app
+    from service.settings import Settings
+
+    app = create_app(Settings(models=bundle.parent, threads=1, char_limit=400))
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client
 
@@ -127,6 +133,30 @@ def test_bad_requests(client: TestClient, method: str, path: str, kwargs: dict, 
     response = client.request(method, path, **kwargs)
     assert response.status_code == status, response.text
     assert response.json()["error"]
+
+
+def test_the_explorer_works_on_the_torch_backend(bundle: Path, answer: dict) -> None:
+    """The same maps from torch eager as from onnxruntime: both backends teacher-force."""
+    from seq2seq.loading import load_translator
+    from service.app import create_app
+    from service.engine import TranslatorEngine
+    from service.settings import Settings
+
+    engine = TranslatorEngine({("de", "en"): ("de-en", load_translator(bundle, "torch"))})
+    try:
+        with TestClient(create_app(Settings(), engine=engine)) as client:
+            response = client.post("/v1/attention", json={"text": SENTENCE, "source": "de", "target": "en"})
+            assert response.status_code == 200, response.text
+            heatmap = client.get("/v1/heatmap", params={"q": SENTENCE, "source": "de", "kind": "encoder"})
+            assert heatmap.status_code == 200 and heatmap.content.startswith(b"\x89PNG")
+    finally:
+        engine.close()
+    (torch_sentence,), (onnx_sentence,) = response.json()["sentences"], answer["sentences"]
+    assert torch_sentence["outputs"] == onnx_sentence["outputs"]
+    for kind in ("encoder", "decoder", "cross"):
+        np.testing.assert_allclose(torch_sentence[kind]["weights"], onnx_sentence[kind]["weights"], atol=1e-3)
+    for level in ("word", "subword"):
+        assert torch_sentence["alignment"][level]["links"] == onnx_sentence["alignment"][level]["links"]
 
 
 def test_backend_without_maps_is_501(toy_tokenizer_path: Path) -> None:

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq import batch
+from seq2seq.cli import batch
 from seq2seq.cli import build_parser
 from seq2seq.cli import main as cli_main
-from service.schema import AlignedTranslation, TranslationRecord
+from seq2seq.records import AlignedTranslation, TranslationRecord
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = ("der die das Hund Katze Haus Mann Frau Kind ist war sehr nicht auch klein groß rot alt schön grün "

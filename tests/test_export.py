@@ -18,9 +18,10 @@ import torch
 
 from data.tokenizer import EOS_ID, PAD_ID, Tokenizer
 from export import exporter
-from export.bundle import BUNDLE_FILE, BundleError, load_bundle_manifest, update_metrics
+from seq2seq.bundle import BUNDLE_FILE, BundleError, load_bundle_manifest, update_metrics
 from export.exporter import ExportError, check_parity, export_model
-from export.runtime import OnnxBackend, load_translator
+from seq2seq.loading import load_translator
+from seq2seq.onnx_backend import OnnxBackend
 from seq2seq.config import DecodeConfig
 from seq2seq.model import load_model
 from seq2seq.search import beam_search, pad_batch
@@ -58,6 +59,27 @@ def backends(bundle: Path) -> tuple[TorchBackend, OnnxBackend]:
 
 
 # --------------------------------------------------------------------------- parity
+
+
+def test_teacher_forcing_is_the_same_on_both_backends(backends: tuple[TorchBackend, OnnxBackend]) -> None:
+    """`teacher_force` is part of the backend protocol: both backends give every map, equal."""
+    src_ids, src_mask = pad_batch([[5, 6, 7, EOS_ID], [8, EOS_ID]], PAD_ID)
+    tgt_ids, _ = pad_batch([[6, 9, 5], [10]], PAD_ID)
+    torch_maps, onnx_maps = (backend.teacher_force(src_ids, src_mask, tgt_ids) for backend in backends)
+    config = backends[0].config
+    assert torch_maps.cross.shape == (config.decoder_layers, 2, config.n_heads, 4, 4)
+    assert onnx_maps.encoder_self is not None and onnx_maps.decoder_self is not None
+    for name in ("log_probs", "cross", "encoder_self", "decoder_self"):
+        torch_value, onnx_value = getattr(torch_maps, name), getattr(onnx_maps, name)
+        # Rows that read a padded source or target position are not compared.
+        if name == "log_probs":
+            torch_value, onnx_value = torch_value[0], onnx_value[0]
+        else:
+            torch_value, onnx_value = torch_value[:, 0], onnx_value[:, 0]
+        np.testing.assert_allclose(torch_value, onnx_value, atol=TOLERANCE, rtol=0, err_msg=name)
+    # The padded pair: its own 2 source and 1 + 1 target positions agree too.
+    np.testing.assert_allclose(torch_maps.cross[:, 1, :, :2, :2], onnx_maps.cross[:, 1, :, :2, :2], atol=TOLERANCE,
+                               rtol=0)
 
 
 def test_export_records_parity_within_tolerance(bundle: Path) -> None:
@@ -122,7 +144,8 @@ def test_attention_maps_match_the_searched_alignment(bundle: Path) -> None:
     translator = load_translator(bundle, threads=1)
     result = translator.translate(SENTENCES[1], DecodeConfig(beam_size=4))
     src_ids, src_mask = pad_batch([result.source_ids + [EOS_ID]], PAD_ID)
-    maps = translator.backend.attention_maps(src_ids, src_mask, np.array([result.target_ids], dtype=np.int64))
+    forced = translator.backend.teacher_force(src_ids, src_mask, np.array([result.target_ids], dtype=np.int64))
+    maps = {"encoder_self": forced.encoder_self, "decoder_self": forced.decoder_self, "cross": forced.cross}
     config = translator.backend.config
     steps, source = len(result.target_ids) + 1, src_ids.shape[1]
     assert maps["encoder_self"].shape == (config.encoder_layers, 1, config.n_heads, source, source)
@@ -191,7 +214,7 @@ def test_missing_files_are_all_named(bundle: Path, tmp_path: Path) -> None:
 
 
 def test_runtime_does_not_import_torch() -> None:
-    code = ("import sys, export.runtime, export.bundle, seq2seq.translator, seq2seq.search, data.tokenizer; "
+    code = ("import sys, seq2seq.loading, seq2seq.onnx_backend, seq2seq.bundle, seq2seq.translator, seq2seq.search, data.tokenizer; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 

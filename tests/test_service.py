@@ -21,7 +21,8 @@ from fastapi.testclient import TestClient
 
 from data.tokenizer import Tokenizer
 from seq2seq.config import DecodeConfig, ModelConfig
-from seq2seq.search import StepOutput
+from seq2seq.forced import teacher_force_by_steps
+from seq2seq.search import StepOutput, TeacherForced
 from seq2seq.segment import split_sentences
 from seq2seq.translator import Translator
 from service.app import create_app
@@ -65,6 +66,9 @@ class EchoBackend:
         weights[:, np.arange(rows), :, attend] = 1.0
         past = np.zeros((2, rows, 2, position + 1, 1), dtype=np.float32)
         return StepOutput(np.log(probs).astype(np.float32), past, past, weights if need_attention else None)
+
+    def teacher_force(self, src_ids, src_mask, tgt_ids) -> TeacherForced:
+        return teacher_force_by_steps(self, src_ids, src_mask, tgt_ids)
 
 
 @pytest.fixture(scope="module")
@@ -325,14 +329,14 @@ def test_micro_batcher_batches_concurrent_requests(echo_engine: TranslatorEngine
 
 
 def test_service_imports_no_torch() -> None:
-    code = "import sys, service.app, service.serve, service.heatmap; assert 'torch' not in sys.modules"
+    code = "import sys, service.app, service.serve, seq2seq.heatmap; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
 @pytest.mark.parametrize("step_shift", [False, True])
 def test_heatmap_caption_says_how_the_map_was_read(step_shift: bool) -> None:
     from seq2seq.alignment import Alignment, Token
-    from service.heatmap import _parts
+    from seq2seq.heatmap import _parts
 
     tokens = [Token("a", 0, 1), Token("b", 2, 3)]
     alignment = Alignment("word", tokens, tokens, np.eye(2), [(0, 0), (1, 1)], 1, (2,), step_shift)

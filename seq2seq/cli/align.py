@@ -31,9 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from seq2seq.batch import EXIT_OK, EXIT_SOME_FAILED, line_problem, strip_line_ending
-from seq2seq.forced import ForcedAlignmentError, align_pairs
+from seq2seq.cli.batch import EXIT_OK, EXIT_SOME_FAILED, line_problem, strip_line_ending
+from seq2seq.alignment import AlignmentError, AlignmentOptions
+from seq2seq.forced import align_given
 from seq2seq.loading import BACKENDS, load_translator
+from seq2seq.translator import Translator
 
 log = logging.getLogger("crossalign.align")
 FORMATS = ("pharaoh", "jsonl")
@@ -92,16 +94,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=0, help="inference threads (0: the backend's default)")
 
 
-def write_records(lines: list[PairLine], translator, args: argparse.Namespace, out: TextIO) -> int:
+def alignment_options(args: argparse.Namespace) -> AlignmentOptions:
+    return AlignmentOptions(args.level, args.layer, None if args.heads is None else tuple(args.heads),
+                            args.step_shift)
+
+
+def write_records(lines: list[PairLine], translator: Translator, options: AlignmentOptions,
+                  args: argparse.Namespace, out: TextIO) -> int:
     """Align one chunk of lines and write its records in order; returns the number of failures."""
     good = [p for p in lines if p.error is None]
-    heads = None if args.heads is None else tuple(args.heads)
-    aligned = iter(align_pairs(translator, [(p.source, p.target) for p in good], args.level, args.layer, heads,
-                               args.step_shift))
+    aligned = iter(align_given(translator, [(p.source, p.target) for p in good], options))
     failures = 0
     for pair in lines:
-        result = ForcedAlignmentError(pair.error) if pair.error else next(aligned)
-        if isinstance(result, ForcedAlignmentError):
+        result = AlignmentError(pair.error) if pair.error else next(aligned)
+        if isinstance(result, AlignmentError):
             failures += 1
             print(f"line {pair.line}: {result}", file=sys.stderr)
             if args.format == "pharaoh":
@@ -120,11 +126,10 @@ def write_records(lines: list[PairLine], translator, args: argparse.Namespace, o
 
 def main(args: argparse.Namespace) -> int:
     translator = load_translator(args.model, args.backend, args.threads)
-    config = translator.backend.config
-    if args.layer is not None and not -config.decoder_layers <= args.layer < config.decoder_layers:
-        raise SystemExit(f"--layer {args.layer}: the model has {config.decoder_layers} decoder layers")
-    if args.heads and any(not 0 <= h < config.n_heads for h in args.heads):
-        raise SystemExit(f"--heads {args.heads}: the model has {config.n_heads} heads (0..{config.n_heads - 1})")
+    try:
+        options = alignment_options(args).resolve(translator.config)
+    except AlignmentError as error:
+        raise SystemExit(f"crossalign align: {error}") from None
     source = open(args.input, "rb") if args.input else sys.stdin.buffer
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     total = failures = 0
@@ -133,10 +138,10 @@ def main(args: argparse.Namespace) -> int:
         for pair in read_pair_lines(source, args.max_chars):
             chunk.append(pair)
             if len(chunk) >= args.batch_lines:
-                failures += write_records(chunk, translator, args, out)
+                failures += write_records(chunk, translator, options, args, out)
                 total, chunk = total + len(chunk), []
         if chunk:
-            failures += write_records(chunk, translator, args, out)
+            failures += write_records(chunk, translator, options, args, out)
             total += len(chunk)
     finally:
         if args.input:

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from data.prepare import sha256_file
+from data.files import sha256_file
 from seq2seq.config import ModelConfig, from_dict, to_dict
 
 BUNDLE_FILE = "bundle.json"

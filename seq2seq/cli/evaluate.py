@@ -96,13 +96,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def alignment_links(model: Path, backend: str, pairs: list[tuple[str, str]], layer: int | None,
                     heads: tuple[int, ...] | None, step_shift: bool | None) -> list[set[tuple[int, int]]]:
     """The model's hard word links of given pairs (an unalignable pair has none)."""
-    from seq2seq.forced import ForcedAlignmentError, align_pairs
+    from seq2seq.alignment import AlignmentError
+    from seq2seq.forced import align_pairs
     from seq2seq.loading import load_translator
 
     translator = load_translator(model, backend)
     links = []
     for number, result in enumerate(align_pairs(translator, pairs, "word", layer, heads, step_shift), start=1):
-        if isinstance(result, ForcedAlignmentError):
+        if isinstance(result, AlignmentError):
             log.warning("gold pair %d not aligned: %s", number, result)
             links.append(set())
         else:

@@ -35,7 +35,7 @@ def _parts(alignment: Any) -> tuple[list[str], list[str], list[list[float]], lis
         target = [t.text for t in alignment.target_tokens]
         matrix, links, layer = alignment.matrix.tolist(), alignment.links, alignment.layer
         heads: Any = list(alignment.heads) or "mean"
-    else:  # service.schema.AlignmentMap (the API / JSONL record)
+    else:  # seq2seq.records.AlignmentMap (the API / JSONL record)
         source = [t.text for t in alignment.source_tokens]
         target = [t.text for t in alignment.target_tokens]
         matrix, layer, heads = alignment.matrix, alignment.layer, alignment.heads
@@ -54,7 +54,7 @@ def default_size(n_source: int, n_target: int) -> tuple[int, int]:
 
 def render_heatmap(alignment: Any, fmt: str = "png", width: int | None = None, height: int | None = None,
                    title: str | None = None, axis_labels: tuple[str, str] = ("source", "target")) -> bytes:
-    """The heatmap of `alignment` (seq2seq.alignment.Alignment or service.schema.AlignmentMap).
+    """The heatmap of `alignment` (seq2seq.alignment.Alignment or seq2seq.records.AlignmentMap).
 
     `width`/`height` in pixels (default: fitted to the token counts). `axis_labels` name the
     columns and the rows (("keys", "queries") for a self-attention map). Returns PNG or SVG bytes.

@@ -1,7 +1,7 @@
-"""onnxruntime behind the search's `SearchBackend`, and `load_translator` for bundles.
+"""onnxruntime behind the search's `SearchBackend`: the serving backend of a release bundle.
 
-Torch-free, even indirectly: serving needs onnxruntime, numpy and sentencepiece only. The
-torch backend is imported lazily, and only when asked for.
+Torch-free, even indirectly: serving needs onnxruntime, numpy and sentencepiece only
+(`seq2seq.loading.load_translator` builds a `Translator` over it).
 
 Graph interface (written by export/exporter.py; shapes: B sentences, N search rows, S
 source length, P cached target length, T new target positions, L decoder layers, E encoder
@@ -20,16 +20,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
-from data.tokenizer import Tokenizer
-from export.bundle import Bundle, load_bundle_manifest
+from seq2seq.bundle import Bundle
 from seq2seq.config import ModelConfig
-from seq2seq.search import StepOutput
-from seq2seq.translator import Translator
+from seq2seq.search import StepOutput, TeacherForced
 
 ENCODER_OUTPUTS = ("cross_k", "cross_v", "self_weights")
 DECODER_INPUTS = ("tokens", "cross_k", "cross_v", "src_mask", "past_k", "past_v")
@@ -104,23 +101,16 @@ class OnnxBackend:
         log_probs, new_k, new_v = outputs[:3]
         return StepOutput(log_probs[:, -1], new_k, new_v, outputs[3][:, :, :, -1] if need_attention else None)
 
-    def attention_maps(self, src_ids: np.ndarray, src_mask: np.ndarray, target_ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Every attention map of a given translation, by teacher forcing (for the explorer).
-
-        src_ids (B, S) with the source EOS, src_mask (B, S), target_ids (B, T) without BOS
-        or EOS (right-padded with pad_id when B > 1). The decoder reads BOS + target, so its
-        T+1 rows are the steps that produced target token i, the last one producing EOS,
-        as in `TranslationResult.attention`. Returns
-            encoder_self (E, B, H, S, S), decoder_self (L, B, H, T+1, T+1),
-            cross (L, B, H, T+1, S), log_probs (B, T+1, V).
-        Padded target positions only affect rows after them (the mask is causal).
-        """
+    def teacher_force(self, src_ids: np.ndarray, src_mask: np.ndarray, target_ids: np.ndarray) -> TeacherForced:
+        """Every attention map of given translations: one encoder and one decoder run over the
+        whole batch (see `SearchBackend.teacher_force`). Padded target positions only affect
+        rows after them (the mask is causal)."""
         cross_k, cross_v, encoder_self = self.encoder.run(list(ENCODER_OUTPUTS), self._source_feed(src_ids, src_mask))
         bos = np.full((target_ids.shape[0], 1), self.bos_id, dtype=np.int64)
         tokens = np.concatenate([bos, target_ids.astype(np.int64)], axis=1)
         log_probs, _, _, cross, decoder_self = self.decoder.run(
             list(DECODER_OUTPUTS), self._decoder_feed(tokens, cross_k, cross_v, src_mask, None, None))
-        return {"encoder_self": encoder_self, "decoder_self": decoder_self, "cross": cross, "log_probs": log_probs}
+        return TeacherForced(log_probs=log_probs, cross=cross, encoder_self=encoder_self, decoder_self=decoder_self)
 
     def _source_feed(self, src_ids: np.ndarray, src_mask: np.ndarray) -> dict[str, np.ndarray]:
         return {"src_ids": np.ascontiguousarray(src_ids, dtype=np.int64),
@@ -134,29 +124,3 @@ class OnnxBackend:
         values = (tokens.astype(np.int64, copy=False), cross_k, cross_v, src_mask.astype(np.bool_, copy=False),
                   past_k, past_v)
         return {name: np.ascontiguousarray(value) for name, value in zip(DECODER_INPUTS, values)}
-
-
-def load_translator(bundle_dir: Path | str, backend: str = "onnx", threads: int | None = None,
-                    precision: str | None = None, verify: bool = True, **translator_options: Any) -> Translator:
-    """Verify the bundle and return the shared `Translator` over the chosen backend.
-
-    backend "onnx" runs the bundle's graphs of `precision` (default: the bundle's export
-    precision); "torch" imports torch lazily and runs `config.json` + `model.pt` from the
-    bundle in eager mode (`threads` then sets torch's process-wide thread count).
-    `translator_options` go to `Translator` (max_source_tokens, max_batch_tokens).
-    Raises BundleError if a file is missing or corrupted.
-    """
-    bundle = load_bundle_manifest(Path(bundle_dir), verify=verify)
-    tokenizer = Tokenizer(bundle.tokenizer_path)
-    if backend == "onnx":
-        search_backend: Any = OnnxBackend.from_bundle(bundle, precision, threads)
-    elif backend == "torch":
-        import torch  # lazy: the onnx path must never import torch
-
-        from seq2seq.torch_backend import TorchBackend
-        if threads:
-            torch.set_num_threads(threads)
-        search_backend = TorchBackend.from_directory(bundle.directory)
-    else:
-        raise ValueError(f"unknown backend {backend!r}: expected 'onnx' or 'torch'")
-    return Translator(search_backend, tokenizer, **translator_options)

@@ -35,14 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol, TextIO
 
-import numpy as np
 
 from data.tokenizer import Tokenizer
-from seq2seq.alignment import Alignment, Token
+from seq2seq.alignment import Alignment, concat
 from seq2seq.config import DecodeConfig
 from seq2seq.loading import load_translator
 from seq2seq.segment import split_sentences
-from seq2seq.translator import Translator
+from seq2seq.translator import TranslationResult, Translator
 
 log = logging.getLogger("crossalign.translate")
 
@@ -139,22 +138,14 @@ def read_segments(stream: BinaryIO, input_format: str = "text", max_chars: int =
 
 
 @dataclass(frozen=True)
-class AlignmentOptions:
-    level: str = "word"                        # "word" or "subword"
-    layer: int | None = None                   # None = the model's alignment layer
-    heads: tuple[int, ...] | None = None       # None = the model's alignment heads
-    step_shift: bool | None = None             # None = the model's
-
-
-@dataclass(frozen=True)
 class EngineSpec:
     """Everything a worker process needs to build its own Translator (picklable)."""
 
     model: Path
     backend: str = "onnx"
     threads: int = 0                           # 0 = the library default
+    # `decode.alignment` None = no alignment (and no attention kept)
     decode: DecodeConfig = DecodeConfig(return_attention=False)
-    alignment: AlignmentOptions | None = None  # None = no alignment (and no attention kept)
 
 
 @dataclass
@@ -171,13 +162,13 @@ class UnitResult:
 class SentenceTranslator:
     """A `Translator` plus the decode and alignment settings of a job; runs in any process."""
 
-    def __init__(self, translator: Translator, decode: DecodeConfig, alignment: AlignmentOptions | None):
-        self.translator, self.decode, self.alignment = translator, decode, alignment
+    def __init__(self, translator: Translator, decode: DecodeConfig):
+        self.translator, self.decode = translator, decode
 
     @classmethod
     def load(cls, spec: EngineSpec) -> "SentenceTranslator":
         translator = load_translator(spec.model, spec.backend, spec.threads)
-        return cls(translator, spec.decode, spec.alignment)
+        return cls(translator, spec.decode)
 
     def run(self, texts: list[str]) -> list[UnitResult]:
         """Translate `texts` (results in order); a failure is confined to its own sentence."""
@@ -186,23 +177,17 @@ class SentenceTranslator:
         except Exception:  # noqa: BLE001 - retry one by one to find the sentence at fault
             log.debug("batch of %d failed; retrying one by one", len(texts), exc_info=True)
             return [self._run_one(text) for text in texts]
-        return [self._unit(text, result) for text, result in zip(texts, results)]
+        return [self._unit(result) for result in results]
 
     def _run_one(self, text: str) -> UnitResult:
         try:
-            return self._unit(text, self.translator.translate_batch([text], self.decode)[0])
+            return self._unit(self.translator.translate_batch([text], self.decode)[0])
         except Exception as error:  # noqa: BLE001 - reported in the record, the job goes on
             return UnitResult("", math.nan, 0, error=f"translation failed: {type(error).__name__}: {error}")
 
-    def _unit(self, text: str, result) -> UnitResult:  # result: TranslationResult
-        alignment = None
-        if self.alignment is not None:
-            try:
-                alignment = self.translator.align(text, result, self.alignment.level, self.alignment.layer,
-                                                  self.alignment.heads, self.alignment.step_shift)
-            except Exception as error:  # noqa: BLE001
-                return UnitResult(result.text, result.score, len(result.target_ids),
-                                  error=f"alignment failed: {type(error).__name__}: {error}")
+    @staticmethod
+    def _unit(result: TranslationResult) -> UnitResult:
+        alignment = None if result.alignment is None else result.alignment.requested
         return UnitResult(result.text, float(result.score), len(result.target_ids), alignment)
 
 
@@ -302,34 +287,6 @@ def worker_threads(threads: int, workers: int) -> int:
 # --------------------------------------------------------------------------- joining
 
 
-def shift_tokens(tokens: list[Token], offset: int) -> list[Token]:
-    return [Token(t.text, t.start + offset, t.end + offset) for t in tokens]
-
-
-def join_alignments(parts: list[tuple[int, int, Alignment]]) -> Alignment:
-    """Alignments of consecutive sentences -> one block-diagonal alignment of the line.
-
-    parts: (source offset of the sentence in the line, target offset of its translation in
-    the joined translation, its alignment). Token offsets are shifted, the matrices placed
-    on the diagonal (a sentence draws nothing from another sentence), links renumbered.
-    """
-    first = parts[0][2]
-    source_tokens: list[Token] = []
-    target_tokens: list[Token] = []
-    links: list[tuple[int, int]] = []
-    rows = sum(a.matrix.shape[0] for _, _, a in parts)
-    columns = sum(a.matrix.shape[1] for _, _, a in parts)
-    matrix = np.zeros((rows, columns), dtype=np.float64)
-    for source_offset, target_offset, alignment in parts:
-        r, c = len(target_tokens), len(source_tokens)
-        matrix[r:r + alignment.matrix.shape[0], c:c + alignment.matrix.shape[1]] = alignment.matrix
-        links += [(i + c, j + r) for i, j in alignment.links]
-        source_tokens += shift_tokens(alignment.source_tokens, source_offset)
-        target_tokens += shift_tokens(alignment.target_tokens, target_offset)
-    return Alignment(first.level, source_tokens, target_tokens, matrix, sorted(links), first.layer, first.heads,
-                     first.step_shift)
-
-
 @dataclass
 class LineResult:
     """A segment with its joined translation, ready to be written."""
@@ -354,7 +311,7 @@ def join_line(segment: Segment, spans: list[tuple[int, int]], results: list[Unit
             text += segment.source[previous_end:start] or " "
         previous_end = end
         if result.alignment is not None:
-            parts.append((start, len(text), result.alignment))
+            parts.append((result.alignment, start, len(text)))
         text += result.text
     # The line's score: the sentences' length-normalised scores weighted by their lengths
     # (+1 for EOS), i.e. what one long hypothesis would average to.
@@ -362,7 +319,7 @@ def join_line(segment: Segment, spans: list[tuple[int, int]], results: list[Unit
     score = sum(r.score * w for r, w in zip(results, weights)) / sum(weights)
     alignment = None
     if parts:
-        alignment = parts[0][2] if len(parts) == 1 and spans[0][0] == 0 else join_alignments(parts)
+        alignment = parts[0][0] if len(parts) == 1 and spans[0][0] == 0 else concat(parts)
     return LineResult(segment, text, score, alignment, spans if len(spans) > 1 else None)
 
 
@@ -385,7 +342,7 @@ def format_record(result: LineResult, output_format: str) -> str:
         links = result.alignment.pharaoh if result.alignment is not None else ""
         fields = [str(ident), segment.source, result.text, score, links, result.error or ""]
         return "\t".join(_one_line(f) for f in fields) + "\n"
-    from service.schema import AlignmentMap, TokenSpan, TranslationRecord  # pydantic only for jsonl
+    from seq2seq.records import AlignmentMap, TokenSpan, TranslationRecord  # pydantic only for jsonl
 
     record = TranslationRecord(
         line=segment.line, id=segment.id, source=segment.source, text=result.text,
@@ -446,7 +403,7 @@ def heatmap_name(segment: Segment, fmt: str) -> str:
 
 
 def write_heatmap(directory: Path, segment: Segment, alignment: Alignment, fmt: str) -> None:
-    from service.heatmap import render_heatmap  # matplotlib only when heatmaps are asked for
+    from seq2seq.heatmap import render_heatmap  # matplotlib only when heatmaps are asked for
 
     path = directory / heatmap_name(segment, fmt)
     partial = path.with_name(path.name + ".part")

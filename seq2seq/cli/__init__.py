@@ -14,9 +14,9 @@ import sys
 # name -> (module with add_arguments(parser) and main(args), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("seq2seq.train", "train a transformer on a prepared data directory"),
-    "translate": ("seq2seq.translate_cli", "translate lines of text (stdin or a file)"),
-    "align": ("seq2seq.align_cli", "align given translation pairs (source<TAB>target) by teacher forcing"),
-    "eval": ("seq2seq.evaluate", "score a model or a translation file with sacreBLEU (BLEU, chrF)"),
+    "translate": ("seq2seq.cli.translate", "translate lines of text (stdin or a file)"),
+    "align": ("seq2seq.cli.align", "align given translation pairs (source<TAB>target) by teacher forcing"),
+    "eval": ("seq2seq.cli.evaluate", "score a model or a translation file with sacreBLEU (BLEU, chrF)"),
     "export": ("export.exporter", "export a trained model to an ONNX release bundle"),
     "serve": ("service.serve", "run the HTTP service (LibreTranslate-compatible, with alignment maps)"),
 }
@@ -53,6 +53,3 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     return int(importlib.import_module(args.module).main(args) or 0)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

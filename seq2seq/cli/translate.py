@@ -1,7 +1,7 @@
 """`crossalign translate`: whole files in, one record per line out, in input order.
 
 Argument parsing and the run's plumbing (input, output, resume, progress, workers); the
-job itself -- decoding lines, batching, joining, writing -- is seq2seq.batch.
+job itself -- decoding lines, batching, joining, writing -- is seq2seq.cli.batch.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from data.tokenizer import Tokenizer
-from seq2seq import batch
-from seq2seq.config import DecodeConfig
+from seq2seq.cli import batch
+from seq2seq.alignment import AlignmentError, AlignmentOptions
+from seq2seq.config import CONFIG_FILE, DecodeConfig, ModelConfig, load_config
 from seq2seq.loading import BACKENDS
 
 log = logging.getLogger("crossalign.translate")
@@ -36,7 +37,7 @@ input: one segment per line, UTF-8, read as bytes and decoded line by line.
 output: exactly one record per input line, in input order.
   text   the translation (an empty line for a bad line, with a warning on stderr)
   tsv    id-or-line, source, translation, score, Pharaoh links (with --alignment), error
-  jsonl  service.schema.TranslationRecord: line, id, source, text, score, and with
+  jsonl  seq2seq.records.TranslationRecord: line, id, source, text, score, and with
          --alignment the tokens, soft matrix and Pharaoh links (the HTTP API's schema);
          a bad line has "error" instead of a translation
 
@@ -194,13 +195,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.alignment and args.format == "text":
         log.warning("--alignment shows in --format jsonl (maps) or tsv (links), not in text output")
     want_alignment = args.alignment or args.heatmaps is not None
-    alignment = batch.AlignmentOptions(args.alignment_level, args.alignment_layer,
-                                       None if args.alignment_heads is None else tuple(args.alignment_heads),
-                                       args.step_shift) if want_alignment else None
+    alignment = AlignmentOptions(args.alignment_level, args.alignment_layer,
+                                 None if args.alignment_heads is None else tuple(args.alignment_heads),
+                                 args.step_shift) if want_alignment else None
     decode = DecodeConfig(beam_size=args.beam_size, length_penalty=args.length_penalty,
-                          return_attention=want_alignment)
-    spec = batch.EngineSpec(args.model, args.backend, batch.worker_threads(args.threads, args.workers), decode,
-                            alignment)
+                          return_attention=want_alignment, alignment=alignment)
+    spec = batch.EngineSpec(args.model, args.backend, batch.worker_threads(args.threads, args.workers), decode)
     options = batch.JobOptions(args.format, args.batch_size, args.max_tokens, args.split_tokens, args.window,
                                args.heatmaps, args.heatmap_format)
 
@@ -218,6 +218,13 @@ def _run(args: argparse.Namespace) -> int:
     except Exception as error:  # noqa: BLE001 - a missing or broken model is a clean fatal error
         log.error("cannot load the model: %s", error)
         return batch.EXIT_FATAL
+    if alignment is not None:
+        try:  # once, here, rather than as an error on every line
+            alignment.resolve(load_config(ModelConfig, args.model / CONFIG_FILE))
+        except AlignmentError as error:
+            log.error("%s", error)
+            engine.close(cancel=True)
+            return batch.EXIT_USAGE
 
     if args.text:
         stream = io.BytesIO(" ".join(args.text).encode("utf-8"))
