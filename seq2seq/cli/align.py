@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from seq2seq.cli.batch import EXIT_OK, EXIT_SOME_FAILED, line_problem, strip_line_ending
+from seq2seq.cli.batch import EXIT_OK, EXIT_SOME_FAILED
+from seq2seq.cli.batch.reading import line_problem, strip_line_ending
 from seq2seq.alignment import AlignmentError, AlignmentOptions
 from seq2seq.forced import align_given
 from seq2seq.loading import BACKENDS, load_translator

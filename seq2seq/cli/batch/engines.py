@@ -1,0 +1,173 @@
+"""Step 4 of a batch job: batches of sentences -> `UnitResult`s, in this process or in workers.
+
+Every engine wraps the one `Translator` interface; a worker process loads its own session
+from an `EngineSpec`. Results come back as futures, in any order; the job restores it.
+Torch-free: the torch backend is imported only by `load_translator` when asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import os
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from seq2seq.alignment import Alignment
+from seq2seq.config import DecodeConfig
+from seq2seq.loading import load_translator
+from seq2seq.translator import TranslationResult, Translator
+
+log = logging.getLogger("crossalign.translate")
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Everything a worker process needs to build its own Translator (picklable)."""
+
+    model: Path
+    backend: str = "onnx"
+    threads: int = 0                           # 0 = the library default
+    # `decode.alignment` None = no alignment (and no attention kept)
+    decode: DecodeConfig = DecodeConfig(return_attention=False)
+
+
+@dataclass
+class UnitResult:
+    """The translation of one sentence (or unsplit line)."""
+
+    text: str
+    score: float
+    target_length: int                          # target pieces, EOS excluded
+    alignment: Alignment | None = None
+    error: str | None = None
+
+
+class SentenceTranslator:
+    """A `Translator` plus the decode and alignment settings of a job; runs in any process."""
+
+    def __init__(self, translator: Translator, decode: DecodeConfig):
+        self.translator, self.decode = translator, decode
+
+    @classmethod
+    def load(cls, spec: EngineSpec) -> "SentenceTranslator":
+        translator = load_translator(spec.model, spec.backend, spec.threads)
+        return cls(translator, spec.decode)
+
+    def run(self, texts: list[str]) -> list[UnitResult]:
+        """Translate `texts` (results in order); a failure is confined to its own sentence."""
+        try:
+            results = self.translator.translate_batch(texts, self.decode)
+        except Exception:  # noqa: BLE001 - retry one by one to find the sentence at fault
+            log.debug("batch of %d failed; retrying one by one", len(texts), exc_info=True)
+            return [self._run_one(text) for text in texts]
+        return [self._unit(result) for result in results]
+
+    def _run_one(self, text: str) -> UnitResult:
+        try:
+            return self._unit(self.translator.translate_batch([text], self.decode)[0])
+        except Exception as error:  # noqa: BLE001 - reported in the record, the job goes on
+            return UnitResult("", math.nan, 0, error=f"translation failed: {type(error).__name__}: {error}")
+
+    @staticmethod
+    def _unit(result: TranslationResult) -> UnitResult:
+        alignment = None if result.alignment is None else result.alignment.requested
+        return UnitResult(result.text, float(result.score), len(result.target_ids), alignment)
+
+
+class Engine(Protocol):
+    capacity: int                              # batches worth having in flight at once
+
+    def submit(self, texts: list[str]) -> Future: ...
+
+    def close(self, cancel: bool = False) -> None: ...
+
+
+class InlineEngine:
+    """Translate in this process, synchronously."""
+
+    capacity = 1
+
+    def __init__(self, worker: SentenceTranslator):
+        self.worker = worker
+
+    def submit(self, texts: list[str]) -> Future:
+        future: Future = Future()
+        future.set_result(self.worker.run(texts))
+        return future
+
+    def close(self, cancel: bool = False) -> None:
+        pass
+
+
+_WORKER: SentenceTranslator | None = None     # the session of a worker process
+
+
+def _init_worker(spec: EngineSpec) -> None:
+    global _WORKER
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole group; the parent stops us
+    _watch_parent(os.getppid())
+    _WORKER = SentenceTranslator.load(spec)
+
+
+def _watch_parent(parent: int, interval: float = 1.0) -> None:
+    """Exit when the parent is gone: a SIGKILLed job must not leave its workers behind
+    (the pool's queues never wake a worker whose parent died; it would wait forever)."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _run_in_worker(texts: list[str]) -> list[UnitResult]:
+    assert _WORKER is not None, "worker process was not initialised"
+    return _WORKER.run(texts)
+
+
+class ProcessEngine:
+    """`workers` processes, each loading its own session once (spawned, not forked: a fork
+    would copy onnxruntime/torch thread pools mid-flight)."""
+
+    def __init__(self, spec: EngineSpec, workers: int):
+        self.capacity = 2 * workers            # one running and one queued per worker
+        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_init_worker, initargs=(spec,))
+        # Start every worker now and wait until each has loaded its model: a broken model
+        # fails here, before any line is read, and timings do not include the loading.
+        # (The pool spawns a process per submit while none is idle, so `workers` no-op
+        # tasks start all of them.)
+        try:
+            for future in [self.pool.submit(os.getpid) for _ in range(workers)]:
+                future.result()
+        except BaseException:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+    def submit(self, texts: list[str]) -> Future:
+        return self.pool.submit(_run_in_worker, texts)
+
+    def close(self, cancel: bool = False) -> None:
+        if cancel:
+            # Do not wait for queued batches; running ones end with their processes.
+            for process in list(getattr(self.pool, "_processes", {}).values()):
+                process.terminate()
+        self.pool.shutdown(wait=not cancel, cancel_futures=cancel)
+
+
+def worker_threads(threads: int, workers: int) -> int:
+    """Inference threads per worker: given, or the cores shared out (never oversubscribed)."""
+    if threads or workers <= 1:
+        return threads
+    return max(1, (os.cpu_count() or 1) // workers)
+
+

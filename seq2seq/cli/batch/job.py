@@ -1,0 +1,195 @@
+"""Steps 2, 3 and 5 of a batch job, tied together: split, bucket, translate, write in order.
+
+Lines longer than `split_tokens` source pieces are split into sentences; each sentence is
+translated on its own and the results are joined, alignment offsets shifted back into the
+whole line (a sentence-level model translates a paragraph badly). A window of lines is
+sorted by length and cut into batches bounded by sentences and by padded source tokens, so
+short lines are not padded to the length of long ones. Results are written strictly in
+input order as soon as every line before them is complete.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from data.tokenizer import Tokenizer
+from seq2seq.cli.batch.engines import Engine, UnitResult
+from seq2seq.cli.batch.reading import Segment
+from seq2seq.cli.batch.writing import LineResult, RecordWriter, format_record, join_line, write_heatmap
+from seq2seq.segment import split_sentences
+
+log = logging.getLogger("crossalign.translate")
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    output_format: str = "text"
+    batch_size: int = 32                  # sentences per batch
+    max_tokens: int = 2048                # padded source pieces per batch (longest x sentences)
+    split_tokens: int = 100               # lines longer than this (in pieces) are split into sentences
+    window: int = 0                       # lines sorted together for bucketing; 0 = 16 batches' worth
+    heatmaps: Path | None = None
+    heatmap_format: str = "png"
+    max_warnings: int = 20                # per-line warnings on stderr before going quiet
+
+
+@dataclass
+class JobSummary:
+    lines: int = 0                        # records written by this run
+    failed: int = 0                       # of which errors
+    failed_lines: list[int] = field(default_factory=list)
+
+
+class Progress(Protocol):
+    def update(self, n: int) -> object: ...
+
+
+@dataclass
+class _Pending:
+    """A line waiting for its sentences (none for a bad line)."""
+
+    segment: Segment
+    spans: list[tuple[int, int]]
+    results: list[UnitResult | None]
+    missing: int
+
+
+@dataclass
+class _Unit:
+    line: int
+    index: int                            # sentence index within its line
+    text: str
+    length: int                           # source pieces
+
+
+def plan_batches(units: list[_Unit], batch_size: int, max_tokens: int) -> list[list[_Unit]]:
+    """Sort by length and cut: at most `batch_size` sentences and `max_tokens` padded pieces
+    (longest + EOS, times sentences) per batch; a single overlong sentence is its own batch."""
+    batches: list[list[_Unit]] = []
+    current: list[_Unit] = []
+    for unit in sorted(units, key=lambda u: u.length):
+        if current and (len(current) >= batch_size or (unit.length + 1) * (len(current) + 1) > max_tokens):
+            batches.append(current)
+            current = []
+        current.append(unit)
+    if current:
+        batches.append(current)
+    return batches
+
+
+class _Job:
+    """The state of one run: lines waiting for sentences, in input order, and the summary."""
+
+    def __init__(self, tokenizer: Tokenizer, writer: RecordWriter, options: JobOptions,
+                 progress: Progress | None, max_source_tokens: int):
+        self.tokenizer, self.writer, self.options, self.progress = tokenizer, writer, options, progress
+        # A sentence must fit the model's source positions even when the line is not split.
+        self.split_above = min(options.split_tokens, max_source_tokens - 1)
+        self.pending: dict[int, _Pending] = {}
+        self.order: deque[int] = deque()      # line numbers not yet written, in input order
+        self.summary = JobSummary()
+        self.warned = 0
+
+    def batches(self, segments: Iterable[Segment]) -> Iterator[list[_Unit]]:
+        """Windows of lines, each split into sentences and cut into batches (lazily)."""
+        window_size = self.options.window or 16 * self.options.batch_size
+        window: list[Segment] = []
+        for segment in segments:
+            window.append(segment)
+            if len(window) >= window_size:
+                yield from self.plan_window(window)
+                window = []
+        if window:
+            yield from self.plan_window(window)
+
+    def plan_window(self, window: list[Segment]) -> list[list[_Unit]]:
+        units: list[_Unit] = []
+        for segment in window:
+            self.order.append(segment.line)
+            units += self.sentences(segment)
+        return plan_batches(units, self.options.batch_size, self.options.max_tokens)
+
+    def sentences(self, segment: Segment) -> list[_Unit]:
+        """Register `segment` as pending and return its sentences to translate (none if bad)."""
+        if segment.error:
+            self.pending[segment.line] = _Pending(segment, [], [], 0)
+            return []
+        length = len(self.tokenizer.encode(segment.source))
+        spans = split_sentences(segment.source) if length > self.split_above else []
+        if len(spans) <= 1:
+            spans, texts, lengths = [(0, len(segment.source))], [segment.source], [length]
+        else:
+            texts = [segment.source[s:e] for s, e in spans]
+            lengths = [len(ids) for ids in self.tokenizer.encode_batch(texts)]
+        self.pending[segment.line] = _Pending(segment, spans, [None] * len(spans), len(spans))
+        return [_Unit(segment.line, i, t, n) for i, (t, n) in enumerate(zip(texts, lengths))]
+
+    def receive(self, batch: list[_Unit], results: list[UnitResult]) -> None:
+        for unit, unit_result in zip(batch, results):
+            item = self.pending[unit.line]
+            item.results[unit.index] = unit_result
+            item.missing -= 1
+
+    def write_ready(self) -> None:
+        """Write every complete line at the head of the input order, as one run of records."""
+        records = []
+        while self.order and self.pending[self.order[0]].missing == 0:
+            item = self.pending.pop(self.order.popleft())
+            segment = item.segment
+            if segment.error:
+                result = LineResult(segment, error=segment.error)
+            else:
+                result = join_line(segment, item.spans, item.results)  # type: ignore[arg-type]
+            if result.error:
+                self.report_failure(segment.line, result.error)
+            elif self.options.heatmaps is not None and result.alignment is not None:
+                write_heatmap(self.options.heatmaps, segment, result.alignment, self.options.heatmap_format)
+            records.append(format_record(result, self.options.output_format))
+        self.writer.write(records)
+        self.summary.lines += len(records)
+        if self.progress is not None and records:
+            self.progress.update(len(records))
+
+    def report_failure(self, line: int, error: str) -> None:
+        self.summary.failed += 1
+        self.summary.failed_lines.append(line)
+        if self.warned < self.options.max_warnings:
+            log.warning("line %d: %s", line, error)
+            self.warned += 1
+            if self.warned == self.options.max_warnings:
+                log.warning("further bad lines are not reported here; see the output records")
+
+
+def run_job(segments: Iterable[Segment], engine: Engine, tokenizer: Tokenizer, writer: RecordWriter,
+            options: JobOptions, progress: Progress | None = None, max_source_tokens: int = 250) -> JobSummary:
+    """Translate `segments` through `engine`, writing one record per segment in order.
+
+    Up to `engine.capacity` batches are in flight; the oldest is awaited first, so records
+    leave in input order while the workers stay busy.
+    """
+    job = _Job(tokenizer, writer, options, progress, max_source_tokens)
+    planned = job.batches(segments)
+    in_flight: deque[tuple[Future, list[_Unit]]] = deque()
+    exhausted = False
+    while True:
+        while not exhausted and len(in_flight) < engine.capacity:
+            batch = next(planned, None)
+            if batch is None:
+                exhausted = True
+            else:
+                in_flight.append((engine.submit([u.text for u in batch]), batch))
+        job.write_ready()                     # lines that need no translation (bad lines)
+        if not in_flight:
+            if exhausted:
+                break
+            continue
+        future, batch = in_flight.popleft()
+        job.receive(batch, future.result())
+        job.write_ready()
+    return job.summary

@@ -1,0 +1,92 @@
+"""Step 1 of a batch job: input lines as bytes -> checked `Segment`s, one line at a time.
+
+Lines are decoded one by one, so an invalid line is reported on its own and never poisons
+its neighbours. Bad lines (empty, overlong, invalid UTF-8 or JSON, control characters)
+become segments with an `error`; they never stop the job.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+INPUT_FORMATS = ("text", "tsv", "jsonl")
+
+# C0 and C1 control characters except TAB, which text input may contain as whitespace.
+# LF never reaches here (it ends the line); a trailing CR (CRLF files) is removed first.
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+@dataclass
+class Segment:
+    """One input line, decoded and checked."""
+
+    line: int                         # 1-based line number in the input
+    id: str | int | None              # JSONL `id`, else None
+    source: str                       # the text to translate ("" or U+FFFD-replaced when bad)
+    error: str | None = None          # why it will not be translated
+
+
+def line_problem(text: str, max_chars: int) -> str | None:
+    """Why `text` cannot be translated, or None if it can."""
+    if not text.strip():
+        return "empty line"
+    if len(text) > max_chars:
+        return f"line too long: {len(text)} characters (limit {max_chars}, see --max-chars)"
+    bad = CONTROL_CHARACTERS.search(text)
+    if bad:
+        return f"control character U+{ord(bad.group()):04X} at column {bad.start() + 1}"
+    return None
+
+
+def strip_line_ending(raw: bytes, line: int) -> bytes:
+    """Drop the newline (LF or CRLF) and, on the first line, a UTF-8 byte order mark."""
+    raw = raw[:-1] if raw.endswith(b"\n") else raw
+    raw = raw[:-1] if raw.endswith(b"\r") else raw
+    if line == 1 and raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    return raw
+
+
+def decode_line(raw: bytes, line: int, input_format: str = "text", max_chars: int = 10_000) -> Segment:
+    """One raw input line (with or without its newline) -> a `Segment`, never raising.
+
+    tsv: the first column is the source (a test split's `source<TAB>target` works as is).
+    jsonl: an object with a string `text` and an optional `id` (string or integer).
+    """
+    raw = strip_line_ending(raw, line)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return Segment(line, None, raw.decode("utf-8", errors="replace"), f"invalid UTF-8 at byte {error.start}")
+    ident: str | int | None = None
+    if input_format == "tsv":
+        text = text.split("\t", 1)[0]
+    elif input_format == "jsonl":
+        if not text.strip():
+            return Segment(line, None, "", "empty line")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as error:
+            return Segment(line, None, text, f"invalid JSON: {error.msg} at column {error.colno}")
+        if not isinstance(value, dict) or not isinstance(value.get("text"), str):
+            return Segment(line, None, text, 'a JSONL line must be an object with a string "text"')
+        ident = value.get("id")
+        if ident is not None and (isinstance(ident, bool) or not isinstance(ident, (str, int))):
+            return Segment(line, None, value["text"], '"id" must be a string or an integer')
+        text = value["text"]
+    elif input_format != "text":
+        raise ValueError(f"unknown input format {input_format!r}: choose one of {', '.join(INPUT_FORMATS)}")
+    return Segment(line, ident, text, line_problem(text, max_chars))
+
+
+def read_segments(stream: BinaryIO, input_format: str = "text", max_chars: int = 10_000,
+                  first_line: int = 1) -> Iterator[Segment]:
+    """Decode `stream` line by line, lazily; a final line without newline counts."""
+    for line, raw in enumerate(stream, start=first_line):
+        yield decode_line(raw, line, input_format, max_chars)
+
+

@@ -1,0 +1,150 @@
+"""Step 5 of a batch job: sentence results -> one joined record per line, written durably.
+
+Records are written strictly in input order, a run of complete records per write, then
+flushed and fsynced. A crash can therefore only leave a partial *last* record, which
+`prepare_resume` truncates before `--resume` skips the lines already done.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from seq2seq.alignment import Alignment, concat
+from seq2seq.cli.batch.engines import UnitResult
+from seq2seq.cli.batch.reading import Segment
+
+log = logging.getLogger("crossalign.translate")
+
+OUTPUT_FORMATS = ("text", "tsv", "jsonl")
+HEATMAP_FORMATS = ("png", "svg")
+
+
+@dataclass
+class LineResult:
+    """A segment with its joined translation, ready to be written."""
+
+    segment: Segment
+    text: str = ""
+    score: float | None = None
+    alignment: Alignment | None = None
+    sentences: list[tuple[int, int]] | None = None     # spans, when the line was split
+    error: str | None = None
+
+
+def join_line(segment: Segment, spans: list[tuple[int, int]], results: list[UnitResult]) -> LineResult:
+    """Join the sentence translations of one line (a single span = an unsplit line)."""
+    failed = [r.error for r in results if r.error]
+    if failed:
+        return LineResult(segment, error=failed[0])
+    text, parts, previous_end = "", [], None
+    for (start, end), result in zip(spans, results):
+        # Sentences are joined by the spacing between them in the input, as the service does.
+        if text and result.text:
+            text += segment.source[previous_end:start] or " "
+        previous_end = end
+        if result.alignment is not None:
+            parts.append((result.alignment, start, len(text)))
+        text += result.text
+    # The line's score: the sentences' length-normalised scores weighted by their lengths
+    # (+1 for EOS), i.e. what one long hypothesis would average to.
+    weights = [r.target_length + 1 for r in results]
+    score = sum(r.score * w for r, w in zip(results, weights)) / sum(weights)
+    alignment = None
+    if parts:
+        alignment = parts[0][0] if len(parts) == 1 and spans[0][0] == 0 else concat(parts)
+    return LineResult(segment, text, score, alignment, spans if len(spans) > 1 else None)
+
+
+
+
+def _one_line(text: str) -> str:
+    """A field that cannot break the one-record-per-line framing."""
+    return text.replace("\r", " ").replace("\n", " ").replace("\t", " ")
+
+
+def format_record(result: LineResult, output_format: str) -> str:
+    """One output record, newline included."""
+    segment = result.segment
+    if output_format == "text":
+        return _one_line(result.text) + "\n"
+    if output_format == "tsv":
+        ident = segment.line if segment.id is None else segment.id
+        score = "" if result.score is None else f"{result.score:.4f}"
+        links = result.alignment.pharaoh if result.alignment is not None else ""
+        fields = [str(ident), segment.source, result.text, score, links, result.error or ""]
+        return "\t".join(_one_line(f) for f in fields) + "\n"
+    from seq2seq.records import AlignmentMap, TokenSpan, TranslationRecord  # pydantic only for jsonl
+
+    record = TranslationRecord(
+        line=segment.line, id=segment.id, source=segment.source, text=result.text,
+        score=None if result.score is None else round(result.score, 4),
+        alignment=None if result.alignment is None else AlignmentMap.from_alignment(result.alignment),
+        sentences=None if result.sentences is None else [
+            TokenSpan(text=segment.source[s:e], start=s, end=e) for s, e in result.sentences],
+        error=result.error)
+    return record.model_dump_json(exclude_none=True) + "\n"
+
+
+class RecordWriter:
+    """Writes runs of complete records; each run is flushed and, for files, fsynced."""
+
+    def __init__(self, output: Path | None, output_format: str, append: bool = False):
+        self.output_format = output_format
+        self.path = output
+        self.stream: TextIO = (open(output, "a" if append else "w", encoding="utf-8", newline="")
+                               if output else sys.stdout)
+
+    def write(self, records: list[str]) -> None:
+        if not records:
+            return
+        self.stream.write("".join(records))
+        self.stream.flush()
+        if self.path is not None:
+            os.fsync(self.stream.fileno())
+
+    def close(self) -> None:
+        if self.path is not None:
+            self.stream.close()
+
+
+def prepare_resume(path: Path) -> int:
+    """Complete records already in `path`; a partial trailing record is truncated away."""
+    if not path.exists():
+        return 0
+    complete, last_newline, position = 0, -1, 0
+    with open(path, "rb") as stream:
+        while chunk := stream.read(1 << 20):
+            complete += chunk.count(b"\n")
+            index = chunk.rfind(b"\n")
+            if index >= 0:
+                last_newline = position + index
+            position += len(chunk)
+    if last_newline + 1 < position:
+        log.warning("%s: removing a partial last record (%d bytes)", path, position - last_newline - 1)
+        os.truncate(path, last_newline + 1)
+    return complete
+
+
+def heatmap_name(segment: Segment, fmt: str) -> str:
+    """`000042.png` by line number, or the JSONL id made filename-safe."""
+    if segment.id is None:
+        return f"{segment.line:06d}.{fmt}"
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", str(segment.id)).lstrip(".") or f"{segment.line:06d}"
+    return f"{safe}.{fmt}"
+
+
+def write_heatmap(directory: Path, segment: Segment, alignment: Alignment, fmt: str) -> None:
+    from seq2seq.heatmap import render_heatmap  # matplotlib only when heatmaps are asked for
+
+    path = directory / heatmap_name(segment, fmt)
+    partial = path.with_name(path.name + ".part")
+    partial.write_bytes(render_heatmap(alignment, fmt))
+    partial.replace(path)             # a crash never leaves a half-written image under the real name
+
+
