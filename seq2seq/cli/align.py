@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from seq2seq.cli.batch import EXIT_OK, EXIT_SOME_FAILED
-from seq2seq.cli.batch.reading import line_problem, strip_line_ending
+from seq2seq.cli.batch.reading import MAX_CHARS, line_problem, strip_line_ending
 from seq2seq.alignment import AlignmentError, AlignmentOptions
 from seq2seq.forced import align_given
 from seq2seq.loading import BACKENDS, load_translator
@@ -50,7 +50,7 @@ class PairLine:
     error: str | None = None
 
 
-def decode_pair(raw: bytes, line: int, max_chars: int = 10_000) -> PairLine:
+def decode_pair(raw: bytes, line: int, max_chars: int = MAX_CHARS) -> PairLine:
     """One raw input line -> a `PairLine`, never raising."""
     raw = strip_line_ending(raw, line)
     try:
@@ -69,7 +69,7 @@ def decode_pair(raw: bytes, line: int, max_chars: int = 10_000) -> PairLine:
     return PairLine(line, source, target)
 
 
-def read_pair_lines(stream: BinaryIO, max_chars: int = 10_000) -> Iterator[PairLine]:
+def read_pair_lines(stream: BinaryIO, max_chars: int = MAX_CHARS) -> Iterator[PairLine]:
     for number, raw in enumerate(stream, start=1):
         yield decode_pair(raw, number, max_chars)
 
@@ -88,10 +88,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="heads to average (default: the model's alignment heads; none given = all)")
     parser.add_argument("--step-shift", action=argparse.BooleanOptionalAction, default=None,
                         help="read the map where the target token is the decoder input (Chen et al. 2020); default: the model's")
-    parser.add_argument("--level", choices=("word", "subword"), default="word",
+    parser.add_argument("--level", choices=("word", "subword"), default=AlignmentOptions.level,
                         help="subword: also write the subword map in JSONL records")
     parser.add_argument("--batch-lines", type=int, default=256, help="lines read and aligned together")
-    parser.add_argument("--max-chars", type=int, default=10_000, help="longer sides are error records")
+    parser.add_argument("--max-chars", type=int, default=MAX_CHARS, help="longer sides are error records")
     parser.add_argument("--threads", type=int, default=0, help="inference threads (0: the backend's default)")
 
 

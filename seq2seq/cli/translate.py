@@ -14,7 +14,9 @@ import logging
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -68,11 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-i", "--input", type=Path, help="input file, one segment per line (default stdin)")
     parser.add_argument("-o", "--output", type=Path, help="output file (default stdout)")
     parser.add_argument("--input-format", choices=batch.INPUT_FORMATS, default="text", help="(default text)")
-    parser.add_argument("-f", "--format", choices=batch.OUTPUT_FORMATS, default="text",
-                        help="output format (default text)")
+    parser.add_argument("-f", "--format", choices=batch.OUTPUT_FORMATS, default=batch.JobOptions.output_format,
+                        help=f"output format (default {batch.JobOptions.output_format})")
     parser.add_argument("--resume", action="store_true",
                         help="with -o: keep the complete records of an interrupted run and translate the rest")
-    parser.add_argument("--backend", choices=BACKENDS, default="onnx", help="inference backend (default onnx)")
+    parser.add_argument("--backend", choices=BACKENDS, default=batch.EngineSpec.backend,
+                        help=f"inference backend (default {batch.EngineSpec.backend})")
     parser.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size, help=f"(default {DecodeConfig.beam_size})")
     parser.add_argument("--length-penalty", type=float, default=DecodeConfig.length_penalty,
                         help=f"(default {DecodeConfig.length_penalty})")
@@ -80,28 +83,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"sentences per batch (default {batch.JobOptions.batch_size})")
     parser.add_argument("--max-tokens", type=int, default=batch.JobOptions.max_tokens,
                         help=f"padded source pieces per batch (default {batch.JobOptions.max_tokens})")
-    parser.add_argument("--window", type=int, default=0,
+    parser.add_argument("--window", type=int, default=batch.JobOptions.window,
                         help="lines sorted by length together; records are written when their window is done "
-                             "(default 0 = 16 batches' worth)")
+                             f"(default {batch.JobOptions.window} = 16 batches' worth)")
     parser.add_argument("--workers", type=int, default=1,
                         help="worker processes, each with its own session; order is kept (default 1)")
-    parser.add_argument("--threads", type=int, default=0,
+    parser.add_argument("--threads", type=int, default=batch.EngineSpec.threads,
                         help="inference threads per worker (0 = library default, or the cores shared out)")
-    parser.add_argument("--max-chars", type=int, default=10_000, help="longer lines are errors (default 10000)")
+    parser.add_argument("--max-chars", type=int, default=batch.MAX_CHARS,
+                        help=f"longer lines are errors (default {batch.MAX_CHARS})")
     parser.add_argument("--split-tokens", type=int, default=batch.JobOptions.split_tokens,
                         help=f"lines longer than this many source pieces are split into sentences "
                              f"(default {batch.JobOptions.split_tokens})")
     aligned = parser.add_argument_group("alignment")
     aligned.add_argument("--alignment", action="store_true",
                          help="add the alignment map (jsonl) or Pharaoh links (tsv) to each record")
-    aligned.add_argument("--alignment-level", choices=("word", "subword"), default="word", help="(default word)")
+    aligned.add_argument("--alignment-level", choices=("word", "subword"), default=AlignmentOptions.level,
+                         help=f"(default {AlignmentOptions.level})")
     aligned.add_argument("--alignment-layer", type=int, help="decoder layer (default: the model's alignment layer)")
     aligned.add_argument("--alignment-heads", type=int, nargs="+", help="heads to average (default: the model's)")
     aligned.add_argument("--step-shift", action=argparse.BooleanOptionalAction, default=None,
                          help="read the map where the target token is the decoder input (Chen et al. 2020); default: the model's")
     aligned.add_argument("--heatmaps", type=Path, metavar="DIR",
                          help="write one heatmap per line into DIR, named by line number or id")
-    aligned.add_argument("--heatmap-format", choices=batch.HEATMAP_FORMATS, default="png", help="(default png)")
+    aligned.add_argument("--heatmap-format", choices=batch.HEATMAP_FORMATS, default=batch.JobOptions.heatmap_format,
+                         help=f"(default {batch.JobOptions.heatmap_format})")
 
 
 def _problems(args: argparse.Namespace) -> list[str]:
@@ -157,7 +163,7 @@ def _count_lines(path: Path) -> int:
     return lines + (last != b"\n")
 
 
-def _skip(stream, count: int, args: argparse.Namespace) -> int:
+def _skip(stream: BinaryIO, count: int, args: argparse.Namespace) -> int:
     """Skip the `count` lines a resumed run already wrote; returns how many of them failed.
 
     Their failures are re-derived by checking them again (cheap, no translation), so the
@@ -186,6 +192,24 @@ def main(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
+class _Stop(Exception):
+    """Ends a run before its job starts: the message is logged as an error, `status` returned."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class _Input:
+    """The input stream, positioned after the lines a resumed run already wrote."""
+
+    stream: BinaryIO
+    total: int | None                 # lines in all, for the progress bar (None: stdin)
+    done: int = 0                     # records already in the output (--resume)
+    failed_before: int = 0            # of which errors
+
+
 def _run(args: argparse.Namespace) -> int:
     problems = _problems(args)
     if problems:
@@ -194,82 +218,103 @@ def _run(args: argparse.Namespace) -> int:
         return batch.EXIT_USAGE
     if args.alignment and args.format == "text":
         log.warning("--alignment shows in --format jsonl (maps) or tsv (links), not in text output")
+    decode = _decode_config(args)
+    try:
+        engine, tokenizer, max_source = _start_engine(args, decode)
+    except _Stop as stop:
+        log.error("%s", stop)
+        return stop.status
+    try:
+        if decode.alignment is not None:
+            _check_alignment(args, decode.alignment)
+        source = _open_input(args)
+        if args.resume:
+            _resume(args, source)
+    except _Stop as stop:
+        log.error("%s", stop)
+        engine.close(cancel=True)
+        return stop.status
+    if args.heatmaps is not None:
+        args.heatmaps.mkdir(parents=True, exist_ok=True)
+    options = batch.JobOptions(args.format, args.batch_size, args.max_tokens, args.split_tokens, args.window,
+                               args.heatmaps, args.heatmap_format)
+    return _translate(args, engine, tokenizer, max_source, source, options)
+
+
+def _decode_config(args: argparse.Namespace) -> DecodeConfig:
     want_alignment = args.alignment or args.heatmaps is not None
     alignment = AlignmentOptions(args.alignment_level, args.alignment_layer,
                                  None if args.alignment_heads is None else tuple(args.alignment_heads),
                                  args.step_shift) if want_alignment else None
-    decode = DecodeConfig(beam_size=args.beam_size, length_penalty=args.length_penalty,
-                          return_attention=want_alignment, alignment=alignment)
-    spec = batch.EngineSpec(args.model, args.backend, batch.worker_threads(args.threads, args.workers), decode)
-    options = batch.JobOptions(args.format, args.batch_size, args.max_tokens, args.split_tokens, args.window,
-                               args.heatmaps, args.heatmap_format)
+    return DecodeConfig(beam_size=args.beam_size, length_penalty=args.length_penalty,
+                        return_attention=want_alignment, alignment=alignment)
 
+
+def _start_engine(args: argparse.Namespace, decode: DecodeConfig) -> tuple[batch.Engine, Tokenizer, int]:
+    """The engine, the tokenizer to bucket with and the model's source limit in pieces."""
+    spec = batch.EngineSpec(args.model, args.backend, batch.worker_threads(args.threads, args.workers), decode)
     try:
         if args.workers == 1:
             worker = batch.SentenceTranslator.load(spec)
-            engine: batch.Engine = batch.InlineEngine(worker)
-            tokenizer, max_source = worker.translator.tokenizer, worker.translator.max_source_tokens
-        else:
-            # The workers load the model; this process only needs the tokenizer to bucket.
-            if not args.model.is_dir():
-                raise FileNotFoundError(f"{args.model}: no such model directory")
-            tokenizer, max_source = Tokenizer(args.model / "spm.model"), 250
-            engine = batch.ProcessEngine(spec, args.workers)
+            return batch.InlineEngine(worker), worker.translator.tokenizer, worker.translator.max_source_tokens
+        # The workers load the model; this process only needs the tokenizer to bucket.
+        if not args.model.is_dir():
+            raise FileNotFoundError(f"{args.model}: no such model directory")
+        tokenizer = Tokenizer(args.model / "spm.model")
+        return batch.ProcessEngine(spec, args.workers), tokenizer, 250
     except Exception as error:  # noqa: BLE001 - a missing or broken model is a clean fatal error
-        log.error("cannot load the model: %s", error)
-        return batch.EXIT_FATAL
-    if alignment is not None:
-        try:  # once, here, rather than as an error on every line
-            alignment.resolve(load_config(ModelConfig, args.model / CONFIG_FILE))
-        except AlignmentError as error:
-            log.error("%s", error)
-            engine.close(cancel=True)
-            return batch.EXIT_USAGE
+        raise _Stop(batch.EXIT_FATAL, f"cannot load the model: {error}") from error
 
+
+def _check_alignment(args: argparse.Namespace, alignment: AlignmentOptions) -> None:
+    try:  # once, here, rather than as an error on every line
+        alignment.resolve(load_config(ModelConfig, args.model / CONFIG_FILE))
+    except AlignmentError as error:
+        raise _Stop(batch.EXIT_USAGE, str(error)) from error
+
+
+def _open_input(args: argparse.Namespace) -> _Input:
     if args.text:
-        stream = io.BytesIO(" ".join(args.text).encode("utf-8"))
-        total: int | None = 1
-    elif args.input:
+        return _Input(io.BytesIO(" ".join(args.text).encode("utf-8")), 1)
+    if args.input:
         try:
-            stream, total = open(args.input, "rb"), _count_lines(args.input)
+            return _Input(open(args.input, "rb"), _count_lines(args.input))
         except OSError as error:
-            log.error("cannot read the input: %s", error)
-            engine.close(cancel=True)
-            return batch.EXIT_FATAL
-    else:
-        stream, total = sys.stdin.buffer, None
+            raise _Stop(batch.EXIT_FATAL, f"cannot read the input: {error}") from error
+    return _Input(sys.stdin.buffer, None)
 
-    done = failed_before = 0
+
+def _resume(args: argparse.Namespace, source: _Input) -> None:
+    """Check the first run's options, truncate a partial record and skip the lines done."""
     try:
-        if args.resume:
-            differences = check_resume_options(args)
-            if differences:
-                log.error("cannot resume %s with other options (%s); rerun with the first run's options, or "
-                          "delete %s to start over", args.output, "; ".join(differences), job_file(args.output))
-                engine.close(cancel=True)
-                return batch.EXIT_USAGE
-            done = batch.prepare_resume(args.output)
-            failed_before = _skip(stream, done, args)
-            if done:
-                log.info("resuming %s after %d complete records", args.output, done)
+        differences = check_resume_options(args)
+        if differences:
+            raise _Stop(batch.EXIT_USAGE,
+                        f"cannot resume {args.output} with other options ({'; '.join(differences)}); rerun with "
+                        f"the first run's options, or delete {job_file(args.output)} to start over")
+        source.done = batch.prepare_resume(args.output)
+        source.failed_before = _skip(source.stream, source.done, args)
     except (OSError, ValueError) as error:
-        log.error("cannot resume: %s", error)
-        engine.close(cancel=True)
-        return batch.EXIT_FATAL
-    if args.heatmaps is not None:
-        args.heatmaps.mkdir(parents=True, exist_ok=True)
+        raise _Stop(batch.EXIT_FATAL, f"cannot resume: {error}") from error
+    if source.done:
+        log.info("resuming %s after %d complete records", args.output, source.done)
 
+
+def _translate(args: argparse.Namespace, engine: batch.Engine, tokenizer: Tokenizer, max_source: int,
+               source: _Input, options: batch.JobOptions) -> int:
+    """Run the job with a progress bar; the engine, writer and input are closed on every path."""
     if args.output:
         job_file(args.output).write_text(json.dumps(job_options(args), indent=1) + "\n")
     writer = batch.RecordWriter(args.output, args.format, append=args.resume)
-    progress = tqdm(total=total, initial=done, unit="line", file=sys.stderr, dynamic_ncols=True,
-                    disable=not sys.stderr.isatty() or total == 1)
+    progress = tqdm(total=source.total, initial=source.done, unit="line", file=sys.stderr, dynamic_ncols=True,
+                    disable=not sys.stderr.isatty() or source.total == 1)
     started = time.monotonic()
     summary = batch.JobSummary()
     interrupted = False
     try:
         with logging_redirect_tqdm():
-            segments = batch.read_segments(stream, args.input_format, args.max_chars, first_line=done + 1)
+            segments = batch.read_segments(source.stream, args.input_format, args.max_chars,
+                                           first_line=source.done + 1)
             summary = batch.run_job(segments, engine, tokenizer, writer, options, progress, max_source)
     except KeyboardInterrupt:
         interrupted = True
@@ -282,18 +327,22 @@ def _run(args: argparse.Namespace) -> int:
     engine.close(cancel=interrupted)
     progress.close()
     writer.close()
-    if stream is not sys.stdin.buffer:
-        stream.close()
-
-    elapsed = time.monotonic() - started
-    written = _written_since(args, done) if interrupted else done + summary.lines
+    if source.stream is not sys.stdin.buffer:
+        source.stream.close()
     if interrupted:
+        written = _written_since(args, source.done)
         log.warning("interrupted after %d lines%s", written,
                     f"; rerun with --resume -o {args.output} to continue" if args.output else "")
         return batch.EXIT_INTERRUPTED
+    return _finish(args, summary, source, time.monotonic() - started)
+
+
+def _finish(args: argparse.Namespace, summary: batch.JobSummary, source: _Input, elapsed: float) -> int:
+    """Log the summary of a finished job and return its exit status."""
     if args.output:
         job_file(args.output).unlink(missing_ok=True)  # finished: nothing left to resume
-    failed = failed_before + summary.failed
+    written = source.done + summary.lines
+    failed = source.failed_before + summary.failed
     rate = summary.lines / elapsed if elapsed > 0 else 0.0
     log.info("%d lines (%d translated now, %d failed) in %.1f s, %.1f lines/s", written, summary.lines, failed,
              elapsed, rate)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from seq2seq.cli.batch.engines import (Engine, EngineSpec, InlineEngine, ProcessEngine, SentenceTranslator,
                                        UnitResult, worker_threads)
 from seq2seq.cli.batch.job import JobOptions, JobSummary, _Unit, plan_batches, run_job
-from seq2seq.cli.batch.reading import (INPUT_FORMATS, Segment, decode_line, line_problem, read_segments,
+from seq2seq.cli.batch.reading import (INPUT_FORMATS, MAX_CHARS, Segment, decode_line, line_problem, read_segments,
                                        strip_line_ending)
 from seq2seq.cli.batch.writing import (HEATMAP_FORMATS, OUTPUT_FORMATS, LineResult, RecordWriter, format_record,
                                        join_line, prepare_resume)
@@ -38,7 +38,7 @@ EXIT_INTERRUPTED = 130   # Ctrl-C / SIGTERM: what was written is complete; rerun
 
 __all__ = [
     "EXIT_FATAL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_SOME_FAILED", "EXIT_USAGE", "HEATMAP_FORMATS",
-    "INPUT_FORMATS", "OUTPUT_FORMATS", "Engine", "EngineSpec", "InlineEngine", "JobOptions", "JobSummary",
+    "INPUT_FORMATS", "MAX_CHARS", "OUTPUT_FORMATS", "Engine", "EngineSpec", "InlineEngine", "JobOptions", "JobSummary",
     "LineResult", "ProcessEngine", "RecordWriter", "Segment", "SentenceTranslator", "UnitResult", "_Unit",
     "decode_line", "format_record", "join_line", "line_problem", "plan_batches", "prepare_resume",
     "read_segments", "run_job", "strip_line_ending", "worker_threads",

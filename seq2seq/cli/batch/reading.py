@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 INPUT_FORMATS = ("text", "tsv", "jsonl")
+MAX_CHARS = 10_000                    # longer lines are errors (--max-chars)
 
 # C0 and C1 control characters except TAB, which text input may contain as whitespace.
 # LF never reaches here (it ends the line); a trailing CR (CRLF files) is removed first.
@@ -51,7 +52,7 @@ def strip_line_ending(raw: bytes, line: int) -> bytes:
     return raw
 
 
-def decode_line(raw: bytes, line: int, input_format: str = "text", max_chars: int = 10_000) -> Segment:
+def decode_line(raw: bytes, line: int, input_format: str = "text", max_chars: int = MAX_CHARS) -> Segment:
     """One raw input line (with or without its newline) -> a `Segment`, never raising.
 
     tsv: the first column is the source (a test split's `source<TAB>target` works as is).
@@ -83,7 +84,7 @@ def decode_line(raw: bytes, line: int, input_format: str = "text", max_chars: in
     return Segment(line, ident, text, line_problem(text, max_chars))
 
 
-def read_segments(stream: BinaryIO, input_format: str = "text", max_chars: int = 10_000,
+def read_segments(stream: BinaryIO, input_format: str = "text", max_chars: int = MAX_CHARS,
                   first_line: int = 1) -> Iterator[Segment]:
     """Decode `stream` line by line, lazily; a final line without newline counts."""
     for line, raw in enumerate(stream, start=first_line):
