@@ -27,7 +27,9 @@ from seq2seq.config import DecodeConfig, ModelConfig, TrainConfig
 from seq2seq.alignment import AlignmentError as ForcedAlignmentError
 from seq2seq.forced import ForcedAlignment, align_pair, align_pairs, teacher_force_by_steps
 from seq2seq.loading import load_translator
-from seq2seq.train import GuidedAlignment, guided_loss, load_examples, train
+from seq2seq.guided import GuidedAlignment, guided_loss
+from seq2seq.train import train
+from seq2seq.train_data import load_examples
 from seq2seq.translator import Translator
 from service.app import create_app
 from service.engine import TranslatorEngine

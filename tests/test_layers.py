@@ -31,7 +31,7 @@ LAYER_NAMES = {DATA: "data", LIBRARY: "inference library", TORCH: "model/trainin
 LIBRARY_MODULES = {"config", "alignment", "search", "translator", "forced", "segment", "aer", "records", "heatmap",
                    "bundle", "onnx_backend"}
 # torch, and what sits above both backends (the loader imports torch only for backend="torch").
-TORCH_MODULES = {"model", "train", "torch_backend", "loading"}
+TORCH_MODULES = {"model", "train", "train_data", "guided", "torch_backend", "loading"}
 
 
 def layer_of(module: str) -> int | None:

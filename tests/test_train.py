@@ -20,8 +20,8 @@ from data.tokenizer import Tokenizer, train_sentencepiece
 from seq2seq.config import DecodeConfig, ModelConfig, TrainConfig
 from seq2seq.model import Transformer, load_model
 from seq2seq.torch_backend import TorchBackend
-from seq2seq.train import (average_checkpoints, learning_rate, list_checkpoints, make_batches, smoothed_loss,
-                           train)
+from seq2seq.train import average_checkpoints, learning_rate, list_checkpoints, smoothed_loss, train
+from seq2seq.train_data import make_batches
 from seq2seq.translator import Translator
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,8 @@ import torch
 
 from seq2seq.config import ModelConfig, TrainConfig
 from seq2seq.model import load_model
-from seq2seq.train import drop_words, epoch_examples, list_checkpoints, train
+from seq2seq.train import list_checkpoints, train
+from seq2seq.train_data import drop_words, epoch_examples
 
 from test_train import tiny_model_config, tiny_train_config, write_toy_data
 
