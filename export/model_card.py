@@ -81,24 +81,36 @@ def guided_line(train_config: dict, config: dict) -> str:
 
 def write_card(bundle: Path, run: Path, data: Path, metrics: dict, command: str, notes: str = "",
                earlier_runs: tuple[Path, ...] = ()) -> Path:
+    """Write `bundle/MODEL_CARD.md` and `bundle/training_curve.png`; returns the card's path.
+
+    The curve joins `earlier_runs` (oldest first) and `run`, the stages of one model.
+    """
     history = joined_history([*earlier_runs, run])
     plot_curve(history, bundle / "training_curve.png")
     config = json.loads((bundle / "config.json").read_text())
     train_config = json.loads((run / "train_config.json").read_text())
     manifest = json.loads((data / "manifest.json").read_text())
-    last = history[-1]
-    rows = "\n".join(
-        f"| {h['stage']} | {h['step']} | {h['epoch']} | {h['minutes']} | {h['train_loss']} | {h['valid_loss']} | {h.get('valid_bleu', '')} | {h['tokens_per_s']} |"
-        for h in history)
-    quality_rows = "\n".join(
-        f"| {label} | {metrics[key]} |" for key, label in QUALITY_LABELS.items() if key in metrics)
-    signatures = "\n".join(f"{name}: {metrics[name]}" for name in ("bleu_signature", "chrf_signature") if name in metrics)
-    card = f"""# crossalign de-en — model card
+    card = (INTRODUCTION + quality_section(metrics, manifest) + model_section(config)
+            + training_section(history, train_config, config, manifest, command) + notes_section(notes)
+            + data_section(manifest) + limitations_section(train_config))
+    path = bundle / "MODEL_CARD.md"
+    path.write_text(card)
+    return path
+
+
+INTRODUCTION = """# crossalign de-en — model card
 
 A German→English transformer trained from scratch by crossalign; every translation comes
 with its cross-attention alignment map.
 
-## Measured quality (held-out test split, {metrics.get('test_sentences', manifest['counts']['test']['total'])} sentences)
+"""
+
+
+def quality_section(metrics: dict, manifest: dict) -> str:
+    quality_rows = "\n".join(
+        f"| {label} | {metrics[key]} |" for key, label in QUALITY_LABELS.items() if key in metrics)
+    signatures = "\n".join(f"{name}: {metrics[name]}" for name in ("bleu_signature", "chrf_signature") if name in metrics)
+    return f"""## Measured quality (held-out test split, {metrics.get('test_sentences', manifest['counts']['test']['total'])} sentences)
 
 | metric | value |
 |---|---|
@@ -117,7 +129,11 @@ Test sentences are Ding example sentences whose source never occurs in training
 (split by sha256 of the casefolded source). They are short, idiomatic dictionary examples
 with a single reference, which makes BLEU harsh.
 
-## Model
+"""
+
+
+def model_section(config: dict) -> str:
+    return f"""## Model
 
 - Encoder–decoder transformer, pre-LN, sinusoidal positions, tied embeddings:
   d_model {config['d_model']}, {config['n_heads']} heads, d_ff {config['d_ff']},
@@ -126,7 +142,15 @@ with a single reference, which makes BLEU harsh.
 - Default alignment source: decoder layer {config['alignment_layer']} (from the end when negative),
   heads {config['alignment_heads'] or 'mean of all'}{", read with the step shift (the row where the target token is the decoder input, Chen et al. 2020)" if config.get('alignment_step_shift') else ""}.
 
-## Training
+"""
+
+
+def training_section(history: list[dict], train_config: dict, config: dict, manifest: dict, command: str) -> str:
+    last = history[-1]
+    rows = "\n".join(
+        f"| {h['stage']} | {h['step']} | {h['epoch']} | {h['minutes']} | {h['train_loss']} | {h['valid_loss']} | {h.get('valid_bleu', '')} | {h['tokens_per_s']} |"
+        for h in history)
+    return f"""## Training
 
 - Data: {manifest['corpus']} — {manifest['counts']['train'].get('sentence', 0)} sentence pairs
   (upsampled x{train_config['sentence_upsample']}) and {manifest['counts']['train'].get('phrase', 0)} dictionary phrase pairs.
@@ -149,22 +173,31 @@ with a single reference, which makes BLEU harsh.
 |---|---|---|---|---|---|---|---|
 {rows}
 
-{("## Notes from training" + chr(10) + chr(10) + notes.strip() + chr(10)) if notes.strip() else ""}
-## Data and license
+"""
+
+
+def notes_section(notes: str) -> str:
+    notes = notes.strip()
+    return (f"## Notes from training\n\n{notes}\n" if notes else "") + "\n"
+
+
+def data_section(manifest: dict) -> str:
+    return f"""## Data and license
 
 - Corpus: {manifest['license']}.
 - Input sha256: {', '.join(i['sha256'][:16] + '…' for i in manifest['inputs'])}.
 - The model is trained on GPL-2+ data; we distribute it under the same license (GPL-2.0-or-later).
 
-## Limitations
+"""
+
+
+def limitations_section(train_config: dict) -> str:
+    return f"""## Limitations
 
 - Small model, small corpus, CPU-only training budget: expect literal, often wrong
   translations of long or domain-specific sentences; German→English only.
 - {"Alignment maps come from one cross-attention head trained (guided) to align, which is better than raw attention but still behind a dedicated statistical aligner on our gold set (AER above)" if train_config.get("guided_alignment") else "Alignment maps are raw cross-attention of one layer"}; see the README's alignment section.
 """
-    path = bundle / "MODEL_CARD.md"
-    path.write_text(card)
-    return path
 
 
 def main() -> None:
