@@ -1,6 +1,7 @@
 """Shared test setup: one thread per process, tiny models, a word-level toy tokenizer.
 
-Everything here is small enough that the whole suite runs in about a minute on two cores.
+Everything here is small; the trained toy model and its bundle are built once per session
+and shared by every module that needs them (read-only: copy before changing).
 """
 
 from __future__ import annotations
@@ -50,3 +51,29 @@ def tiny_model(tiny_model_config):
 
     torch.manual_seed(0)
     return Transformer(tiny_model_config).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The toy model of `toy.train_tiny`, trained once per session: a directory with
+    config.json, model.pt and spm.model. Shared: copy it before changing anything in it."""
+    from toy import train_tiny
+
+    return train_tiny(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`tiny_checkpoint` exported once per session as the release bundle `.../models/de-en`
+    (alone in its models directory, as the service expects), with a toy data manifest and
+    parity checked on every toy sentence. Shared: copy it before changing anything in it."""
+    import json
+
+    from export.exporter import export_model
+    from toy import SENTENCES
+
+    work = tmp_path_factory.mktemp("tiny_bundle")
+    manifest = work / "manifest.json"
+    manifest.write_text(json.dumps({"corpus": "toy", "license": "CC0-1.0 (generated in the test)"}))
+    export_model(tiny_checkpoint, work / "models" / "de-en", data_manifest=manifest, parity_sentences=SENTENCES)
+    return work / "models" / "de-en"

@@ -19,7 +19,6 @@ from fastapi.testclient import TestClient
 
 from data.prepare import read_pairs
 from data.tokenizer import Tokenizer
-from export.exporter import export_model
 from seq2seq.loading import load_translator as load_onnx_translator
 from seq2seq.aer import read_gold, write_pharaoh
 from seq2seq.cli import main as cli_main
@@ -34,7 +33,7 @@ from seq2seq.translator import Translator
 from service.app import create_app
 from service.engine import TranslatorEngine
 from service.settings import Settings
-from toy import SENTENCES, toy_pairs, train_tiny
+from toy import SENTENCES, toy_pairs
 
 from conftest import TOY_ALPHABET, write_toy_tokenizer
 
@@ -43,23 +42,13 @@ PAIRS = toy_pairs(6, seed=7)
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("align")
-    checkpoint = train_tiny(directory)
-    manifest = directory / "manifest.json"
-    manifest.write_text(json.dumps({"corpus": "toy", "license": "CC0-1.0 (generated in the test)"}))
-    export_model(checkpoint, directory / "de-en", data_manifest=manifest, parity_sentences=SENTENCES)
-    return directory / "de-en"
+def onnx_translator(tiny_bundle: Path) -> Translator:
+    return load_onnx_translator(tiny_bundle, threads=1)
 
 
 @pytest.fixture(scope="module")
-def onnx_translator(bundle: Path) -> Translator:
-    return load_onnx_translator(bundle, threads=1)
-
-
-@pytest.fixture(scope="module")
-def torch_translator(bundle: Path) -> Translator:
-    return load_translator(bundle, "torch")
+def torch_translator(tiny_bundle: Path) -> Translator:
+    return load_translator(tiny_bundle, "torch")
 
 
 class StepOnly:
@@ -121,7 +110,7 @@ def test_unalignable_pairs_are_errors_in_place(onnx_translator: Translator) -> N
 # --------------------------------------------------------------------------- crossalign align
 
 
-def test_align_cli_pharaoh_and_jsonl_with_bad_lines(bundle: Path, onnx_translator: Translator, tmp_path: Path,
+def test_align_cli_pharaoh_and_jsonl_with_bad_lines(tiny_bundle: Path, onnx_translator: Translator, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture) -> None:
     lines = [f"{s}\t{t}".encode() for s, t in PAIRS[:3]]
     lines[1:1] = [b"no tab here", b"der Hund\t", b"der \xff Hund\tthe dog"]
@@ -131,14 +120,14 @@ def test_align_cli_pharaoh_and_jsonl_with_bad_lines(bundle: Path, onnx_translato
     expected = [a.word.pharaoh for a in align_pairs(onnx_translator, PAIRS[:4])]
 
     pharaoh = tmp_path / "out.pharaoh"
-    assert cli_main(["align", "--model", str(bundle), "-i", str(source), "-o", str(pharaoh), "--threads", "1"]) == 3
+    assert cli_main(["align", "--model", str(tiny_bundle), "-i", str(source), "-o", str(pharaoh), "--threads", "1"]) == 3
     written = pharaoh.read_text().split("\n")[:-1]
     assert written == [expected[0], "", "", "", expected[1], expected[2], expected[3]]
     errors = capsys.readouterr().err
     assert "line 2: expected source<TAB>target" in errors and "line 4: invalid UTF-8" in errors
 
     jsonl = tmp_path / "out.jsonl"
-    assert cli_main(["align", "--model", str(bundle), "-i", str(source), "-o", str(jsonl), "--format", "jsonl",
+    assert cli_main(["align", "--model", str(tiny_bundle), "-i", str(source), "-o", str(jsonl), "--format", "jsonl",
                      "--backend", "torch", "--layer", "0", "--heads", "1", "--step-shift", "--level", "subword"]) == 3
     records = [json.loads(line) for line in jsonl.read_text().splitlines()]
     assert [r["line"] for r in records] == list(range(1, 8))
@@ -323,7 +312,7 @@ def test_guided_alignment_makes_the_head_align(tmp_path: Path, capsys: pytest.Ca
     assert aer[True] < 35.0 and aer[True] < aer[False] - 25.0, aer
 
 
-def test_alignment_sources_bench_ranks_every_source(bundle: Path, tmp_path: Path,
+def test_alignment_sources_bench_ranks_every_source(tiny_bundle: Path, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture) -> None:
     import importlib.util
 
@@ -333,7 +322,7 @@ def test_alignment_sources_bench_ranks_every_source(bundle: Path, tmp_path: Path
     gold = tmp_path / "gold.tsv"
     gold.write_text("".join(f"{s}\t{t}\t{' '.join(f'{i}-{i}' for i in range(len(s.split())))}\n"
                             for s, t in PAIRS))
-    assert bench.main(["--model", str(bundle), "--gold", str(gold), "--json", str(tmp_path / "rows.json")]) == 0
+    assert bench.main(["--model", str(tiny_bundle), "--gold", str(gold), "--json", str(tmp_path / "rows.json")]) == 0
     rows = json.loads((tmp_path / "rows.json").read_text())
     assert len(rows) == 2 * 2 * (1 + 4)                          # 2 layers x (mean + 4 heads) x shift off/on
     assert [r["aer"] for r in rows] == sorted(r["aer"] for r in rows)

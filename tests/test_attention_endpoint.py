@@ -17,27 +17,18 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from toy import SENTENCES, train_tiny
+from toy import SENTENCES
 
 REPO = Path(__file__).resolve().parents[1]
 SENTENCE = SENTENCES[1]            # "die Katze war sehr alt und schön heute ."
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_model
-
-    work = tmp_path_factory.mktemp("attention_model")
-    export_model(train_tiny(work), work / "models" / "de-en", parity_sentences=SENTENCES[:2])
-    return work / "models" / "de-en"
-
-
-@pytest.fixture(scope="module")
-def client(bundle: Path) -> TestClient:
+def client(tiny_bundle: Path) -> TestClient:
     from service.app import create_app
     from service.settings import Settings
 
-    app = create_app(Settings(models=bundle.parent, threads=1, char_limit=400))
+    app = create_app(Settings(models=tiny_bundle.parent, threads=1, char_limit=400))
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client
 
@@ -135,14 +126,14 @@ def test_bad_requests(client: TestClient, method: str, path: str, kwargs: dict, 
     assert response.json()["error"]
 
 
-def test_the_explorer_works_on_the_torch_backend(bundle: Path, answer: dict) -> None:
+def test_the_explorer_works_on_the_torch_backend(tiny_bundle: Path, answer: dict) -> None:
     """The same maps from torch eager as from onnxruntime: both backends teacher-force."""
     from seq2seq.loading import load_translator
     from service.app import create_app
     from service.engine import TranslatorEngine
     from service.settings import Settings
 
-    engine = TranslatorEngine({("de", "en"): ("de-en", load_translator(bundle, "torch"))})
+    engine = TranslatorEngine({("de", "en"): ("de-en", load_translator(tiny_bundle, "torch"))})
     try:
         with TestClient(create_app(Settings(), engine=engine)) as client:
             response = client.post("/v1/attention", json={"text": SENTENCE, "source": "de", "target": "en"})

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toy import SENTENCES, train_tiny  # noqa: E402
+from toy import SENTENCES  # noqa: E402
 from test_service_server import free_port, start_server  # noqa: E402
 
 CHROMIUM = os.environ.get("CROSSALIGN_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -40,11 +40,11 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).is_file(), reason=f"no chromi
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> str:
+def server(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
     from export.exporter import export_model
 
     work = tmp_path_factory.mktemp("explorer_model")
-    checkpoint = train_tiny(work)
+    checkpoint = shutil.copytree(tiny_checkpoint, work / "ckpt")
     # One alignment head, as a guided model has: the page must start on it.
     config = json.loads((checkpoint / "config.json").read_text())
     (checkpoint / "config.json").write_text(json.dumps(config | {"alignment_heads": [ALIGNMENT_HEAD],

@@ -26,7 +26,7 @@ from seq2seq.config import DecodeConfig
 from seq2seq.model import load_model
 from seq2seq.search import beam_search, pad_batch
 from seq2seq.torch_backend import TorchBackend
-from toy import SENTENCES, train_tiny
+from toy import SENTENCES
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED_BUNDLE = REPO / "models" / "de-en"
@@ -35,27 +35,8 @@ TOLERANCE = 1e-4
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return train_tiny(tmp_path_factory.mktemp("tiny"))
-
-
-@pytest.fixture(scope="module")
-def data_manifest(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("data") / "manifest.json"
-    path.write_text(json.dumps({"corpus": "toy", "license": "CC0-1.0 (generated in the test)"}))
-    return path
-
-
-@pytest.fixture(scope="module")
-def bundle(checkpoint: Path, data_manifest: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("models") / "de-en"
-    export_model(checkpoint, out, data_manifest=data_manifest, parity_sentences=SENTENCES)
-    return out
-
-
-@pytest.fixture(scope="module")
-def backends(bundle: Path) -> tuple[TorchBackend, OnnxBackend]:
-    return TorchBackend(load_model(bundle)), OnnxBackend.from_bundle(load_bundle_manifest(bundle), threads=1)
+def backends(tiny_bundle: Path) -> tuple[TorchBackend, OnnxBackend]:
+    return TorchBackend(load_model(tiny_bundle)), OnnxBackend.from_bundle(load_bundle_manifest(tiny_bundle), threads=1)
 
 
 # --------------------------------------------------------------------------- parity
@@ -82,18 +63,18 @@ def test_teacher_forcing_is_the_same_on_both_backends(backends: tuple[TorchBacke
                                rtol=0)
 
 
-def test_export_records_parity_within_tolerance(bundle: Path) -> None:
-    parity = json.loads((bundle / BUNDLE_FILE).read_text())["parity"]["fp32"]
+def test_export_records_parity_within_tolerance(tiny_bundle: Path) -> None:
+    parity = json.loads((tiny_bundle / BUNDLE_FILE).read_text())["parity"]["fp32"]
     assert parity["token_agreement"] == {"greedy": 1.0, "beam4": 1.0}
     for name in ("max_log_prob_diff", "max_cross_weight_diff", "max_cross_kv_diff", "max_score_diff"):
         assert parity[name] <= TOLERANCE, name
 
 
 @pytest.mark.parametrize("beam_size", [1, 4])
-def test_onnx_search_equals_torch_search(backends: tuple[TorchBackend, OnnxBackend], bundle: Path,
+def test_onnx_search_equals_torch_search(backends: tuple[TorchBackend, OnnxBackend], tiny_bundle: Path,
                                          beam_size: int) -> None:
     torch_backend, onnx_backend = backends
-    tokenizer = Tokenizer(bundle / "spm.model")
+    tokenizer = Tokenizer(tiny_bundle / "spm.model")
     src_ids, src_mask = pad_batch([tokenizer.encode(s) + [EOS_ID] for s in SENTENCES], PAD_ID)
     config = DecodeConfig(beam_size=beam_size, n_best=beam_size)
     expected = beam_search(torch_backend, src_ids, src_mask, config)
@@ -139,9 +120,9 @@ def test_decoder_graph_matches_torch_for_every_shape(backends: tuple[TorchBacken
         np.testing.assert_allclose(actual, reference.numpy(), atol=TOLERANCE, rtol=0, err_msg=name)
 
 
-def test_attention_maps_match_the_searched_alignment(bundle: Path) -> None:
+def test_attention_maps_match_the_searched_alignment(tiny_bundle: Path) -> None:
     """Teacher forcing the whole target at once gives the maps that incremental search stored."""
-    translator = load_translator(bundle, threads=1)
+    translator = load_translator(tiny_bundle, threads=1)
     result = translator.translate(SENTENCES[1], DecodeConfig(beam_size=4))
     src_ids, src_mask = pad_batch([result.source_ids + [EOS_ID]], PAD_ID)
     forced = translator.backend.teacher_force(src_ids, src_mask, np.array([result.target_ids], dtype=np.int64))
@@ -156,9 +137,9 @@ def test_attention_maps_match_the_searched_alignment(bundle: Path) -> None:
     np.testing.assert_allclose(maps["cross"].sum(-1), 1.0, atol=1e-5)
 
 
-def test_torch_backend_from_bundle_translates_identically(bundle: Path) -> None:
-    onnx = load_translator(bundle, "onnx", threads=1).translate_batch(SENTENCES)
-    eager = load_translator(bundle, "torch", threads=1).translate_batch(SENTENCES)
+def test_torch_backend_from_bundle_translates_identically(tiny_bundle: Path) -> None:
+    onnx = load_translator(tiny_bundle, "onnx", threads=1).translate_batch(SENTENCES)
+    eager = load_translator(tiny_bundle, "torch", threads=1).translate_batch(SENTENCES)
     assert [r.target_ids for r in onnx] == [r.target_ids for r in eager]
     assert [r.text for r in onnx] == [r.text for r in eager]
 
@@ -166,12 +147,12 @@ def test_torch_backend_from_bundle_translates_identically(bundle: Path) -> None:
 # --------------------------------------------------------------------------- bundle
 
 
-def test_bundle_describes_itself(bundle: Path, checkpoint: Path) -> None:
-    loaded = load_bundle_manifest(bundle)
+def test_bundle_describes_itself(tiny_bundle: Path, tiny_checkpoint: Path) -> None:
+    loaded = load_bundle_manifest(tiny_bundle)
     manifest = loaded.manifest
     assert manifest["languages"] == {"source": "de", "target": "en"}
-    assert loaded.model_config == load_model(checkpoint).config
-    assert json.loads((bundle / "config.json").read_text()) == manifest["model_config"]
+    assert loaded.model_config == load_model(tiny_checkpoint).config
+    assert json.loads((tiny_bundle / "config.json").read_text()) == manifest["model_config"]
     assert manifest["precision"] == "fp32" and loaded.precisions == ("fp32",)
     assert manifest["alignment"] == {"layer": loaded.model_config.resolved_alignment_layer, "heads": [],
                                      "step_shift": False}
@@ -181,18 +162,18 @@ def test_bundle_describes_itself(bundle: Path, checkpoint: Path) -> None:
     assert manifest["metrics"] == {}
     for name in ("config.json", "model.pt", "spm.model", "encoder.onnx", "decoder_step.onnx", "data_manifest.json"):
         entry = manifest["files"][name]
-        assert entry["bytes"] == (bundle / name).stat().st_size and len(entry["sha256"]) == 64
-    assert not list(bundle.parent.glob(".*staging")), "the staging directory was moved into place"
+        assert entry["bytes"] == (tiny_bundle / name).stat().st_size and len(entry["sha256"]) == 64
+    assert not list(tiny_bundle.parent.glob(".*staging")), "the staging directory was moved into place"
 
 
-def test_metrics_can_be_added_after_export(bundle: Path, tmp_path: Path) -> None:
-    copy = shutil.copytree(bundle, tmp_path / "bundle")
+def test_metrics_can_be_added_after_export(tiny_bundle: Path, tmp_path: Path) -> None:
+    copy = shutil.copytree(tiny_bundle, tmp_path / "bundle")
     update_metrics(copy, {"test": {"bleu": 12.5}})
     assert load_bundle_manifest(copy).manifest["metrics"] == {"test": {"bleu": 12.5}}
 
 
-def test_corrupted_graph_is_named(bundle: Path, tmp_path: Path) -> None:
-    copy = shutil.copytree(bundle, tmp_path / "bundle")
+def test_corrupted_graph_is_named(tiny_bundle: Path, tmp_path: Path) -> None:
+    copy = shutil.copytree(tiny_bundle, tmp_path / "bundle")
     graph = copy / "decoder_step.onnx"
     data = bytearray(graph.read_bytes())
     data[len(data) // 2] ^= 0xFF                            # same size, different bytes
@@ -203,8 +184,8 @@ def test_corrupted_graph_is_named(bundle: Path, tmp_path: Path) -> None:
         load_translator(copy)
 
 
-def test_missing_files_are_all_named(bundle: Path, tmp_path: Path) -> None:
-    copy = shutil.copytree(bundle, tmp_path / "bundle")
+def test_missing_files_are_all_named(tiny_bundle: Path, tmp_path: Path) -> None:
+    copy = shutil.copytree(tiny_bundle, tmp_path / "bundle")
     (copy / "encoder.onnx").unlink()
     (copy / "spm.model").write_bytes(b"truncated")
     with pytest.raises(BundleError) as raised:
@@ -222,8 +203,8 @@ def test_runtime_does_not_import_torch() -> None:
 # --------------------------------------------------------------------------- export template
 
 
-def test_validation_reports_every_problem_at_once(checkpoint: Path, tmp_path: Path) -> None:
-    broken = shutil.copytree(checkpoint, tmp_path / "broken")
+def test_validation_reports_every_problem_at_once(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    broken = shutil.copytree(tiny_checkpoint, tmp_path / "broken")
     (broken / "model.pt").unlink()
     config = json.loads((broken / "config.json").read_text())
     config["vocab_size"] = 123
@@ -241,12 +222,12 @@ def test_validation_reports_every_problem_at_once(checkpoint: Path, tmp_path: Pa
     assert (occupied / "notes.txt").exists() and not (occupied / BUNDLE_FILE).exists()
 
 
-def test_int8_export_through_the_cli(checkpoint: Path, tmp_path: Path) -> None:
+def test_int8_export_through_the_cli(tiny_checkpoint: Path, tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
     exporter.add_arguments(parser)
     out, sentences = tmp_path / "int8", tmp_path / "parity.tsv"
     sentences.write_text("".join(f"{s}\tref\n" for s in SENTENCES))
-    args = parser.parse_args([str(checkpoint), "--out", str(out), "--int8", "--parity-file", str(sentences)])
+    args = parser.parse_args([str(tiny_checkpoint), "--out", str(out), "--int8", "--parity-file", str(sentences)])
     assert exporter.main(args) == 0
     loaded = load_bundle_manifest(out)
     assert loaded.default_precision == "int8" and loaded.precisions == ("fp32", "int8")
@@ -258,7 +239,7 @@ def test_int8_export_through_the_cli(checkpoint: Path, tmp_path: Path) -> None:
         assert result.attention is not None and np.isfinite(result.attention).all()
     # A second export into the same place needs --force.
     with pytest.raises(ExportError, match="--force"):
-        exporter.main(parser.parse_args([str(checkpoint), "--out", str(out)]))
+        exporter.main(parser.parse_args([str(tiny_checkpoint), "--out", str(out)]))
 
 
 @pytest.mark.skipif(not (SHIPPED_BUNDLE / BUNDLE_FILE).exists(), reason="models/de-en is not shipped yet")

@@ -17,9 +17,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 
-from toy import SENTENCES, train_tiny
+from toy import SENTENCES
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("data", "seq2seq", "export", "service")
@@ -123,16 +122,7 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     assert {layer_of(resolve(name, modules) or "") for name in names} >= {TOP, TORCH}
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_model
-
-    work = tmp_path_factory.mktemp("layers")
-    export_model(train_tiny(work), work / "models" / "de-en", parity_sentences=SENTENCES[:1])
-    return work / "models"
-
-
-def test_the_serving_path_never_imports_torch(models: Path) -> None:
+def test_the_serving_path_never_imports_torch(tiny_bundle: Path) -> None:
     """Load the bundle as `crossalign serve` does and use every route that runs the model."""
     code = textwrap.dedent(f"""
         import sys
@@ -141,7 +131,7 @@ def test_the_serving_path_never_imports_torch(models: Path) -> None:
         from service.settings import Settings
 
         text = {SENTENCES[0]!r}
-        with TestClient(create_app(Settings(models={str(models)!r}, threads=1))) as client:
+        with TestClient(create_app(Settings(models={str(tiny_bundle.parent)!r}, threads=1))) as client:
             calls = [
                 client.post("/translate", json={{"q": text, "source": "de", "target": "en", "alignment": True}}),
                 client.post("/v1/translate", json={{"text": text, "source": "de", "n_best": 2, "beam_size": 2}}),

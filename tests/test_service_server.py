@@ -23,7 +23,7 @@ import httpx
 import numpy as np
 import pytest
 
-from toy import SENTENCES, train_tiny
+from toy import SENTENCES
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,15 +32,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_model
-
-    work = tmp_path_factory.mktemp("service_model")
-    export_model(train_tiny(work), work / "models" / "de-en", parity_sentences=SENTENCES[:2])
-    return work / "models"
 
 
 def start_server(models: Path, port: int, **settings: str) -> subprocess.Popen:
@@ -62,9 +53,9 @@ def start_server(models: Path, port: int, **settings: str) -> subprocess.Popen:
 
 
 @pytest.fixture(scope="module")
-def server(models_dir: Path) -> tuple[str, subprocess.Popen]:
+def server(tiny_bundle: Path) -> tuple[str, subprocess.Popen]:
     port = free_port()
-    process = start_server(models_dir, port, char_limit="400", batch_limit="8", batch_window_ms="10")
+    process = start_server(tiny_bundle.parent, port, char_limit="400", batch_limit="8", batch_window_ms="10")
     yield f"http://127.0.0.1:{port}", process
     process.terminate()
     process.wait(timeout=15)

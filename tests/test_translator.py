@@ -16,20 +16,15 @@ from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.model import Transformer
 from seq2seq.torch_backend import TorchBackend
 from seq2seq.translator import Translator
-from toy import SENTENCES, train_tiny
+from toy import SENTENCES
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return train_tiny(tmp_path_factory.mktemp("tiny"))
-
-
-def test_target_length_never_exceeds_the_position_table(checkpoint: Path) -> None:
+def test_target_length_never_exceeds_the_position_table(tiny_checkpoint: Path) -> None:
     """A source as long as the model allows must not decode past max_positions."""
     torch.manual_seed(0)
-    tokenizer = Tokenizer(checkpoint / "spm.model")
+    tokenizer = Tokenizer(tiny_checkpoint / "spm.model")
     config = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_heads=2, d_ff=32, encoder_layers=1,
                          decoder_layers=1, max_positions=12, alignment_layer=0)
     translator = Translator(TorchBackend(Transformer(config)), tokenizer)
@@ -39,10 +34,10 @@ def test_target_length_never_exceeds_the_position_table(checkpoint: Path) -> Non
     assert len(result.target_ids) + 2 <= config.max_positions  # BOS + tokens + EOS fit the table
 
 
-def test_word_alignment_rows_sum_to_one_and_offsets_point_into_the_texts(checkpoint: Path) -> None:
+def test_word_alignment_rows_sum_to_one_and_offsets_point_into_the_texts(tiny_checkpoint: Path) -> None:
     from seq2seq.loading import load_translator
 
-    translator = load_translator(checkpoint, "torch")
+    translator = load_translator(tiny_checkpoint, "torch")
     source = "die Katze war sehr alt und schön heute ."
     result = translator.translate(source)
     for level in ("word", "subword"):
@@ -59,7 +54,7 @@ def test_word_alignment_rows_sum_to_one_and_offsets_point_into_the_texts(checkpo
     assert [t.text for t in translator.align(source, result).source_tokens] == [w.text for w in words(source)]
 
 
-def test_the_models_step_shift_is_the_default_reading(checkpoint: Path, tmp_path: Path) -> None:
+def test_the_models_step_shift_is_the_default_reading(tiny_checkpoint: Path, tmp_path: Path) -> None:
     import json
     import shutil
 
@@ -67,10 +62,10 @@ def test_the_models_step_shift_is_the_default_reading(checkpoint: Path, tmp_path
     from seq2seq.loading import load_translator
 
     shifted_dir = tmp_path / "shifted"
-    shutil.copytree(checkpoint, shifted_dir)
-    config = json.loads((checkpoint / "config.json").read_text())
+    shutil.copytree(tiny_checkpoint, shifted_dir)
+    config = json.loads((tiny_checkpoint / "config.json").read_text())
     (shifted_dir / "config.json").write_text(json.dumps(config | {"alignment_step_shift": True}))
-    plain, shifted = load_translator(checkpoint, "torch"), load_translator(shifted_dir, "torch")
+    plain, shifted = load_translator(tiny_checkpoint, "torch"), load_translator(shifted_dir, "torch")
     source = "die Katze war sehr alt und schön heute ."
     result = plain.translate(source)
     default = shifted.align(source, result)
@@ -84,10 +79,10 @@ def test_the_models_step_shift_is_the_default_reading(checkpoint: Path, tmp_path
     np.testing.assert_array_equal(forced.word.matrix, align_pair(plain, source, result.text, step_shift=True).word.matrix)
 
 
-def test_align_rejects_layers_and_heads_the_model_does_not_have(checkpoint: Path) -> None:
+def test_align_rejects_layers_and_heads_the_model_does_not_have(tiny_checkpoint: Path) -> None:
     from seq2seq.loading import load_translator
 
-    translator = load_translator(checkpoint, "torch")
+    translator = load_translator(tiny_checkpoint, "torch")
     result = translator.translate("der Hund ist klein .")
     with pytest.raises(ValueError, match="layer"):
         translator.align("der Hund ist klein .", result, layer=7)
