@@ -212,7 +212,8 @@ class _open_text:
             try:
                 yield number, raw.decode("utf-8")
             except UnicodeDecodeError as error:
-                raise CorpusError(f"{self.path}:{number}: invalid UTF-8 ({error.reason} at byte {error.start})") from None
+                raise CorpusError(
+                    f"{self.path}:{number}: invalid UTF-8 ({error.reason} at byte {error.start})") from None
 
     def __exit__(self, *exc: object) -> None:
         self._file.close()

@@ -71,7 +71,7 @@ def prepare(out: Path, corpus: str = "ding", vocab_size: int = 8000, max_phrases
         log.info("training SentencePiece (vocab %d)", vocab_size)
         spm_texts = [t for p in train for t in (p.source, p.target)]
         tokenizer = Tokenizer(train_sentencepiece(spm_texts, out / "spm", vocab_size=vocab_size))
-    sample = [p for p in splits.valid][:1000]
+    sample = list(splits.valid)[:1000]
     tokens_per_sentence = sum(len(tokenizer.encode(p.source)) + len(tokenizer.encode(p.target))
                               for p in sample) / max(2 * len(sample), 1)
     counts = {name: dict(Counter(p.kind for p in pairs)) | {"total": len(pairs)}

@@ -13,7 +13,6 @@ import argparse
 import json
 from pathlib import Path
 
-
 QUALITY_LABELS = {
     "test_bleu_beam4": "BLEU, beam 4", "test_chrf_beam4": "chrF, beam 4",
     "test_bleu_greedy": "BLEU, greedy", "test_chrf_greedy": "chrF, greedy",
@@ -109,7 +108,8 @@ with its cross-attention alignment map.
 def quality_section(metrics: dict, manifest: dict) -> str:
     quality_rows = "\n".join(
         f"| {label} | {metrics[key]} |" for key, label in QUALITY_LABELS.items() if key in metrics)
-    signatures = "\n".join(f"{name}: {metrics[name]}" for name in ("bleu_signature", "chrf_signature") if name in metrics)
+    signatures = "\n".join(
+        f"{name}: {metrics[name]}" for name in ("bleu_signature", "chrf_signature") if name in metrics)
     return f"""## Measured quality (held-out test split, {metrics.get('test_sentences', manifest['counts']['test']['total'])} sentences)
 
 | metric | value |
@@ -203,7 +203,8 @@ def limitations_section(train_config: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description="Write MODEL_CARD.md and training_curve.png into a bundle.")
     parser.add_argument("--bundle", type=Path, required=True)
-    parser.add_argument("--run", type=Path, required=True, help="training output dir (history.jsonl, train_config.json)")
+    parser.add_argument("--run", type=Path, required=True,
+                        help="training output dir (history.jsonl, train_config.json)")
     parser.add_argument("--data", type=Path, required=True, help="prepared data dir (manifest.json)")
     parser.add_argument("--metrics", type=Path, nargs="+", required=True, help="JSON files of measured metrics, merged")
     parser.add_argument("--command", required=True, help="the command that reproduces training")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +98,7 @@ def write_bundle_manifest(directory: Path, *, model_config: ModelConfig, tokeniz
     manifest: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "languages": {"source": model_config.source_lang, "target": model_config.target_lang},
         "model_config": _config_dict(model_config),
         "tokenizer": tokenizer_file,

@@ -41,7 +41,8 @@ def _parts(alignment: Any) -> tuple[list[str], list[str], list[list[float]], lis
         matrix, layer, heads = alignment.matrix, alignment.layer, alignment.heads
         links = [(int(i), int(j)) for i, j in (p.split("-") for p in alignment.links.split())]
     heads_text = "mean of heads" if heads == "mean" else "heads " + ",".join(map(str, heads))
-    shift_text = ", step-shifted (rows read where the target token is the decoder input)" if alignment.step_shift else ""
+    shift_text = (", step-shifted (rows read where the target token is the decoder input)"
+                  if alignment.step_shift else "")
     return source, target, matrix, links, f"{alignment.level} alignment, layer {layer}, {heads_text}{shift_text}"
 
 

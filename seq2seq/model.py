@@ -303,7 +303,8 @@ def load_model(directory: Path, map_location: str = "cpu") -> Transformer:
     directory = Path(directory)
     for name in (CONFIG_FILE, WEIGHTS_FILE):
         if not (directory / name).is_file():
-            raise FileNotFoundError(f"{directory / name}: missing; a model directory holds {CONFIG_FILE} and {WEIGHTS_FILE}")
+            raise FileNotFoundError(
+                f"{directory / name}: missing; a model directory holds {CONFIG_FILE} and {WEIGHTS_FILE}")
     model = Transformer(load_config(ModelConfig, directory / CONFIG_FILE))
     model.load_state_dict(load_weights(directory / WEIGHTS_FILE, map_location))
     return model.eval()
@@ -313,4 +314,4 @@ def load_weights(path: Path, map_location: str = "cpu") -> dict[str, torch.Tenso
     """The state dict in a `model.pt`. A training checkpoint nests the weights under "model";
     bundles may store them as float16, which load_state_dict casts into float32 parameters."""
     state = torch.load(path, map_location=map_location, weights_only=True)
-    return state["model"] if "model" in state else state
+    return state.get("model", state)

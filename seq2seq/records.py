@@ -31,7 +31,7 @@ class AlignmentMap(BaseModel):
     step_shift: bool = Field(description="read at the step where the target token is the decoder input")
 
     @classmethod
-    def from_alignment(cls, alignment: Alignment, decimals: int = 4) -> "AlignmentMap":
+    def from_alignment(cls, alignment: Alignment, decimals: int = 4) -> AlignmentMap:
         return cls.model_validate(alignment.to_dict(decimals))
 
 
@@ -47,7 +47,7 @@ class AlignedTranslation(BaseModel):
     target_words: list[TokenSpan] | None = Field(None, description="translation words")
     word_links: str | None = Field(None, description="hard word links, Pharaoh 'i-j' (i = source word, "
                                                      "j = target word), whatever the alignment's level")
-    alternatives: list["AlignedTranslation"] = Field(
+    alternatives: list[AlignedTranslation] = Field(
         default_factory=list, description="n-best alternatives after the best, each with its own alignment; "
                                           "their target offsets refer to their own text")
 

@@ -24,12 +24,14 @@ import re
 
 # Lower-cased, without the final period. German first, then the English ones that a German
 # text quotes often. A missed abbreviation only costs one needless split.
-ABBREVIATIONS = frozenset("""
-    abb abs abt adr allg anm apr art aug bd bzw bsp ca chr dez di dipl do dr evtl etc fa feb fr
-    frl ggf hr hrsg inkl jan jh jr jul jun kap kl max mi min mio mo mrd mr mrs ms nov nr okt
-    prof s sa so sep sept st str tel usw u.a u.ä vgl vs z.b z.t d.h o.ä u.u i.d.r e.v bzw evtl
-    e.g i.e ca co corp inc ltd no vol
-""".split())
+ABBREVIATIONS = frozenset([
+    "abb", "abs", "abt", "adr", "allg", "anm", "apr", "art", "aug", "bd", "bzw", "bsp", "ca", "chr", "dez",
+    "di", "dipl", "do", "dr", "evtl", "etc", "fa", "feb", "fr", "frl", "ggf", "hr", "hrsg", "inkl", "jan", "jh",
+    "jr", "jul", "jun", "kap", "kl", "max", "mi", "min", "mio", "mo", "mrd", "mr", "mrs", "ms", "nov", "nr",
+    "okt", "prof", "s", "sa", "so", "sep", "sept", "st", "str", "tel", "usw", "u.a", "u.ä", "vgl", "vs", "z.b",
+    "z.t", "d.h", "o.ä", "u.u", "i.d.r", "e.v", "bzw", "evtl", "e.g", "i.e", "ca", "co", "corp", "inc", "ltd",
+    "no", "vol",
+])
 
 # End punctuation, then closing quotes/brackets, then the whitespace that separates.
 _BOUNDARY = re.compile(r"[.!?…]+[\"'”’»«)\]]*(?=\s)")

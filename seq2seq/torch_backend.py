@@ -21,7 +21,7 @@ class TorchBackend:
         self.config = config
 
     @classmethod
-    def from_directory(cls, directory: Path) -> "TorchBackend":
+    def from_directory(cls, directory: Path) -> TorchBackend:
         return cls(load_model(directory))
 
     @torch.inference_mode()

@@ -28,8 +28,16 @@ from tqdm import tqdm
 
 from data.prepare import Pair, read_pairs
 from data.tokenizer import Tokenizer
-from seq2seq.config import (DecodeConfig, ModelConfig, TrainConfig, dataclass_arguments, from_arguments,
-                            load_config, save_config, to_dict)
+from seq2seq.config import (
+    DecodeConfig,
+    ModelConfig,
+    TrainConfig,
+    dataclass_arguments,
+    from_arguments,
+    load_config,
+    save_config,
+    to_dict,
+)
 from seq2seq.guided import GuidedAlignment, GuidedForward, guided_loss
 from seq2seq.model import Transformer, load_weights, save_model
 from seq2seq.torch_backend import TorchBackend
@@ -47,7 +55,8 @@ def learning_rate(step: int, config: TrainConfig) -> float:
     return config.lr * min(step / config.warmup_steps, math.sqrt(config.warmup_steps / step))
 
 
-def smoothed_loss(log_probs: torch.Tensor, target: torch.Tensor, smoothing: float, pad_id: int) -> tuple[torch.Tensor, int]:
+def smoothed_loss(log_probs: torch.Tensor, target: torch.Tensor, smoothing: float,
+                  pad_id: int) -> tuple[torch.Tensor, int]:
     """Label-smoothed NLL summed over non-pad tokens; log_probs (B, T, V), target (B, T)."""
     mask = target != pad_id
     nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
@@ -134,7 +143,8 @@ def validation_bleu(model: Transformer, tokenizer: Tokenizer, sources: list[str]
 
     model.eval()
     translator = Translator(TorchBackend(model), tokenizer)
-    hypotheses = [r.text for r in translator.translate_batch(sources, DecodeConfig(beam_size=1, return_attention=False))]
+    greedy = DecodeConfig(beam_size=1, return_attention=False)
+    hypotheses = [r.text for r in translator.translate_batch(sources, greedy)]
     model.train()
     return sacrebleu.corpus_bleu(hypotheses, [references]).score
 

@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from data.tokenizer import Tokenizer
-from seq2seq.alignment import (Alignment, AlignmentError, AlignmentOptions, Alignments, Token, align,
-                               pieces_with_offsets)
+from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Alignments, Token, align, pieces_with_offsets
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.search import Hypothesis, SearchBackend, beam_search, pad_batch
 
@@ -28,7 +27,7 @@ class TranslationResult:
     # (L, H, T+1, S+1): cross-attention of every layer/head; rows = target steps (last =
     # the step that emitted EOS), columns = source pieces plus the source EOS.
     attention: np.ndarray | None = None
-    alternatives: list["TranslationResult"] = field(default_factory=list)  # n-best beyond the first
+    alternatives: list[TranslationResult] = field(default_factory=list)  # n-best beyond the first
     # Its alignment maps, built in the same pass when `DecodeConfig.alignment` asks for them.
     alignment: Alignments | None = None
 

@@ -16,7 +16,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 # The toy task's alphabet: each letter is one whole word, so one SentencePiece "word" piece.
-TOY_ALPHABET = "a b c d e f g h".split()
+TOY_ALPHABET = ["a", "b", "c", "d", "e", "f", "g", "h"]
 
 
 def write_toy_tokenizer(directory: Path) -> Path:
@@ -69,8 +69,9 @@ def tiny_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory)
     parity checked on every toy sentence. Shared: copy it before changing anything in it."""
     import json
 
-    from export.exporter import export_model
     from toy import SENTENCES
+
+    from export.exporter import export_model
 
     work = tmp_path_factory.mktemp("tiny_bundle")
     manifest = work / "manifest.json"

@@ -15,27 +15,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import TOY_ALPHABET, write_toy_tokenizer
 from fastapi.testclient import TestClient
+from toy import SENTENCES, toy_pairs
 
 from data.prepare import read_pairs
 from data.tokenizer import Tokenizer
-from seq2seq.loading import load_translator as load_onnx_translator
 from seq2seq.aer import read_gold, write_pharaoh
+from seq2seq.alignment import AlignmentError as ForcedAlignmentError
 from seq2seq.cli import main as cli_main
 from seq2seq.config import DecodeConfig, ModelConfig, TrainConfig
-from seq2seq.alignment import AlignmentError as ForcedAlignmentError
 from seq2seq.forced import ForcedAlignment, align_pair, align_pairs, teacher_force_by_steps
-from seq2seq.loading import load_translator
 from seq2seq.guided import GuidedAlignment, guided_loss
+from seq2seq.loading import load_translator
+from seq2seq.loading import load_translator as load_onnx_translator
 from seq2seq.train import train
 from seq2seq.train_data import load_examples
 from seq2seq.translator import Translator
 from service.app import create_app
 from service.engine import TranslatorEngine
 from service.settings import Settings
-from toy import SENTENCES, toy_pairs
-
-from conftest import TOY_ALPHABET, write_toy_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 PAIRS = toy_pairs(6, seed=7)
@@ -120,7 +119,8 @@ def test_align_cli_pharaoh_and_jsonl_with_bad_lines(tiny_bundle: Path, onnx_tran
     expected = [a.word.pharaoh for a in align_pairs(onnx_translator, PAIRS[:4])]
 
     pharaoh = tmp_path / "out.pharaoh"
-    assert cli_main(["align", "--model", str(tiny_bundle), "-i", str(source), "-o", str(pharaoh), "--threads", "1"]) == 3
+    arguments = ["align", "--model", str(tiny_bundle), "-i", str(source), "-o", str(pharaoh), "--threads", "1"]
+    assert cli_main(arguments) == 3
     written = pharaoh.read_text().split("\n")[:-1]
     assert written == [expected[0], "", "", "", expected[1], expected[2], expected[3]]
     errors = capsys.readouterr().err

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-
 from toy import SENTENCES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -151,12 +150,13 @@ def test_the_explorer_works_on_the_torch_backend(tiny_bundle: Path, answer: dict
 
 
 def test_backend_without_maps_is_501(toy_tokenizer_path: Path) -> None:
+    from test_service import EchoBackend
+
     from data.tokenizer import Tokenizer
     from seq2seq.translator import Translator
     from service.app import create_app
     from service.engine import TranslatorEngine
     from service.settings import Settings
-    from test_service import EchoBackend
 
     tokenizer = Tokenizer(toy_tokenizer_path)
     engine = TranslatorEngine({("de", "en"): ("echo", Translator(EchoBackend(tokenizer.vocab_size), tokenizer))})

@@ -23,8 +23,8 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toy import SENTENCES  # noqa: E402
 from test_service_server import free_port, start_server  # noqa: E402
+from toy import SENTENCES  # noqa: E402
 
 CHROMIUM = os.environ.get("CROSSALIGN_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 # Headless, and quiet: without the background-networking flags chromium keeps trying to

@@ -15,18 +15,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from toy import SENTENCES
 
 from data.tokenizer import EOS_ID, PAD_ID, Tokenizer
 from export import exporter
-from seq2seq.bundle import BUNDLE_FILE, BundleError, load_bundle_manifest, update_metrics
 from export.exporter import ExportError, check_parity, export_model
-from seq2seq.loading import load_translator
-from seq2seq.onnx_backend import OnnxBackend
+from seq2seq.bundle import BUNDLE_FILE, BundleError, load_bundle_manifest, update_metrics
 from seq2seq.config import DecodeConfig
+from seq2seq.loading import load_translator
 from seq2seq.model import load_model
+from seq2seq.onnx_backend import OnnxBackend
 from seq2seq.search import beam_search, pad_batch
 from seq2seq.torch_backend import TorchBackend
-from toy import SENTENCES
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED_BUNDLE = REPO / "models" / "de-en"
@@ -195,7 +195,8 @@ def test_missing_files_are_all_named(tiny_bundle: Path, tmp_path: Path) -> None:
 
 
 def test_runtime_does_not_import_torch() -> None:
-    code = ("import sys, seq2seq.loading, seq2seq.onnx_backend, seq2seq.bundle, seq2seq.translator, seq2seq.search, data.tokenizer; "
+    code = ("import sys, seq2seq.loading, seq2seq.onnx_backend, seq2seq.bundle, seq2seq.translator, seq2seq.search, "
+            "data.tokenizer; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 

@@ -17,7 +17,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-
 from toy import SENTENCES
 
 REPO = Path(__file__).resolve().parents[1]

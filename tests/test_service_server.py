@@ -22,7 +22,6 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-
 from toy import SENTENCES
 
 REPO = Path(__file__).resolve().parents[1]

@@ -252,7 +252,7 @@ def test_every_training_setting_is_explained_in_help() -> None:
     comments = field_comments(TrainConfig)
     assert comments["lr"] == "peak learning rate"
     assert comments["init_from"].startswith("Start a new run from the weights")
-    assert set(comments) == {f for f in TrainConfig.__dataclass_fields__}, "every TrainConfig field has a comment"
+    assert set(comments) == set(TrainConfig.__dataclass_fields__), "every TrainConfig field has a comment"
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     text = parser.format_help()

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_train import tiny_model_config, tiny_train_config, write_toy_data
 
 from seq2seq.config import ModelConfig, TrainConfig
 from seq2seq.model import load_model
 from seq2seq.train import list_checkpoints, train
 from seq2seq.train_data import drop_words, epoch_examples
-
-from test_train import tiny_model_config, tiny_train_config, write_toy_data
 
 
 def toy_examples() -> tuple[list[tuple[list[int], list[int]]], list[bool]]:
@@ -64,7 +63,8 @@ def test_run_directory_defaults_outside_the_checkout_and_expands_home(monkeypatc
 def write_mixed_data(directory: Path, tokenizer_path: Path) -> None:
     """The toy copy task plus single-word "phrase" pairs, as `data prepare` labels them."""
     write_toy_data(directory, tokenizer_path, train_count=16, held_out_count=4)
-    words = sorted({w for line in (directory / "train.tsv").read_text().splitlines() for w in line.split("\t")[0].split()})
+    lines = (directory / "train.tsv").read_text().splitlines()
+    words = sorted({w for line in lines for w in line.split("\t")[0].split()})
     with open(directory / "train.tsv", "a") as handle:
         handle.writelines(f"{w}\t{w}\tphrase\n" for w in words * 10)
 

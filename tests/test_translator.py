@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from toy import SENTENCES
 
 from data.tokenizer import Tokenizer
 from seq2seq.alignment import words
@@ -16,7 +17,6 @@ from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.model import Transformer
 from seq2seq.torch_backend import TorchBackend
 from seq2seq.translator import Translator
-from toy import SENTENCES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +76,8 @@ def test_the_models_step_shift_is_the_default_reading(tiny_checkpoint: Path, tmp
     # Forced alignment (crossalign align, /v1/align, eval --gold) reads the same default.
     forced = align_pair(shifted, source, result.text)
     assert forced.word.step_shift
-    np.testing.assert_array_equal(forced.word.matrix, align_pair(plain, source, result.text, step_shift=True).word.matrix)
+    explicit = align_pair(plain, source, result.text, step_shift=True)
+    np.testing.assert_array_equal(forced.word.matrix, explicit.word.matrix)
 
 
 def test_align_rejects_layers_and_heads_the_model_does_not_have(tiny_checkpoint: Path) -> None:
@@ -90,7 +91,8 @@ def test_align_rejects_layers_and_heads_the_model_does_not_have(tiny_checkpoint:
         translator.align("der Hund ist klein .", result, heads=(99,))
 
 
-@pytest.mark.parametrize("command", [[], ["data", "prepare"], ["train"], ["translate"], ["eval"], ["export"], ["serve"]])
+@pytest.mark.parametrize("command",
+                         [[], ["data", "prepare"], ["train"], ["translate"], ["eval"], ["export"], ["serve"]])
 def test_every_command_has_help(command: list[str]) -> None:
     out = subprocess.run([sys.executable, "-m", "seq2seq.cli", *command, "--help"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)

@@ -54,7 +54,8 @@ def toy_pairs(count: int, seed: int = 0) -> list[tuple[str, str]]:
 
 
 def train_tiny(directory: Path, steps: int = 30) -> Path:
-    """A tiny model trained for `steps` (deterministic, ~3 s on one core) into `directory/ckpt` (config.json, model.pt, spm.model)."""
+    """A tiny model trained for `steps` (deterministic, ~3 s on one core) into `directory/ckpt`
+    (config.json, model.pt, spm.model)."""
     pairs = toy_pairs(400)
     spm_path = train_sentencepiece([text for pair in pairs for text in pair], directory / "spm", vocab_size=80)
     tokenizer = Tokenizer(spm_path)

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from seq2seq.alignment import AlignmentError, AlignmentOptions
 from seq2seq.cli.batch import EXIT_OK, EXIT_SOME_FAILED
 from seq2seq.cli.batch.reading import MAX_CHARS, line_problem, strip_line_ending
-from seq2seq.alignment import AlignmentError, AlignmentOptions
 from seq2seq.forced import align_given
 from seq2seq.loading import BACKENDS, load_translator
 from seq2seq.translator import Translator
@@ -87,7 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heads", type=int, nargs="*", default=None,
                         help="heads to average (default: the model's alignment heads; none given = all)")
     parser.add_argument("--step-shift", action=argparse.BooleanOptionalAction, default=None,
-                        help="read the map where the target token is the decoder input (Chen et al. 2020); default: the model's")
+                        help="read the map where the target token is the decoder input (Chen et al. 2020); "
+                             "default: the model's")
     parser.add_argument("--level", choices=("word", "subword"), default=AlignmentOptions.level,
                         help="subword: also write the subword map in JSONL records")
     parser.add_argument("--batch-lines", type=int, default=256, help="lines read and aligned together")
@@ -131,8 +132,9 @@ def main(args: argparse.Namespace) -> int:
         options = alignment_options(args).resolve(translator.config)
     except AlignmentError as error:
         raise SystemExit(f"crossalign align: {error}") from None
-    source = open(args.input, "rb") if args.input else sys.stdin.buffer
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    # Closed in the finally below (stdin and stdout stay open).
+    source = open(args.input, "rb") if args.input else sys.stdin.buffer  # noqa: SIM115
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
     total = failures = 0
     try:
         chunk: list[PairLine] = []

@@ -47,7 +47,8 @@ def score(hypotheses: list[str], references: list[str]) -> dict:
     }
 
 
-def translate_file(model: Path, backend: str, sources: list[str], config: DecodeConfig, batch_size: int = 64) -> list[str]:
+def translate_file(model: Path, backend: str, sources: list[str], config: DecodeConfig,
+                   batch_size: int = 64) -> list[str]:
     from seq2seq.loading import load_translator
 
     translator = load_translator(model, backend)
@@ -90,7 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     alignment.add_argument("--heads", type=int, nargs="*", default=None,
                            help="heads to average (default: the model's; none given = all)")
     alignment.add_argument("--step-shift", action=argparse.BooleanOptionalAction, default=None,
-                           help="read the map where the target token is the decoder input (Chen et al. 2020); default: the model's")
+                           help="read the map where the target token is the decoder input (Chen et al. 2020); "
+                                "default: the model's")
 
 
 def alignment_links(model: Path, backend: str, pairs: list[tuple[str, str]], layer: int | None,
@@ -113,7 +115,8 @@ def alignment_links(model: Path, backend: str, pairs: list[tuple[str, str]], lay
 
 def evaluate_alignment(args: argparse.Namespace) -> int:
     """`--gold`: AER, precision and recall of `--hyp` (Pharaoh) or of `--model`'s maps."""
-    from seq2seq.aer import read_gold, read_pharaoh, score as alignment_score, write_pharaoh
+    from seq2seq.aer import read_gold, read_pharaoh, write_pharaoh
+    from seq2seq.aer import score as alignment_score
 
     gold = read_gold(args.gold)
     if args.limit:
@@ -127,8 +130,9 @@ def evaluate_alignment(args: argparse.Namespace) -> int:
         heads = None if args.heads is None else tuple(args.heads)
         hypotheses = alignment_links(args.model, args.backend, [(p.source, p.target) for p in gold], args.layer,
                                      heads, args.step_shift)
+        shift = "" if args.step_shift is None else (" step-shift" if args.step_shift else " no step-shift")
         source = (f"{args.model} layer {'default' if args.layer is None else args.layer} heads "
-                  f"{'default' if heads is None else (list(heads) or 'mean')}{'' if args.step_shift is None else (' step-shift' if args.step_shift else ' no step-shift')}")
+                  f"{'default' if heads is None else (list(heads) or 'mean')}{shift}")
         if args.save_hyp:
             write_pharaoh(args.save_hyp, hypotheses)
     else:

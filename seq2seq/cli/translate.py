@@ -22,8 +22,8 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from data.tokenizer import Tokenizer
-from seq2seq.cli import batch
 from seq2seq.alignment import AlignmentError, AlignmentOptions
+from seq2seq.cli import batch
 from seq2seq.config import CONFIG_FILE, DecodeConfig, ModelConfig, load_config
 from seq2seq.loading import BACKENDS
 
@@ -66,7 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument("text", nargs="*", help="text to translate (default: read lines from --input or stdin)")
-    parser.add_argument("-m", "--model", type=Path, default=DEFAULT_MODEL, help=f"model directory (default {DEFAULT_MODEL})")
+    parser.add_argument("-m", "--model", type=Path, default=DEFAULT_MODEL,
+                        help=f"model directory (default {DEFAULT_MODEL})")
     parser.add_argument("-i", "--input", type=Path, help="input file, one segment per line (default stdin)")
     parser.add_argument("-o", "--output", type=Path, help="output file (default stdout)")
     parser.add_argument("--input-format", choices=batch.INPUT_FORMATS, default="text", help="(default text)")
@@ -76,7 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with -o: keep the complete records of an interrupted run and translate the rest")
     parser.add_argument("--backend", choices=BACKENDS, default=batch.EngineSpec.backend,
                         help=f"inference backend (default {batch.EngineSpec.backend})")
-    parser.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size, help=f"(default {DecodeConfig.beam_size})")
+    parser.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size,
+                        help=f"(default {DecodeConfig.beam_size})")
     parser.add_argument("--length-penalty", type=float, default=DecodeConfig.length_penalty,
                         help=f"(default {DecodeConfig.length_penalty})")
     parser.add_argument("--batch-size", type=int, default=batch.JobOptions.batch_size,
@@ -103,7 +105,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     aligned.add_argument("--alignment-layer", type=int, help="decoder layer (default: the model's alignment layer)")
     aligned.add_argument("--alignment-heads", type=int, nargs="+", help="heads to average (default: the model's)")
     aligned.add_argument("--step-shift", action=argparse.BooleanOptionalAction, default=None,
-                         help="read the map where the target token is the decoder input (Chen et al. 2020); default: the model's")
+                         help="read the map where the target token is the decoder input (Chen et al. 2020); "
+                              "default: the model's")
     aligned.add_argument("--heatmaps", type=Path, metavar="DIR",
                          help="write one heatmap per line into DIR, named by line number or id")
     aligned.add_argument("--heatmap-format", choices=batch.HEATMAP_FORMATS, default=batch.JobOptions.heatmap_format,

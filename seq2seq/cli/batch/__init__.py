@@ -21,13 +21,34 @@ The names below are the job's public surface, so callers write `batch.run_job`.
 
 from __future__ import annotations
 
-from seq2seq.cli.batch.engines import (Engine, EngineSpec, InlineEngine, ProcessEngine, SentenceTranslator,
-                                       UnitResult, worker_threads)
+from seq2seq.cli.batch.engines import (
+                                       Engine,
+                                       EngineSpec,
+                                       InlineEngine,
+                                       ProcessEngine,
+                                       SentenceTranslator,
+                                       UnitResult,
+                                       worker_threads,
+)
 from seq2seq.cli.batch.job import JobOptions, JobSummary, _Unit, plan_batches, run_job
-from seq2seq.cli.batch.reading import (INPUT_FORMATS, MAX_CHARS, Segment, decode_line, line_problem, read_segments,
-                                       strip_line_ending)
-from seq2seq.cli.batch.writing import (HEATMAP_FORMATS, OUTPUT_FORMATS, LineResult, RecordWriter, format_record,
-                                       join_line, prepare_resume)
+from seq2seq.cli.batch.reading import (
+                                       INPUT_FORMATS,
+                                       MAX_CHARS,
+                                       Segment,
+                                       decode_line,
+                                       line_problem,
+                                       read_segments,
+                                       strip_line_ending,
+)
+from seq2seq.cli.batch.writing import (
+                                       HEATMAP_FORMATS,
+                                       OUTPUT_FORMATS,
+                                       LineResult,
+                                       RecordWriter,
+                                       format_record,
+                                       join_line,
+                                       prepare_resume,
+)
 
 # Exit statuses of `crossalign translate` (documented in its --help).
 EXIT_OK = 0              # every line translated

@@ -53,7 +53,7 @@ class SentenceTranslator:
         self.translator, self.decode = translator, decode
 
     @classmethod
-    def load(cls, spec: EngineSpec) -> "SentenceTranslator":
+    def load(cls, spec: EngineSpec) -> SentenceTranslator:
         translator = load_translator(spec.model, spec.backend, spec.threads)
         return cls(translator, spec.decode)
 

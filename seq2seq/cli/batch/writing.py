@@ -97,7 +97,8 @@ class RecordWriter:
     def __init__(self, output: Path | None, output_format: str, append: bool = False):
         self.output_format = output_format
         self.path = output
-        self.stream: TextIO = (open(output, "a" if append else "w", encoding="utf-8", newline="")
+        # Kept open across writes and closed by close() (stdout stays open).
+        self.stream: TextIO = (open(output, "a" if append else "w", encoding="utf-8", newline="")  # noqa: SIM115
                                if output else sys.stdout)
 
     def write(self, records: list[str]) -> None:
