@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import logging
 import random
@@ -95,15 +96,21 @@ def prepare(out: Path, corpus: str = "ding", vocab_size: int = 8000, max_phrases
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # The defaults are prepare()'s own, so the library and the command line cannot drift.
+    default = {name: parameter.default for name, parameter in inspect.signature(prepare).parameters.items()}
     parser.add_argument("--out", type=Path, required=True, help="output directory")
-    parser.add_argument("--corpus", default="ding", help="ding | tsv:PATH | moses:SRC,TGT (default: ding)")
+    parser.add_argument("--corpus", default=default["corpus"],
+                        help=f"ding | tsv:PATH | moses:SRC,TGT (default: {default['corpus']})")
     parser.add_argument("--ding-path", type=Path, default=None, help="explicit path to the Ding de-en file")
-    parser.add_argument("--vocab-size", type=int, default=8000, help="joint SentencePiece vocabulary (default 8000)")
-    parser.add_argument("--max-phrases", type=int, default=200_000,
-                        help="dictionary phrase pairs mixed into train, -1 for all (default 200000)")
-    parser.add_argument("--test-size", type=int, default=1600, help="held-out test sentences (default 1600)")
-    parser.add_argument("--valid-size", type=int, default=1100, help="held-out validation sentences (default 1100)")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--vocab-size", type=int, default=default["vocab_size"],
+                        help=f"joint SentencePiece vocabulary (default {default['vocab_size']})")
+    parser.add_argument("--max-phrases", type=int, default=default["max_phrases"],
+                        help=f"dictionary phrase pairs mixed into train, -1 for all (default {default['max_phrases']})")
+    parser.add_argument("--test-size", type=int, default=default["test_size"],
+                        help=f"held-out test sentences (default {default['test_size']})")
+    parser.add_argument("--valid-size", type=int, default=default["valid_size"],
+                        help=f"held-out validation sentences (default {default['valid_size']})")
+    parser.add_argument("--seed", type=int, default=default["seed"])
     parser.add_argument("--tokenizer", type=Path, default=None, metavar="SPM_MODEL",
                         help="reuse this SentencePiece model instead of training one (e.g. models/de-en/spm.model, "
                              "to continue training or fine-tune that model with --init-from)")

@@ -21,10 +21,12 @@ from seq2seq.search import SearchBackend
 from seq2seq.translator import Translator
 
 BACKENDS = ("onnx", "torch")
+DEFAULT_BACKEND = "onnx"           # serving never needs torch
 
 
-def load_translator(model_dir: Path | str, backend: str = "onnx", threads: int = 0, precision: str | None = None,
-                    verify: bool = True, max_source_tokens: int = 250, max_batch_tokens: int = 4096) -> Translator:
+def load_translator(model_dir: Path | str, backend: str = DEFAULT_BACKEND, threads: int = 0,
+                    precision: str | None = None, verify: bool = True, max_source_tokens: int = 250,
+                    max_batch_tokens: int = 4096) -> Translator:
     """The shared `Translator` over the chosen backend.
 
     backend "onnx" runs the bundle's graphs of `precision` (default: the bundle's export

@@ -35,7 +35,7 @@ from seq2seq.alignment import AlignmentError, AlignmentOptions
 from seq2seq.cli.batch import EXIT_OK, EXIT_SOME_FAILED
 from seq2seq.cli.batch.reading import MAX_CHARS, line_problem, strip_line_ending
 from seq2seq.forced import align_given
-from seq2seq.loading import BACKENDS, load_translator
+from seq2seq.loading import BACKENDS, DEFAULT_BACKEND, load_translator
 from seq2seq.translator import Translator
 
 log = logging.getLogger("crossalign.align")
@@ -82,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-i", "--input", type=Path, help="source<TAB>target lines (default: stdin)")
     parser.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")
     parser.add_argument("--format", choices=FORMATS, default="pharaoh")
-    parser.add_argument("--backend", choices=BACKENDS, default="onnx")
+    parser.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND)
     parser.add_argument("--layer", type=int, default=None, help="decoder layer (default: the model's alignment layer)")
     parser.add_argument("--heads", type=int, nargs="*", default=None,
                         help="heads to average (default: the model's alignment heads; none given = all)")

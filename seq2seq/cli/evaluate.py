@@ -25,6 +25,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from seq2seq.config import DecodeConfig
+from seq2seq.loading import BACKENDS, DEFAULT_BACKEND
 
 log = logging.getLogger("crossalign.eval")
 
@@ -76,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hyp", type=Path, help="file of translations, one per line (instead of --model); "
                                                  "with --gold a Pharaoh file of alignments")
     parser.add_argument("--ref", type=Path, help="file of references, one per line (with --hyp)")
-    parser.add_argument("--backend", choices=("onnx", "torch"), default="onnx")
+    parser.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND)
     parser.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size)
     parser.add_argument("--length-penalty", type=float, default=DecodeConfig.length_penalty,
                         help="GNMT length-penalty exponent alpha (default %(default)s)")

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from seq2seq.alignment import Alignment
 from seq2seq.config import DecodeConfig
-from seq2seq.loading import load_translator
+from seq2seq.loading import DEFAULT_BACKEND, load_translator
 from seq2seq.translator import TranslationResult, Translator
 
 log = logging.getLogger("crossalign.translate")
@@ -29,7 +29,7 @@ class EngineSpec:
     """Everything a worker process needs to build its own Translator (picklable)."""
 
     model: Path
-    backend: str = "onnx"
+    backend: str = DEFAULT_BACKEND
     threads: int = 0                           # 0 = the library default
     # `decode.alignment` None = no alignment (and no attention kept)
     decode: DecodeConfig = DecodeConfig(return_attention=False)
