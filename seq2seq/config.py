@@ -98,6 +98,12 @@ class TrainConfig:
     average_last: int = 5                # average the last N checkpoints into the final model
     seed: int = 1                        # initialisation, batch order and dropout
     threads: int = 0                     # torch intra-op threads, 0 = torch's default
+    # Where training runs: "cpu", "cuda" or "cuda:N". Checkpoints are device-free, so a run
+    # started on a GPU resumes on the CPU and back. Validation BLEU decodes on a CPU copy.
+    device: str = "cpu"
+    # Forward-pass precision: "bf16" (autocast; what GPUs are fast at, and it runs on the CPU
+    # too) or "fp32"; "auto" = bf16 on CUDA, fp32 on CPU. Weights, optimizer and loss stay fp32.
+    precision: str = "auto"
     # Start a new run from the weights of a model directory (a release bundle or a run's
     # final/): its config.json fixes the architecture and its spm.model must be the data's;
     # dropout comes from this run's --dropout / --attention-dropout. The optimizer and the
@@ -122,10 +128,18 @@ class TrainConfig:
         problems = []
         if not 0.0 <= self.phrase_share < 1.0:
             problems.append(f"phrase_share {self.phrase_share} outside [0, 1)")
+        if self.precision not in ("auto", "bf16", "fp32"):
+            problems.append(f"precision {self.precision!r} is not auto, bf16 or fp32")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            problems.append(f"device {self.device!r} is not cpu, cuda or cuda:N")
         if not 0.0 <= self.word_dropout < 1.0:
             problems.append(f"word_dropout {self.word_dropout} outside [0, 1)")
         if problems:
             raise ValueError("invalid TrainConfig: " + "; ".join(problems))
+
+    @property
+    def autocast_bf16(self) -> bool:
+        return self.precision == "bf16" or (self.precision == "auto" and self.device.startswith("cuda"))
 
     @property
     def run_dir(self) -> Path:

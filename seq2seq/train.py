@@ -11,6 +11,7 @@ CPU): each rank takes every N-th batch of the same deterministic order.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
 import math
@@ -82,7 +83,8 @@ def save_checkpoint(out_dir: Path, model: Transformer, optimizer: torch.optim.Op
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state,
-        "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
+        "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None},
     }
     tmp = path.with_suffix(".tmp")
     torch.save(payload, tmp)
@@ -126,13 +128,22 @@ def initial_config(model_dir: Path, data_dir: Path, requested: ModelConfig | Non
 # --------------------------------------------------------------------------- evaluation
 
 
+def autocast(config: TrainConfig) -> torch.autocast:
+    """bf16 autocast for the forward pass when `config` asks for it (a no-op context otherwise)."""
+    device_type = torch.device(config.device).type
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=config.autocast_bf16)
+
+
 @torch.no_grad()
-def validation_loss(model: Transformer, examples: list[Example], max_tokens: int) -> float:
+def validation_loss(model: Transformer, examples: list[Example], config: TrainConfig) -> float:
     model.eval()
     total, count = 0.0, 0
-    for indices in make_batches(examples, max_tokens, seed=0, epoch=0):
-        src, tgt_in, tgt_out = collate(examples, indices, model.config)
-        loss, n = smoothed_loss(model(src, tgt_in), tgt_out, 0.0, model.config.pad_id)
+    device = torch.device(config.device)
+    for indices in make_batches(examples, config.max_tokens, seed=0, epoch=0):
+        src, tgt_in, tgt_out = (t.to(device) for t in collate(examples, indices, model.config))
+        with autocast(config):
+            log_probs = model(src, tgt_in)
+        loss, n = smoothed_loss(log_probs.float(), tgt_out, 0.0, model.config.pad_id)
         total, count = total + float(loss), count + n
     model.train()
     return total / max(count, 1)
@@ -141,6 +152,8 @@ def validation_loss(model: Transformer, examples: list[Example], max_tokens: int
 def validation_bleu(model: Transformer, tokenizer: Tokenizer, sources: list[str], references: list[str]) -> float:
     import sacrebleu
 
+    if next(model.parameters()).device.type != "cpu":  # the numpy search runs on the CPU
+        model = copy.deepcopy(model).cpu()
     model.eval()
     translator = Translator(TorchBackend(model), tokenizer)
     greedy = DecodeConfig(beam_size=1, return_attention=False)
@@ -267,6 +280,8 @@ def restore_checkpoint(path: Path, model: Transformer, optimizer: torch.optim.Op
     torch.set_rng_state(payload["rng"]["torch"])
     random.setstate(payload["rng"]["python"])
     np.random.set_state(payload["rng"]["numpy"])
+    if payload["rng"].get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
     return payload["state"]
 
 
@@ -310,12 +325,13 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
     np.random.seed(train_config.seed)
     torch.manual_seed(train_config.seed)
     model = Transformer(model_config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=train_config.lr, betas=train_config.betas,
-                                  weight_decay=train_config.weight_decay)
-    state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "history": [], "elapsed": 0.0}
     if initial is not None:
         model.load_state_dict(load_weights(initial / "model.pt"))
         log.info("initialised from %s (%s)", initial, model_config)
+    model.to(train_config.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=train_config.lr, betas=train_config.betas,
+                                  weight_decay=train_config.weight_decay)
+    state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "history": [], "elapsed": 0.0}
     if checkpoints:
         state = restore_checkpoint(checkpoints[-1], model, optimizer)
         log.info("resumed %s: step %d, epoch %d at batch %d, %.1f minutes trained, learning rate %.2e; "
@@ -398,17 +414,21 @@ def train_step(run: Run, indices: list[int], step: int, window: Window) -> float
     for group in run.optimizer.param_groups:
         group["lr"] = learning_rate(step, config)
     src, tgt_in, tgt_out = collate(data.examples, indices, model_config)
-    src = drop_words(src, config.word_dropout, model_config)
-    tgt_in = drop_words(tgt_in, config.word_dropout, model_config)
+    device = torch.device(config.device)
+    src = drop_words(src, config.word_dropout, model_config).to(device)
+    tgt_in = drop_words(tgt_in, config.word_dropout, model_config).to(device)
+    tgt_out = tgt_out.to(device)
     if data.guided is None:
-        loss_sum, n_tokens = smoothed_loss(run.forward(src, tgt_in), tgt_out, config.label_smoothing,
-                                           model_config.pad_id)
+        with autocast(config):
+            log_probs = run.forward(src, tgt_in)
+        loss_sum, n_tokens = smoothed_loss(log_probs.float(), tgt_out, config.label_smoothing, model_config.pad_id)
         # Normalise by this rank's tokens; DDP averages gradients across ranks.
         loss = loss_sum / max(n_tokens, 1)
     else:
-        log_probs, head_weights = run.forward(src, tgt_in)
-        loss_sum, n_tokens = smoothed_loss(log_probs, tgt_out, config.label_smoothing, model_config.pad_id)
-        guided_sum, n_rows = guided_loss(head_weights, data.guided.targets(data.examples, indices))
+        with autocast(config):
+            log_probs, head_weights = run.forward(src, tgt_in)
+        loss_sum, n_tokens = smoothed_loss(log_probs.float(), tgt_out, config.label_smoothing, model_config.pad_id)
+        guided_sum, n_rows = guided_loss(head_weights.float(), data.guided.targets(data.examples, indices).to(device))
         loss = loss_sum / max(n_tokens, 1) + config.guided_weight * guided_sum / max(n_rows, 1)
         window.guided += float(guided_sum.detach())
         window.guided_rows += n_rows
@@ -433,7 +453,7 @@ def validate(run: Run, window: Window, step: int, start_time: float, progress: t
     state, data = run.state, run.data
     entry = {"step": step, "epoch": state["epoch"], "minutes": round((time.time() - start_time) / 60, 2),
              "train_loss": round(window.train_loss(), 4), "tokens_per_s": round(window.tokens_per_s()),
-             "valid_loss": round(validation_loss(run.model, data.valid_examples, run.config.max_tokens), 4)}
+             "valid_loss": round(validation_loss(run.model, data.valid_examples, run.config), 4)}
     if data.guided is not None:
         entry["guided_loss"] = round(window.guided_loss(), 4)
     if data.bleu_pairs:

@@ -106,3 +106,20 @@ def test_init_from_keeps_the_architecture_but_takes_dropout_from_the_run(tmp_pat
                       replace(tiny_model_config(32), dropout=0.3))
     config = load_model(continued).config
     assert config.d_model == 16 and config.dropout == 0.3
+
+
+def test_the_device_agnostic_bf16_path_trains_on_the_cpu(tmp_path: Path, toy_tokenizer_path: Path) -> None:
+    """What `--device cuda` runs (bf16 autocast, tensors moved to the run's device), on the CPU."""
+    write_toy_data(tmp_path / "data", toy_tokenizer_path, train_count=200, held_out_count=4)
+    config = tiny_train_config(tmp_path / "data", tmp_path / "bf16", max_steps=30, device="cpu", precision="bf16",
+                               valid_every=30)
+    assert config.autocast_bf16 and not TrainConfig(device="cpu").autocast_bf16
+    assert TrainConfig(device="cuda").autocast_bf16
+    final = train(config, tiny_model_config(32))
+    model = load_model(final)
+    assert all(p.dtype == torch.float32 for p in model.parameters())   # weights stay fp32
+    history = [json.loads(line) for line in (tmp_path / "bf16" / "history.jsonl").read_text().splitlines()]
+    first = train(replace(config, out_dir=str(tmp_path / "one"), max_steps=1), tiny_model_config(32))
+    assert history[-1]["valid_loss"] < json.loads((first / "history.json").read_text())[-1]["valid_loss"]
+    with pytest.raises(ValueError, match="precision"):
+        TrainConfig(precision="fp8")
