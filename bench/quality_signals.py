@@ -46,16 +46,16 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from seq2seq.aer import read_gold, read_pharaoh  # noqa: E402
-from seq2seq.alignment import words  # noqa: E402
+from seq2seq.alignment import projection, words  # noqa: E402
 from seq2seq.config import DecodeConfig  # noqa: E402
 from seq2seq.forced import ForcedAlignmentError, build_alignment, forced_attention  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
 from seq2seq.quality import (QualityThresholds, confidence_features, is_punctuation,  # noqa: E402
                              source_coverage, target_entropy, target_peak)
-from seq2seq.search import length_penalty  # noqa: E402
+from seq2seq.search import length_penalty, pad_batch  # noqa: E402
 
 Links = set[tuple[int, int]]
-THRESHOLDS = np.round(np.arange(0.02, 1.001, 0.02), 2)
+THRESHOLDS = np.round(np.arange(0.02, 2.001, 0.02), 2)      # coverage may exceed 1
 
 
 # --------------------------------------------------------------------------- planting
@@ -153,6 +153,7 @@ class Scored:
     values: np.ndarray        # coverage per source word (omission) or peak per target word (insertion)
     entropy: np.ndarray       # per target word (insertions only)
     candidates: list[int]     # word indices that may be flagged (not punctuation)
+    original: int = 0         # id() of the planted Case it was scored from
 
 
 def prf(flags: list[set[int]], truths: list[frozenset[int]]) -> tuple[float, float, float]:
@@ -191,9 +192,11 @@ def false_alarms(items: list[Scored], threshold: float, key: str = "values", abo
     return 100 * sum(map(len, flags)) / max(words_seen, 1)
 
 
-def best_threshold(items: list[Scored], key: str = "values", above: bool = False) -> tuple[float, float]:
+def best_threshold(items: list[Scored], key: str = "values", above: bool = False,
+                   grid: np.ndarray = THRESHOLDS) -> tuple[float, float]:
+    """The threshold of `grid` with the best F1 on `items`, and that F1."""
     truths = [item.case.truth for item in items]
-    scores = [(prf(flag_below(items, t, key, above), truths)[2], float(t)) for t in THRESHOLDS]
+    scores = [(prf(flag_below(items, t, key, above), truths)[2], float(t)) for t in grid]
     f1, threshold = max(scores)
     return threshold, f1
 
@@ -229,6 +232,14 @@ def model_key(model: Path) -> str:
     return hashlib.sha256(text).hexdigest()[:12]
 
 
+def decoder_sha256(model: Path) -> str | None:
+    """The decoder graph's sha256 from bundle.json: which weights the thresholds were chosen for."""
+    manifest = model / "bundle.json"
+    if not manifest.is_file():
+        return None
+    return json.loads(manifest.read_text())["files"].get("decoder_step.onnx", {}).get("sha256")
+
+
 def translate_split(translator, split: str, pairs: list[tuple[str, str]], config: DecodeConfig,
                     cache: Path | None, key: str) -> list[dict]:
     """Per pair: the translation, its mean token log-prob and its word map from the default source."""
@@ -256,6 +267,39 @@ def translate_split(translator, split: str, pairs: list[tuple[str, str]], config
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(records))
     return records
+
+
+def word_surprise(translator, cases: list[Case], prepared: list, batch: int = 64) -> list[np.ndarray | None]:
+    """Per case: -log p of each target word under teacher forcing (mean over its pieces), or None.
+
+    Not an attention signal: the comparison row of the ungrounded table (a word the decoder
+    did not expect). Needs the onnxruntime backend's `attention_maps`, which returns the
+    log-probabilities of the teacher-forced steps.
+    """
+    backend, tokenizer = translator.backend, translator.tokenizer
+    todo = [n for n, item in enumerate(prepared) if not isinstance(item, ForcedAlignmentError)]
+    todo.sort(key=lambda n: len(cases[n].target))
+    out: list[np.ndarray | None] = [None] * len(cases)
+    for start in tqdm(range(0, len(todo), batch), desc="teacher-forced log-probs", unit="batch", file=sys.stderr):
+        chunk = todo[start:start + batch]
+        sources = [tokenizer.encode_with_offsets(cases[n].source)[0] + [backend.eos_id] for n in chunk]
+        targets = [tokenizer.encode_with_offsets(cases[n].target)[0] for n in chunk]
+        src_ids, src_mask = pad_batch(sources, backend.pad_id)
+        tgt_ids, _ = pad_batch(targets, backend.pad_id)
+        log_probs = backend.attention_maps(src_ids, src_mask, tgt_ids)["log_probs"]      # (B, T+1, V)
+        for row, (n, target) in enumerate(zip(chunk, targets)):
+            pieces = -log_probs[row, np.arange(len(target)), target]                     # (T,)
+            to_words = projection(prepared[n][2], words(cases[n].target))                # (T, Tw)
+            out[n] = (to_words.T @ pieces) / np.maximum(to_words.sum(axis=0), 1e-12)
+    return out
+
+
+def sweep(items: list[Scored], intact: list[Scored], label: str) -> None:
+    """Precision, recall, F1 and false alarms of a range of thresholds (the operating points)."""
+    print(f"  operating points on valid ({label}):  " + "  ".join(
+        f"{t:.2f}: P {100 * p:.0f} R {100 * r:.0f} F1 {100 * f:.0f} intact {false_alarms(intact, t):.0f}/100w"
+        for t in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
+        for p, r, f in [prf(flag_below(items, t), [i.case.truth for i in items])]))
 
 
 # --------------------------------------------------------------------------- main
@@ -321,10 +365,11 @@ def main(argv: list[str] | None = None) -> int:
                                       "word", s)
             if case.kind in ("intact", "omission"):
                 out.append(Scored(Case(case.split, "coverage-" + case.kind, case.source, case.target, case.truth),
-                                  source_coverage(word.matrix), np.zeros(0), content(word.source_tokens)))
+                                  source_coverage(word.matrix), np.zeros(0), content(word.source_tokens), id(case)))
             if case.kind in ("intact", "insertion"):
                 out.append(Scored(Case(case.split, "peak-" + case.kind, case.source, case.target, case.truth),
-                                  target_peak(word.matrix), target_entropy(word.matrix), content(word.target_tokens)))
+                                  target_peak(word.matrix), target_entropy(word.matrix), content(word.target_tokens),
+                                  id(case)))
         return out
 
     def describe(source) -> str:
@@ -366,6 +411,30 @@ def main(argv: list[str] | None = None) -> int:
                     "baseline_f1": bf1, "intact_flags_per_100_words": alarms})
             if source == sources[0] and key == "values":
                 chosen[kind] = threshold
+                sweep(select(items, "valid", damaged_kind), select(items, "valid", intact_kind), label.strip(" <"))
+
+    # The decoder's own surprise at each target word, for comparison (not an attention signal).
+    surprise = word_surprise(translator, cases, prepared)
+    by_case = {id(case): value for case, value in zip(cases, surprise)}
+    items = [Scored(i.case, by_case[i.original], np.zeros(0), i.candidates) for i in scored(sources[0])
+             if i.case.kind.startswith("peak-") and by_case.get(i.original) is not None]
+    print("\nungrounded, for comparison: the decoder's surprise -log p(word) under teacher forcing (not attention)")
+    threshold, _ = best_threshold(select(items, "valid", "peak-insertion"), above=True,
+                                  grid=np.arange(0.5, 15.01, 0.25))
+    for split in names:
+        damaged = select(items, split, "peak-insertion")
+        truths = [i.case.truth for i in damaged]
+        flags = flag_below(damaged, threshold, above=True)
+        p, r, f1 = prf(flags, truths)
+        bp, br, bf1 = prf(rank_baseline(damaged, sum(map(len, flags)), above=True), truths)
+        alarms = false_alarms(select(items, split, "peak-intact"), threshold, above=True)
+        print(f"{'decoder surprise':<22} {f'-log p > {threshold:.2f}':<15} {split:<6} {len(damaged):>5} "
+              f"{100 * p:6.1f} {100 * r:6.1f} {100 * f1:6.1f} {100 * bp:7.1f} {100 * br:7.1f} {100 * bf1:7.1f} "
+              f"{alarms:18.1f}")
+        report["signals"].setdefault("ungrounded (decoder surprise)", []).append({
+            "threshold": threshold, "split": split, "pairs": len(damaged), "precision": p, "recall": r, "f1": f1,
+            "baseline_precision": bp, "baseline_recall": br, "baseline_f1": bf1,
+            "intact_flags_per_100_words": alarms})
 
     # ---------------------------------------------------------------- confidence
     decode = DecodeConfig(beam_size=args.beam_size)
@@ -408,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         untranslated_coverage=chosen["coverage"], ungrounded_peak=chosen["peak"],
         expected_length_ratio=round(expected_ratio, 4),
         confidence_weights=tuple(round(float(w), 4) for w in weights),
-        chosen_on={"split": str(args.data / "valid.tsv"), "pairs": len(valid_pairs), "seed": args.seed,
+        chosen_on={"split": str(args.data / "valid.tsv").replace(str(Path.home()), "~"), "pairs": len(valid_pairs),
+                   "seed": args.seed, "decoder_sha256": decoder_sha256(args.model),
                    "beam_size": args.beam_size, "alignment": {"layer": layer, "heads": list(heads),
                                                              "step_shift": shift},
                    "by": "bench/quality_signals.py"})

@@ -83,12 +83,14 @@ def test_sentence_features_and_bad_shapes() -> None:
 def test_gnmt_coverage_penalty_and_score() -> None:
     # Wu et al. 2016, eq. 14: cp = β Σ log(min(c, 1)); covered words cost nothing.
     assert coverage_penalty(np.array([1.0, 1.7, 3.0]), beta=0.4) == 0.0
-    assert coverage_penalty(np.array([0.5, 1.2, 0.25]), beta=0.2) == pytest.approx(0.2 * (math.log(0.5) + math.log(0.25)))
+    expected = 0.2 * (math.log(0.5) + math.log(0.25))
+    assert coverage_penalty(np.array([0.5, 1.2, 0.25]), beta=0.2) == pytest.approx(expected)
     assert coverage_penalty(np.array([0.0, 1.0]), beta=1.0, floor=1e-3) == pytest.approx(math.log(1e-3))
     batch = coverage_penalty(np.array([[1.0, 0.5], [0.1, 0.1]]), beta=1.0)
     assert batch == pytest.approx([math.log(0.5), 2 * math.log(0.1)])
     lp = ((5 + 6) / 6) ** 0.6
-    assert gnmt_score(-3.0, 6, np.array([0.5, 1.0]), alpha=0.6, beta=0.2) == pytest.approx(-3.0 / lp + 0.2 * math.log(0.5))
+    score = gnmt_score(-3.0, 6, np.array([0.5, 1.0]), alpha=0.6, beta=0.2)
+    assert score == pytest.approx(-3.0 / lp + 0.2 * math.log(0.5))
     # A hypothesis that skips a source word loses to a slightly less probable one that covers it.
     skips = gnmt_score(-2.0, 5, np.array([1.0, 1.0, 0.0]), alpha=1.0, beta=0.2)
     covers = gnmt_score(-2.5, 5, np.array([1.0, 1.0, 1.0]), alpha=1.0, beta=0.2)
@@ -193,6 +195,9 @@ def test_the_script_chooses_thresholds_a_model_can_load(toy_release: tuple[Path,
     assert {row["split"] for row in default_rows} == {"valid", "test", "gold"}
     assert thresholds.untranslated_coverage == default_rows[0]["threshold"]
     assert thresholds.chosen_on["pairs"] == 12
+    files = json.loads((bundle / "bundle.json").read_text())["files"]
+    assert thresholds.chosen_on["decoder_sha256"] == files["decoder_step.onnx"]["sha256"]
+    assert "ungrounded, for comparison: the decoder's surprise" in out
     # The ratio of the toy language is exactly one target word per source word.
     assert thresholds.expected_length_ratio == pytest.approx(1.0)
     # The chosen thresholds apply to the model's own forced alignment.
