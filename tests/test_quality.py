@@ -1,0 +1,210 @@
+"""Quality signals (seq2seq/quality.py) and the script that measures them and chooses a model's
+thresholds (bench/quality_signals.py), on hand-made maps and on a tiny exported model."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from export.exporter import export_model
+from seq2seq.alignment import words
+from seq2seq.forced import align_pair
+from seq2seq.loading import load_translator
+from seq2seq.quality import (QualityThresholds, assess, confidence_features, coverage_penalty, gnmt_score,
+                             length_misfit, sentence_coverage, source_coverage, target_entropy, target_peak)
+from toy import SENTENCES, toy_pairs, train_tiny
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+import quality_signals  # noqa: E402  (bench/quality_signals.py)
+
+# Rows = target words ("The", "house", "glows", "."), columns = source words ("Das", "Haus", "ist", "klein", ".").
+SOURCE = ["Das", "Haus", "ist", "klein", "."]
+TARGET = ["The", "house", "glows", "."]
+MAP = np.array([
+    [0.90, 0.10, 0.00, 0.00, 0.00],
+    [0.05, 0.90, 0.05, 0.00, 0.00],
+    [0.20, 0.20, 0.20, 0.20, 0.20],      # spread evenly: drawn from no one source word
+    [0.00, 0.00, 0.00, 0.00, 1.00],
+])
+
+
+def test_per_word_signals_read_the_map() -> None:
+    assert source_coverage(MAP) == pytest.approx([1.15, 1.2, 0.25, 0.2, 1.2])
+    assert target_peak(MAP) == pytest.approx([0.9, 0.9, 0.2, 1.0])
+    entropy = target_entropy(MAP)
+    assert entropy[2] == pytest.approx(1.0) and entropy[3] == pytest.approx(0.0)
+    expected = -(0.9 * math.log(0.9) + 0.1 * math.log(0.1)) / math.log(5)
+    assert entropy[0] == pytest.approx(expected)
+    assert target_entropy(np.ones((3, 1))).tolist() == [0.0, 0.0, 0.0]      # one source word: nothing to spread
+
+
+def test_assess_flags_untranslated_and_ungrounded_words_but_never_punctuation() -> None:
+    thresholds = QualityThresholds(untranslated_coverage=0.3, ungrounded_peak=0.5)
+    quality = assess(MAP, SOURCE, TARGET, thresholds=thresholds)
+    assert quality.untranslated == [2, 3]          # "ist" and "klein" received 0.25 and 0.2
+    assert quality.ungrounded == [2]                # "glows"
+    no_mass_on_period = MAP.copy()
+    no_mass_on_period[3] = [0.0, 0.0, 0.0, 1.0, 0.0]
+    assert assess(no_mass_on_period, SOURCE, TARGET, thresholds=thresholds).untranslated == [2]   # "." is exempt
+    assert quality.coverage == pytest.approx((1.0 + 1.0 + 0.25 + 0.2) / 4)
+    assert quality.length_ratio == pytest.approx(3 / 4)
+    assert quality.confidence is None and quality.mean_log_prob is None
+    record = quality.to_dict()
+    assert record["untranslated"] == [2, 3] and record["confidence"] is None
+    assert json.loads(json.dumps(record)) == record
+
+
+def test_confidence_is_the_clipped_linear_estimate() -> None:
+    thresholds = QualityThresholds(expected_length_ratio=1.1, confidence_weights=(0.6, 0.2, 0.3, 0.5))
+    quality = assess(MAP, SOURCE, TARGET, mean_log_prob=-0.8, thresholds=thresholds)
+    features = [1.0, -0.8, (1.0 + 1.0 + 0.25 + 0.2) / 4, -abs(math.log((3 + 1) / (4 + 1) / 1.1))]
+    assert confidence_features(-0.8, source_coverage(MAP), SOURCE, TARGET, 1.1) == pytest.approx(features)
+    assert quality.confidence == pytest.approx(float(np.dot(features, [0.6, 0.2, 0.3, 0.5])))
+    assert assess(MAP, SOURCE, TARGET, mean_log_prob=-50.0, thresholds=thresholds).confidence == 0.0
+    assert assess(MAP, SOURCE, TARGET, mean_log_prob=5.0, thresholds=thresholds).confidence == 1.0
+
+
+def test_sentence_features_and_bad_shapes() -> None:
+    assert sentence_coverage(np.array([2.0, 0.5, 0.0]), ["a", "b", ","]) == pytest.approx(0.75)
+    assert sentence_coverage(np.array([0.0]), ["."]) == 1.0               # nothing to cover
+    assert length_misfit(["a", "b", "c"], ["x", "y", "z", "!"], 1.0) == 0.0
+    assert length_misfit(["a"], ["x", "y", "z"], 1.0) == pytest.approx(-math.log(2))
+    with pytest.raises(ValueError, match="shape"):
+        assess(MAP, SOURCE[:-1], TARGET)
+
+
+def test_gnmt_coverage_penalty_and_score() -> None:
+    # Wu et al. 2016, eq. 14: cp = β Σ log(min(c, 1)); covered words cost nothing.
+    assert coverage_penalty(np.array([1.0, 1.7, 3.0]), beta=0.4) == 0.0
+    expected = 0.2 * (math.log(0.5) + math.log(0.25))
+    assert coverage_penalty(np.array([0.5, 1.2, 0.25]), beta=0.2) == pytest.approx(expected)
+    assert coverage_penalty(np.array([0.0, 1.0]), beta=1.0, floor=1e-3) == pytest.approx(math.log(1e-3))
+    batch = coverage_penalty(np.array([[1.0, 0.5], [0.1, 0.1]]), beta=1.0)
+    assert batch == pytest.approx([math.log(0.5), 2 * math.log(0.1)])
+    lp = ((5 + 6) / 6) ** 0.6
+    score = gnmt_score(-3.0, 6, np.array([0.5, 1.0]), alpha=0.6, beta=0.2)
+    assert score == pytest.approx(-3.0 / lp + 0.2 * math.log(0.5))
+    # A hypothesis that skips a source word loses to a slightly less probable one that covers it.
+    skips = gnmt_score(-2.0, 5, np.array([1.0, 1.0, 0.0]), alpha=1.0, beta=0.2)
+    covers = gnmt_score(-2.5, 5, np.array([1.0, 1.0, 1.0]), alpha=1.0, beta=0.2)
+    assert covers > skips
+    assert gnmt_score(-2.0, 5, np.array([1.0, 1.0, 0.0]), alpha=1.0, beta=0.0) > covers     # β 0: log-prob only
+
+
+def test_thresholds_round_trip_and_defaults(tmp_path: Path) -> None:
+    thresholds = QualityThresholds(0.31, 0.42, 1.07, (0.1, 0.2, 0.3, 0.4), {"split": "valid"})
+    thresholds.save(tmp_path / "quality.json")
+    assert QualityThresholds.load(tmp_path) == thresholds
+    assert QualityThresholds.load(tmp_path / "quality.json") == thresholds
+    assert QualityThresholds.load(tmp_path / "elsewhere") == QualityThresholds()
+    with pytest.raises(ValueError, match="confidence_weights"):
+        QualityThresholds(confidence_weights=(1.0, 2.0))
+    with pytest.raises(ValueError, match="expected_length_ratio"):
+        QualityThresholds(expected_length_ratio=0.0)
+
+
+# --------------------------------------------------------------------------- planted damage
+
+
+def test_planted_omission_deletes_a_span_and_names_the_source_words_it_translated() -> None:
+    source, target = "Wir haben gestern im Garten gegessen.", "We ate in the garden yesterday."
+    links = {(0, 0), (1, 1), (2, 5), (3, 2), (3, 3), (4, 4), (5, 1), (6, 6)}
+    seen = set()
+    for seed in range(40):
+        planted = quality_signals.plant_omission(source, target, links, random.Random(seed))
+        assert planted is not None
+        damaged, truth = planted
+        kept = [t.text.lower() for t in words(damaged)]         # a new first word is capitalised
+        deleted = [t.text.lower() for t in words(target) if t.text.lower() not in kept]
+        assert 1 <= len(deleted) <= 3 and len(kept) + len(deleted) == len(words(target))
+        gone = {j for j, t in enumerate(words(target)) if t.text.lower() in deleted}
+        # Exactly the source words whose every link went to the deleted words.
+        assert truth == {i for i in range(6) if {j for s, j in links if s == i} <= gone and
+                         any(s == i for s, _ in links)}
+        assert "  " not in damaged and not damaged.endswith(" .")
+        seen.add(damaged)
+    assert len(seen) > 3                                           # different spans for different seeds
+
+
+def test_planted_insertion_marks_the_inserted_target_words() -> None:
+    target = "The train leaves at half past seven."
+    for seed in range(20):
+        damaged, truth = quality_signals.plant_insertion(target, ["quickly", "garden"], random.Random(seed))
+        tokens = [t.text for t in words(damaged)]
+        assert [tokens[j] for j in sorted(truth)] == [w for w in tokens if w in ("quickly", "garden")]
+        assert [w for j, w in enumerate(tokens) if j not in truth] == [t.text for t in words(target)]
+
+
+def test_spearman_and_the_same_rate_baseline() -> None:
+    assert quality_signals.spearman(np.array([1, 2, 3, 4.0]), np.array([10, 20, 30, 45.0])) == pytest.approx(1.0)
+    assert quality_signals.spearman(np.array([1, 2, 2, 3.0]), np.array([3, 2, 2, 1.0])) == pytest.approx(-1.0)
+    case = quality_signals.Case("valid", "omission", "", "", frozenset({0}))
+    items = [quality_signals.Scored(case, np.array([0.1, 0.9, 0.5, 0.7]), np.zeros(0), [0, 1, 2, 3]),
+             quality_signals.Scored(case, np.array([0.8, 0.2]), np.zeros(0), [0, 1])]
+    assert quality_signals.rank_baseline(items, 2) == [{0}, {1}]       # each sentence's lowest word
+    assert quality_signals.prf([{0}, {1}], [frozenset({0}), frozenset({0})]) == pytest.approx((0.5, 0.5, 0.5))
+
+
+# --------------------------------------------------------------------------- the script on a real model
+
+
+@pytest.fixture(scope="module")
+def toy_release(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A tiny exported bundle and a data directory of word-for-word toy pairs with their links."""
+    directory = tmp_path_factory.mktemp("quality")
+    checkpoint = train_tiny(directory)
+    manifest = directory / "manifest.json"
+    manifest.write_text(json.dumps({"corpus": "toy", "license": "CC0-1.0 (generated in the test)"}))
+    export_model(checkpoint, directory / "de-en", data_manifest=manifest, parity_sentences=SENTENCES)
+    data = directory / "data"
+    data.mkdir()
+    gold_lines = []
+    for split, seed in (("valid", 11), ("test", 12), ("gold", 13)):
+        pairs = toy_pairs(12, seed=seed)
+        diagonal = [" ".join(f"{i}-{i}" for i in range(len(words(s)))) for s, _ in pairs]
+        if split == "gold":
+            gold_lines = [f"{s}\t{t}\t{links}" for (s, t), links in zip(pairs, diagonal)]
+            continue
+        (data / f"{split}.tsv").write_text("".join(f"{s}\t{t}\tsentence\n" for s, t in pairs))
+        (data / f"eflomal.{split}.pharaoh").write_text("".join(line + "\n" for line in diagonal))
+    (data / "gold.tsv").write_text("\n".join(gold_lines) + "\n")
+    return directory / "de-en", data
+
+
+def test_the_script_chooses_thresholds_a_model_can_load(toy_release: tuple[Path, Path], tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    bundle, data = toy_release
+    saved = tmp_path / "quality.json"
+    code = quality_signals.main(["--model", str(bundle), "--data", str(data), "--gold", str(data / "gold.tsv"),
+                                 "--cache", str(tmp_path / "cache"), "--save", str(saved),
+                                 "--json", str(tmp_path / "figures.json"), "--threads", "1"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "untranslated: planted omissions" in out and "confidence vs sentence chrF" in out
+    thresholds = QualityThresholds.load(saved)
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    default_rows = [row for row in figures["signals"]["untranslated"] if row["source"] == figures["signals"][
+        "untranslated"][0]["source"]]
+    assert {row["split"] for row in default_rows} == {"valid", "test", "gold"}
+    assert thresholds.untranslated_coverage == default_rows[0]["threshold"]
+    assert thresholds.chosen_on["pairs"] == 12
+    files = json.loads((bundle / "bundle.json").read_text())["files"]
+    assert thresholds.chosen_on["decoder_sha256"] == files["decoder_step.onnx"]["sha256"]
+    assert "ungrounded, for comparison: the decoder's surprise" in out
+    # The ratio of the toy language is exactly one target word per source word.
+    assert thresholds.expected_length_ratio == pytest.approx(1.0)
+    # The chosen thresholds apply to the model's own forced alignment.
+    translator = load_translator(bundle, "onnx", threads=1)
+    source, target = toy_pairs(1, seed=11)[0]
+    alignment = align_pair(translator, source, target).word
+    quality = assess(alignment.matrix, [t.text for t in alignment.source_tokens],
+                     [t.text for t in alignment.target_tokens], -0.5, thresholds)
+    assert 0.0 <= quality.confidence <= 1.0
+    assert len(quality.source_coverage) == len(words(source))
