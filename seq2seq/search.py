@@ -60,8 +60,40 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
+def hypothesis_score(log_prob: float, length: int, config: DecodeConfig) -> float:
+    """The score that ranks finished hypotheses: the summed log-prob over the length
+    penalty. The one place a finished score is computed (add penalties here)."""
+    return log_prob / length_penalty(length, config.length_penalty)
+
+
 def max_target_length(source_length: int, config: DecodeConfig) -> int:
     return int(config.max_length_ratio * source_length + config.max_length_extra)
+
+
+def top_candidates(candidates: np.ndarray, count: int) -> np.ndarray:
+    """Indices of the `count` largest entries of each row, best first: (R, M) -> (R, count).
+
+    Exactly what a stable full sort (`argsort(-candidates, kind="stable")[:, :count]`)
+    returns, ties included (the lower index first), at a fraction of its cost: a partial
+    selection (argpartition) finds the `count` best of the M = K·V candidates and only
+    those are sorted. Sorting all of them was about half of the decoding time.
+    """
+    rows, width = candidates.shape
+    if count >= width:
+        return np.argsort(-candidates, axis=1, kind="stable")
+    best = np.argpartition(candidates, width - count, axis=1)[:, width - count:]
+    values = np.take_along_axis(candidates, best, axis=1)
+    # argpartition picks arbitrarily among entries equal to the cut-off value; the stable
+    # sort takes the lowest indices. Rows where some equal entry was left out (rare: real
+    # log-probs rarely tie) are redone with the full sort. At -inf nothing is ever used.
+    cutoff = values.min(axis=1, keepdims=True)
+    tied = (np.count_nonzero(candidates == cutoff, axis=1) > np.count_nonzero(values == cutoff, axis=1)) \
+        & np.isfinite(cutoff[:, 0])
+    order = np.lexsort((best, -values), axis=1)            # by value descending, then by index
+    best = np.take_along_axis(best, order, axis=1)
+    for row in np.flatnonzero(tied):
+        best[row] = np.argsort(-candidates[row], kind="stable")[:count]
+    return best
 
 
 def beam_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarray,
@@ -111,7 +143,7 @@ def beam_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarra
         vocab = log_probs.shape[1]
         candidates = (scores[:, None] + log_probs).reshape(len(active), k * vocab)
         # 2K candidates per sentence guarantee K that do not end here.
-        top = np.argsort(-candidates, axis=1, kind="stable")[:, : 2 * k]
+        top = top_candidates(candidates, 2 * k)
 
         next_rows, next_tokens, next_scores, keep_sentences = [], [], [], []
         for i, sentence in enumerate(active):
@@ -168,7 +200,7 @@ def _hypothesis(prefix: np.ndarray, total: float, eos_log_prob: float, token_sco
     length = len(generated) + 1                       # EOS counts as a produced token
     return Hypothesis(
         tokens=generated,
-        score=float(total / length_penalty(length, config.length_penalty)),
+        score=float(hypothesis_score(total, length, config)),
         log_prob=float(total),
         attention=None if attention is None else attention[row].transpose(1, 2, 0, 3).astype(np.float32),
         token_log_probs=[float(s) for s in token_scores[row]] + [float(eos_log_prob)],

@@ -16,7 +16,8 @@ import torch
 
 from seq2seq.config import DecodeConfig
 from seq2seq.model import key_padding_mask
-from seq2seq.search import StepOutput, beam_search, greedy_search, pad_batch
+from seq2seq import search
+from seq2seq.search import StepOutput, beam_search, greedy_search, pad_batch, top_candidates
 from seq2seq.torch_backend import TorchBackend
 
 PAD, UNK, BOS, EOS, A, B = 0, 1, 2, 3, 4, 5
@@ -161,6 +162,40 @@ def test_length_limit_forces_eos_with_its_real_log_prob():
         assert h.log_prob == sum(h.token_log_probs)
     assert hypotheses[0].tokens == [A, A, A]
     assert hypotheses[0].log_prob == (((0.0 + lp(0.7)) + lp(0.6)) + lp(0.6)) + lp(0.01)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_top_candidates_equals_a_stable_full_sort(seed: int):
+    rng = np.random.default_rng(seed)
+    # Few distinct values, so ties straddle the cut-off; and -inf (banned or dead beams).
+    candidates = rng.integers(-6, 0, size=(50, 40)).astype(np.float64)
+    candidates[rng.random(candidates.shape) < 0.3] = -np.inf
+    candidates[0] = -np.inf
+    candidates[1, :3] = 0.0
+    for count in (1, 2, 6, 8, 39, 40):
+        expected = np.argsort(-candidates, axis=1, kind="stable")[:, :count]
+        actual = top_candidates(candidates, count)
+        values = np.take_along_axis(candidates, expected, axis=1)
+        # Positions that are -inf are never used by the search; all others must be identical.
+        assert np.array_equal(np.take_along_axis(candidates, actual, axis=1), values)
+        assert np.array_equal(np.where(np.isfinite(values), actual, -1), np.where(np.isfinite(values), expected, -1))
+
+
+def test_beam_search_with_partial_top_k_equals_full_sort(tiny_model, monkeypatch):
+    sentences = [[5, 9, 7, 11, 6, 14, EOS], [13, 8, EOS], [21, 4, 17, 10, EOS], [9, 7, 5, 5, 5, 5, 5, 5, EOS]]
+    runs = []
+    for select in (search.top_candidates,
+                   lambda candidates, count: np.argsort(-candidates, axis=1, kind="stable")[:, :count]):
+        monkeypatch.setattr(search, "top_candidates", select)
+        for config in (DecodeConfig(beam_size=1), DecodeConfig(beam_size=4, n_best=4),
+                       DecodeConfig(beam_size=2, n_best=2, length_penalty=1.0)):
+            for backend_hypotheses in (beam_search(TorchBackend(tiny_model), *sources(*sentences), config),
+                                       beam_search(ScriptedBackend(), *sources([7, 6, EOS], [8, EOS], [9, EOS]),
+                                                   config)):
+                runs.append([[(h.tokens, h.score, h.token_log_probs, h.attention.tobytes()) for h in hyps]
+                             for hyps in backend_hypotheses])
+    half = len(runs) // 2
+    assert runs[:half] == runs[half:]
 
 
 def test_pad_and_bos_are_never_generated():
