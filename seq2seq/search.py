@@ -148,14 +148,17 @@ def beam_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarra
         next_rows, next_tokens, next_scores, keep_sentences = [], [], [], []
         for i, sentence in enumerate(active):
             chosen = 0
-            for flat in top[i]:
+            for rank, flat in enumerate(top[i]):
                 score = candidates[i, flat]
                 if score == -np.inf:
                     break
                 beam, token = divmod(int(flat), vocab)
                 row = i * k + beam
                 if token == backend.eos_id:
-                    if len(finished[sentence]) < k:
+                    # An EOS ranked K or lower was beaten by K continuations that are still
+                    # open, any of which may end better: it does not finish a hypothesis (as
+                    # in fairseq), else such EOS could close the sentence too early.
+                    if rank < k and len(finished[sentence]) < k:
                         finished[sentence].append(_hypothesis(tokens[row, 1:], score, log_probs[row, token],
                                                               token_scores, attention, row, config))
                     continue
