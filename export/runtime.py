@@ -57,8 +57,14 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     - execution_mode ORT_SEQUENTIAL: each graph is a chain of layers with no independent
       branches worth running in parallel; the parallel executor would only add hand-offs.
       inter_op_num_threads is therefore 1.
+    - session.intra_op.allow_spinning 0: by default a pool's threads spin for a while after
+      each run, waiting for more work. After the encoder returns they would take a core
+      from the decoder steps that follow, and between decoder steps from the search's own
+      numpy work, which runs on the calling thread; on a small machine that is a core the
+      translation needs. Without spinning, threads sleep as soon as a run ends.
     """
     options = ort.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.intra_op_num_threads = threads or default_threads()
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
