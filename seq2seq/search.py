@@ -96,9 +96,16 @@ def top_candidates(candidates: np.ndarray, count: int) -> np.ndarray:
     return best
 
 
-def reorder_cache(cache: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The KV cache (L, N, H, P, Dh) of the rows the search keeps, in their new order."""
-    return cache[:, rows]
+def select_rows(states: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """states (L, N, ...) -> (L, len(rows), ...): the rows the search keeps, in their order.
+
+    For the KV cache (L, N, H, P, Dh) and the cross K/V (L, N, H, S, Dh). The result is
+    C-contiguous (`np.take`; `states[:, rows]` is not), so backends feed it as it is, and
+    when nothing moves (greedy search while no sentence has finished) it is not copied.
+    """
+    if len(rows) == states.shape[1] and np.array_equal(rows, np.arange(len(rows))):
+        return states
+    return np.take(states, rows, axis=1)
 
 
 def beam_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarray,
@@ -121,9 +128,10 @@ def beam_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarra
         # max_positions - 1 generated tokens, EOS included.
         limits = np.minimum(limits, max_positions - 2)
     cross_k, cross_v = backend.encode(src_ids, src_mask)
-    # Every sentence's encoder state is repeated for its K beams: row n = sentence n // K.
+    # Every sentence's encoder state is repeated for its K beams, once per batch (contiguous,
+    # so no step copies it again): row n = sentence n // K.
     expand = np.repeat(np.arange(batch), k)
-    cross_k, cross_v = cross_k[:, expand], cross_v[:, expand]
+    cross_k, cross_v = select_rows(cross_k, expand), select_rows(cross_v, expand)
     mask = src_mask[expand]
     tokens = np.full((batch * k, 1), backend.bos_id, dtype=np.int64)
     # Only beam 0 is alive at the start, so the first step does not pick K copies of one token.
@@ -174,11 +182,11 @@ def beam_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarra
         scores = top_scores[chosen]
         trace.select(rows, next_tokens, log_probs[rows, next_tokens])
         tokens = next_tokens[:, None].astype(np.int64)
-        past_k, past_v = reorder_cache(out.past_k, rows), reorder_cache(out.past_v, rows)
+        past_k, past_v = select_rows(out.past_k, rows), select_rows(out.past_v, rows)
         if not keep.all():
             # Sentences that finished leave the batch: drop their encoder rows.
             kept_rows = (np.flatnonzero(keep)[:, None] * k + np.arange(k)).reshape(-1)
-            cross_k, cross_v, mask = cross_k[:, kept_rows], cross_v[:, kept_rows], mask[kept_rows]
+            cross_k, cross_v, mask = select_rows(cross_k, kept_rows), select_rows(cross_v, kept_rows), mask[kept_rows]
             active = active[keep]
 
     results = []
