@@ -20,7 +20,7 @@ from data.tokenizer import EOS_ID, PAD_ID, Tokenizer
 from export import exporter
 from export.bundle import BUNDLE_FILE, BundleError, load_bundle_manifest, update_metrics
 from export.exporter import ExportError, check_parity, export_model
-from export.runtime import OnnxBackend, load_translator
+from export.runtime import DECODER_OUTPUTS, OnnxBackend, load_translator
 from seq2seq.config import DecodeConfig
 from seq2seq.model import load_model
 from seq2seq.search import beam_search, pad_batch
@@ -101,8 +101,7 @@ def test_decoder_graph_matches_torch_for_every_shape(backends: tuple[TorchBacken
     past_k, past_v = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
 
     cross_k, cross_v, encoder_self = onnx_backend.encoder.run(None, {"src_ids": src_ids, "src_mask": src_mask})
-    outputs = onnx_backend.decoder.run(None, {"tokens": tokens, "cross_k": cross_k, "cross_v": cross_v,
-                                              "src_mask": src_mask, "past_k": past_k, "past_v": past_v})
+    outputs = list(onnx_backend.run_decoder(tokens, cross_k, cross_v, src_mask, past_k, past_v).values())
     with torch.inference_mode():
         encoded = model.encode(torch.from_numpy(src_ids), torch.from_numpy(src_mask), need_weights=True)
         decoded = model.decode(torch.from_numpy(tokens), encoded.cross_k, encoded.cross_v, torch.from_numpy(src_mask),
@@ -113,7 +112,7 @@ def test_decoder_graph_matches_torch_for_every_shape(backends: tuple[TorchBacken
     np.testing.assert_allclose(encoder_self, torch.stack(encoded.self_weights).numpy(), atol=TOLERANCE, rtol=0)
     expected = (decoded.log_probs, decoded.self_k, decoded.self_v, decoded.cross_weights, decoded.self_weights)
     assert outputs[3].shape == (config.decoder_layers, rows, config.n_heads, new, source)
-    for name, actual, reference in zip(exporter.DECODER_IO["outputs"], outputs, expected):
+    for name, actual, reference in zip(DECODER_OUTPUTS, outputs, expected):
         np.testing.assert_allclose(actual, reference.numpy(), atol=TOLERANCE, rtol=0, err_msg=name)
 
 
