@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -235,6 +236,19 @@ def test_int8_export_through_the_cli(checkpoint: Path, tmp_path: Path) -> None:
     # A second export into the same place needs --force.
     with pytest.raises(ExportError, match="--force"):
         exporter.main(parser.parse_args([str(checkpoint), "--out", str(out)]))
+    # Every MatMul that multiplies by a weight is quantized (before the weights' Transposes
+    # were folded, none was): the fp32 graph's weight MatMuls become MatMulInteger, and the
+    # MatMuls left in fp32 are the attention's, activation by activation.
+    for role in ("encoder", "decoder_step"):
+        fp32, int8 = (onnx.load(str(path)) for path in (out / f"{role}.onnx", out / f"{role}.int8.onnx"))
+        weights = {tensor.name for tensor in fp32.graph.initializer}
+        made_by = {output: node for node in fp32.graph.node for output in node.output}
+        weight_matmuls = sum(1 for node in fp32.graph.node if node.op_type == "MatMul"
+                             and node.input[1] in made_by and made_by[node.input[1]].op_type == "Transpose"
+                             and made_by[node.input[1]].input[0] in weights)
+        ops = [node.op_type for node in int8.graph.node]
+        assert weight_matmuls > 0 and ops.count("MatMulInteger") == weight_matmuls
+        assert ops.count("MatMul") == ops.count("Softmax") * 2
 
 
 @pytest.mark.skipif(not (SHIPPED_BUNDLE / BUNDLE_FILE).exists(), reason="models/de-en is not shipped yet")
