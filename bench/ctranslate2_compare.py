@@ -45,22 +45,12 @@ from seq2seq.translator import Translator  # noqa: E402
 RUNS = (("greedy b32", 1, 32), ("beam4 b32", 4, 32), ("beam4 b1", 4, 1))
 
 
-def sinusoidal_table(max_positions: int, d_model: int) -> np.ndarray:
-    """The model's (max_positions, D) table: sin at even, cos at odd dimensions (numpy, so
-    that this script's CTranslate2 side needs no torch)."""
-    position = np.arange(max_positions, dtype=np.float32)[:, None]
-    frequency = np.exp(np.arange(0, d_model, 2, dtype=np.float32) * (-np.log(10000.0) / d_model))
-    table = np.zeros((max_positions, d_model), dtype=np.float32)
-    table[:, 0::2] = np.sin(position * frequency)
-    table[:, 1::2] = np.cos(position * frequency)
-    return table
-
-
 def convert(bundle_dir: Path, out_dir: Path) -> Path:
     """Write a CTranslate2 model of the bundle's weights into `out_dir`; returns it."""
     import ctranslate2
 
-    from seq2seq.model import load_weights     # torch.load: model.pt is the bundle's torch checkpoint
+    # model.pt is the bundle's torch checkpoint, and the position table is the model's own.
+    from seq2seq.model import load_weights, sinusoidal_table
 
     bundle = load_bundle_manifest(bundle_dir)
     config: ModelConfig = bundle.model_config
@@ -79,36 +69,32 @@ def convert(bundle_dir: Path, out_dir: Path) -> Path:
     def norm(target, name: str) -> None:
         target.gamma, target.beta = weights[f"{name}.weight"], weights[f"{name}.bias"]
 
-    def feed_forward(target, prefix: str) -> None:
-        norm(target.layer_norm, f"{prefix}.feed_forward_norm")
-        linear(target.linear_0, f"{prefix}.feed_forward.up")
-        linear(target.linear_1, f"{prefix}.feed_forward.down")
+    def self_attention_and_feed_forward(layer, prefix: str) -> None:
+        norm(layer.self_attention.layer_norm, f"{prefix}.self_attention_norm")
+        linear(layer.self_attention.linear[0], *(f"{prefix}.self_attention.w_{p}" for p in "qkv"))
+        linear(layer.self_attention.linear[1], f"{prefix}.self_attention.w_o")
+        norm(layer.ffn.layer_norm, f"{prefix}.feed_forward_norm")
+        linear(layer.ffn.linear_0, f"{prefix}.feed_forward.up")
+        linear(layer.ffn.linear_1, f"{prefix}.feed_forward.down")
 
-    table = sinusoidal_table(config.max_positions, config.d_model)
+    table = sinusoidal_table(config.max_positions, config.d_model).numpy()
     embedding = weights["embedding.weight"]
     spec.encoder.embeddings[0].weight = embedding
     spec.encoder.position_encodings.encodings = table
     norm(spec.encoder.layer_norm, "encoder_norm")
     for i, layer in enumerate(spec.encoder.layer):
-        prefix = f"encoder_layers.{i}"
-        norm(layer.self_attention.layer_norm, f"{prefix}.self_attention_norm")
-        linear(layer.self_attention.linear[0], *(f"{prefix}.self_attention.w_{p}" for p in "qkv"))
-        linear(layer.self_attention.linear[1], f"{prefix}.self_attention.w_o")
-        feed_forward(layer.ffn, prefix)
+        self_attention_and_feed_forward(layer, f"encoder_layers.{i}")
     spec.decoder.embeddings.weight = embedding
     spec.decoder.position_encodings.encodings = table
     spec.decoder.projection.weight = embedding             # tied output projection, no bias
     norm(spec.decoder.layer_norm, "decoder_norm")
     for i, layer in enumerate(spec.decoder.layer):
         prefix = f"decoder_layers.{i}"
-        norm(layer.self_attention.layer_norm, f"{prefix}.self_attention_norm")
-        linear(layer.self_attention.linear[0], *(f"{prefix}.self_attention.w_{p}" for p in "qkv"))
-        linear(layer.self_attention.linear[1], f"{prefix}.self_attention.w_o")
+        self_attention_and_feed_forward(layer, prefix)
         norm(layer.attention.layer_norm, f"{prefix}.cross_attention_norm")
         linear(layer.attention.linear[0], f"{prefix}.cross_attention.w_q")
         linear(layer.attention.linear[1], f"{prefix}.cross_attention.w_k", f"{prefix}.cross_attention.w_v")
         linear(layer.attention.linear[2], f"{prefix}.cross_attention.w_o")
-        feed_forward(layer.ffn, prefix)
     sp = Tokenizer(bundle.tokenizer_path).sp
     pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
     spec.register_source_vocabulary(pieces)
