@@ -40,11 +40,13 @@ from pathlib import Path
 
 import numpy as np
 
-from data.tokenizer import Tokenizer
-from export.bundle import load_bundle_manifest
-from export.runtime import OnnxBackend, default_threads
-from seq2seq.config import DecodeConfig
-from seq2seq.translator import Translator
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from data.tokenizer import Tokenizer  # noqa: E402
+from export.bundle import load_bundle_manifest  # noqa: E402
+from export.runtime import OnnxBackend, default_threads  # noqa: E402
+from seq2seq.config import DecodeConfig  # noqa: E402
+from seq2seq.translator import Translator  # noqa: E402
 
 log = logging.getLogger("crossalign.bench")
 SYSTEMS = ("torch", "onnx-fp32", "onnx-int8")
@@ -143,33 +145,6 @@ PAUSE_LIMIT_S = 330.0      # training runs are resumed after this even if the be
 REVISION_RUNS = (("greedy b32", 1, 32), ("beam4 b32", 4, 32), ("beam4 b1", 4, 1))
 
 
-def worker(threads: int) -> int:
-    """Serve timing requests on stdin/stdout with the code of the current directory (the
-    caller puts it first on PYTHONPATH, so even this module's imports come from there).
-
-    One JSON request per line: {"beam", "batch", "sources"}; one JSON answer per line:
-    {"seconds" (total), "latencies" (per call), "outputs" (token ids per sentence)}.
-    """
-    from export.runtime import load_translator as load_onnx
-    from seq2seq.config import DecodeConfig as Decode
-
-    translator = load_onnx(Path("models/de-en"), "onnx", threads=threads)
-    translator.max_batch_tokens = sys.maxsize  # the batch size under test is the only split
-    translator.translate_batch(["Guten Morgen!", "Das Haus ist klein."], Decode(beam_size=4))   # warm-up
-    print(json.dumps({"ready": True}), flush=True)
-    for line in sys.stdin:
-        request = json.loads(line)
-        config, sources, batch = Decode(beam_size=request["beam"]), request["sources"], request["batch"]
-        latencies, outputs = [], []
-        for first in range(0, len(sources), batch):
-            began = time.perf_counter()
-            results = translator.translate_batch(sources[first:first + batch], config)
-            latencies.append(time.perf_counter() - began)
-            outputs += [r.target_ids for r in results]
-        print(json.dumps({"seconds": sum(latencies), "latencies": latencies, "outputs": outputs}), flush=True)
-    return 0
-
-
 class Revision:
     """A commit extracted into `directory`, with a worker process running its code."""
 
@@ -183,10 +158,9 @@ class Revision:
             archive = subprocess.Popen(["git", "archive", commit], cwd=REPO, stdout=subprocess.PIPE)
             subprocess.run(["tar", "-x", "-C", str(self.directory)], stdin=archive.stdout, check=True)
             archive.wait()
-        # PYTHONPATH before site-packages: the revision's code wins over the installed checkout.
-        env = {**os.environ, "PYTHONPATH": str(self.directory)}
-        self.process = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker",
-                                         "--threads", str(threads)], cwd=self.directory, env=env, text=True,
+        # The worker is this checkout's, the code it times is the revision's (its cwd).
+        self.process = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent / "revision_worker.py"),
+                                         "--threads", str(threads)], cwd=self.directory, text=True,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._read()
 
@@ -311,10 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --revisions: sentences per slice for the batch-1 latency (default 8)")
     parser.add_argument("--pause-training", action="store_true",
                         help=f"SIGSTOP the pids in {TRAINING_PIDS} while measuring (always resumed)")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.worker:
-        return worker(args.threads)
     if args.test is None:
         parser.error("--test is required")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
