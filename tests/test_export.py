@@ -180,6 +180,21 @@ def test_corrupted_graph_is_named(bundle: Path, tmp_path: Path) -> None:
         load_translator(copy)
 
 
+def test_a_decoder_graph_with_stacked_caches_is_refused(bundle: Path, tmp_path: Path) -> None:
+    """Bundles exported before the per-layer cache interface fail with the fix in the message."""
+    model = onnx.load(str(bundle / "decoder_step.onnx"))
+    for graph_input in model.graph.input:        # rename, as the old graph's names were
+        if graph_input.name == "past_k_0":
+            graph_input.name = "past_k"
+            for node in model.graph.node:
+                node.input[:] = ["past_k" if name == "past_k_0" else name for name in node.input]
+    old = tmp_path / "decoder_step.onnx"
+    onnx.save(model, str(old))
+    config = load_bundle_manifest(bundle).model_config
+    with pytest.raises(BundleError, match=r"past_k_0.*re-export the bundle"):
+        OnnxBackend(bundle / "encoder.onnx", old, config, threads=1)
+
+
 def test_missing_files_are_all_named(bundle: Path, tmp_path: Path) -> None:
     copy = shutil.copytree(bundle, tmp_path / "bundle")
     (copy / "encoder.onnx").unlink()
