@@ -9,6 +9,18 @@ latency (batch 1 only) and sacreBLEU of each. All systems share one `Translator`
 search, so the differences are the backends' alone. Alignment maps are computed as in
 the product (DecodeConfig.return_attention). If the bundle has no int8 graphs, its fp32
 graphs are quantized into a temporary directory first.
+
+    python bench/inference.py --test work/data/test.tsv --revisions 4616e16 HEAD~2 HEAD \
+        --n 128 --pause-training
+
+`--revisions` compares commits of this repository instead (the README's lever table):
+each revision is extracted with `git archive` into a temporary directory and runs in its
+own worker process on its own code and its own `models/de-en`, and the workers take turns
+on slices of the sentences (one at a time, round-robin), so a load change on a shared
+machine hits every revision alike. Printed: greedy and beam-4 sentences/s at batch 32 and
+beam-4 p50/p99 latency at batch 1, with each revision's ratio to the first and to the one
+before it. `--pause-training` stops the processes listed in
+~/.cache/crossalign/runs/TRAINING_PIDS (SIGSTOP) for the run and always resumes them.
 """
 
 from __future__ import annotations
@@ -16,19 +28,25 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from data.tokenizer import Tokenizer
-from seq2seq.bundle import load_bundle_manifest
-from seq2seq.onnx_backend import OnnxBackend, default_threads
-from seq2seq.config import DecodeConfig
-from seq2seq.translator import Translator
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from data.tokenizer import Tokenizer  # noqa: E402
+from seq2seq.bundle import load_bundle_manifest  # noqa: E402
+from seq2seq.onnx_backend import OnnxBackend, default_threads  # noqa: E402
+from seq2seq.config import DecodeConfig  # noqa: E402
+from seq2seq.translator import Translator  # noqa: E402
 
 log = logging.getLogger("crossalign.bench")
 SYSTEMS = ("torch", "onnx-fp32", "onnx-int8")
@@ -118,13 +136,141 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------- revisions
+
+REPO = Path(__file__).resolve().parents[1]
+TRAINING_PIDS = Path("~/.cache/crossalign/runs/TRAINING_PIDS").expanduser()
+PAUSE_LIMIT_S = 330.0      # training runs are resumed after this even if the bench is still going
+# (label, beam, batch): the columns of the lever table.
+REVISION_RUNS = (("greedy b32", 1, 32), ("beam4 b32", 4, 32), ("beam4 b1", 4, 1))
+
+
+class Revision:
+    """A commit extracted into `directory`, with a worker process running its code."""
+
+    def __init__(self, name: str, scratch: Path, threads: int):
+        self.name = name
+        commit = subprocess.run(["git", "rev-parse", "--short", name], cwd=REPO, check=True,
+                                capture_output=True, text=True).stdout.strip()
+        self.directory = scratch / commit
+        if not self.directory.exists():
+            self.directory.mkdir()
+            archive = subprocess.Popen(["git", "archive", commit], cwd=REPO, stdout=subprocess.PIPE)
+            subprocess.run(["tar", "-x", "-C", str(self.directory)], stdin=archive.stdout, check=True)
+            archive.wait()
+        # The worker is this checkout's, the code it times is the revision's (its cwd).
+        self.process = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent / "revision_worker.py"),
+                                         "--threads", str(threads)], cwd=self.directory, text=True,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._read()
+
+    def _read(self) -> dict:
+        line = self.process.stdout.readline()  # type: ignore[union-attr]
+        if not line:
+            raise RuntimeError(f"revision {self.name}: worker exited (see its error above)")
+        return json.loads(line)
+
+    def run(self, sources: list[str], beam: int, batch: int) -> dict:
+        self.process.stdin.write(json.dumps({"beam": beam, "batch": batch, "sources": sources}) + "\n")  # type: ignore[union-attr]
+        self.process.stdin.flush()  # type: ignore[union-attr]
+        return self._read()
+
+    def close(self) -> None:
+        self.process.stdin.close()  # type: ignore[union-attr]
+        self.process.wait()
+
+
+def pause_training() -> list[int]:
+    """SIGSTOP the training runs listed in TRAINING_PIDS; returns the pids stopped."""
+    pids = [int(p) for p in TRAINING_PIDS.read_text().split()] if TRAINING_PIDS.is_file() else []
+    stopped = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+        except ProcessLookupError:
+            pass
+    return stopped
+
+
+def resume(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def compare_revisions(names: list[str], sources: list[str], threads: int, slices: int,
+                      b1_sentences: int) -> str:
+    """Interleaved runs of every revision on the same sentences; returns the table."""
+    from tqdm import tqdm
+
+    totals = {name: {label: {"sentences": 0, "seconds": 0.0, "latencies": []} for label, _, _ in REVISION_RUNS}
+              for name in names}
+    outputs: dict[str, dict[str, list]] = {name: {label: [] for label, _, _ in REVISION_RUNS} for name in names}
+    with tempfile.TemporaryDirectory(prefix="crossalign-revisions-") as scratch:
+        revisions = [Revision(name, Path(scratch), threads) for name in names]
+        try:
+            size = -(-len(sources) // slices)
+            work = [(start, label, beam, batch) for start in range(0, len(sources), size)
+                    for label, beam, batch in REVISION_RUNS]
+            for turn, (start, label, beam, batch) in enumerate(tqdm(work, desc="slices", unit="slice")):
+                chunk = sources[start:start + size]
+                if batch == 1:
+                    chunk = chunk[:b1_sentences]
+                # Rotate who goes first, so no revision always follows the same neighbour.
+                for revision in revisions[turn % len(revisions):] + revisions[:turn % len(revisions)]:
+                    answer = revision.run(chunk, beam, batch)
+                    total = totals[revision.name][label]
+                    total["sentences"] += len(chunk)
+                    total["seconds"] += answer["seconds"]
+                    total["latencies"] += answer["latencies"]
+                    outputs[revision.name][label] += answer["outputs"]
+        finally:
+            for revision in revisions:
+                revision.close()
+    return format_revisions(names, totals, outputs)
+
+
+def format_revisions(names: list[str], totals: dict, outputs: dict) -> str:
+    header = f"{'revision':<12} {'greedy b32 sent/s':>22} {'beam4 b32 sent/s':>22} {'beam4 b1 p50 ms':>22} " \
+             f"{'b1 p99 ms':>9} {'same tokens':>11}"
+    lines = [header, "-" * len(header)]
+    previous = None
+    for name in names:
+        cells = []
+        for label, _, batch in REVISION_RUNS:
+            total = totals[name][label]
+            value = (float(np.percentile(total["latencies"], 50)) * 1000 if batch == 1
+                     else total["sentences"] / total["seconds"])
+            first = totals[names[0]][label]
+            base = (float(np.percentile(first["latencies"], 50)) * 1000 if batch == 1
+                    else first["sentences"] / first["seconds"])
+            before = previous[label] if previous else value
+            # Ratios read "x times better": rates divide, latencies divide the other way.
+            vs_first, vs_before = (base / value, before / value) if batch == 1 else (value / base, value / before)
+            cells.append(f"{value:8.1f} {vs_first:5.2f}x {vs_before:5.2f}x")
+        previous = {label: (float(np.percentile(totals[name][label]["latencies"], 50)) * 1000 if batch == 1
+                            else totals[name][label]["sentences"] / totals[name][label]["seconds"])
+                    for label, _, batch in REVISION_RUNS}
+        p99 = float(np.percentile(totals[name]["beam4 b1"]["latencies"], 99)) * 1000
+        same = sum(a == b for label, _, _ in REVISION_RUNS
+                   for a, b in zip(outputs[name][label], outputs[names[0]][label]))
+        count = sum(len(outputs[name][label]) for label, _, _ in REVISION_RUNS)
+        lines.append(f"{name:<12} " + " ".join(f"{c:>22}" for c in cells) + f" {p99:9.1f} {same:>5}/{count:<5}")
+    lines.append("cells: value, ratio to the first revision, ratio to the previous row (>1 = faster); "
+                 "same tokens: outputs identical to the first revision's")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--bundle", type=Path, default=Path("models/de-en"), help="bundle directory (default models/de-en)")
     parser.add_argument("--checkpoint", type=Path, default=None,
                         help="model directory for torch eager (default: the bundle's own config.json + model.pt)")
-    parser.add_argument("--test", type=Path, required=True, help="test TSV: source<TAB>reference[<TAB>kind]")
+    parser.add_argument("--test", type=Path, help="test TSV: source<TAB>reference[<TAB>kind]")
     parser.add_argument("--n", type=int, default=1000, help="sentences to translate (default 1000)")
     parser.add_argument("--threads", type=int, default=default_threads(),
                         help=f"intra-op threads for every system (default {default_threads()})")
@@ -132,8 +278,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beams", nargs="+", type=int, default=[1, 4], help="beam sizes (default 1 4; 1 = greedy)")
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 32], help="sentences per call (default 1 32)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    parser.add_argument("--revisions", nargs="+", default=None, metavar="REV",
+                        help="compare these git revisions (each on its own code and models/de-en), interleaved")
+    parser.add_argument("--slices", type=int, default=4, help="with --revisions: turns the sentences are split into")
+    parser.add_argument("--b1-sentences", type=int, default=8,
+                        help="with --revisions: sentences per slice for the batch-1 latency (default 8)")
+    parser.add_argument("--pause-training", action="store_true",
+                        help=f"SIGSTOP the pids in {TRAINING_PIDS} while measuring (always resumed)")
     args = parser.parse_args(argv)
+    if args.test is None:
+        parser.error("--test is required")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.revisions:
+        sources, _ = read_test(args.test, args.n)
+        stopped = pause_training() if args.pause_training else []
+        # Never leave the training runs stopped for long, whatever happens here.
+        guard = threading.Timer(PAUSE_LIMIT_S, resume, (stopped,))
+        guard.daemon = True
+        guard.start()
+        try:
+            table = compare_revisions(args.revisions, sources, args.threads, args.slices, args.b1_sentences)
+        finally:
+            guard.cancel()
+            resume(stopped)
+        print(f"{len(sources)} sentences from {args.test}, {args.threads} threads, "
+              f"training paused: {bool(stopped)}")
+        print(table)
+        return 0
 
     sources, references = read_test(args.test, args.n)
     if not sources:

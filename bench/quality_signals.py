@@ -46,9 +46,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from seq2seq.aer import read_gold, read_pharaoh  # noqa: E402
-from seq2seq.alignment import projection, words  # noqa: E402
+from seq2seq.alignment import AlignmentError, AlignmentOptions, align, projection, words  # noqa: E402
 from seq2seq.config import DecodeConfig  # noqa: E402
-from seq2seq.forced import ForcedAlignmentError, build_alignment, forced_attention  # noqa: E402
+from seq2seq.forced import forced_attention  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
 from seq2seq.quality import (QualityThresholds, confidence_features, is_punctuation,  # noqa: E402
                              source_coverage, target_entropy, target_peak)
@@ -273,11 +273,11 @@ def word_surprise(translator, cases: list[Case], prepared: list, batch: int = 64
     """Per case: -log p of each target word under teacher forcing (mean over its pieces), or None.
 
     Not an attention signal: the comparison row of the ungrounded table (a word the decoder
-    did not expect). Needs the onnxruntime backend's `attention_maps`, which returns the
-    log-probabilities of the teacher-forced steps.
+    did not expect). Uses the backend's `teacher_force`, which returns the log-probabilities of the
+    teacher-forced steps.
     """
     backend, tokenizer = translator.backend, translator.tokenizer
-    todo = [n for n, item in enumerate(prepared) if not isinstance(item, ForcedAlignmentError)]
+    todo = [n for n, item in enumerate(prepared) if not isinstance(item, AlignmentError)]
     todo.sort(key=lambda n: len(cases[n].target))
     out: list[np.ndarray | None] = [None] * len(cases)
     for start in tqdm(range(0, len(todo), batch), desc="teacher-forced log-probs", unit="batch", file=sys.stderr):
@@ -286,7 +286,7 @@ def word_surprise(translator, cases: list[Case], prepared: list, batch: int = 64
         targets = [tokenizer.encode_with_offsets(cases[n].target)[0] for n in chunk]
         src_ids, src_mask = pad_batch(sources, backend.pad_id)
         tgt_ids, _ = pad_batch(targets, backend.pad_id)
-        log_probs = backend.attention_maps(src_ids, src_mask, tgt_ids)["log_probs"]      # (B, T+1, V)
+        log_probs = backend.teacher_force(src_ids, src_mask, tgt_ids).log_probs      # (B, T+1, V)
         for row, (n, target) in enumerate(zip(chunk, targets)):
             pieces = -log_probs[row, np.arange(len(target)), target]                     # (T,)
             to_words = projection(prepared[n][2], words(cases[n].target))                # (T, Tw)
@@ -325,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
 
     translator = load_translator(args.model, "onnx", args.threads)
     config = translator.backend.config
-    layer, heads, shift = translator.default_alignment
+    default = AlignmentOptions().resolve(config)
+    layer, heads, shift = default.layer, default.heads, default.step_shift
 
     splits: dict[str, tuple[list[tuple[str, str]], list[Links]]] = {}
     for name in ("valid",) + (() if args.no_test else ("test",)):
@@ -357,12 +358,12 @@ def main(argv: list[str] | None = None) -> int:
             return memo[source]
         out = memo[source] = []
         for case, item in zip(cases, prepared):
-            if isinstance(item, ForcedAlignmentError):
+            if isinstance(item, AlignmentError):
                 continue
             attention, source_pieces, target_pieces = item
             n, h, s = source
-            word, _ = build_alignment(attention, case.source, source_pieces, case.target, target_pieces, n, h,
-                                      "word", s)
+            options = AlignmentOptions("word", n, h, s).resolve(config)
+            word = align(attention, case.source, source_pieces, case.target, target_pieces, options).word
             if case.kind in ("intact", "omission"):
                 out.append(Scored(Case(case.split, "coverage-" + case.kind, case.source, case.target, case.truth),
                                   source_coverage(word.matrix), np.zeros(0), content(word.source_tokens), id(case)))

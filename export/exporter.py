@@ -10,19 +10,20 @@ Two graphs, mapping one-to-one onto `Transformer.encode` and `Transformer.decode
 interface is listed in seq2seq/onnx_backend.py):
 
     encoder.onnx       src_ids, src_mask -> cross_k, cross_v, self_weights
-    decoder_step.onnx  tokens, cross_k, cross_v, src_mask, past_k, past_v
-                    -> log_probs, new_past_k, new_past_v, cross_weights, self_weights
+    decoder_step.onnx  tokens, src_mask, cross_k_l, cross_v_l, past_k_l, past_v_l (per layer l)
+                    -> log_probs, new_past_k_l, new_past_v_l (per layer l), cross_weights, self_weights
 
 The attention weights are always-present outputs rather than a second graph variant: the
 cross-attention is the product and is needed at every step anyway, and the legacy exporter
 decomposes scaled_dot_product_attention into MatMul, Softmax, MatMul in any case, so exposing
 the self-attention Softmax outputs costs only copying them out. One graph per role keeps
 the bundle small and means the explorer and the search can never disagree. A caller that
-does not want an output simply does not fetch it.
+does not want an output simply does not fetch it. The decoder's cross K/V and KV cache are
+one tensor per layer (see `DecoderStepGraph`).
 
 The decoder graph takes any number T of new tokens after P >= 0 cached ones: the search
 calls it with T = 1, the attention explorer with the whole target and P = 0. On the first
-step the past is an empty (L, N, H, 0, Dh) tensor; onnxruntime handles the zero-length
+step the past is an empty (N, H, 0, Dh) tensor per layer; onnxruntime handles the zero-length
 Concat, so there is no special first-step graph.
 
 The legacy TorchScript exporter (dynamo=False) is used: it traces `Tensor.size()` as graph
@@ -49,6 +50,7 @@ from torch import Tensor, nn
 
 from data.tokenizer import Tokenizer
 from seq2seq.bundle import BUNDLE_FILE, GRAPH_FILES, write_bundle_manifest
+from seq2seq.onnx_backend import decoder_io
 from seq2seq.config import DecodeConfig, ModelConfig, load_config, save_config
 from seq2seq.model import CONFIG_FILE, WEIGHTS_FILE, Transformer, load_model
 
@@ -95,20 +97,27 @@ class EncoderGraph(nn.Module):
 
 
 class DecoderStepGraph(nn.Module):
-    """`Transformer.decode` over T new tokens after a (possibly empty) cache: decoder_step.onnx."""
+    """`Transformer.decode` over T new tokens after a (possibly empty) cache: decoder_step.onnx.
+
+    The cross K/V and the KV cache go in and out one tensor per layer: a stacked (L, ...)
+    cache would be split on the way in and re-stacked on the way out, copying all of it
+    every step (a quarter of the step's kernel time at 128 rows). The caller keeps its
+    stacked arrays and hands the graph per-layer views of them, which costs nothing.
+    """
 
     def __init__(self, model: Transformer):
         super().__init__()
         self.model = model
+        self.layers = model.config.decoder_layers
 
-    def forward(self, tokens: Tensor, cross_k: Tensor, cross_v: Tensor, src_mask: Tensor,
-                past_k: Tensor, past_v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """tokens (N, T), cross_k/v (L, N, H, S, Dh), src_mask (N, S), past_k/v (L, N, H, P, Dh)
-        -> log_probs (N, T, V), new_past_k/v (L, N, H, P+T, Dh), cross_weights (L, N, H, T, S),
-        self_weights (L, N, H, T, P+T)."""
+    def forward(self, tokens: Tensor, src_mask: Tensor, *states: Tensor) -> tuple[Tensor, ...]:
+        """tokens (N, T), src_mask (N, S), then per layer l: cross_k_l, cross_v_l (N, H, S, Dh),
+        past_k_l, past_v_l (N, H, P, Dh) -> log_probs (N, T, V), new_past_k_l and new_past_v_l
+        (N, H, P+T, Dh) per layer, cross_weights (L, N, H, T, S), self_weights (L, N, H, T, P+T)."""
+        cross_k, cross_v, past_k, past_v = (states[i * self.layers:(i + 1) * self.layers] for i in range(4))
         out = self.model.decode(tokens, cross_k, cross_v, src_mask, past_k, past_v,
                                 need_cross_weights=True, need_self_weights=True)
-        return out.log_probs, out.self_k, out.self_v, out.cross_weights, out.self_weights
+        return (out.log_probs, *out.layer_k, *out.layer_v, out.cross_weights, out.self_weights)
 
 
 ENCODER_IO = {
@@ -117,19 +126,8 @@ ENCODER_IO = {
                 "cross_v": ("decoder_layers", "batch", "heads", "source", "head_dim"),
                 "self_weights": ("encoder_layers", "batch", "heads", "source", "source")},
 }
-DECODER_IO = {
-    "inputs": {"tokens": ("rows", "new"),
-               "cross_k": ("decoder_layers", "rows", "heads", "source", "head_dim"),
-               "cross_v": ("decoder_layers", "rows", "heads", "source", "head_dim"),
-               "src_mask": ("rows", "source"),
-               "past_k": ("decoder_layers", "rows", "heads", "past", "head_dim"),
-               "past_v": ("decoder_layers", "rows", "heads", "past", "head_dim")},
-    "outputs": {"log_probs": ("rows", "new", "vocab"),
-                "new_past_k": ("decoder_layers", "rows", "heads", "past+new", "head_dim"),
-                "new_past_v": ("decoder_layers", "rows", "heads", "past+new", "head_dim"),
-                "cross_weights": ("decoder_layers", "rows", "heads", "new", "source"),
-                "self_weights": ("decoder_layers", "rows", "heads", "new", "past+new")},
-}
+
+
 _FIXED_AXES = {"decoder_layers", "encoder_layers", "heads", "head_dim", "vocab"}
 
 
@@ -151,13 +149,13 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET)
     src_mask[1, -1] = False
     with torch.no_grad():
         encoded = model.encode(src_ids, src_mask)
-    past = torch.zeros(layers, 2, heads, 3, head_dim)
+    past = [torch.zeros(2, heads, 3, head_dim) for _ in range(layers)]
     tokens = torch.full((2, 2), config.bos_id, dtype=torch.long)
     files = GRAPH_FILES["fp32"]
     jobs = [
         (EncoderGraph(model), (src_ids, src_mask), files["encoder"], ENCODER_IO),
-        (DecoderStepGraph(model), (tokens, encoded.cross_k, encoded.cross_v, src_mask, past, past),
-         files["decoder_step"], DECODER_IO),
+        (DecoderStepGraph(model), (tokens, src_mask, *encoded.cross_k, *encoded.cross_v, *past, *past),
+         files["decoder_step"], decoder_io(layers)),
     ]
     for module, example, name, io in jobs:
         log.info("exporting %s", name)
@@ -178,16 +176,56 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET)
     return dict(files)
 
 
+def fold_weight_transposes(graph: Any) -> int:
+    """Replace every Transpose of a constant weight by the transposed weight; returns how many.
+
+    nn.Linear stores W as (out, in) and the tied output projection is Eᵀ, so the exported
+    graphs reach every weight MatMul through a Transpose (the export skips constant folding
+    to keep the bundle small; onnxruntime folds them when a session loads). The dynamic
+    quantizer only quantizes MatMuls whose weight is an initializer, so without this it
+    quantizes none of them. `graph` is an onnx GraphProto, changed in place.
+    """
+    from onnx import numpy_helper
+
+    initializers = {tensor.name: tensor for tensor in graph.initializer}
+    folded: dict[str, str] = {}                   # Transpose output -> new initializer name
+    keep = []
+    for node in graph.node:
+        if node.op_type != "Transpose" or node.input[0] not in initializers:
+            keep.append(node)
+            continue
+        perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+        weight = numpy_helper.to_array(initializers[node.input[0]])
+        name = f"{node.input[0]}.transposed"
+        if name not in initializers:
+            initializers[name] = numpy_helper.from_array(np.ascontiguousarray(weight.transpose(perm)), name)
+            graph.initializer.append(initializers[name])
+        folded[node.output[0]] = name
+    del graph.node[:]
+    graph.node.extend(keep)
+    for node in graph.node:
+        for index, name in enumerate(node.input):
+            if name in folded:
+                node.input[index] = folded[name]
+    used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    unused = [tensor for tensor in graph.initializer if tensor.name not in used]
+    for tensor in unused:
+        graph.initializer.remove(tensor)
+    return len(folded)
+
+
 def quantize_graphs(source_dir: Path, out_dir: Path) -> dict[str, str]:
     """Dynamic int8 quantization of the fp32 graphs' MatMul weights; returns role -> file.
 
-    Only MatMuls with a constant weight are quantized (onnxruntime's default for dynamic
-    mode), so attention scores and weights (activation x activation) stay fp32 and the
-    alignment maps are not quantized directly. Activations are quantized per tensor with a
-    scale computed at run time over the whole input, so an int8 translation can change
-    slightly with what else is in its batch (fp32 does not). bench/inference.py uses this
-    for bundles exported without int8 graphs.
+    The weights' Transposes are folded first (`fold_weight_transposes`), so every weight
+    MatMul is quantized (25 of the decoder's 37 MatMuls; the rest multiply activations).
+    Attention scores and weights (activation x activation) stay fp32, so the alignment
+    maps are not quantized directly. Activations are quantized per tensor with a scale
+    computed at run time over the whole input, so an int8 translation can change slightly
+    with what else is in its batch (fp32 does not). The embedding lookup stays fp32.
+    bench/inference.py uses this for bundles exported without int8 graphs.
     """
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -198,10 +236,15 @@ def quantize_graphs(source_dir: Path, out_dir: Path) -> dict[str, str]:
     # graphs; dynamic MatMul quantization of our graphs needs none, so we keep them quiet.
     root.setLevel(max(level, logging.ERROR))
     try:
-        for role, name in GRAPH_FILES["int8"].items():
-            log.info("quantizing %s", name)
-            quantize_dynamic(source_dir / GRAPH_FILES["fp32"][role], out_dir / name,
-                             op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8, per_channel=False)
+        with tempfile.TemporaryDirectory(prefix="crossalign-quantize-") as scratch:
+            for role, name in GRAPH_FILES["int8"].items():
+                model = onnx.load(str(source_dir / GRAPH_FILES["fp32"][role]))
+                count = fold_weight_transposes(model.graph)
+                folded = Path(scratch) / f"{role}.folded.onnx"
+                onnx.save(model, str(folded))
+                log.info("quantizing %s (%d weight transposes folded)", name, count)
+                quantize_dynamic(folded, out_dir / name, op_types_to_quantize=["MatMul"],
+                                 weight_type=QuantType.QInt8, per_channel=False)
     finally:
         root.setLevel(level)
     return dict(GRAPH_FILES["int8"])
@@ -450,7 +493,7 @@ def write_bundle(loaded: LoadedCheckpoint, directory: Path, int8: bool, opset: i
     precision = "int8" if int8 else "fp32"
     extra = {
         "weights_dtype": "float16 (fp32 graphs exported from the same float16-rounded values)",
-        "interface": {"encoder": ENCODER_IO, "decoder_step": DECODER_IO, "opset": opset},
+        "interface": {"encoder": ENCODER_IO, "decoder_step": decoder_io(loaded.config.decoder_layers), "opset": opset},
         "exporter": _versions(),
         "source_checkpoint": portable_path(loaded.checkpoint_dir),
     }

@@ -12,6 +12,7 @@ Masks are boolean and True means *may attend*.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -190,10 +191,22 @@ class EncoderOutput:
 @dataclass
 class DecoderOutput:
     log_probs: Tensor                    # (B, T, V) log-softmax over the vocabulary
-    self_k: Tensor                       # (L, B, H, P+T, Dh): the KV cache to pass to the next step
-    self_v: Tensor                       # (L, B, H, P+T, Dh)
+    layer_k: list[Tensor]                # per decoder layer (B, H, P+T, Dh): the KV cache for the next step
+    layer_v: list[Tensor]
     cross_weights: Tensor | None         # (L, B, H, T, S): the alignment maps, when asked for
     self_weights: Tensor | None          # (L, B, H, T, P+T), when asked for
+
+    # The cache per layer is what the decoder-step graph passes in and out (stacking it
+    # would copy all of it every step); stacked is what the torch callers want.
+    @property
+    def self_k(self) -> Tensor:
+        """(L, B, H, P+T, Dh)."""
+        return torch.stack(self.layer_k)
+
+    @property
+    def self_v(self) -> Tensor:
+        """(L, B, H, P+T, Dh)."""
+        return torch.stack(self.layer_v)
 
 
 class Transformer(nn.Module):
@@ -234,21 +247,23 @@ class Transformer(nn.Module):
         return EncoderOutput(memory, torch.stack(keys), torch.stack(values),
                              self_weights if need_weights else None)
 
-    def decode(self, tgt_ids: Tensor, cross_k: Tensor, cross_v: Tensor, src_key_mask: Tensor,
-               past_k: Tensor | None = None, past_v: Tensor | None = None, tgt_key_mask: Tensor | None = None,
+    def decode(self, tgt_ids: Tensor, cross_k: Tensor | Sequence[Tensor], cross_v: Tensor | Sequence[Tensor],
+               src_key_mask: Tensor, past_k: Tensor | Sequence[Tensor] | None = None,
+               past_v: Tensor | Sequence[Tensor] | None = None, tgt_key_mask: Tensor | None = None,
                need_cross_weights: bool = False, need_self_weights: bool = False,
                cross_weight_layers: tuple[int, ...] | None = None) -> DecoderOutput:
         """Run the decoder over T new target positions after P cached ones.
 
         tgt_ids (B, T); cross_k/v (L, B, H, S, Dh); src_key_mask (B, S); past_k/v
-        (L, B, H, P, Dh) or None for P = 0; tgt_key_mask (B, P+T) True at real tokens
+        (L, B, H, P, Dh) or None for P = 0; cross_k/v and past_k/v may also be sequences of
+        L per-layer (B, H, ·, Dh) tensors; tgt_key_mask (B, P+T) True at real tokens
         (only needed when a batch has padded targets, i.e. in training).
         Teacher forcing is one call with the whole target; incremental decoding is one
         call per token with the returned self_k/self_v as the next call's past.
         `cross_weight_layers` restricts which layers materialise cross weights (training
         a guided head needs only one); the returned tensor then has one entry per listed layer.
         """
-        past_length = 0 if past_k is None else past_k.size(3)
+        past_length = 0 if past_k is None else past_k[0].size(2)
         t = tgt_ids.size(1)
         self_allowed = causal_mask(t, past_length + t, tgt_ids.device)[None, None]   # (1, 1, T, P+T)
         if tgt_key_mask is not None:
@@ -269,7 +284,7 @@ class Transformer(nn.Module):
                 self_weights.append(s_w)
         logits = self.decoder_norm(x) @ self.embedding.weight.t()                    # (B, T, V)
         return DecoderOutput(
-            logits.log_softmax(dim=-1), torch.stack(keys), torch.stack(values),
+            logits.log_softmax(dim=-1), keys, values,
             torch.stack(cross_weights) if cross_weights else None,
             torch.stack(self_weights) if self_weights else None)
 

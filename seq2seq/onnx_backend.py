@@ -10,10 +10,15 @@ layers, H heads, Dh head size, V vocabulary):
     encoder.onnx       src_ids (B, S) int64, src_mask (B, S) bool (True = real token)
                     -> cross_k, cross_v (L, B, H, S, Dh) float32,
                        self_weights (E, B, H, S, S) float32
-    decoder_step.onnx  tokens (N, T) int64, cross_k, cross_v (L, N, H, S, Dh),
-                       src_mask (N, S) bool, past_k, past_v (L, N, H, P, Dh), P >= 0
-                    -> log_probs (N, T, V), new_past_k, new_past_v (L, N, H, P+T, Dh),
+    decoder_step.onnx  tokens (N, T) int64, src_mask (N, S) bool, and per decoder layer l:
+                       cross_k_l, cross_v_l (N, H, S, Dh), past_k_l, past_v_l (N, H, P, Dh), P >= 0
+                    -> log_probs (N, T, V), per layer new_past_k_l, new_past_v_l (N, H, P+T, Dh),
                        cross_weights (L, N, H, T, S), self_weights (L, N, H, T, P+T)
+
+The search keeps the cross K/V and the cache stacked, (L, N, H, ·, Dh), as one array each;
+the graph takes and gives them per layer, so the backend binds per-layer views of the
+stacked arrays as inputs and has the graph write its per-layer outputs straight into the
+slices of a stacked array (onnxruntime's I/O binding): no split, stack or copy around a step.
 """
 
 from __future__ import annotations
@@ -24,13 +29,34 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from seq2seq.bundle import Bundle
+from seq2seq.bundle import Bundle, BundleError
 from seq2seq.config import ModelConfig
 from seq2seq.search import StepOutput, TeacherForced
 
 ENCODER_OUTPUTS = ("cross_k", "cross_v", "self_weights")
-DECODER_INPUTS = ("tokens", "cross_k", "cross_v", "src_mask", "past_k", "past_v")
+# The decoder's outputs as the backend returns them: the per-layer caches stacked (L, ...).
 DECODER_OUTPUTS = ("log_probs", "new_past_k", "new_past_v", "cross_weights", "self_weights")
+PER_LAYER = ("new_past_k", "new_past_v")
+
+
+def decoder_io(layers: int) -> dict[str, dict[str, tuple[str, ...]]]:
+    """The decoder-step graph's inputs and outputs (name -> axes), in order, for L = `layers`.
+
+    The one declaration of the interface: the exporter names the graph's tensors from it and
+    this backend checks a bundle's graph against it.
+    """
+    def per_layer(prefix: str, length: str) -> dict[str, tuple[str, ...]]:
+        return {f"{prefix}_{layer}": ("rows", "heads", length, "head_dim") for layer in range(layers)}
+
+    return {
+        "inputs": {"tokens": ("rows", "new"), "src_mask": ("rows", "source"),
+                   **per_layer("cross_k", "source"), **per_layer("cross_v", "source"),
+                   **per_layer("past_k", "past"), **per_layer("past_v", "past")},
+        "outputs": {"log_probs": ("rows", "new", "vocab"),
+                    **per_layer("new_past_k", "past+new"), **per_layer("new_past_v", "past+new"),
+                    "cross_weights": ("decoder_layers", "rows", "heads", "new", "source"),
+                    "self_weights": ("decoder_layers", "rows", "heads", "new", "past+new")},
+    }
 
 
 def default_threads() -> int:
@@ -54,8 +80,14 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     - execution_mode ORT_SEQUENTIAL: each graph is a chain of layers with no independent
       branches worth running in parallel; the parallel executor would only add hand-offs.
       inter_op_num_threads is therefore 1.
+    - session.intra_op.allow_spinning 0: by default a pool's threads spin for a while after
+      each run, waiting for more work. After the encoder returns they would take a core
+      from the decoder steps that follow, and between decoder steps from the search's own
+      numpy work, which runs on the calling thread; on a small machine that is a core the
+      translation needs. Without spinning, threads sleep as soon as a run ends.
     """
     options = ort.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.intra_op_num_threads = threads or default_threads()
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -78,6 +110,11 @@ class OnnxBackend:
         providers = ["CPUExecutionProvider"]
         self.encoder = ort.InferenceSession(str(encoder_path), options, providers=providers)
         self.decoder = ort.InferenceSession(str(decoder_path), options, providers=providers)
+        expected = list(decoder_io(config.decoder_layers)["inputs"])
+        found = [graph_input.name for graph_input in self.decoder.get_inputs()]
+        if found != expected:
+            raise BundleError(f"{decoder_path}: decoder inputs {found}, this version expects {expected} "
+                              "(per-layer caches); re-export the bundle with `crossalign export`")
 
     @classmethod
     def from_bundle(cls, bundle: Bundle, precision: str | None = None, threads: int | None = None) -> "OnnxBackend":
@@ -93,13 +130,52 @@ class OnnxBackend:
              past_k: np.ndarray | None, past_v: np.ndarray | None, need_attention: bool) -> StepOutput:
         """tokens (N, 1) at position P; past_k/v (L, N, H, P, Dh) or None when P = 0.
 
-        The first step feeds an empty (L, N, H, 0, Dh) past: the graph concatenates it with
-        the new keys, and onnxruntime handles the zero-length axis (checked in the tests).
+        The first step feeds an empty (N, H, 0, Dh) past per layer: the graph concatenates
+        it with the new keys, and onnxruntime handles the zero-length axis (tested).
         """
-        names = list(DECODER_OUTPUTS[:4] if need_attention else DECODER_OUTPUTS[:3])
-        outputs = self.decoder.run(names, self._decoder_feed(tokens, cross_k, cross_v, src_mask, past_k, past_v))
-        log_probs, new_k, new_v = outputs[:3]
-        return StepOutput(log_probs[:, -1], new_k, new_v, outputs[3][:, :, :, -1] if need_attention else None)
+        names = DECODER_OUTPUTS[:4] if need_attention else DECODER_OUTPUTS[:3]
+        out = self.run_decoder(tokens, cross_k, cross_v, src_mask, past_k, past_v, names)
+        return StepOutput(out["log_probs"][:, -1], out["new_past_k"], out["new_past_v"],
+                          out["cross_weights"][:, :, :, -1] if need_attention else None)
+
+    def run_decoder(self, tokens: np.ndarray, cross_k: np.ndarray, cross_v: np.ndarray, src_mask: np.ndarray,
+                    past_k: np.ndarray | None, past_v: np.ndarray | None,
+                    names: tuple[str, ...] = DECODER_OUTPUTS) -> dict[str, np.ndarray]:
+        """One run of the decoder-step graph on stacked arrays; returns the outputs in `names`.
+
+        tokens (N, T), cross_k/v (L, N, H, S, Dh), src_mask (N, S), past_k/v (L, N, H, P, Dh)
+        or None (P = 0) -> log_probs (N, T, V), new_past_k/v (L, N, H, P+T, Dh),
+        cross_weights (L, N, H, T, S), self_weights (L, N, H, T, P+T). Every output is
+        allocated here and written in place by the graph (I/O binding), the caches layer by
+        layer into one stacked array, so nothing is copied or stacked after the run.
+        """
+        layers, rows, heads, source, head_dim = cross_k.shape
+        new, past = tokens.shape[1], 0 if past_k is None else past_k.shape[3]
+        if past_k is None or past_v is None:
+            past_k = past_v = np.zeros((layers, rows, heads, 0, head_dim), dtype=np.float32)
+        # Held until the run ends: the binding points into these arrays' memory.
+        inputs = {"tokens": np.ascontiguousarray(tokens, dtype=np.int64),
+                  "src_mask": np.ascontiguousarray(src_mask, dtype=np.bool_)}
+        stacked = {name: np.ascontiguousarray(value, dtype=np.float32) for name, value in
+                   (("cross_k", cross_k), ("cross_v", cross_v), ("past_k", past_k), ("past_v", past_v))}
+        binding = self.decoder.io_binding()
+        for name, value in inputs.items():
+            binding.bind_cpu_input(name, value)
+        for name, value in stacked.items():
+            for layer in range(layers):
+                binding.bind_cpu_input(f"{name}_{layer}", value[layer])      # a view: no copy
+        shapes = {"log_probs": (rows, new, self.config.vocab_size),
+                  "new_past_k": (layers, rows, heads, past + new, head_dim),
+                  "new_past_v": (layers, rows, heads, past + new, head_dim),
+                  "cross_weights": (layers, rows, heads, new, source),
+                  "self_weights": (layers, rows, heads, new, past + new)}
+        outputs = {name: np.empty(shapes[name], dtype=np.float32) for name in names}
+        for name, array in outputs.items():
+            for graph_name, part in ([(f"{name}_{layer}", array[layer]) for layer in range(layers)]
+                                     if name in PER_LAYER else [(name, array)]):
+                binding.bind_output(graph_name, "cpu", 0, np.float32, list(part.shape), part.ctypes.data)
+        self.decoder.run_with_iobinding(binding)
+        return outputs
 
     def teacher_force(self, src_ids: np.ndarray, src_mask: np.ndarray, target_ids: np.ndarray) -> TeacherForced:
         """Every attention map of given translations: one encoder and one decoder run over the
@@ -108,19 +184,12 @@ class OnnxBackend:
         cross_k, cross_v, encoder_self = self.encoder.run(list(ENCODER_OUTPUTS), self._source_feed(src_ids, src_mask))
         bos = np.full((target_ids.shape[0], 1), self.bos_id, dtype=np.int64)
         tokens = np.concatenate([bos, target_ids.astype(np.int64)], axis=1)
-        log_probs, _, _, cross, decoder_self = self.decoder.run(
-            list(DECODER_OUTPUTS), self._decoder_feed(tokens, cross_k, cross_v, src_mask, None, None))
-        return TeacherForced(log_probs=log_probs, cross=cross, encoder_self=encoder_self, decoder_self=decoder_self)
+        out = self.run_decoder(tokens, cross_k, cross_v, src_mask, None, None,
+                               ("log_probs", "cross_weights", "self_weights"))
+        return TeacherForced(log_probs=out["log_probs"], cross=out["cross_weights"], encoder_self=encoder_self,
+                             decoder_self=out["self_weights"])
 
     def _source_feed(self, src_ids: np.ndarray, src_mask: np.ndarray) -> dict[str, np.ndarray]:
         return {"src_ids": np.ascontiguousarray(src_ids, dtype=np.int64),
                 "src_mask": np.ascontiguousarray(src_mask, dtype=np.bool_)}
 
-    def _decoder_feed(self, tokens: np.ndarray, cross_k: np.ndarray, cross_v: np.ndarray, src_mask: np.ndarray,
-                      past_k: np.ndarray | None, past_v: np.ndarray | None) -> dict[str, np.ndarray]:
-        if past_k is None or past_v is None:
-            layers, rows, heads, _, head_dim = cross_k.shape
-            past_k = past_v = np.zeros((layers, rows, heads, 0, head_dim), dtype=np.float32)
-        values = (tokens.astype(np.int64, copy=False), cross_k, cross_v, src_mask.astype(np.bool_, copy=False),
-                  past_k, past_v)
-        return {name: np.ascontiguousarray(value) for name, value in zip(DECODER_INPUTS, values)}

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 from toy import SENTENCES
@@ -24,7 +25,7 @@ from seq2seq.bundle import BUNDLE_FILE, BundleError, load_bundle_manifest, updat
 from seq2seq.config import DecodeConfig
 from seq2seq.loading import load_translator
 from seq2seq.model import load_model
-from seq2seq.onnx_backend import OnnxBackend
+from seq2seq.onnx_backend import DECODER_OUTPUTS, OnnxBackend
 from seq2seq.search import beam_search, pad_batch
 from seq2seq.torch_backend import TorchBackend
 
@@ -104,8 +105,7 @@ def test_decoder_graph_matches_torch_for_every_shape(backends: tuple[TorchBacken
     past_k, past_v = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
 
     cross_k, cross_v, encoder_self = onnx_backend.encoder.run(None, {"src_ids": src_ids, "src_mask": src_mask})
-    outputs = onnx_backend.decoder.run(None, {"tokens": tokens, "cross_k": cross_k, "cross_v": cross_v,
-                                              "src_mask": src_mask, "past_k": past_k, "past_v": past_v})
+    outputs = list(onnx_backend.run_decoder(tokens, cross_k, cross_v, src_mask, past_k, past_v).values())
     with torch.inference_mode():
         encoded = model.encode(torch.from_numpy(src_ids), torch.from_numpy(src_mask), need_weights=True)
         decoded = model.decode(torch.from_numpy(tokens), encoded.cross_k, encoded.cross_v, torch.from_numpy(src_mask),
@@ -116,7 +116,7 @@ def test_decoder_graph_matches_torch_for_every_shape(backends: tuple[TorchBacken
     np.testing.assert_allclose(encoder_self, torch.stack(encoded.self_weights).numpy(), atol=TOLERANCE, rtol=0)
     expected = (decoded.log_probs, decoded.self_k, decoded.self_v, decoded.cross_weights, decoded.self_weights)
     assert outputs[3].shape == (config.decoder_layers, rows, config.n_heads, new, source)
-    for name, actual, reference in zip(exporter.DECODER_IO["outputs"], outputs, expected):
+    for name, actual, reference in zip(DECODER_OUTPUTS, outputs, expected):
         np.testing.assert_allclose(actual, reference.numpy(), atol=TOLERANCE, rtol=0, err_msg=name)
 
 
@@ -184,6 +184,21 @@ def test_corrupted_graph_is_named(tiny_bundle: Path, tmp_path: Path) -> None:
         load_translator(copy)
 
 
+def test_a_decoder_graph_with_stacked_caches_is_refused(tiny_bundle: Path, tmp_path: Path) -> None:
+    """Bundles exported before the per-layer cache interface fail with the fix in the message."""
+    model = onnx.load(str(tiny_bundle / "decoder_step.onnx"))
+    for graph_input in model.graph.input:        # rename, as the old graph's names were
+        if graph_input.name == "past_k_0":
+            graph_input.name = "past_k"
+            for node in model.graph.node:
+                node.input[:] = ["past_k" if name == "past_k_0" else name for name in node.input]
+    old = tmp_path / "decoder_step.onnx"
+    onnx.save(model, str(old))
+    config = load_bundle_manifest(tiny_bundle).model_config
+    with pytest.raises(BundleError, match=r"past_k_0.*re-export the bundle"):
+        OnnxBackend(tiny_bundle / "encoder.onnx", old, config, threads=1)
+
+
 def test_missing_files_are_all_named(tiny_bundle: Path, tmp_path: Path) -> None:
     copy = shutil.copytree(tiny_bundle, tmp_path / "bundle")
     (copy / "encoder.onnx").unlink()
@@ -241,6 +256,19 @@ def test_int8_export_through_the_cli(tiny_checkpoint: Path, tmp_path: Path) -> N
     # A second export into the same place needs --force.
     with pytest.raises(ExportError, match="--force"):
         exporter.main(parser.parse_args([str(tiny_checkpoint), "--out", str(out)]))
+    # Every MatMul that multiplies by a weight is quantized (before the weights' Transposes
+    # were folded, none was): the fp32 graph's weight MatMuls become MatMulInteger, and the
+    # MatMuls left in fp32 are the attention's, activation by activation.
+    for role in ("encoder", "decoder_step"):
+        fp32, int8 = (onnx.load(str(path)) for path in (out / f"{role}.onnx", out / f"{role}.int8.onnx"))
+        weights = {tensor.name for tensor in fp32.graph.initializer}
+        made_by = {output: node for node in fp32.graph.node for output in node.output}
+        weight_matmuls = sum(1 for node in fp32.graph.node if node.op_type == "MatMul"
+                             and node.input[1] in made_by and made_by[node.input[1]].op_type == "Transpose"
+                             and made_by[node.input[1]].input[0] in weights)
+        ops = [node.op_type for node in int8.graph.node]
+        assert weight_matmuls > 0 and ops.count("MatMulInteger") == weight_matmuls
+        assert ops.count("MatMul") == ops.count("Softmax") * 2
 
 
 @pytest.mark.skipif(not (SHIPPED_BUNDLE / BUNDLE_FILE).exists(), reason="models/de-en is not shipped yet")

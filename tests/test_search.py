@@ -16,7 +16,8 @@ import torch
 
 from seq2seq.config import DecodeConfig
 from seq2seq.model import key_padding_mask
-from seq2seq.search import StepOutput, beam_search, greedy_search, pad_batch
+from seq2seq import search
+from seq2seq.search import StepOutput, beam_search, greedy_search, pad_batch, top_candidates
 from seq2seq.torch_backend import TorchBackend
 
 PAD, UNK, BOS, EOS, A, B = 0, 1, 2, 3, 4, 5
@@ -45,6 +46,12 @@ TABLES = {
         (A, A): {EOS: 0.99, A: 0.005, B: 0.005}},
     # Sentence 9: EOS almost never; only the length limit ends it.
     9: {(): {A: 0.7, B: 0.29, EOS: 0.01}},
+    # Sentence 10, beam 2: at step 1 the EOS after B is ranked third (K = 2), behind a
+    # beam that goes on to the best hypothesis (test_eos_ranked_below_k_does_not_finish).
+    10: {(): {A: 0.6, B: 0.4},
+         (A,): {EOS: 0.5, A: 0.15, B: 0.15},
+         (B,): {EOS: 0.3, A: 0.05, B: 0.65},
+         (B, B): {EOS: 0.99, A: 0.005, B: 0.005}},
 }
 NO_EOS = {EOS: 0.01, A: 0.6, B: 0.39}
 
@@ -161,6 +168,56 @@ def test_length_limit_forces_eos_with_its_real_log_prob():
         assert h.log_prob == sum(h.token_log_probs)
     assert hypotheses[0].tokens == [A, A, A]
     assert hypotheses[0].log_prob == (((0.0 + lp(0.7)) + lp(0.6)) + lp(0.6)) + lp(0.01)
+
+
+def test_eos_ranked_below_k_does_not_finish():
+    # Beam 2 on sentence 10, by total probability:
+    # step 0: A (.6), B (.4)                                          -> beams A, B
+    # step 1: A+EOS (.3) > BB (.26) > B+EOS (.12) > AA (.09) = AB     -> [A] finishes; beams BB, AA
+    #         B+EOS ranks third (K = 2): two open beams beat it. Taking it as the second
+    #         finished hypothesis would end the search here, with [A] as the best.
+    # step 2: BB+EOS (.4*.65*.99) ranks first                         -> [B, B] finishes; two: stop
+    # With alpha = 1, [B, B] (log .2574 / (8/6)) beats [A] (log .3 / (7/6)).
+    config = DecodeConfig(beam_size=2, n_best=2, length_penalty=1.0)
+    [hypotheses] = beam_search(ScriptedBackend(), *sources([10, EOS]), config)
+    a_eos = (0.0 + lp(0.6)) + lp(0.5)
+    b_b_eos = ((0.0 + lp(0.4)) + lp(0.65)) + lp(0.99)
+    assert [(h.tokens, h.log_prob) for h in hypotheses] == [([B, B], b_b_eos), ([A], a_eos)]
+    assert hypotheses[0].score == b_b_eos / penalty(3, 1.0) > hypotheses[1].score == a_eos / penalty(2, 1.0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_top_candidates_equals_a_stable_full_sort(seed: int):
+    rng = np.random.default_rng(seed)
+    # Few distinct values, so ties straddle the cut-off; and -inf (banned or dead beams).
+    candidates = rng.integers(-6, 0, size=(50, 40)).astype(np.float64)
+    candidates[rng.random(candidates.shape) < 0.3] = -np.inf
+    candidates[0] = -np.inf
+    candidates[1, :3] = 0.0
+    for count in (1, 2, 6, 8, 39, 40):
+        expected = np.argsort(-candidates, axis=1, kind="stable")[:, :count]
+        actual = top_candidates(candidates, count)
+        values = np.take_along_axis(candidates, expected, axis=1)
+        # Positions that are -inf are never used by the search; all others must be identical.
+        assert np.array_equal(np.take_along_axis(candidates, actual, axis=1), values)
+        assert np.array_equal(np.where(np.isfinite(values), actual, -1), np.where(np.isfinite(values), expected, -1))
+
+
+def test_beam_search_with_partial_top_k_equals_full_sort(tiny_model, monkeypatch):
+    sentences = [[5, 9, 7, 11, 6, 14, EOS], [13, 8, EOS], [21, 4, 17, 10, EOS], [9, 7, 5, 5, 5, 5, 5, 5, EOS]]
+    runs = []
+    for select in (search.top_candidates,
+                   lambda candidates, count: np.argsort(-candidates, axis=1, kind="stable")[:, :count]):
+        monkeypatch.setattr(search, "top_candidates", select)
+        for config in (DecodeConfig(beam_size=1), DecodeConfig(beam_size=4, n_best=4),
+                       DecodeConfig(beam_size=2, n_best=2, length_penalty=1.0)):
+            for backend_hypotheses in (beam_search(TorchBackend(tiny_model), *sources(*sentences), config),
+                                       beam_search(ScriptedBackend(), *sources([7, 6, EOS], [10, EOS], [9, EOS]),
+                                                   config)):
+                runs.append([[(h.tokens, h.score, h.token_log_probs, h.attention.tobytes()) for h in hyps]
+                             for hyps in backend_hypotheses])
+    half = len(runs) // 2
+    assert runs[:half] == runs[half:]
 
 
 def test_pad_and_bos_are_never_generated():
