@@ -149,7 +149,10 @@ class TrainConfig:
 class DecodeConfig:
     beam_size: int = 4
     n_best: int = 1
-    length_penalty: float = 0.6          # GNMT: score / ((5 + len) / 6) ** alpha
+    length_penalty: float = 0.6          # GNMT alpha: a finished score is log-prob / ((5 + len) / 6) ** alpha
+    # GNMT beta: plus beta * sum over source pieces of log(min(attention received, 1)), read
+    # from the model's alignment head (Wu et al. 2016); 0 = off. Tuned on valid: README.
+    coverage_penalty: float = 0.0
     max_length_ratio: float = 2.0        # max target length = ratio * source length + 10
     max_length_extra: int = 10
     return_attention: bool = True
@@ -160,6 +163,8 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         if self.beam_size < 1 or not 1 <= self.n_best <= self.beam_size:
             raise ValueError(f"need 1 <= n_best ({self.n_best}) <= beam_size ({self.beam_size})")
+        if self.coverage_penalty < 0:
+            raise ValueError(f"coverage_penalty must be >= 0, not {self.coverage_penalty}")
         if self.alignment is not None and not self.return_attention:
             raise ValueError("an alignment needs the attention: set return_attention")
 

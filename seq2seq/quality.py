@@ -28,9 +28,8 @@ The thresholds and weights belong to a model (a differently trained head spreads
 attention differently), so they are chosen on that model's valid data and stored beside it
 as `quality.json` (`QualityThresholds.save/load`).
 
-Also here, as pure scoring functions: the GNMT coverage penalty and the hypothesis score
-that combines it with the length penalty (Wu et al. 2016, "Google's Neural Machine
-Translation System", section 7). Torch-free.
+The GNMT coverage penalty, which the beam search can score hypotheses with, lives with the
+length penalty in `seq2seq.search` (`hypothesis_score`). Torch-free.
 """
 
 from __future__ import annotations
@@ -42,8 +41,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-
-from seq2seq.search import length_penalty
 
 QUALITY_FILE = "quality.json"
 
@@ -79,31 +76,6 @@ def target_entropy(matrix: np.ndarray) -> np.ndarray:
     return np.clip(-(matrix * logs).sum(axis=1) / math.log(matrix.shape[1]), 0.0, 1.0)
 
 
-# --------------------------------------------------------------------------- scoring
-
-
-def coverage_penalty(coverage: np.ndarray, beta: float, floor: float = 1e-3) -> np.ndarray:
-    """GNMT coverage penalty β · Σᵢ log(min(cᵢ, 1)) over the last axis; ≤ 0.
-
-    coverage (..., S): attention mass each source position has received so far. GNMT's
-    formula is -inf for a position never attended; the log is taken of max(cᵢ, floor) so
-    that one unread word costs β · log(floor) (about -6.9 β) instead of ruling the
-    hypothesis out. Returns (...,).
-    """
-    clipped = np.clip(np.asarray(coverage, dtype=np.float64), floor, 1.0)
-    return beta * np.log(clipped).sum(axis=-1)
-
-
-def gnmt_score(log_prob: float, length: int, coverage: np.ndarray, alpha: float, beta: float,
-               floor: float = 1e-3) -> float:
-    """GNMT hypothesis score: log P(Y|X) / lp(Y) + cp(X; Y) (Wu et al. 2016, eq. 14).
-
-    log_prob: the summed token log-probabilities, EOS included; length: |Y| with EOS;
-    coverage (S,): attention mass per source position over the whole hypothesis.
-    """
-    return float(log_prob / length_penalty(length, alpha) + coverage_penalty(coverage, beta, floor))
-
-
 # --------------------------------------------------------------------------- thresholds
 
 
@@ -128,7 +100,7 @@ class QualityThresholds:
         return asdict(self) | {"confidence_weights": list(self.confidence_weights)}
 
     @classmethod
-    def from_dict(cls, values: dict) -> "QualityThresholds":
+    def from_dict(cls, values: dict) -> QualityThresholds:
         names = {"untranslated_coverage", "ungrounded_peak", "expected_length_ratio", "confidence_weights",
                  "chosen_on"}
         kept = {k: v for k, v in values.items() if k in names}
@@ -140,7 +112,7 @@ class QualityThresholds:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
 
     @classmethod
-    def load(cls, path: str | Path) -> "QualityThresholds":
+    def load(cls, path: str | Path) -> QualityThresholds:
         """Read `quality.json` (a file, or the model directory holding one); defaults if absent."""
         path = Path(path)
         if path.is_dir():

@@ -11,11 +11,13 @@ S source length, P cached target length, V vocabulary.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
+from seq2seq.alignment import AlignmentOptions
 from seq2seq.config import DecodeConfig, ModelConfig
 
 
@@ -82,10 +84,35 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def hypothesis_score(log_prob: float, length: int, config: DecodeConfig) -> float:
-    """The score that ranks finished hypotheses: the summed log-prob over the length
-    penalty. The one place a finished score is computed (add penalties here)."""
-    return log_prob / length_penalty(length, config.length_penalty)
+COVERAGE_FLOOR = 1e-3
+
+
+def coverage_penalty(coverage: np.ndarray, beta: float, floor: float = COVERAGE_FLOOR) -> np.ndarray:
+    """GNMT coverage penalty β · Σᵢ log(min(cᵢ, 1)) over the last axis; ≤ 0.
+
+    coverage (..., S): attention mass each source position received. GNMT's formula is
+    -inf for a position never attended; the log is taken of max(cᵢ, floor) so that one
+    unread word costs β · log(floor) (about -6.9 β) instead of ruling the hypothesis out.
+    Returns (...,).
+    """
+    clipped = np.clip(np.asarray(coverage, dtype=np.float64), floor, 1.0)
+    return beta * np.log(clipped).sum(axis=-1)
+
+
+def hypothesis_score(log_prob: float, length: int, config: DecodeConfig, coverage: np.ndarray | None = None) -> float:
+    """The score that ranks finished hypotheses, GNMT's s(Y, X) = log P(Y|X) / lp(Y) + cp(X; Y)
+    (Wu et al. 2016, eq. 14). The one place a finished score is computed.
+
+    log_prob: summed token log-probs, EOS included; length: |Y| with EOS; coverage (S,): the
+    mass each source piece (EOS excluded) received from the alignment head, needed when
+    `config.coverage_penalty` > 0.
+    """
+    score = log_prob / length_penalty(length, config.length_penalty)
+    if config.coverage_penalty:
+        if coverage is None:
+            raise ValueError("a coverage penalty needs the hypothesis's coverage")
+        score += float(coverage_penalty(coverage, config.coverage_penalty))
+    return float(score)
 
 
 def max_target_length(source_length: int, config: DecodeConfig) -> int:
@@ -140,7 +167,9 @@ def beam_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarra
     beams by summed log-prob and takes the 2K best: an EOS among the first K finishes a
     hypothesis, and the K best that are not EOS go on (2K guarantee K of them). A sentence
     stops when K hypotheses have finished or its length limit is reached; finished
-    sentences leave the batch so the rest decode faster.
+    sentences leave the batch so the rest decode faster. Finished hypotheses are ranked by
+    `hypothesis_score` (the length penalty and, with `config.coverage_penalty`, the coverage
+    penalty over what the model's alignment head read: `_Coverage`).
     """
     batch, k = src_ids.shape[0], config.beam_size
     src_lengths = src_mask.sum(axis=1)
@@ -159,12 +188,14 @@ def beam_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarra
     # Only beam 0 is alive at the start, so the first step does not pick K copies of one token.
     scores = np.tile(np.array([0.0] + [-np.inf] * (k - 1)), batch)
     trace = _Trace()
+    coverage = _Coverage(backend.config, mask) if config.coverage_penalty else None
+    need_attention = config.return_attention or coverage is not None
     past_k = past_v = None
     active = np.arange(batch)                     # original index of each sentence in the batch
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
 
     for step in range(int(limits.max()) + 1):
-        out = backend.step(tokens, cross_k, cross_v, mask, past_k, past_v, config.return_attention)
+        out = backend.step(tokens, cross_k, cross_v, mask, past_k, past_v, need_attention)
         log_probs = out.log_probs                 # (N, V) float32; the search edits it in place
         log_probs[:, backend.pad_id] = -np.inf
         log_probs[:, backend.bos_id] = -np.inf
@@ -173,7 +204,9 @@ def beam_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarra
             eos_scores = log_probs[at_limit, backend.eos_id]
             log_probs[at_limit] = -np.inf
             log_probs[at_limit, backend.eos_id] = eos_scores
-        trace.attention.append(out.cross_weights)
+        trace.attention.append(out.cross_weights if config.return_attention else None)
+        if coverage is not None:
+            coverage.read(step, out.cross_weights)
         sentences, vocab = len(active), log_probs.shape[1]
         # float64 running scores: the float32 log-probs are promoted exactly.
         candidates = (scores[:, None] + log_probs).reshape(sentences, k * vocab)
@@ -192,8 +225,9 @@ def beam_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarra
             sentence = active[i]
             if len(finished[sentence]) < k:
                 row = int(top_rows[i, rank])
-                finished[sentence].append(_hypothesis(trace, step, row, float(top_scores[i, rank]),
-                                                      float(log_probs[row, backend.eos_id]), config))
+                finished[sentence].append(_hypothesis(
+                    trace, step, row, float(top_scores[i, rank]), float(log_probs[row, backend.eos_id]), config,
+                    None if coverage is None else coverage.finished(row)))
         going_on = possible & ~is_eos
         going_on &= np.cumsum(going_on, axis=1) <= k                          # the K best that go on
         keep = (going_on.sum(axis=1) == k) & np.array([len(finished[s]) < k for s in active])
@@ -205,10 +239,14 @@ def beam_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarra
         trace.select(rows, next_tokens, log_probs[rows, next_tokens])
         tokens = next_tokens[:, None].astype(np.int64)
         past_k, past_v = select_rows(out.past_k, rows), select_rows(out.past_v, rows)
+        if coverage is not None:
+            coverage.select(rows)
         if not keep.all():
             # Sentences that finished leave the batch: drop their encoder rows.
             kept_rows = (np.flatnonzero(keep)[:, None] * k + np.arange(k)).reshape(-1)
             cross_k, cross_v, mask = select_rows(cross_k, kept_rows), select_rows(cross_v, kept_rows), mask[kept_rows]
+            if coverage is not None:
+                coverage.counted = coverage.counted[kept_rows]
             active = active[keep]
 
     results = []
@@ -249,21 +287,51 @@ class _Trace:
         return tokens[::-1], log_probs[::-1], stacked
 
 
+class _Coverage:
+    """Per beam row, the attention mass each source piece has received from the model's
+    alignment head (its layer, mean of its heads), over the steps its map reads: the steps
+    that produced the tokens or, for a step-shifted head, the steps where they were the
+    input (as `seq2seq.alignment.subword_map`). Reordered with the beams."""
+
+    def __init__(self, model: ModelConfig, mask: np.ndarray) -> None:
+        source = AlignmentOptions().resolve(model)
+        self.layer, self.shift = source.layer, source.step_shift
+        self.heads = list(source.heads or range(model.n_heads))
+        # Real source pieces without the EOS (the last real one): (N, S) bool.
+        self.counted = mask.copy()
+        self.counted[np.arange(len(mask)), mask.sum(axis=1) - 1] = False
+        self.received = np.zeros(mask.shape)                  # (N, S) before the current step
+        self.after = self.received                            # (N, S) with it, where it counts
+
+    def read(self, step: int, cross_weights: np.ndarray) -> None:
+        """cross_weights (L, N, H, S) of this step."""
+        current = cross_weights[self.layer][:, self.heads].mean(axis=1, dtype=np.float64)   # (N, S)
+        # A shifted map has no row for the BOS step; an unshifted one none for the EOS step.
+        self.after = self.received + current if step > 0 or not self.shift else self.received
+
+    def finished(self, row: int) -> np.ndarray:
+        """(S',) the coverage of `row` ending with EOS at this step, real source pieces only."""
+        counted = self.after if self.shift else self.received
+        return counted[row][self.counted[row]]
+
+    def select(self, rows: np.ndarray) -> None:
+        self.received = self.after[rows]
+
+
 def _hypothesis(trace: _Trace, step: int, row: int, total: float, eos_log_prob: float,
-                config: DecodeConfig) -> Hypothesis:
-    """The hypothesis that `row` ends with EOS at `step`, with summed log-prob `total`."""
+                config: DecodeConfig, coverage: np.ndarray | None) -> Hypothesis:
+    """The hypothesis that `row` ends with EOS at `step`, with summed log-prob `total` and,
+    when the score needs it, `coverage` (S',)."""
     generated, token_log_probs, attention = trace.backtrack(step, row)
     length = len(generated) + 1                       # EOS counts as a produced token
-    return Hypothesis(tokens=generated, score=float(hypothesis_score(total, length, config)), log_prob=total,
+    return Hypothesis(tokens=generated, score=hypothesis_score(total, length, config, coverage), log_prob=total,
                       attention=attention, token_log_probs=token_log_probs + [eos_log_prob])
 
 
 def greedy_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarray,
                   config: DecodeConfig = DecodeConfig()) -> list[Hypothesis]:
     """Greedy decoding: beam search with one beam, one hypothesis per sentence."""
-    greedy = DecodeConfig(beam_size=1, n_best=1, length_penalty=config.length_penalty,
-                          max_length_ratio=config.max_length_ratio, max_length_extra=config.max_length_extra,
-                          return_attention=config.return_attention)
+    greedy = dataclasses.replace(config, beam_size=1, n_best=1)
     return [hyps[0] for hyps in beam_search(backend, src_ids, src_mask, greedy)]
 
 

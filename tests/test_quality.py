@@ -11,14 +11,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from toy import SENTENCES, toy_pairs, train_tiny
 
 from export.exporter import export_model
 from seq2seq.alignment import words
 from seq2seq.forced import align_pair
 from seq2seq.loading import load_translator
-from seq2seq.quality import (QualityThresholds, assess, confidence_features, coverage_penalty, gnmt_score,
-                             length_misfit, sentence_coverage, source_coverage, target_entropy, target_peak)
-from toy import SENTENCES, toy_pairs, train_tiny
+from seq2seq.quality import (
+    QualityThresholds,
+    assess,
+    confidence_features,
+    length_misfit,
+    sentence_coverage,
+    source_coverage,
+    target_entropy,
+    target_peak,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -78,24 +86,6 @@ def test_sentence_features_and_bad_shapes() -> None:
     assert length_misfit(["a"], ["x", "y", "z"], 1.0) == pytest.approx(-math.log(2))
     with pytest.raises(ValueError, match="shape"):
         assess(MAP, SOURCE[:-1], TARGET)
-
-
-def test_gnmt_coverage_penalty_and_score() -> None:
-    # Wu et al. 2016, eq. 14: cp = β Σ log(min(c, 1)); covered words cost nothing.
-    assert coverage_penalty(np.array([1.0, 1.7, 3.0]), beta=0.4) == 0.0
-    expected = 0.2 * (math.log(0.5) + math.log(0.25))
-    assert coverage_penalty(np.array([0.5, 1.2, 0.25]), beta=0.2) == pytest.approx(expected)
-    assert coverage_penalty(np.array([0.0, 1.0]), beta=1.0, floor=1e-3) == pytest.approx(math.log(1e-3))
-    batch = coverage_penalty(np.array([[1.0, 0.5], [0.1, 0.1]]), beta=1.0)
-    assert batch == pytest.approx([math.log(0.5), 2 * math.log(0.1)])
-    lp = ((5 + 6) / 6) ** 0.6
-    score = gnmt_score(-3.0, 6, np.array([0.5, 1.0]), alpha=0.6, beta=0.2)
-    assert score == pytest.approx(-3.0 / lp + 0.2 * math.log(0.5))
-    # A hypothesis that skips a source word loses to a slightly less probable one that covers it.
-    skips = gnmt_score(-2.0, 5, np.array([1.0, 1.0, 0.0]), alpha=1.0, beta=0.2)
-    covers = gnmt_score(-2.5, 5, np.array([1.0, 1.0, 1.0]), alpha=1.0, beta=0.2)
-    assert covers > skips
-    assert gnmt_score(-2.0, 5, np.array([1.0, 1.0, 0.0]), alpha=1.0, beta=0.0) > covers     # β 0: log-prob only
 
 
 def test_thresholds_round_trip_and_defaults(tmp_path: Path) -> None:

@@ -81,6 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size)
     parser.add_argument("--length-penalty", type=float, default=DecodeConfig.length_penalty,
                         help="GNMT length-penalty exponent alpha (default %(default)s)")
+    parser.add_argument("--coverage-penalty", type=float, default=DecodeConfig.coverage_penalty,
+                        help="GNMT coverage-penalty weight beta, 0 = off (default %(default)s)")
     parser.add_argument("--limit", type=int, default=0, help="score only the first N sentences")
     parser.add_argument("--save-hyp", type=Path, help="write the model's translations (with --gold: its Pharaoh "
                                                       "links) here")
@@ -164,7 +166,7 @@ def main(args: argparse.Namespace) -> int:
         started = time.time()
         hypotheses = translate_file(args.model, args.backend, sources,
                                     DecodeConfig(beam_size=args.beam_size, length_penalty=args.length_penalty,
-                                                 return_attention=False))
+                                                 coverage_penalty=args.coverage_penalty, return_attention=False))
         log.info("translated %d sentences in %.1fs", len(sources), time.time() - started)
         if args.save_hyp:
             args.save_hyp.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")

@@ -80,7 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size,
                         help=f"(default {DecodeConfig.beam_size})")
     parser.add_argument("--length-penalty", type=float, default=DecodeConfig.length_penalty,
-                        help=f"(default {DecodeConfig.length_penalty})")
+                        help=f"GNMT alpha (default {DecodeConfig.length_penalty})")
+    parser.add_argument("--coverage-penalty", type=float, default=DecodeConfig.coverage_penalty,
+                        help=f"GNMT beta, 0 = off (default {DecodeConfig.coverage_penalty})")
     parser.add_argument("--batch-size", type=int, default=batch.JobOptions.batch_size,
                         help=f"sentences per batch (default {batch.JobOptions.batch_size})")
     parser.add_argument("--max-tokens", type=int, default=batch.JobOptions.max_tokens,
@@ -135,8 +137,8 @@ def job_options(args: argparse.Namespace) -> dict:
         "model_sha256": hashlib.sha256(bundle.read_bytes()).hexdigest() if bundle.is_file() else None,
         "input": str(args.input.resolve()) if args.input else None,
         **{name: getattr(args, name) for name in (
-            "input_format", "format", "beam_size", "length_penalty", "max_chars", "split_tokens", "alignment",
-            "alignment_level", "alignment_layer", "alignment_heads", "step_shift", "heatmap_format")},
+            "input_format", "format", "beam_size", "length_penalty", "coverage_penalty", "max_chars", "split_tokens",
+            "alignment", "alignment_level", "alignment_layer", "alignment_heads", "step_shift", "heatmap_format")},
         "heatmaps": str(args.heatmaps) if args.heatmaps else None,
     }
 
@@ -250,7 +252,7 @@ def _decode_config(args: argparse.Namespace) -> DecodeConfig:
                                  None if args.alignment_heads is None else tuple(args.alignment_heads),
                                  args.step_shift) if want_alignment else None
     return DecodeConfig(beam_size=args.beam_size, length_penalty=args.length_penalty,
-                        return_attention=want_alignment, alignment=alignment)
+                        coverage_penalty=args.coverage_penalty, return_attention=want_alignment, alignment=alignment)
 
 
 def _start_engine(args: argparse.Namespace, decode: DecodeConfig) -> tuple[batch.Engine, Tokenizer, int]:
