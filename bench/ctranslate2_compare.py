@@ -144,8 +144,10 @@ class OurSystem:
 
 def check_identity(systems: dict, reference: str, sources: list[str]) -> list[str]:
     lines = []
-    for label, decode in (("greedy", DecodeConfig(beam_size=1)), ("beam 4, no length penalty",
-                                                                 DecodeConfig(beam_size=4, length_penalty=0.0))):
+    # No coverage penalty: CTranslate2's is computed differently, so both run the plain search.
+    for label, decode in (("greedy", DecodeConfig(beam_size=1, coverage_penalty=0.0)),
+                          ("beam 4, no length penalty", DecodeConfig(beam_size=4, length_penalty=0.0,
+                                                                     coverage_penalty=0.0))):
         expected = [ids for first in range(0, len(sources), 32)
                     for ids in systems[reference].translate(sources[first:first + 32], decode)]
         for name, system in systems.items():
@@ -165,7 +167,7 @@ def measure(systems: dict, sources: list[str], slices: int, b1_sentences: int) -
     names = list(systems)
     for turn, (start, (label, beam, batch)) in enumerate(tqdm(work, desc="slices", unit="slice")):
         chunk = sources[start:start + size][: b1_sentences if batch == 1 else None]
-        decode = DecodeConfig(beam_size=beam)
+        decode = DecodeConfig(beam_size=beam, coverage_penalty=0.0)
         for name in names[turn % len(names):] + names[:turn % len(names)]:
             for first in range(0, len(chunk), batch):
                 began = time.perf_counter()

@@ -151,8 +151,9 @@ class DecodeConfig:
     n_best: int = 1
     length_penalty: float = 0.6          # GNMT alpha: a finished score is log-prob / ((5 + len) / 6) ** alpha
     # GNMT beta: plus beta * sum over source pieces of log(min(attention received, 1)), read
-    # from the model's alignment head (Wu et al. 2016); 0 = off. Tuned on valid: README.
-    coverage_penalty: float = 0.0
+    # from the model's alignment head (Wu et al. 2016); 0 = off. 0.2 was tuned on valid
+    # (README, "Coverage-aware beam search"): BLEU 7.78 -> 8.10, length ratio 0.876 -> 0.948.
+    coverage_penalty: float = 0.2
     max_length_ratio: float = 2.0        # max target length = ratio * source length + 10
     max_length_extra: int = 10
     return_attention: bool = True

@@ -1,5 +1,8 @@
 """Beam search against a scripted decoder with fixed probabilities (fairseq's approach).
 
+Tests of the log-prob ranking turn the coverage penalty off (the scripted cross weights are
+codes, not attention); the coverage-penalty tests below use real-looking weights.
+
 The scripted backend reads each row's prefix back from the KV cache it is handed, so a
 search that reorders the cache wrongly gets the wrong probabilities, and its cross
 weights encode (prefix, layer, head, source position), so a wrongly reordered alignment
@@ -31,6 +34,11 @@ from seq2seq.torch_backend import TorchBackend
 PAD, UNK, BOS, EOS, A, B = 0, 1, 2, 3, 4, 5
 VOCAB = 6
 LAYERS, HEADS = 2, 3
+
+
+def plain(**settings) -> DecodeConfig:
+    """A decode config without the coverage penalty: ranking by (length-penalised) log-prob."""
+    return DecodeConfig(**{"coverage_penalty": 0.0, **settings})
 
 
 def lp(p: float) -> float:
@@ -131,7 +139,7 @@ def test_beam_search_exact_hypotheses_and_scores():
     # step 1: BA (.3*.9) > AA (.6*.36) > AB (.6*.34) > A+EOS (.6*.3)  -> beams BA, AA
     # step 2: BA+EOS (.3*.9*.9) > AA+EOS (.6*.36*.5) > AAA, AAB       -> two finished: stop
     alpha = 0.6
-    config = DecodeConfig(beam_size=2, n_best=2, length_penalty=alpha)
+    config = plain(beam_size=2, n_best=2, length_penalty=alpha)
     [hypotheses] = beam_search(ScriptedBackend(), *sources([7, 6, EOS]), config)
     best_log_prob = ((0.0 + lp(0.3)) + lp(0.9)) + lp(0.9)
     second_log_prob = ((0.0 + lp(0.6)) + lp(0.36)) + lp(0.5)
@@ -144,13 +152,13 @@ def test_beam_search_exact_hypotheses_and_scores():
 
 def test_greedy_is_beam_one_and_misses_what_beam_two_finds():
     src = sources([7, 6, EOS])
-    [greedy] = greedy_search(ScriptedBackend(), *src, DecodeConfig(length_penalty=0.6))
+    [greedy] = greedy_search(ScriptedBackend(), *src, plain(length_penalty=0.6))
     # Argmax at each step: A (.6), then A (.36 > .34), then EOS (.5).
     assert greedy.tokens == [A, A]
     assert greedy.log_prob == ((0.0 + lp(0.6)) + lp(0.36)) + lp(0.5)
-    [[beam_one]] = beam_search(ScriptedBackend(), *src, DecodeConfig(beam_size=1, n_best=1, length_penalty=0.6))
+    [[beam_one]] = beam_search(ScriptedBackend(), *src, plain(beam_size=1, n_best=1, length_penalty=0.6))
     assert (beam_one.tokens, beam_one.score) == (greedy.tokens, greedy.score)
-    [[beam_two]] = beam_search(ScriptedBackend(), *src, DecodeConfig(beam_size=2, n_best=1))
+    [[beam_two]] = beam_search(ScriptedBackend(), *src, plain(beam_size=2, n_best=1))
     assert beam_two.tokens == [B, A] and beam_two.log_prob > greedy.log_prob
 
 
@@ -162,14 +170,14 @@ def test_n_best_is_ordered_by_length_normalised_score(alpha: float):
     short_score, long_score = short / penalty(2, alpha), long / penalty(3, alpha)
     assert (short_score > long_score) == (alpha == 0.0)  # the penalty flips the ranking
     [hypotheses] = beam_search(ScriptedBackend(), *sources([8, EOS]),
-                               DecodeConfig(beam_size=2, n_best=2, length_penalty=alpha))
+                               plain(beam_size=2, n_best=2, length_penalty=alpha))
     expected = sorted([([A], short, short_score), ([A, A], long, long_score)], key=lambda h: -h[2])
     assert [(h.tokens, h.log_prob, h.score) for h in hypotheses] == expected
     assert hypotheses[0].score >= hypotheses[1].score
 
 
 def test_length_limit_forces_eos_with_its_real_log_prob():
-    config = DecodeConfig(beam_size=2, n_best=2, length_penalty=0.0, max_length_ratio=0.0, max_length_extra=3)
+    config = plain(beam_size=2, n_best=2, length_penalty=0.0, max_length_ratio=0.0, max_length_extra=3)
     [hypotheses] = beam_search(ScriptedBackend(), *sources([9, EOS]), config)
     assert len(hypotheses) == 2
     for h in hypotheses:
@@ -188,7 +196,7 @@ def test_eos_ranked_below_k_does_not_finish():
     #         finished hypothesis would end the search here, with [A] as the best.
     # step 2: BB+EOS (.4*.65*.99) ranks first                         -> [B, B] finishes; two: stop
     # With alpha = 1, [B, B] (log .2574 / (8/6)) beats [A] (log .3 / (7/6)).
-    config = DecodeConfig(beam_size=2, n_best=2, length_penalty=1.0)
+    config = plain(beam_size=2, n_best=2, length_penalty=1.0)
     [hypotheses] = beam_search(ScriptedBackend(), *sources([10, EOS]), config)
     a_eos = (0.0 + lp(0.6)) + lp(0.5)
     b_b_eos = ((0.0 + lp(0.4)) + lp(0.65)) + lp(0.99)
@@ -248,7 +256,7 @@ def test_coverage_penalty_changes_the_winner_with_exact_scores(step_shift: bool,
     assert [h.log_prob for h in hypotheses] == [long, short]
     assert [h.score for h in hypotheses] == pytest.approx([long_score, short_score], abs=1e-6)
     assert all(h.attention is None for h in hypotheses)       # read for the score, not returned
-    [without] = beam_search(AttendingBackend(), *sources([8, 6, EOS]), DecodeConfig(beam_size=2, n_best=2,
+    [without] = beam_search(AttendingBackend(), *sources([8, 6, EOS]), plain(beam_size=2, n_best=2,
                                                                                      length_penalty=0.0))
     assert [(h.tokens, h.score) for h in without] == [([A], short), ([A, A], long)]
 
@@ -272,7 +280,7 @@ def test_hypothesis_score_is_gnmt_eq_14():
     config = DecodeConfig(length_penalty=0.6, coverage_penalty=0.2)
     score = hypothesis_score(-3.0, 6, config, np.array([0.5, 1.0]))
     assert score == pytest.approx(-3.0 / penalty(6, 0.6) + 0.2 * math.log(0.5))
-    assert hypothesis_score(-3.0, 6, DecodeConfig(length_penalty=0.6)) == -3.0 / penalty(6, 0.6)
+    assert hypothesis_score(-3.0, 6, plain(length_penalty=0.6)) == -3.0 / penalty(6, 0.6)
     with pytest.raises(ValueError, match="coverage"):
         hypothesis_score(-3.0, 6, config)
     with pytest.raises(ValueError, match="coverage_penalty"):
@@ -317,8 +325,8 @@ def test_beam_search_with_partial_top_k_equals_full_sort(tiny_model, monkeypatch
     for select in (search.top_candidates,
                    lambda candidates, count: np.argsort(-candidates, axis=1, kind="stable")[:, :count]):
         monkeypatch.setattr(search, "top_candidates", select)
-        for config in (DecodeConfig(beam_size=1), DecodeConfig(beam_size=4, n_best=4),
-                       DecodeConfig(beam_size=2, n_best=2, length_penalty=1.0)):
+        for config in (plain(beam_size=1), plain(beam_size=4, n_best=4),
+                       plain(beam_size=2, n_best=2, length_penalty=1.0)):
             for backend_hypotheses in (beam_search(TorchBackend(tiny_model), *sources(*sentences), config),
                                        beam_search(ScriptedBackend(), *sources([7, 6, EOS], [10, EOS], [9, EOS]),
                                                    config)):
@@ -336,7 +344,7 @@ def test_pad_and_bos_are_never_generated():
             out.log_probs[:, BOS] = -0.01
             return out
 
-    [hypotheses] = beam_search(LovesPad(), *sources([7, 6, EOS]), DecodeConfig(beam_size=2, n_best=2))
+    [hypotheses] = beam_search(LovesPad(), *sources([7, 6, EOS]), plain(beam_size=2, n_best=2))
     assert [h.tokens for h in hypotheses] == [[B, A], [A, A]]
 
 
@@ -345,7 +353,7 @@ def test_pad_and_bos_are_never_generated():
 
 def test_batch_equals_each_sentence_alone():
     sentences = [[9, 5, 5, 4, 4, EOS], [7, 6, EOS], [8, EOS]]  # different lengths: padding in the batch
-    config = DecodeConfig(beam_size=2, n_best=2, length_penalty=0.6, max_length_ratio=0.5, max_length_extra=2)
+    config = plain(beam_size=2, n_best=2, length_penalty=0.6, max_length_ratio=0.5, max_length_extra=2)
     batched = beam_search(ScriptedBackend(), *sources(*sentences), config)
     for sentence, together in zip(sentences, batched):
         [alone] = beam_search(ScriptedBackend(), *sources(sentence), config)
@@ -360,7 +368,7 @@ def test_batch_equals_each_sentence_alone():
 
 def test_each_hypothesis_carries_its_own_attention_rows():
     src = [7, 6, EOS]
-    [hypotheses] = beam_search(ScriptedBackend(), *sources(src), DecodeConfig(beam_size=2, n_best=2))
+    [hypotheses] = beam_search(ScriptedBackend(), *sources(src), plain(beam_size=2, n_best=2))
     # [B, A] descends from beam 1 at step 1 while [A, A] descends from beam 0: the rows
     # cross over, so a buffer that is not reordered with the beams gives the wrong maps.
     for h in hypotheses:
@@ -375,7 +383,7 @@ def test_each_hypothesis_carries_its_own_attention_rows():
 
 def test_no_attention_when_not_asked_for():
     [hypotheses] = beam_search(ScriptedBackend(), *sources([7, 6, EOS]),
-                               DecodeConfig(beam_size=2, n_best=2, return_attention=False))
+                               plain(beam_size=2, n_best=2, return_attention=False))
     assert all(h.attention is None for h in hypotheses)
 
 
@@ -402,12 +410,12 @@ def manual_greedy(model, src: list[int], limit: int) -> list[int]:
 def test_torch_model_greedy_matches_manual_decoding_and_batches_match(tiny_model):
     backend = TorchBackend(tiny_model)
     sentences = [[5, 9, 7, 11, 6, 14, EOS], [13, 8, EOS], [21, 4, 17, 10, EOS]]
-    config = DecodeConfig(beam_size=1, max_length_ratio=1.0, max_length_extra=3)
+    config = plain(beam_size=1, max_length_ratio=1.0, max_length_extra=3)
     greedy = greedy_search(backend, *sources(*sentences), config)
     for sentence, hypothesis in zip(sentences, greedy):
         assert hypothesis.tokens + [EOS] == manual_greedy(tiny_model, sentence, limit=len(sentence) + 3)
 
-    beam = DecodeConfig(beam_size=3, n_best=3, length_penalty=0.6, max_length_ratio=1.0, max_length_extra=3)
+    beam = plain(beam_size=3, n_best=3, length_penalty=0.6, max_length_ratio=1.0, max_length_extra=3)
     batched = beam_search(backend, *sources(*sentences), beam)
     for sentence, together in zip(sentences, batched):
         [alone] = beam_search(backend, *sources(sentence), beam)
