@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(item, AlignmentError):
                 hypotheses.append(set())
                 continue
-            attention, source_pieces, target_pieces = item
+            attention, source_pieces, target_pieces, _ = item
             maps = align(attention, pair.source, source_pieces, pair.target, target_pieces, options)
             hypotheses.append(set(maps.word.links))
         return score(hypotheses, gold)

@@ -47,12 +47,19 @@ if str(REPO) not in sys.path:
 
 from seq2seq.aer import read_gold, read_pharaoh  # noqa: E402
 from seq2seq.alignment import AlignmentError, AlignmentOptions, align, projection, words  # noqa: E402
+from seq2seq.bundle import BUNDLE_FILE, set_quality_file  # noqa: E402
 from seq2seq.config import DecodeConfig  # noqa: E402
 from seq2seq.forced import forced_attention  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
-from seq2seq.quality import (QualityThresholds, confidence_features, is_punctuation,  # noqa: E402
-                             source_coverage, target_entropy, target_peak)
-from seq2seq.search import length_penalty, pad_batch  # noqa: E402
+from seq2seq.quality import (  # noqa: E402
+    QualityThresholds,
+    confidence_features,
+    is_punctuation,
+    source_coverage,
+    target_entropy,
+    target_peak,
+)
+from seq2seq.search import pad_batch  # noqa: E402
 
 Links = set[tuple[int, int]]
 THRESHOLDS = np.round(np.arange(0.02, 2.001, 0.02), 2)      # coverage may exceed 1
@@ -255,10 +262,9 @@ def translate_split(translator, split: str, pairs: list[tuple[str, str]], config
         chunk = pairs[start:start + batch]
         for (source, _), result in zip(chunk, translator.translate_batch([s for s, _ in chunk], config)):
             alignment = translator.align(source, result)
-            length = len(result.target_ids) + 1                   # EOS counts, as in the search's score
             records.append({
                 "hypothesis": result.text,
-                "mean_log_prob": result.score * length_penalty(length, config.length_penalty) / length,
+                "mean_log_prob": result.mean_log_prob,
                 "source_words": [t.text for t in alignment.source_tokens],
                 "target_words": [t.text for t in alignment.target_tokens],
                 "matrix": np.round(alignment.matrix, 5).tolist(),
@@ -360,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         for case, item in zip(cases, prepared):
             if isinstance(item, AlignmentError):
                 continue
-            attention, source_pieces, target_pieces = item
+            attention, source_pieces, target_pieces, _ = item
             n, h, s = source
             options = AlignmentOptions("word", n, h, s).resolve(config)
             word = align(attention, case.source, source_pieces, case.target, target_pieces, options).word
@@ -486,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\nthresholds:", json.dumps(thresholds.to_dict()))
     if args.save:
         thresholds.save(args.save)
+        if (args.save.parent / BUNDLE_FILE).is_file():
+            set_quality_file(args.save.parent, args.save.name)      # listed and hashed in bundle.json
         print(f"wrote {args.save}")
     if args.json:
         args.json.write_text(json.dumps(report | {"thresholds": thresholds.to_dict()}, indent=1) + "\n")

@@ -50,9 +50,10 @@ from torch import Tensor, nn
 
 from data.tokenizer import Tokenizer
 from seq2seq.bundle import BUNDLE_FILE, GRAPH_FILES, write_bundle_manifest
-from seq2seq.onnx_backend import decoder_io
 from seq2seq.config import DecodeConfig, ModelConfig, load_config, save_config
 from seq2seq.model import CONFIG_FILE, WEIGHTS_FILE, Transformer, load_model
+from seq2seq.onnx_backend import decoder_io
+from seq2seq.quality import QUALITY_FILE
 
 log = logging.getLogger("crossalign.export")
 
@@ -487,6 +488,11 @@ def write_bundle(loaded: LoadedCheckpoint, directory: Path, int8: bool, opset: i
     if loaded.data_manifest_path is not None:
         shutil.copyfile(loaded.data_manifest_path, directory / DATA_MANIFEST_FILE)
         files.append(DATA_MANIFEST_FILE)
+    # Thresholds chosen for these weights (a re-export of a released model) travel with them.
+    quality_file = None
+    if (loaded.checkpoint_dir / QUALITY_FILE).is_file():
+        shutil.copyfile(loaded.checkpoint_dir / QUALITY_FILE, directory / QUALITY_FILE)
+        quality_file = QUALITY_FILE
     graphs = {"fp32": export_graphs(loaded.model, directory, opset)}
     if int8:
         graphs["int8"] = quantize_graphs(directory, directory)
@@ -498,7 +504,8 @@ def write_bundle(loaded: LoadedCheckpoint, directory: Path, int8: bool, opset: i
         "source_checkpoint": portable_path(loaded.checkpoint_dir),
     }
     write_bundle_manifest(directory, model_config=loaded.config, tokenizer_file=TOKENIZER_FILE, graphs=graphs,
-                          precision=precision, files=files, data_manifest=loaded.data_manifest, extra=extra)
+                          precision=precision, files=files, data_manifest=loaded.data_manifest,
+                          quality_file=quality_file, extra=extra)
     return precision
 
 
@@ -534,9 +541,12 @@ def _versions() -> dict[str, str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint_dir", type=Path, help="directory with config.json, model.pt (and spm.model)")
-    parser.add_argument("--out", type=Path, default=Path("models/de-en"), help="bundle directory (default models/de-en)")
-    parser.add_argument("--tokenizer", type=Path, default=None, help="SentencePiece model (default CHECKPOINT_DIR/spm.model)")
-    parser.add_argument("--int8", action="store_true", help="also write int8 graphs (dynamic quantization) and make them the default")
+    parser.add_argument("--out", type=Path, default=Path("models/de-en"),
+                        help="bundle directory (default models/de-en)")
+    parser.add_argument("--tokenizer", type=Path, default=None,
+                        help="SentencePiece model (default CHECKPOINT_DIR/spm.model)")
+    parser.add_argument("--int8", action="store_true",
+                        help="also write int8 graphs (dynamic quantization) and make them the default")
     parser.add_argument("--data-manifest", type=Path, default=None,
                         help="manifest.json of the data directory: provenance and license go into the bundle")
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")

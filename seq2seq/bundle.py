@@ -11,6 +11,9 @@ A bundle holds everything needed to translate and to keep working on the model:
     encoder.int8.onnx    only with `--int8`: MatMul weights dynamically quantized to int8
     decoder_step.int8.onnx
     data_manifest.json   only with `--data-manifest`: the data directory's provenance file
+    quality.json         the quality-signal thresholds chosen on valid data (seq2seq/quality.py),
+                         carried over from the checkpoint directory or added by
+                         `bench/quality_signals.py --save` (`set_quality_file`)
 
 Every file except bundle.json itself is listed with its sha256 and size, and
 `load_bundle_manifest` checks them all before anything is loaded, so a truncated download
@@ -30,6 +33,7 @@ from typing import Any
 
 from data.files import sha256_file
 from seq2seq.config import ModelConfig, from_dict, to_dict
+from seq2seq.quality import QUALITY_FILE
 
 BUNDLE_FILE = "bundle.json"
 FORMAT = "crossalign-bundle"
@@ -68,6 +72,12 @@ class Bundle:
     def tokenizer_path(self) -> Path:
         return self.directory / self.manifest["tokenizer"]
 
+    @property
+    def quality_path(self) -> Path | None:
+        """The quality thresholds file, None for a bundle without one (defaults then apply)."""
+        name = self.manifest.get("quality")
+        return None if name is None else self.directory / name
+
     def graph_paths(self, precision: str | None = None) -> tuple[Path, Path]:
         """(encoder, decoder_step) paths for `precision` (default: the bundle's precision)."""
         precision = precision or self.default_precision
@@ -81,11 +91,12 @@ class Bundle:
 def write_bundle_manifest(directory: Path, *, model_config: ModelConfig, tokenizer_file: str,
                           graphs: dict[str, dict[str, str]], precision: str, files: list[str],
                           data_manifest: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
-                          extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                          quality_file: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Hash `files` (names inside `directory`) and write `directory/bundle.json`; returns it.
 
     graphs maps precision -> {"encoder": file, "decoder_step": file}; `precision` names the
-    graphs a runtime loads by default. `extra` adds free-form keys (exporter versions, the
+    graphs a runtime loads by default; `quality_file` names the quality thresholds, if any.
+    `extra` adds free-form keys (exporter versions, the
     graph interface, parity results).
     """
     directory = Path(directory)
@@ -95,6 +106,8 @@ def write_bundle_manifest(directory: Path, *, model_config: ModelConfig, tokeniz
     for graph_files in graphs.values():
         listed.update(graph_files.values())
     listed.add(tokenizer_file)
+    if quality_file is not None:
+        listed.add(quality_file)
     manifest: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -108,6 +121,7 @@ def write_bundle_manifest(directory: Path, *, model_config: ModelConfig, tokeniz
         # heads (empty = the mean of all heads), from ModelConfig.alignment_layer/heads.
         "alignment": {"layer": model_config.resolved_alignment_layer, "heads": list(model_config.alignment_heads),
                       "step_shift": model_config.alignment_step_shift},
+        "quality": quality_file,
         "metrics": dict(metrics or {}),
         "data": data_manifest,
         "license": (data_manifest or {}).get("license"),
@@ -144,6 +158,8 @@ def load_bundle_manifest(directory: Path, verify: bool = True) -> Bundle:
         raise BundleError(f"{directory}: invalid bundle: " + "; ".join(problems))
     files: dict[str, dict[str, Any]] = manifest["files"]
     referenced = {manifest["tokenizer"], *(n for g in manifest["graphs"].values() for n in g.values())}
+    if manifest.get("quality"):
+        referenced.add(manifest["quality"])
     problems += [f"{name}: referenced but not listed in {BUNDLE_FILE}" for name in sorted(referenced - set(files))]
     if verify:
         problems += _verify_files(directory, files)
@@ -165,6 +181,17 @@ def update_metrics(directory: Path, metrics: dict[str, Any]) -> dict[str, Any]:
     manifest.setdefault("metrics", {}).update(metrics)
     _write_json(path, manifest)
     return manifest["metrics"]
+
+
+def set_quality_file(directory: Path, name: str = QUALITY_FILE) -> None:
+    """Record `directory/name` as the bundle's quality thresholds in bundle.json, with its hash
+    (thresholds are chosen with the exported model, so after the export)."""
+    path = Path(directory) / BUNDLE_FILE
+    manifest = json.loads(path.read_text())
+    manifest["quality"] = name
+    manifest["files"][name] = file_entry(Path(directory) / name)
+    manifest["files"] = dict(sorted(manifest["files"].items()))
+    _write_json(path, manifest)
 
 
 def _verify_files(directory: Path, files: dict[str, dict[str, Any]]) -> list[str]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Token, align
+from seq2seq.quality import SentenceQuality, assess_alignment
 from seq2seq.search import SearchBackend, TeacherForced, pad_batch
 from seq2seq.translator import Translator
 
@@ -37,6 +38,7 @@ class ForcedAlignment:
     target: str
     word: Alignment                          # rows = target words, columns = source words
     alignment: Alignment                     # the requested level (the same object when level="word")
+    quality: SentenceQuality                 # from the word map and the decoder's log-probs of the target
 
     @property
     def links(self) -> list[tuple[int, int]]:
@@ -52,6 +54,7 @@ class ForcedAlignment:
             "word_alignment": self.word.pharaoh,
             "matrix": np.round(self.word.matrix, decimals).tolist(),
             "layer": self.word.layer, "heads": list(self.word.heads) or "mean", "step_shift": self.word.step_shift,
+            "quality": self.quality.to_dict(decimals),
         }
         if self.alignment is not self.word:
             record["subword_alignment"] = self.alignment.to_dict(decimals)
@@ -62,8 +65,9 @@ class ForcedAlignment:
 
 
 def teacher_forced_attention(backend: SearchBackend, sources: Sequence[Sequence[int]],
-                             targets: Sequence[Sequence[int]]) -> list[np.ndarray]:
-    """Cross-attention of given translations, one (L, H, T+1, S+1) float array per pair.
+                             targets: Sequence[Sequence[int]]) -> list[tuple[np.ndarray, float]]:
+    """Cross-attention of given translations, one (L, H, T+1, S+1) float array per pair, and
+    from the same decoder run the pair's mean log-prob per target token (EOS included).
 
     sources: source ids *with* the source EOS; targets: target ids without BOS/EOS. Row t
     is the decoder step that produced target piece t (the last row produced EOS), as in
@@ -73,9 +77,14 @@ def teacher_forced_attention(backend: SearchBackend, sources: Sequence[Sequence[
         return []
     src_ids, src_mask = pad_batch([list(s) for s in sources], backend.pad_id)
     tgt_ids, _ = pad_batch([list(t) for t in targets], backend.pad_id)
-    cross = backend.teacher_force(src_ids, src_mask, tgt_ids).cross                      # (L, B, H, T+1, S)
-    return [np.asarray(cross[:, row, :, : len(t) + 1, : len(s)], dtype=np.float32)
-            for row, (s, t) in enumerate(zip(sources, targets))]
+    forced = backend.teacher_force(src_ids, src_mask, tgt_ids)
+    cross = forced.cross                                                                 # (L, B, H, T+1, S)
+    out = []
+    for row, (s, t) in enumerate(zip(sources, targets)):
+        produced = [*t, backend.eos_id]                                                  # step i produced piece i
+        log_prob = forced.log_probs[row, np.arange(len(produced)), produced]             # (T+1,)
+        out.append((np.asarray(cross[:, row, :, : len(t) + 1, : len(s)], dtype=np.float32), float(log_prob.mean())))
+    return out
 
 
 def teacher_force_by_steps(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarray,
@@ -108,7 +117,8 @@ def _pieces(translator: Translator, text: str) -> tuple[list[int], list[Token]]:
     return ids, [Token(p, s, e) for p, (s, e) in zip(pieces, offsets)]
 
 
-Prepared = tuple[np.ndarray, list[Token], list[Token]]   # attention (L, H, T+1, S+1), source, target pieces
+# attention (L, H, T+1, S+1), source pieces, target pieces, mean log-prob per target token
+Prepared = tuple[np.ndarray, list[Token], list[Token], float]
 
 
 def forced_attention(translator: Translator, pairs: Sequence[tuple[str, str]], max_batch_tokens: int = 4096
@@ -144,8 +154,8 @@ def forced_attention(translator: Translator, pairs: Sequence[tuple[str, str]], m
             end += 1
         chunk = todo[start:end]
         attentions = teacher_forced_attention(translator.backend, [c[1] for c in chunk], [c[3] for c in chunk])
-        for (index, _, source_pieces, _, target_pieces), attention in zip(chunk, attentions):
-            results[index] = (attention, source_pieces, target_pieces)
+        for (index, _, source_pieces, _, target_pieces), (attention, mean_log_prob) in zip(chunk, attentions):
+            results[index] = (attention, source_pieces, target_pieces, mean_log_prob)
         start = end
     return [r for r in results if r is not None]
 
@@ -164,9 +174,10 @@ def align_given(translator: Translator, pairs: Sequence[tuple[str, str]],
         if isinstance(prepared, AlignmentError):
             results.append(prepared)
             continue
-        attention, source_pieces, target_pieces = prepared
+        attention, source_pieces, target_pieces, mean_log_prob = prepared
         maps = align(attention, source, source_pieces, target, target_pieces, resolved)
-        results.append(ForcedAlignment(source, target, maps.word, maps.requested))
+        quality = assess_alignment(maps.word, mean_log_prob, translator.quality)
+        results.append(ForcedAlignment(source, target, maps.word, maps.requested, quality))
     return results
 
 

@@ -2,7 +2,9 @@
 
 Rows are target tokens (top to bottom), columns source tokens (left to right, labels on
 top so the source reads like a sentence), the colour is the soft weight with a colour bar,
-and every hard link is outlined. SVG keeps its labels as <text> elements, so they can be
+and every hard link is outlined. Source words flagged untranslated and target words flagged
+ungrounded (seq2seq/quality.py) get an orange label and an orange frame around their
+column / row, explained in a legend line. SVG keeps its labels as <text> elements, so they can be
 searched and restyled. Used by the service's /v1/heatmap and by the batch CLI.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import io
 import re
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import matplotlib
@@ -24,6 +27,8 @@ from seq2seq.alignment import Alignment  # noqa: E402
 FORMATS = {"png": "image/png", "svg": "image/svg+xml"}
 DPI = 100
 CELL = 0.28          # inches per token
+FLAG_COLOUR = "#e67e00"
+FLAG_LEGEND = "orange, dashed: untranslated source word (little attention) / ungrounded target word (no clear source)"
 # matplotlib's text layout and font cache are not thread-safe: one render at a time.
 _RENDER_LOCK = threading.Lock()
 
@@ -54,15 +59,22 @@ def default_size(n_source: int, n_target: int) -> tuple[int, int]:
 
 
 def render_heatmap(alignment: Any, fmt: str = "png", width: int | None = None, height: int | None = None,
-                   title: str | None = None, axis_labels: tuple[str, str] = ("source", "target")) -> bytes:
+                   title: str | None = None, axis_labels: tuple[str, str] = ("source", "target"),
+                   untranslated: Sequence[int] = (), ungrounded: Sequence[int] = ()) -> bytes:
     """The heatmap of `alignment` (seq2seq.alignment.Alignment or seq2seq.records.AlignmentMap).
 
     `width`/`height` in pixels (default: fitted to the token counts). `axis_labels` name the
-    columns and the rows (("keys", "queries") for a self-attention map). Returns PNG or SVG bytes.
+    columns and the rows (("keys", "queries") for a self-attention map). `untranslated`
+    (source columns) and `ungrounded` (target rows) are the quality flags to mark, indices of
+    a word-level map. Returns PNG or SVG bytes.
     """
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     source, target, matrix, links, caption = _parts(alignment)
+    if any(not 0 <= i < len(source) for i in untranslated) or any(not 0 <= j < len(target) for j in ungrounded):
+        raise ValueError(f"flag indices outside the {len(target)} x {len(source)} map")
+    if untranslated or ungrounded:
+        caption += f"\n{FLAG_LEGEND}"
     default_width, default_height = default_size(len(source), len(target))
     width, height = width or default_width, height or default_height
     with _RENDER_LOCK, matplotlib.rc_context({"svg.fonttype": "none", "font.size": 9}):
@@ -72,12 +84,25 @@ def render_heatmap(alignment: Any, fmt: str = "png", width: int | None = None, h
             image = axes.imshow(matrix, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
             for i, j in links:  # i = source column, j = target row
                 axes.add_patch(Rectangle((i - 0.5, j - 0.5), 1, 1, fill=False, edgecolor="#d62728", linewidth=1.5))
+            for i in untranslated:
+                axes.add_patch(Rectangle((i - 0.5, -0.5), 1, len(target), fill=False, edgecolor=FLAG_COLOUR,
+                                         linewidth=2, linestyle="--"))
+            for j in ungrounded:
+                axes.add_patch(Rectangle((-0.5, j - 0.5), len(source), 1, fill=False, edgecolor=FLAG_COLOUR,
+                                         linewidth=2, linestyle="--"))
             figure.colorbar(image, ax=axes, fraction=0.05, pad=0.02, label="attention weight")
         else:
             axes.text(0.5, 0.5, "empty alignment", ha="center", va="center", transform=axes.transAxes)
         axes.set_xticks(range(len(source)), source, rotation=90, parse_math=False)
         axes.set_yticks(range(len(target)), target, parse_math=False)
         axes.xaxis.tick_top()
+        # Both label slots of a tick: the source labels are drawn on top (label2).
+        for index in untranslated:
+            tick = axes.xaxis.get_major_ticks()[index]
+            tick.label1.set_color(FLAG_COLOUR)
+            tick.label2.set_color(FLAG_COLOUR)
+        for index in ungrounded:
+            axes.yaxis.get_major_ticks()[index].label1.set_color(FLAG_COLOUR)
         axes.xaxis.set_label_position("top")
         axes.set_xlabel(axis_labels[0], parse_math=False)
         axes.set_ylabel(axis_labels[1], parse_math=False)

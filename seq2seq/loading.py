@@ -17,6 +17,7 @@ from pathlib import Path
 from data.tokenizer import Tokenizer
 from seq2seq.bundle import BUNDLE_FILE, load_bundle_manifest
 from seq2seq.onnx_backend import OnnxBackend
+from seq2seq.quality import QualityThresholds
 from seq2seq.search import SearchBackend
 from seq2seq.translator import Translator
 
@@ -48,6 +49,7 @@ def load_translator(model_dir: Path | str, backend: str = DEFAULT_BACKEND, threa
         bundle = load_bundle_manifest(model_dir, verify=verify)
         search_backend = OnnxBackend.from_bundle(bundle, precision, threads or None)
         tokenizer_path = bundle.tokenizer_path
+        quality = QualityThresholds() if bundle.quality_path is None else QualityThresholds.load(bundle.quality_path)
     else:
         import torch  # only here: the onnx path must never import torch
 
@@ -57,4 +59,5 @@ def load_translator(model_dir: Path | str, backend: str = DEFAULT_BACKEND, threa
             torch.set_num_threads(threads)
         search_backend = TorchBackend.from_directory(model_dir)
         tokenizer_path = model_dir / "spm.model"
-    return Translator(search_backend, Tokenizer(tokenizer_path), max_source_tokens, max_batch_tokens)
+        quality = QualityThresholds.load(model_dir)             # defaults when it has none
+    return Translator(search_backend, Tokenizer(tokenizer_path), max_source_tokens, max_batch_tokens, quality)

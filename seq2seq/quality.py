@@ -39,8 +39,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from seq2seq.alignment import Alignment
 
 QUALITY_FILE = "quality.json"
 
@@ -171,9 +175,43 @@ class SentenceQuality:
         }
 
 
+def join(parts: Sequence[tuple[SentenceQuality, int]]) -> SentenceQuality:
+    """The quality of a text translated sentence by sentence, from each sentence's quality and
+    its produced tokens (target pieces + EOS): word lists are concatenated and flag indices
+    shifted, as `seq2seq.alignment.concat` places the maps on the diagonal; the sentence
+    figures are averaged weighted by produced tokens, as the text's score is."""
+    if len(parts) == 1:
+        return parts[0][0]
+    weights = np.array([tokens for _, tokens in parts], dtype=np.float64)
+
+    def mean(values: list[float | None]) -> float | None:
+        return None if any(v is None for v in values) else float(np.average(values, weights=weights))
+
+    joined = SentenceQuality([], [], [], [], [], 0.0, 0.0, None, None)
+    for quality, _ in parts:
+        joined.untranslated += [i + len(joined.source_coverage) for i in quality.untranslated]
+        joined.ungrounded += [i + len(joined.target_peak) for i in quality.ungrounded]
+        joined.source_coverage += quality.source_coverage
+        joined.target_peak += quality.target_peak
+        joined.target_entropy += quality.target_entropy
+    joined.coverage = float(np.average([q.coverage for q, _ in parts], weights=weights))
+    joined.length_ratio = float(np.average([q.length_ratio for q, _ in parts], weights=weights))
+    joined.mean_log_prob = mean([q.mean_log_prob for q, _ in parts])
+    joined.confidence = mean([q.confidence for q, _ in parts])
+    return joined
+
+
 def flag_low(values: np.ndarray, words: Sequence[str], threshold: float) -> list[int]:
     """Indices of the words, punctuation excepted, whose value is below `threshold`."""
     return [i for i, (v, w) in enumerate(zip(values, words)) if v < threshold and not is_punctuation(w)]
+
+
+def assess_alignment(word: Alignment, mean_log_prob: float | None,
+                     thresholds: QualityThresholds = QualityThresholds()) -> SentenceQuality:
+    """`assess` of a word-level alignment (`Alignments.word`), labelled by its own words: the
+    quality block the translator and forced alignment fill in the same pass as the map."""
+    return assess(word.matrix, [t.text for t in word.source_tokens], [t.text for t in word.target_tokens],
+                  mean_log_prob, thresholds)
 
 
 def assess(matrix: np.ndarray, source_words: Sequence[str], target_words: Sequence[str],

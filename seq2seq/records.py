@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from seq2seq.alignment import Alignment
+from seq2seq.quality import SentenceQuality
 from seq2seq.translator import TranslationResult
 
 
@@ -35,10 +36,36 @@ class AlignmentMap(BaseModel):
         return cls.model_validate(alignment.to_dict(decimals))
 
 
+class Quality(BaseModel):
+    """Warnings read from the word alignment map (seq2seq/quality.py; thresholds: the model's
+    quality.json). Word indices refer to `alignment.source_tokens` / `target_tokens` at word
+    level (`source_words` / `target_words` of /v1/translate)."""
+
+    source_coverage: list[float] = Field(description="per source word: attention mass it received "
+                                                     "(0 = no target word drew on it, ~1 = one word's worth)")
+    untranslated: list[int] = Field(description="source words whose coverage is below the model's threshold: "
+                                                "probably left out of the translation")
+    target_peak: list[float] = Field(description="per target word: its largest weight on one source word")
+    target_entropy: list[float] = Field(description="per target word: entropy of its row / log(source words), "
+                                                    "0 = one source word, 1 = spread evenly")
+    ungrounded: list[int] = Field(description="target words whose peak is below the model's threshold: "
+                                              "not drawn from any one source word")
+    coverage: float = Field(description="mean over source words (punctuation excepted) of min(coverage, 1), 0..1")
+    length_ratio: float = Field(description="target words / source words, punctuation not counted")
+    mean_log_prob: float | None = Field(description="log-probability per target token, EOS included, <= 0")
+    confidence: float | None = Field(description="0..1, an estimate of the sentence chrF / 100 from log-prob, "
+                                                 "coverage and length (fitted on the model's valid split)")
+
+    @classmethod
+    def from_quality(cls, quality: SentenceQuality, decimals: int = 4) -> Quality:
+        return cls.model_validate(quality.to_dict(decimals))
+
+
 class AlignedTranslation(BaseModel):
     text: str = Field(description="the translation")
     score: float = Field(description="length-normalised log-probability of the translation")
     alignment: AlignmentMap | None = None
+    quality: Quality | None = Field(None, description="quality signals, with the alignment")
     # Added for the HTTP API's /v1/translate; optional, so records without them stay valid.
     source_tokens: list[TokenSpan] | None = Field(None, description="SentencePiece pieces of the source")
     target_tokens: list[TokenSpan] | None = Field(None, description="SentencePiece pieces of the translation")
@@ -80,7 +107,8 @@ class TextTranslation(BaseModel):
 
 def aligned_translation(result: TranslationResult, alignment: Alignment | None) -> AlignedTranslation:
     return AlignedTranslation(text=result.text, score=round(result.score, 4),
-                              alignment=None if alignment is None else AlignmentMap.from_alignment(alignment))
+                              alignment=None if alignment is None else AlignmentMap.from_alignment(alignment),
+                              quality=None if result.quality is None else Quality.from_quality(result.quality))
 
 
 class TranslationRecord(AlignedTranslation):

@@ -13,6 +13,7 @@ import numpy as np
 from data.tokenizer import Tokenizer
 from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Alignments, Token, align, pieces_with_offsets
 from seq2seq.config import DecodeConfig, ModelConfig
+from seq2seq.quality import QualityThresholds, SentenceQuality, assess_alignment
 from seq2seq.search import Hypothesis, SearchBackend, beam_search, pad_batch
 
 
@@ -24,20 +25,32 @@ class TranslationResult:
     target_tokens: list[str]                   # pieces of the translation, EOS excluded
     source_ids: list[int] = field(default_factory=list)
     target_ids: list[int] = field(default_factory=list)
+    log_prob: float = 0.0                      # summed token log-probs, EOS included (unpenalised)
     # (L, H, T+1, S+1): cross-attention of every layer/head; rows = target steps (last =
     # the step that emitted EOS), columns = source pieces plus the source EOS.
     attention: np.ndarray | None = None
     alternatives: list[TranslationResult] = field(default_factory=list)  # n-best beyond the first
     # Its alignment maps, built in the same pass when `DecodeConfig.alignment` asks for them.
     alignment: Alignments | None = None
+    # Its quality signals (seq2seq.quality), from the word map of `alignment`, filled with it.
+    quality: SentenceQuality | None = None
+
+    @property
+    def mean_log_prob(self) -> float:
+        """Log-probability per produced token, EOS included."""
+        return self.log_prob / (len(self.target_ids) + 1)
 
 
 class Translator:
-    """Batches, searches and detokenizes; long inputs are sorted by length for padding."""
+    """Batches, searches and detokenizes; long inputs are sorted by length for padding.
+
+    `quality` holds the model's thresholds (its `quality.json`) for the quality block each
+    aligned translation carries."""
 
     def __init__(self, backend: SearchBackend, tokenizer: Tokenizer, max_source_tokens: int = 250,
-                 max_batch_tokens: int = 4096):
+                 max_batch_tokens: int = 4096, quality: QualityThresholds = QualityThresholds()):
         self.backend, self.tokenizer = backend, tokenizer
+        self.quality = quality
         self.config: ModelConfig = backend.config
         self.max_positions = self.config.max_positions
         self.max_source_tokens = min(max_source_tokens, self.max_positions)
@@ -54,7 +67,7 @@ class Translator:
 
     def translate_batch(self, texts: list[str], config: DecodeConfig = DecodeConfig()) -> list[TranslationResult]:
         """Translate `texts`; results in input order, each with `config.n_best - 1` alternatives
-        and, when `config.alignment` is set, each with its `alignment`."""
+        and, when `config.alignment` is set, each with its `alignment` and `quality`."""
         options = config.alignment.resolve(self.config) if config.alignment is not None else None
         encoded = [self.encode_source(t) for t in texts]
         order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
@@ -105,6 +118,7 @@ class Translator:
         pieces = self.source_pieces(source_text, len(result.source_ids))
         for hypothesis in [result, *result.alternatives]:
             hypothesis.alignment = self.alignments(source_text, hypothesis, options, pieces)
+            hypothesis.quality = assess_alignment(hypothesis.alignment.word, hypothesis.mean_log_prob, self.quality)
 
     def _result(self, source_ids: list[int], hypotheses: list[Hypothesis]) -> TranslationResult:
         made = [self._one(source_ids, h) for h in hypotheses]
@@ -124,5 +138,6 @@ class Translator:
             target_tokens=self.tokenizer.pieces(hypothesis.tokens),
             source_ids=source_ids[:-1],
             target_ids=list(hypothesis.tokens),
+            log_prob=hypothesis.log_prob,
             attention=attention,
         )

@@ -20,15 +20,15 @@ import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from seq2seq.cli import batch
-from seq2seq.cli import build_parser
+from seq2seq.cli import batch, build_parser
 from seq2seq.cli import main as cli_main
 from seq2seq.records import AlignedTranslation, TranslationRecord
 
 REPO = Path(__file__).resolve().parents[1]
-WORDS = ("der die das Hund Katze Haus Mann Frau Kind ist war sehr nicht auch klein groß rot alt schön grün "
+WORDS = ("der die das Hund Katze Haus Mann Frau Kind ist war sehr nicht auch klein groß rot alt schön grün "  # noqa: SIM905
          "heute hier und").split()
 
 
@@ -96,12 +96,22 @@ def test_jsonl_records_validate_against_the_api_schema(model_dir: Path, tmp_path
         # Offsets point into the original line and into the (joined) translation.
         assert all(line[t.start:t.end] == t.text for t in alignment.source_tokens)
         assert all(parsed.text[t.start:t.end] == t.text for t in alignment.target_tokens)
+        # The quality block comes with the alignment, indexing its words.
+        assert parsed.quality is not None
+        assert len(parsed.quality.source_coverage) == len(alignment.source_tokens)
+        assert len(parsed.quality.target_peak) == len(alignment.target_tokens)
+        assert all(0 <= i < len(alignment.source_tokens) for i in parsed.quality.untranslated)
 
     split = TranslationRecord.model_validate(records[-1])
     assert split.sentences is not None and [s.text for s in split.sentences] == sentences[:3]
     # Each sentence of the long line is translated as it is on its own line, then joined.
     assert split.text == "  ".join(r["text"] for r in records[:3] if r["text"])
     assert len(split.alignment.source_tokens) == sum(len(r["alignment"]["source_tokens"]) for r in records[:3])
+    # The split line's quality: its sentences' blocks joined, flags renumbered like the map.
+    offsets = np.cumsum([0] + [len(r["alignment"]["source_tokens"]) for r in records[:3]])
+    assert split.quality.source_coverage == [c for r in records[:3] for c in r["quality"]["source_coverage"]]
+    assert split.quality.untranslated == [i + offset for r, offset in zip(records[:3], offsets)
+                                          for i in r["quality"]["untranslated"]]
 
 
 def test_text_argument_and_help(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

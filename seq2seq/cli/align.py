@@ -10,8 +10,12 @@ input order:
   `seq2seq.alignment.words()`), ready for `crossalign eval --gold FILE --hyp FILE`;
   a line that could not be aligned is an empty line, and its error goes to stderr;
 - `--format jsonl`: `{"line", "source", "target", "source_words", "target_words",
-  "word_alignment", "matrix", "layer", "heads", "step_shift"}` (+ `subword_alignment`
-  with `--level subword`); a bad line is `{"line", "source", "target", "error"}`.
+  "word_alignment", "matrix", "layer", "heads", "step_shift", "quality"}` (+
+  `subword_alignment` with `--level subword`; `quality` is the block of seq2seq/quality.py
+  with the model's thresholds); a bad line is `{"line", "source", "target", "error"}`;
+- `--format untranslated`: the source words the given translation left out (flagged
+  untranslated), as `index:word` separated by spaces; an empty line when none (or when the
+  line could not be aligned, its error going to stderr).
 
 Bad lines (no tab, an empty side, invalid UTF-8, control characters, too long for the
 model) never stop the job; the exit status is then 3. Torch-free with `--backend onnx`.
@@ -39,7 +43,7 @@ from seq2seq.loading import BACKENDS, DEFAULT_BACKEND, load_translator
 from seq2seq.translator import Translator
 
 log = logging.getLogger("crossalign.align")
-FORMATS = ("pharaoh", "jsonl")
+FORMATS = ("pharaoh", "jsonl", "untranslated")
 
 
 @dataclass
@@ -112,7 +116,7 @@ def write_records(lines: list[PairLine], translator: Translator, options: Alignm
         if isinstance(result, AlignmentError):
             failures += 1
             print(f"line {pair.line}: {result}", file=sys.stderr)
-            if args.format == "pharaoh":
+            if args.format != "jsonl":
                 out.write("\n")
             else:
                 out.write(json.dumps({"line": pair.line, "source": pair.source, "target": pair.target,
@@ -120,6 +124,9 @@ def write_records(lines: list[PairLine], translator: Translator, options: Alignm
             continue
         if args.format == "pharaoh":
             out.write(result.word.pharaoh + "\n")
+        elif args.format == "untranslated":
+            words = result.word.source_tokens
+            out.write(" ".join(f"{i}:{words[i].text}" for i in result.quality.untranslated) + "\n")
         else:
             out.write(json.dumps({"line": pair.line, **result.to_record()}, ensure_ascii=False) + "\n")
     out.flush()

@@ -19,6 +19,7 @@ from typing import Protocol
 from seq2seq.alignment import Alignment
 from seq2seq.config import DecodeConfig
 from seq2seq.loading import DEFAULT_BACKEND, load_translator
+from seq2seq.quality import SentenceQuality
 from seq2seq.translator import TranslationResult, Translator
 
 log = logging.getLogger("crossalign.translate")
@@ -44,6 +45,7 @@ class UnitResult:
     target_length: int                          # target pieces, EOS excluded
     alignment: Alignment | None = None
     error: str | None = None
+    quality: SentenceQuality | None = None      # with the alignment
 
 
 class SentenceTranslator:
@@ -75,7 +77,8 @@ class SentenceTranslator:
     @staticmethod
     def _unit(result: TranslationResult) -> UnitResult:
         alignment = None if result.alignment is None else result.alignment.requested
-        return UnitResult(result.text, float(result.score), len(result.target_ids), alignment)
+        return UnitResult(result.text, float(result.score), len(result.target_ids), alignment,
+                          quality=result.quality)
 
 
 class Engine(Protocol):

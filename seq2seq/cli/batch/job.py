@@ -149,7 +149,8 @@ class _Job:
             if result.error:
                 self.report_failure(segment.line, result.error)
             elif self.options.heatmaps is not None and result.alignment is not None:
-                write_heatmap(self.options.heatmaps, segment, result.alignment, self.options.heatmap_format)
+                write_heatmap(self.options.heatmaps, segment, result.alignment, self.options.heatmap_format,
+                              result.quality)
             records.append(format_record(result, self.options.output_format))
         self.writer.write(records)
         self.summary.lines += len(records)

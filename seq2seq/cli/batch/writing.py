@@ -18,6 +18,8 @@ from typing import TextIO
 from seq2seq.alignment import Alignment, concat
 from seq2seq.cli.batch.engines import UnitResult
 from seq2seq.cli.batch.reading import Segment
+from seq2seq.quality import SentenceQuality
+from seq2seq.quality import join as quality_join
 
 log = logging.getLogger("crossalign.translate")
 
@@ -34,6 +36,7 @@ class LineResult:
     score: float | None = None
     alignment: Alignment | None = None
     sentences: list[tuple[int, int]] | None = None     # spans, when the line was split
+    quality: SentenceQuality | None = None
     error: str | None = None
 
 
@@ -58,7 +61,9 @@ def join_line(segment: Segment, spans: list[tuple[int, int]], results: list[Unit
     alignment = None
     if parts:
         alignment = parts[0][0] if len(parts) == 1 and spans[0][0] == 0 else concat(parts)
-    return LineResult(segment, text, score, alignment, spans if len(spans) > 1 else None)
+    qualities = [(r.quality, w) for r, w in zip(results, weights) if r.quality is not None]
+    quality = quality_join(qualities) if qualities and len(qualities) == len(results) else None
+    return LineResult(segment, text, score, alignment, spans if len(spans) > 1 else None, quality=quality)
 
 
 
@@ -79,12 +84,13 @@ def format_record(result: LineResult, output_format: str) -> str:
         links = result.alignment.pharaoh if result.alignment is not None else ""
         fields = [str(ident), segment.source, result.text, score, links, result.error or ""]
         return "\t".join(_one_line(f) for f in fields) + "\n"
-    from seq2seq.records import AlignmentMap, TokenSpan, TranslationRecord  # pydantic only for jsonl
+    from seq2seq.records import AlignmentMap, Quality, TokenSpan, TranslationRecord  # pydantic only for jsonl
 
     record = TranslationRecord(
         line=segment.line, id=segment.id, source=segment.source, text=result.text,
         score=None if result.score is None else round(result.score, 4),
         alignment=None if result.alignment is None else AlignmentMap.from_alignment(result.alignment),
+        quality=None if result.quality is None else Quality.from_quality(result.quality),
         sentences=None if result.sentences is None else [
             TokenSpan(text=segment.source[s:e], start=s, end=e) for s, e in result.sentences],
         error=result.error)
@@ -140,12 +146,16 @@ def heatmap_name(segment: Segment, fmt: str) -> str:
     return f"{safe}.{fmt}"
 
 
-def write_heatmap(directory: Path, segment: Segment, alignment: Alignment, fmt: str) -> None:
+def write_heatmap(directory: Path, segment: Segment, alignment: Alignment, fmt: str,
+                  quality: SentenceQuality | None = None) -> None:
     from seq2seq.heatmap import render_heatmap  # matplotlib only when heatmaps are asked for
 
     path = directory / heatmap_name(segment, fmt)
     partial = path.with_name(path.name + ".part")
-    partial.write_bytes(render_heatmap(alignment, fmt))
+    # The flags index words: a subword map is drawn without them.
+    marked = quality is not None and alignment.level == "word"
+    partial.write_bytes(render_heatmap(alignment, fmt, untranslated=quality.untranslated if marked else (),
+                                       ungrounded=quality.ungrounded if marked else ()))
     partial.replace(path)             # a crash never leaves a half-written image under the real name
 
 
