@@ -50,9 +50,9 @@ from torch import Tensor, nn
 
 from data.tokenizer import Tokenizer
 from seq2seq.bundle import BUNDLE_FILE, GRAPH_FILES, write_bundle_manifest
-from seq2seq.onnx_backend import decoder_io
 from seq2seq.config import DecodeConfig, ModelConfig, load_config, save_config
 from seq2seq.model import CONFIG_FILE, WEIGHTS_FILE, Transformer, load_model
+from seq2seq.onnx_backend import decoder_io
 
 log = logging.getLogger("crossalign.export")
 
@@ -534,9 +534,12 @@ def _versions() -> dict[str, str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint_dir", type=Path, help="directory with config.json, model.pt (and spm.model)")
-    parser.add_argument("--out", type=Path, default=Path("models/de-en"), help="bundle directory (default models/de-en)")
-    parser.add_argument("--tokenizer", type=Path, default=None, help="SentencePiece model (default CHECKPOINT_DIR/spm.model)")
-    parser.add_argument("--int8", action="store_true", help="also write int8 graphs (dynamic quantization) and make them the default")
+    parser.add_argument("--out", type=Path, default=Path("models/de-en"),
+                        help="bundle directory (default models/de-en)")
+    parser.add_argument("--tokenizer", type=Path, default=None,
+                        help="SentencePiece model (default CHECKPOINT_DIR/spm.model)")
+    parser.add_argument("--int8", action="store_true",
+                        help="also write int8 graphs (dynamic quantization) and make them the default")
     parser.add_argument("--data-manifest", type=Path, default=None,
                         help="manifest.json of the data directory: provenance and license go into the bundle")
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")

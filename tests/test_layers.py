@@ -26,8 +26,8 @@ DATA, LIBRARY, TORCH, TOP = 0, 1, 2, 3
 LAYER_NAMES = {DATA: "data", LIBRARY: "inference library", TORCH: "model/training and export",
                TOP: "service and CLIs"}
 # The torch-free inference library: what serving runs (besides data.tokenizer).
-LIBRARY_MODULES = {"config", "alignment", "quality", "search", "translator", "forced", "segment", "aer", "records", "heatmap",
-                   "bundle", "onnx_backend"}
+LIBRARY_MODULES = {"config", "alignment", "quality", "search", "translator", "forced", "segment", "aer", "records",
+                   "heatmap", "bundle", "onnx_backend"}
 # torch, and what sits above both backends (the loader imports torch only for backend="torch").
 TORCH_MODULES = {"model", "train", "train_data", "guided", "torch_backend", "loading"}
 
