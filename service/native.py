@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from seq2seq.config import DecodeConfig
 from service.attention import attention_backend, self_attention_alignment
-from service.deps import (APIError, check_alignment, check_texts, decode_config, get_engine, get_language_detector,
-                          get_metrics, require_access, resolve_pair, run_translation)
+from service.deps import (APIError, check_alignment, check_texts, decode_config, get_client, get_engine,
+                          get_language_detector, get_metrics, require_access, resolve_pair, run_translation)
 from service.engine import Engine
 from service.heatmap import FORMATS, filename, render_heatmap
 from service.languages import LanguageDetector
@@ -32,7 +32,7 @@ class TranslateRequest(BaseModel):
     texts: list[str] | None = Field(None, description="several texts, translated as one batch")
     source: str = Field("auto", description="source language code, or 'auto'")
     target: str | None = Field(None, description="target language (default: the only one served for the source)")
-    beam_size: int = DecodeConfig.beam_size
+    beam_size: int = Field(DecodeConfig.beam_size, description="beam width (raised to n_best if smaller)")
     n_best: int = Field(1, description="hypotheses per sentence, each with its own alignment")
     alignment: AlignmentRequest | bool = Field(True, description="alignment options, or false for none")
 
@@ -50,22 +50,20 @@ class TranslateResponse(BaseModel):
 @router.post("/translate", response_model=TranslateResponse, summary="Translate with alignment maps")
 def translate(body: TranslateRequest, engine: Engine = Depends(get_engine),
               settings: Settings = Depends(get_settings), metrics: Metrics = Depends(get_metrics),
-              detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> TranslateResponse:
+              client: str = Depends(get_client), detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> TranslateResponse:
     """Per input: text, score, sentences with subword and word tokens (character offsets into
     the input and the translation), the soft alignment matrix (rows = target tokens, each row
     sums to 1), hard word links in Pharaoh `i-j` form, and the layer/heads that produced it;
     one map per n-best alternative."""
     texts = [body.text] if body.text is not None else list(body.texts or [])
-    if not texts:
-        raise APIError(400, "Invalid request: `texts` is empty")
-    check_texts(texts, settings)
+    check_texts(texts, settings, "text" if body.text is not None else "texts")
     pair, _ = resolve_pair(engine, detector, body.source, body.target, texts)
     alignment = AlignmentRequest() if body.alignment is True else body.alignment or None
     options = alignment.options() if alignment else None
     if options:
         check_alignment(engine, pair, options)
     config = decode_config(settings, body.beam_size, body.n_best, attention=options is not None)
-    translated = run_translation(engine, metrics, settings, pair, texts, config)
+    translated = run_translation(engine, metrics, settings, pair, texts, config, client)
     return TranslateResponse(translations=[text_translation(engine, pair, t, options, body.n_best)
                                            for t in translated])
 
@@ -92,9 +90,7 @@ class HeatmapRequest(BaseModel):
 
 
 def heatmap_response(body: HeatmapRequest, engine: Engine, settings: Settings, metrics: Metrics,
-                     detector: Callable[[], LanguageDetector]) -> Response:
-    if not body.q.strip():
-        raise APIError(400, "Invalid request: missing q parameter")
+                     detector: Callable[[], LanguageDetector], client: str) -> Response:
     check_texts([body.q], settings)
     for name, value in (("width", body.width), ("height", body.height)):
         if value is not None and not 100 <= value <= settings.heatmap_max_pixels:
@@ -107,7 +103,7 @@ def heatmap_response(body: HeatmapRequest, engine: Engine, settings: Settings, m
     if body.kind != "cross":
         attention_backend(engine, pair)  # 501 before translating, if it cannot
     config = decode_config(settings, body.beam_size, 1, attention=True)
-    translated = run_translation(engine, metrics, settings, pair, [body.q], config)[0]
+    translated = run_translation(engine, metrics, settings, pair, [body.q], config, client)[0]
     if body.kind == "cross":
         alignment, title, axes = text_alignment(engine, pair, translated, options), None, ("source", "target")
     else:
@@ -138,7 +134,7 @@ def heatmap(q: str = Query(description="text to translate"), source: str = "auto
             step_shift: bool | None = None, beam_size: int = DecodeConfig.beam_size,
             width: int | None = None, height: int | None = None,
             engine: Engine = Depends(get_engine), settings: Settings = Depends(get_settings),
-            metrics: Metrics = Depends(get_metrics),
+            metrics: Metrics = Depends(get_metrics), client: str = Depends(get_client),
             detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> Response:
     """The alignment heatmap of the translation of `q`: token labels on both axes, a colour
     scale, hard links outlined; `kind=encoder|decoder` draws a self-attention map of the same
@@ -146,11 +142,12 @@ def heatmap(q: str = Query(description="text to translate"), source: str = "auto
     body = HeatmapRequest(q=q, source=source, target=target, format=format, kind=kind, level=level, layer=layer,
                           head=head,
                           step_shift=step_shift, beam_size=beam_size, width=width, height=height)
-    return heatmap_response(body, engine, settings, metrics, detector)
+    return heatmap_response(body, engine, settings, metrics, detector, client)
 
 
 @router.post("/heatmap", response_class=Response, responses=IMAGE_RESPONSES, summary="Alignment heatmap (long text)")
 def heatmap_post(body: HeatmapRequest, engine: Engine = Depends(get_engine),
                  settings: Settings = Depends(get_settings), metrics: Metrics = Depends(get_metrics),
+                 client: str = Depends(get_client),
                  detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> Response:
-    return heatmap_response(body, engine, settings, metrics, detector)
+    return heatmap_response(body, engine, settings, metrics, detector, client)

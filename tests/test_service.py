@@ -188,7 +188,23 @@ def test_api_keys_and_rate_limit(echo_engine: TranslatorEngine) -> None:
         limited = client.post("/translate", json={**request, "api_key": "k1"})
         assert limited.status_code == 429 and "per minute" in limited.json()["error"]
         assert client.post("/translate", json={**request, "api_key": "k2"}).status_code == 200
-        assert client.post("/v1/translate", json={"text": "a"}).status_code == 403
+        # Wrong-key attempts count against the address: the two above used its rate up.
+        guessing = client.post("/v1/translate", json={"text": "a"}, headers={"Authorization": "Bearer k3"})
+        assert guessing.status_code == 429 and "failed API key attempts" in guessing.json()["error"]
+        assert 1 <= int(guessing.headers["Retry-After"]) <= 60
+        assert int(limited.headers["Retry-After"]) >= 1
+        assert client.post("/v1/translate", json={"text": "a"}, headers={"Authorization": "Bearer k2"}).status_code == 200
+
+
+def test_key_is_checked_before_the_body(echo_engine: TranslatorEngine) -> None:
+    with make_client(echo_engine, api_keys="k1") as client:
+        for body in ({"q": 3}, {"q": "a", "source": "de", "target": "en", "beam": "x", "format": "pdf"}):
+            assert client.post("/translate", json=body).status_code == 403
+            assert client.post("/translate", json=body, headers={"Authorization": "Bearer bad"}).status_code == 403
+            assert client.post("/translate", json=body, headers={"Authorization": "Bearer k1"}).status_code == 400
+        assert client.post("/translate", content=b"{not json", headers={"Authorization": "Bearer x",
+                                                                          "Content-Type": "application/json"}
+                           ).status_code == 403
 
 
 def test_cors(echo_engine: TranslatorEngine) -> None:
@@ -223,9 +239,11 @@ def test_native_translate(client: TestClient) -> None:
 
 
 def test_native_batch_and_no_alignment(client: TestClient) -> None:
-    body = client.post("/v1/translate", json={"texts": ["a", "b c", "  "], "alignment": False}).json()
-    assert [t["text"] for t in body["translations"]] == ["a", "b c", ""]
+    body = client.post("/v1/translate", json={"texts": ["a", "b c"], "alignment": False}).json()
+    assert [t["text"] for t in body["translations"]] == ["a", "b c"]
     assert body["translations"][0]["sentences"][0]["alignment"] is None
+    blank = client.post("/v1/translate", json={"texts": ["a", "  "]})  # as an empty text: nothing to translate
+    assert blank.status_code == 400 and "texts[1]: text is only whitespace" in blank.json()["error"]
 
 
 @pytest.mark.parametrize("body,message", [
@@ -234,7 +252,8 @@ def test_native_batch_and_no_alignment(client: TestClient) -> None:
     ({"texts": []}, "empty"),
     ({"text": 3}, "text"),
     ({"text": "a", "beam_size": 0}, "beam_size"),
-    ({"text": "a", "beam_size": 2, "n_best": 3}, "n_best"),
+    ({"text": "a", "beam_size": 2, "n_best": 9}, "n_best"),
+    ({"text": "a\x00b"}, "control character U+0000"),
     ({"text": "a", "alignment": {"heads": [9]}}, "heads"),
     ({"text": "a", "alignment": {"level": "char"}}, "level"),
     ({"text": "a", "colour": "red"}, "colour"),
@@ -265,7 +284,8 @@ def test_heatmap_downloads(client: TestClient) -> None:
     ({"q": "a", "height": 5}, "height"),
     ({"q": "a", "width": "huge"}, "width"),
     ({"q": "a " * 60}, "per axis"),
-    ({"q": ""}, "missing q"),
+    ({"q": ""}, "q: empty text"),
+    ({"q": " \t "}, "q: text is only whitespace"),
     ({}, "q"),
     ({"q": "a", "format": "gif"}, "format"),
     ({"q": "a", "layer": 5}, "layer"),
@@ -278,7 +298,7 @@ def test_heatmap_bad_input(echo_engine: TranslatorEngine, params: dict, message:
 
 
 def test_health_metrics_and_unknown_routes(client: TestClient) -> None:
-    assert client.get("/health").json() == {"status": "ok",
+    assert client.get("/health").json() == {"status": "ok", "failed": [],
                                             "models": [{"name": "de-en", "source": "de", "target": "en"}]}
     client.post("/translate", json={"q": "a b", "source": "de", "target": "en"})
     assert client.get("/nowhere").status_code == 404

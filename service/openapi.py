@@ -1,0 +1,172 @@
+"""The OpenAPI document as the service really behaves, and /docs and /redoc from local files.
+
+FastAPI's generated document promises things the service does not do and omits things
+it does. `install` replaces it with one that tells the truth:
+
+- errors: every operation answers `{"error": ...}` (the `Error` schema) with 400 for any
+  bad input (FastAPI's 422 never occurs: the app's handlers send 400), 403 / 429 for
+  access, 413 for an oversize body, 503 when busy; 429 and 503 carry `Retry-After`.
+- constraints the service enforces are in the schema, from the running settings and the
+  models actually served: texts are non-empty, printable (seq2seq.inputs' rules) and at
+  most `char_limit` characters; lists at most `batch_limit`; languages are those served;
+  beam sizes, layers, heads and heatmap sizes have their ranges.
+
+The document depends on the loaded models, so it is built on first request (after the
+lifespan loaded them) and cached.
+
+/docs (Swagger UI) and /redoc load their scripts and styles from the `fastapi_offline`
+package's copies, served under /docs-assets: the pages work with no network, and no
+request leaves the machine (no fonts, no validator badge, no CDN).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import fastapi_offline
+from fastapi import FastAPI
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+
+from seq2seq.inputs import TEXT_PATTERN
+from service.settings import Settings
+
+ASSETS = Path(fastapi_offline.__file__).resolve().parent / "static"
+ASSETS_URL = "/docs-assets"
+ERROR_REF = {"$ref": "#/components/schemas/Error"}
+ERROR_SCHEMA = {"title": "Error", "type": "object", "required": ["error"],
+                "properties": {"error": {"type": "string", "description": "what was wrong, for a person to read"}}}
+RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}}
+ERRORS = {
+    "400": "Invalid request: the message says which field and why",
+    "403": "missing or invalid API key (when the server requires keys)",
+    "429": "rate limit exceeded (failed key attempts count too)",
+    "500": "unexpected failure of this request; the server keeps serving",
+    "503": "busy (the queue is full or the translation timed out) or models not loaded",
+}
+BODY_ERRORS = {"413": "request body larger than the server's limit"}
+# Fields holding text to translate: these get the input rules and the character limit.
+TEXT_FIELDS = {"q", "text", "texts", "translation"}
+
+
+def _text_schema(settings: Settings) -> dict[str, Any]:
+    return {"type": "string", "minLength": 1, "maxLength": settings.char_limit, "pattern": TEXT_PATTERN}
+
+
+def _constrain(node: Any, settings: Settings, languages: dict[str, list[str]], limits: dict[str, int]) -> None:
+    """Add the service's constraints to every schema property (and query parameter) by name."""
+    if isinstance(node, list):
+        for item in node:
+            _constrain(item, settings, languages, limits)
+        return
+    if not isinstance(node, dict):
+        return
+    if node.get("in") == "query" and "name" in node and "schema" in node:
+        _constrain_field(node["name"], node["schema"], settings, languages, limits)
+    for name, schema in (node.get("properties") or {}).items():
+        _constrain_field(name, schema, settings, languages, limits)
+    for value in node.values():
+        _constrain(value, settings, languages, limits)
+
+
+def _variants(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """The non-null alternatives of a (possibly anyOf) field schema."""
+    options = schema.get("anyOf", [schema])
+    return [option for option in options if option.get("type") != "null"]
+
+
+def _constrain_field(name: str, schema: dict[str, Any], settings: Settings, languages: dict[str, list[str]],
+                     limits: dict[str, int]) -> None:
+    for option in _variants(schema):
+        kind = option.get("type")
+        if name in TEXT_FIELDS and kind == "string":
+            option.update(_text_schema(settings))
+        elif name in TEXT_FIELDS and kind == "array" and option.get("items", {}).get("type") == "string":
+            option.update(minItems=1, maxItems=settings.batch_limit)
+            option["items"].update(_text_schema(settings))
+        elif name == "source" and kind == "string" and languages:
+            option["enum"] = ["auto", *sorted(languages)]
+        elif name == "target" and kind == "string" and languages:
+            option["enum"] = sorted({t for targets in languages.values() for t in targets})
+        elif name in ("beam_size", "n_best") and kind == "integer":
+            option.update(minimum=1, maximum=settings.max_beam_size)
+        elif name == "alternatives" and kind == "integer":
+            option.update(minimum=0, maximum=settings.max_beam_size - 1)
+        elif name in ("width", "height") and kind == "integer":
+            option.update(minimum=100, maximum=settings.heatmap_max_pixels)
+        elif name == "layer" and kind == "integer" and "layers" in limits:
+            option.update(minimum=-limits["layers"], maximum=limits["layers"] - 1)
+        elif name in ("heads", "head") and kind == "array" and "heads" in limits:
+            option["items"].update(minimum=0, maximum=limits["heads"] - 1)
+
+
+def truthful_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
+    """The app's OpenAPI document with the errors and constraints the service really has."""
+    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components.pop("HTTPValidationError", None)
+    components.pop("ValidationError", None)
+    components["Error"] = ERROR_SCHEMA
+    # A key goes in `Authorization: Bearer <key>` (also accepted: X-API-Key, `api_key`);
+    # optional in the document, since a server without keys accepts requests without one.
+    schema["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer",
+                                                          "description": "an API key, when the server has keys"}}
+    schema["security"] = [{"bearer": []}, {}]
+    for item in schema.get("paths", {}).values():
+        for operation in item.values():
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)
+            errors = {**ERRORS, **(BODY_ERRORS if "requestBody" in operation else {})}
+            for status, description in errors.items():
+                response = responses.setdefault(status, {"description": description})
+                response["content"] = {"application/json": {"schema": ERROR_REF}}
+                if status in ("429", "503"):
+                    response["headers"] = RETRY_AFTER
+            for status, response in responses.items():
+                if status.startswith(("4", "5")):  # routes' own declarations (501) get the shape too
+                    response["content"] = {"application/json": {"schema": ERROR_REF}}
+    engine = getattr(app.state, "engine", None)
+    languages: dict[str, list[str]] = {}
+    limits: dict[str, int] = {}
+    if engine is not None:
+        for source, target in engine.models:
+            languages.setdefault(source, []).append(target)
+        infos = list(engine.models.values())
+        if infos:
+            limits = {"layers": min(i.decoder_layers for i in infos), "heads": min(i.n_heads for i in infos)}
+    _constrain(schema, settings, languages, limits)
+    return schema
+
+
+def install(app: FastAPI, settings: Settings) -> None:
+    """Serve the truthful document at /openapi.json and the offline /docs and /redoc."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = truthful_openapi(app, settings)
+            if getattr(app.state, "engine", None) is None:
+                return document  # not cached: the served languages are not known yet
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    app.mount(ASSETS_URL, StaticFiles(directory=ASSETS), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger_ui() -> HTMLResponse:
+        # persistAuthorization keeps a Bearer key typed into "Authorize" across reloads;
+        # validatorUrl None: Swagger UI would otherwise send the document to validator.swagger.io.
+        return get_swagger_ui_html(openapi_url=app.openapi_url or "/openapi.json", title=f"{app.title} API",
+                                   swagger_js_url=f"{ASSETS_URL}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{ASSETS_URL}/swagger-ui.css",
+                                   swagger_favicon_url=f"{ASSETS_URL}/favicon.png",
+                                   swagger_ui_parameters={"validatorUrl": None, "persistAuthorization": True})
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url=app.openapi_url or "/openapi.json", title=f"{app.title} API",
+                              redoc_js_url=f"{ASSETS_URL}/redoc.standalone.js",
+                              redoc_favicon_url=f"{ASSETS_URL}/favicon.png", with_google_fonts=False)
