@@ -16,11 +16,13 @@ lifespan loaded them) and cached.
 
 /docs (Swagger UI) and /redoc load their scripts and styles from the `fastapi_offline`
 package's copies, served under /docs-assets: the pages work with no network, and no
-request leaves the machine (no fonts, no validator badge, no CDN).
+request leaves the machine (no fonts, no validator badge, no CDN; ReDoc's one CDN image,
+its "powered by" logo, is pointed at a local file).
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ import fastapi_offline
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from seq2seq.inputs import TEXT_PATTERN
@@ -50,6 +52,16 @@ ERRORS = {
 BODY_ERRORS = {"413": "request body larger than the server's limit"}
 # Fields holding text to translate: these get the input rules and the character limit.
 TEXT_FIELDS = {"q", "text", "texts", "translation"}
+
+
+REDOC_CDN_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+
+
+@lru_cache(maxsize=1)
+def _redoc_script() -> bytes:
+    """redoc.standalone.js with its CDN logo replaced by the local favicon."""
+    script = (ASSETS / "redoc.standalone.js").read_text(encoding="utf-8")
+    return script.replace(REDOC_CDN_LOGO, f"{ASSETS_URL}/favicon.png").encode("utf-8")
 
 
 def _text_schema(settings: Settings) -> dict[str, Any]:
@@ -153,6 +165,12 @@ def install(app: FastAPI, settings: Settings) -> None:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+    @app.get(f"{ASSETS_URL}/redoc.js", include_in_schema=False)
+    def redoc_script() -> Response:  # before the mount below, which would shadow it
+        return Response(_redoc_script(), media_type="text/javascript",
+                        headers={"Cache-Control": "public, max-age=86400"})
+
     app.mount(ASSETS_URL, StaticFiles(directory=ASSETS), name="docs-assets")
 
     @app.get("/docs", include_in_schema=False)
@@ -168,5 +186,5 @@ def install(app: FastAPI, settings: Settings) -> None:
     @app.get("/redoc", include_in_schema=False)
     def redoc() -> HTMLResponse:
         return get_redoc_html(openapi_url=app.openapi_url or "/openapi.json", title=f"{app.title} API",
-                              redoc_js_url=f"{ASSETS_URL}/redoc.standalone.js",
+                              redoc_js_url=f"{ASSETS_URL}/redoc.js",
                               redoc_favicon_url=f"{ASSETS_URL}/favicon.png", with_google_fonts=False)
