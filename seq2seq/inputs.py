@@ -22,8 +22,13 @@ import re
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 SURROGATES = re.compile(r"[\ud800-\udfff]")
 # The same rules as a JSON-Schema `pattern` (the OpenAPI document's constraint on every text
-# field): at least one non-whitespace character, and none of the refused characters.
-TEXT_PATTERN = r"^(?=[\s\S]*\S)[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]*$"
+# field): one character that is neither whitespace nor refused, and none refused around it.
+# Surrogates are left out: schema validators match Unicode scalar values, which cannot hold
+# a lone surrogate, and reject a pattern that names them (the rule holds all the same).
+_ALLOWED = r"[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]"
+TEXT_PATTERN = rf"^{_ALLOWED}*[^\s\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]{_ALLOWED}*$"
+TEXT_RULES = ("not empty or only whitespace; no control characters except TAB, LF, CR; "
+              "no lone surrogates (\\ud800-\\udfff)")
 
 
 def text_problem(text: str, max_chars: int | None = None) -> str | None:

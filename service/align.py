@@ -22,6 +22,7 @@ from service.deps import APIError, check_alignment, check_texts, get_engine, get
     resolve_pair
 from service.engine import Engine, Pair
 from service.languages import LanguageDetector
+from service.openapi import JSONRequest, exactly_one
 from service.schema import AlignmentMap, TokenSpan
 from service.settings import Settings, get_settings
 from service.translation import AlignmentOptions
@@ -29,19 +30,19 @@ from service.translation import AlignmentOptions
 router = APIRouter(prefix="/v1", tags=["native"], dependencies=[Depends(require_access)])
 
 
-class TranslationPair(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class TranslationPair(JSONRequest):
 
     text: str = Field(description="the source text")
     translation: str = Field(description="its translation, to be aligned as given")
 
 
-class AlignRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class AlignRequest(JSONRequest):
+    model_config = ConfigDict(json_schema_extra=exactly_one(("text", "translation"), ("pairs",)))
 
     text: str | None = Field(None, description="one source text (with `translation`), or use `pairs`")
     translation: str | None = Field(None, description="the translation of `text`")
-    pairs: list[TranslationPair] | None = Field(None, description="several pairs, aligned as one batch")
+    pairs: list[TranslationPair] | None = Field(None, description="several pairs, aligned as one batch",
+                                                json_schema_extra={"minItems": 1})
     source: str = Field("auto", description="source language code, or 'auto'")
     target: str | None = Field(None, description="target language (default: the only one served for the source)")
     level: Literal["word", "subword"] = Field("word", description="subword: also return the subword map")
@@ -110,9 +111,9 @@ def align(body: AlignRequest, engine: Engine = Depends(get_engine), settings: Se
                           options.level, options.layer, options.heads, options.step_shift)
     out = []
     for index, result in enumerate(results):
-        if isinstance(result, ForcedAlignmentError):
+        if isinstance(result, ForcedAlignmentError):  # past check_texts, only "too long for the model" is left
             where = f"pairs[{index}]: " if body.pairs is not None else ""
-            raise APIError(400, f"Invalid request: {where}{result}")
+            raise APIError(413, f"{where}{result}")
         record = result.to_record()
         out.append(PairAlignment(
             text=record.pop("source"), translation=record.pop("target"), **record))

@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
+from starlette.routing import Match, Route
 
 from service import align, attention, libre, native, openapi
 from service.deps import APIError, RateLimiter, get_engine, get_metrics
@@ -93,7 +94,19 @@ def install_error_handlers(app: FastAPI) -> None:
         message = error.detail if isinstance(error.detail, str) else str(error.detail)
         if error.status_code == 400 and "parsing the body" in message:
             message = "malformed request body (invalid JSON or not UTF-8)"
-        return _error(error.status_code, message, error.headers)  # keeps 405's Allow
+        headers = dict(error.headers or {})
+        if error.status_code == 405:  # Starlette names only the first route's methods
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        return _error(error.status_code, message, headers)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this request's path (GET and POST may be two routes)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, Route) and route.methods and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods
+    return sorted(methods)
 
 
 class ErrorBoundary:

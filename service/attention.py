@@ -45,6 +45,7 @@ from service.deps import (APIError, check_texts, decode_config, get_client, get_
 from service.engine import Engine, Pair
 from service.languages import LanguageDetector
 from service.metrics import Metrics
+from service.openapi import JSONRequest
 from service.schema import TokenSpan
 from service.settings import Settings, get_settings
 from service.translation import TranslatedText, merge_alignments, shift
@@ -240,8 +241,7 @@ def attention_response(engine: Engine, pair: Pair, translated: TranslatedText, m
 # --------------------------------------------------------------------------- routes
 
 
-class AttentionRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class AttentionRequest(JSONRequest):
 
     text: str = Field(description="the text to translate and explore")
     source: str = Field("auto", description="source language code, or 'auto'")

@@ -133,7 +133,7 @@ def check_texts(texts: list[str], settings: Settings, field: str = "q", labels: 
     if not texts:
         raise APIError(400, f"Invalid request: {field} is empty")
     for index, text in enumerate(texts):
-        problem = text_problem(text)
+        problem = text_problem(text, settings.char_limit)  # one text over the limit: 400, as the schema says
         if problem:
             where = labels[index] if labels else f"{field}[{index}]" if len(texts) > 1 else field
             raise APIError(400, f"Invalid request: {where}: {problem}")
@@ -142,8 +142,9 @@ def check_texts(texts: list[str], settings: Settings, field: str = "q", labels: 
                             f"({settings.batch_limit})")
     characters = sum(len(t) for t in texts)
     if characters > settings.char_limit:
-        raise APIError(400, f"Invalid request: request ({characters} characters) exceeds the text limit "
-                            f"({settings.char_limit})")
+        # 413, not 400: each text may be valid (the schema bounds each one), the request as a
+        # whole is larger than this server takes, a limit JSON Schema cannot state.
+        raise APIError(413, f"request ({characters} characters) exceeds the text limit ({settings.char_limit})")
 
 
 def served_pairs_text(engine: Engine) -> str:
@@ -157,8 +158,10 @@ def resolve_pair(engine: Engine, detector: Callable[[], LanguageDetector], sourc
     `detector` returns the LanguageDetector, so its model is loaded only when a request
     actually says "auto".
     """
-    source = (source or "auto").strip().lower()
-    target = (target or "").strip().lower() or None
+    # Codes are taken as sent (the schema lists the served ones); only absence has a default.
+    source = "auto" if source is None else source
+    if target == "":
+        raise APIError(400, "Invalid request: target is empty (leave it out for the default)")
     detection = None
     if source == "auto":
         sources = {s for s, t in engine.models if target is None or t == target}
@@ -170,8 +173,8 @@ def resolve_pair(engine: Engine, detector: Callable[[], LanguageDetector], sourc
         if detection.language not in sources:
             if detection.confidence < CONFIDENT and len(sources) == 1:
                 detection = Detection(next(iter(sources)), detection.confidence)  # a guess: take the only one
-            else:
-                raise APIError(400, f"the text looks like {language_name(detection.language)} "
+            else:  # 422: the request is well-formed; its text is not in a language we translate
+                raise APIError(422, f"the text looks like {language_name(detection.language)} "
                                     f"({detection.language}, {detection.confidence:.0%} confidence), which this "
                                     f"server does not translate (served: {served_pairs_text(engine)})")
         source = detection.language
@@ -213,10 +216,10 @@ def check_alignment(engine: Engine, pair: Pair, options: AlignmentOptions) -> No
 
 
 def check_work(settings: Settings, texts: list[str], beam_size: int) -> None:
-    """400 if the request asks more of the model than one request may (texts x beam x length)."""
+    """413 if the request asks more of the model than one request may (texts x beam x length)."""
     work = work_units(texts, beam_size)
     if work > settings.max_request_work:
-        raise APIError(400, f"Invalid request: the request's work ({work} units: beam_size {beam_size} x "
+        raise APIError(413, f"the request's work ({work} units: beam_size {beam_size} x "
                             f"{sum(len(t) for t in texts)} characters) exceeds the limit "
                             f"({settings.max_request_work}); send less text or use a smaller beam")
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from seq2seq.config import DecodeConfig
 from service.deps import (APIError, RateLimiter, check_access, check_alignment, check_texts, decode_config,
@@ -25,14 +25,16 @@ from service.deps import (APIError, RateLimiter, check_access, check_alignment, 
 from service.engine import Engine
 from service.languages import LanguageDetector, language_name
 from service.metrics import Metrics
+from service.openapi import JSONRequest
 from service.schema import AlignmentMap
 from service.settings import Settings, get_settings
 from service.translation import AlignmentOptions, text_alignment
 
 router = APIRouter(tags=["LibreTranslate"])
+FORM_TRUE, FORM_FALSE = ("true",), ("false",)  # what a form says for a JSON boolean
 
 
-class AlignmentRequest(BaseModel):
+class AlignmentRequest(JSONRequest):
     level: Literal["word", "subword"] = "word"
     layer: int | None = Field(None, description="decoder layer (default: the model's alignment layer)")
     heads: list[int] | None = Field(None, description="heads to average (default: the model's; [] = all)")
@@ -44,7 +46,12 @@ class AlignmentRequest(BaseModel):
                                 self.step_shift)
 
 
-class LibreTranslateRequest(BaseModel):
+class LibreTranslateRequest(JSONRequest):
+    # HTML is translated node by node: no alignment map (the schema says so, as the route does).
+    # Unknown fields are ignored, as LibreTranslate does.
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"not": {
+        "required": ["format", "alignment"],
+        "properties": {"format": {"const": "html"}, "alignment": {"not": {"const": False}}}}})
     q: str | list[str] = Field(description="text, or a list of texts translated as one batch")
     source: str = Field(description="source language code, or 'auto'")
     target: str = Field(description="target language code")
@@ -54,7 +61,9 @@ class LibreTranslateRequest(BaseModel):
     alignment: bool | AlignmentRequest = Field(False, description="crossalign extension: add the alignment map")
 
 
-class DetectRequest(BaseModel):
+class DetectRequest(JSONRequest):
+    model_config = ConfigDict(extra="ignore")
+
     q: str
     api_key: str | None = None
 
@@ -142,7 +151,13 @@ async def accessed_fields(request: Request, settings: Settings = Depends(get_set
     return fields
 
 
-async def translate_params(fields: dict[str, Any] = Depends(accessed_fields)) -> LibreTranslateRequest:
+def is_form(request: Request) -> bool:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower() in (
+        "application/x-www-form-urlencoded", "multipart/form-data")
+
+
+async def translate_params(request: Request, fields: dict[str, Any] = Depends(accessed_fields)
+                           ) -> LibreTranslateRequest:
     for name in ("q", "source", "target"):
         if fields.get(name) in (None, "", []):
             raise APIError(400, f"Invalid request: missing {name} parameter")
@@ -150,9 +165,13 @@ async def translate_params(fields: dict[str, Any] = Depends(accessed_fields)) ->
     if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(t, str) for t in q))):
         raise APIError(400, "Invalid request: q must be a string or a list of strings")
     if isinstance(fields.get("alignment"), str):  # form: "true"/"false" (a JSON object needs a JSON body)
-        fields["alignment"] = fields["alignment"].strip().lower() in ("1", "true", "yes", "on")
+        flag = fields["alignment"].strip().lower()
+        if flag not in FORM_TRUE + FORM_FALSE:
+            raise APIError(400, f"Invalid request: alignment must be true or false in a form, not {flag[:20]!r}")
+        fields["alignment"] = flag in FORM_TRUE
     try:
-        return LibreTranslateRequest.model_validate(fields)
+        # A form's values are all text ("2", "true"); JSON must have the declared types.
+        return LibreTranslateRequest.model_validate(fields, strict=not is_form(request))
     except ValidationError as error:
         raise APIError(400, _validation_message(error)) from None
 
@@ -229,13 +248,13 @@ def languages(engine: Engine = Depends(get_engine)) -> list[Language]:
             for c in codes]
 
 
-async def detect_params(fields: dict[str, Any] = Depends(accessed_fields)) -> DetectRequest:
+async def detect_params(request: Request, fields: dict[str, Any] = Depends(accessed_fields)) -> DetectRequest:
     if fields.get("q") in (None, ""):
         raise APIError(400, "Invalid request: missing q parameter")
     if not isinstance(fields["q"], str):
         raise APIError(400, "Invalid request: q must be a string")
     try:
-        return DetectRequest.model_validate(fields)
+        return DetectRequest.model_validate(fields, strict=not is_form(request))
     except ValidationError as error:
         raise APIError(400, _validation_message(error)) from None
 

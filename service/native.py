@@ -18,6 +18,7 @@ from service.heatmap import FORMATS, filename, render_heatmap
 from service.languages import LanguageDetector
 from service.libre import AlignmentRequest
 from service.metrics import Metrics
+from service.openapi import JSONRequest, exactly_one
 from service.schema import TextTranslation
 from service.settings import Settings, get_settings
 from service.translation import AlignmentOptions, text_alignment, text_translation
@@ -25,8 +26,8 @@ from service.translation import AlignmentOptions, text_alignment, text_translati
 router = APIRouter(prefix="/v1", tags=["native"], dependencies=[Depends(require_access)])
 
 
-class TranslateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class TranslateRequest(JSONRequest):
+    model_config = ConfigDict(json_schema_extra=exactly_one(("text",), ("texts",)))
 
     text: str | None = Field(None, description="one text (give `text` or `texts`)")
     texts: list[str] | None = Field(None, description="several texts, translated as one batch")
@@ -68,8 +69,7 @@ def translate(body: TranslateRequest, engine: Engine = Depends(get_engine),
                                            for t in translated])
 
 
-class HeatmapRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class HeatmapRequest(JSONRequest):
 
     q: str = Field(description="the text to translate and draw")
     source: str = "auto"
@@ -112,7 +112,7 @@ def heatmap_response(body: HeatmapRequest, engine: Engine, settings: Settings, m
         title, axes = f"{body.kind} self-attention, layer {alignment.layer}, {heads}", ("keys", "queries")
     rows, columns = alignment.matrix.shape
     if max(rows, columns) > settings.heatmap_max_tokens:
-        raise APIError(400, f"the alignment has {columns} x {rows} tokens; a heatmap shows at most "
+        raise APIError(413, f"the alignment has {columns} x {rows} tokens; a heatmap shows at most "
                             f"{settings.heatmap_max_tokens} per axis (send less text, or use level=word)")
     image = render_heatmap(alignment, body.format, body.width, body.height, title, axes)
     name = filename(pair[0], pair[1], body.q, body.format)

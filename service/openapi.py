@@ -22,6 +22,7 @@ its "powered by" logo, is pointed at a local file).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,9 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, model_validator
 
-from seq2seq.inputs import TEXT_PATTERN
+from seq2seq.inputs import TEXT_PATTERN, TEXT_RULES
 from service.settings import Settings
 
 ASSETS = Path(fastapi_offline.__file__).resolve().parent / "static"
@@ -45,11 +47,15 @@ RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying",
 ERRORS = {
     "400": "Invalid request: the message says which field and why",
     "403": "missing or invalid API key (when the server requires keys)",
+    "422": "well-formed, but the text is in a language this server does not translate (source 'auto')",
     "429": "rate limit exceeded (failed key attempts count too)",
     "500": "unexpected failure of this request; the server keeps serving",
     "503": "busy (the queue is full or the translation timed out) or models not loaded",
 }
-BODY_ERRORS = {"413": "request body larger than the server's limit"}
+# 413 also answers a request whose parts are each valid but whose whole is over a size limit
+# no schema can state: characters of all texts together, work (beam x characters), heatmap tokens.
+SIZE_ERROR = {"413": "request too large: the body's bytes, the characters of all texts together, or the "
+                     "work (beam_size x characters) exceed the server's limits"}
 # Fields holding text to translate: these get the input rules and the character limit.
 TEXT_FIELDS = {"q", "text", "texts", "translation"}
 
@@ -65,7 +71,41 @@ def _redoc_script() -> bytes:
 
 
 def _text_schema(settings: Settings) -> dict[str, Any]:
-    return {"type": "string", "minLength": 1, "maxLength": settings.char_limit, "pattern": TEXT_PATTERN}
+    return {"type": "string", "minLength": 1, "maxLength": settings.char_limit, "pattern": TEXT_PATTERN,
+            "description": f"text to translate: {TEXT_RULES}; at most {settings.char_limit} characters in all "
+                           "the request's texts together"}
+
+
+def _request_schemas(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every schema a request may contain: query parameters, request bodies and the
+    components they reference (transitively); response schemas are left alone."""
+    components = schema.get("components", {}).get("schemas", {})
+    found: list[dict[str, Any]] = []
+    seen: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item)
+        elif isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/components/schemas/") and ref.rsplit("/", 1)[1] not in seen:
+                name = ref.rsplit("/", 1)[1]
+                seen.add(name)
+                if name in components:
+                    found.append(components[name])
+                    walk(components[name])
+            for value in node.values():
+                walk(value)
+
+    for item in schema.get("paths", {}).values():
+        for operation in item.values():
+            found.extend(operation.get("parameters", []))
+            body = operation.get("requestBody")
+            if body:
+                found.append(body)
+                walk(body)
+    return found
 
 
 def _constrain(node: Any, settings: Settings, languages: dict[str, list[str]], limits: dict[str, int]) -> None:
@@ -115,6 +155,44 @@ def _constrain_field(name: str, schema: dict[str, Any], settings: Settings, lang
             option["items"].update(minimum=0, maximum=limits["heads"] - 1)
 
 
+class JSONRequest(BaseModel):
+    """A request body validated as its JSON Schema reads: strict types (no `0` for false, no
+    `"4"` for 4, no unknown fields), except that an integral number such as `4.0` is the
+    integer it is in JSON Schema."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integral_numbers(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return {key: _integral(value) for key, value in data.items()}
+
+
+def _integral(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_integral(item) for item in value]
+    return value
+
+
+def exactly_one(*groups: tuple[str, ...]) -> Callable[[dict[str, Any]], None]:
+    """A model's `json_schema_extra` saying that exactly one group of its fields is given
+    (given = present and not null), as its validator requires."""
+
+    def given(names: tuple[str, ...]) -> dict[str, Any]:
+        return {"required": list(names), "properties": {name: {"not": {"type": "null"}} for name in names}}
+
+    def edit(schema: dict[str, Any]) -> None:
+        fields = [name for group in groups for name in group]
+        schema["anyOf"] = [{**given(group), "not": {"anyOf": [given((name,)) for name in fields if name not in group]}}
+                           for group in groups]
+
+    return edit
+
+
 def truthful_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
     """The app's OpenAPI document with the errors and constraints the service really has."""
     schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
@@ -131,7 +209,7 @@ def truthful_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
         for operation in item.values():
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
-            errors = {**ERRORS, **(BODY_ERRORS if "requestBody" in operation else {})}
+            errors = {**ERRORS, **SIZE_ERROR}
             for status, description in errors.items():
                 response = responses.setdefault(status, {"description": description})
                 response["content"] = {"application/json": {"schema": ERROR_REF}}
@@ -149,7 +227,8 @@ def truthful_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
         infos = list(engine.models.values())
         if infos:
             limits = {"layers": min(i.decoder_layers for i in infos), "heads": min(i.n_heads for i in infos)}
-    _constrain(schema, settings, languages, limits)
+    for node in _request_schemas(schema):
+        _constrain(node, settings, languages, limits)
     return schema
 
 
