@@ -102,7 +102,7 @@ def align(body: AlignRequest, engine: Engine = Depends(get_engine), settings: Se
         raise APIError(400, "Invalid request: pairs is empty")
     prefixes = [f"pairs[{index}]." for index in range(len(items))] if body.pairs is not None else [""]
     check_texts([text for item in items for text in (item.text, item.translation)], settings,
-                labels=[prefix + name for prefix in prefixes for name in ("text", "translation")])
+                labels=[prefix + name for prefix in prefixes for name in ("text", "translation")], items=len(items))
     pair, _ = resolve_pair(engine, detector, body.source, body.target, [item.text for item in items])
     options = AlignmentOptions(body.level, body.layer, None if body.heads is None else tuple(body.heads),
                                body.step_shift)

@@ -145,17 +145,27 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body exceeds the limit of {limit} bytes")
 
 
-class BodyLimitMiddleware:
-    """413 for a body over `max_bytes`: at once if Content-Length says so, else as soon as
-    the bytes read exceed it (chunked bodies have no Content-Length). Reading stops there,
-    so the rest is never buffered; the server closes the connection after the answer."""
+class SizeLimitMiddleware:
+    """431 for request line + headers over `max_header_bytes`; 413 for a body over `max_bytes`:
+    at once if Content-Length says so, else as soon as the bytes read exceed it (chunked
+    bodies have no Content-Length). The body is never buffered past the limit.
 
-    def __init__(self, app: Any, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    The header limit is also given to the HTTP parser (h11's incomplete-event limit, see
+    service/serve.py), which stops a slow or endless header before it is whole; this check
+    makes the limit exact when the header arrives at once."""
+
+    def __init__(self, app: Any, max_bytes: int, max_header_bytes: int):
+        self.app, self.max_bytes, self.max_header_bytes = app, max_bytes, max_header_bytes
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        header_bytes = (len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+                        + sum(len(name) + len(value) + 4 for name, value in scope.get("headers", ())))
+        if header_bytes > self.max_header_bytes:
+            await _error(431, f"request headers exceed the limit of {self.max_header_bytes} bytes")(
+                scope, receive, send)
             return
         length = dict(scope.get("headers", ())).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
@@ -210,7 +220,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     if settings.cors_origin_list:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origin_list, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type", "X-API-Key"])
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(SizeLimitMiddleware, max_bytes=settings.max_body_bytes,
+                       max_header_bytes=settings.max_header_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics_)
     app.include_router(libre.router)
     app.include_router(native.router)

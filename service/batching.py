@@ -121,7 +121,8 @@ class MicroBatcher:
         return request.future
 
     def cancel(self, future: Future) -> None:
-        """Drop the rest of the request behind `future` (its caller gave up waiting)."""
+        """Drop the rest of the request behind `future` (its caller gave up waiting); a request
+        already fully dealt into batches finishes, and releases its work, as usual."""
         with self._lock:
             for requests in self._clients.values():
                 for request in requests:
@@ -168,7 +169,7 @@ class MicroBatcher:
         """One batch, dealt a sentence at a time round-robin over clients, then over each
         client's requests; only requests with the first one's DecodeConfig (a batch shares
         one beam size). Called with the lock held."""
-        config = next(iter(self._clients.values()))[0].config
+        config = next(iter(self._clients.values()))[0].config  # deques hold only requests not fully dealt
         sentences_cap = self.max_sentences
         if self.max_rows:
             sentences_cap = min(sentences_cap, max(1, self.max_rows // config.beam_size))
@@ -187,8 +188,12 @@ class MicroBatcher:
                 if count == sentences_cap:
                     break
         self._clients.move_to_end(next(iter(self._clients)))  # the next batch starts with the next client
-        for client in [c for c, requests in self._clients.items() if all(r.next == len(r.texts) for r in requests)]:
-            del self._clients[client]  # fully dealt (results are tracked on the requests)
+        for client, requests in list(self._clients.items()):
+            # Fully dealt requests leave the queue (their pieces carry them to the end).
+            for request in [r for r in requests if r.next == len(r.texts)]:
+                requests.remove(request)
+            if not requests:
+                del self._clients[client]
         return config, list(taken.values())
 
     def _execute(self, config: DecodeConfig, pieces: list[_Piece]) -> None:

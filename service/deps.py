@@ -126,10 +126,12 @@ def get_client(request: Request) -> str:
 # --------------------------------------------------------------------------- request checks
 
 
-def check_texts(texts: list[str], settings: Settings, field: str = "q", labels: list[str] | None = None) -> None:
+def check_texts(texts: list[str], settings: Settings, field: str = "q", labels: list[str] | None = None,
+                items: int | None = None) -> None:
     """400 unless every text passes the input rules (seq2seq.inputs) and the request's limits.
 
-    Messages name the text as `field` (one text), `field[i]`, or `labels[i]` when given."""
+    Messages name the text as `field` (one text), `field[i]`, or `labels[i]` when given.
+    `items` is what the batch limit counts (default: the texts; /v1/align counts pairs)."""
     if not texts:
         raise APIError(400, f"Invalid request: {field} is empty")
     for index, text in enumerate(texts):
@@ -137,8 +139,10 @@ def check_texts(texts: list[str], settings: Settings, field: str = "q", labels: 
         if problem:
             where = labels[index] if labels else f"{field}[{index}]" if len(texts) > 1 else field
             raise APIError(400, f"Invalid request: {where}: {problem}")
-    if len(texts) > settings.batch_limit:
-        raise APIError(400, f"Invalid request: request ({len(texts)} texts) exceeds the batch limit "
+    items = len(texts) if items is None else items
+    if items > settings.batch_limit:
+        unit = "texts" if labels is None else "items"
+        raise APIError(400, f"Invalid request: request ({items} {unit}) exceeds the batch limit "
                             f"({settings.batch_limit})")
     characters = sum(len(t) for t in texts)
     if characters > settings.char_limit:

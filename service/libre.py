@@ -89,7 +89,7 @@ def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 async def read_fields(request: Request, settings: Settings) -> dict[str, Any]:
     """The body as a dict, from JSON, urlencoded or multipart form; 400 on anything malformed."""
-    body = await request.body()  # the app's BodyLimitMiddleware stops it at max_body_bytes (413)
+    body = await request.body()  # the app's SizeLimitMiddleware stops it at max_body_bytes (413)
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "multipart/form-data":
         try:

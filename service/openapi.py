@@ -49,6 +49,7 @@ ERRORS = {
     "403": "missing or invalid API key (when the server requires keys)",
     "422": "well-formed, but the text is in a language this server does not translate (source 'auto')",
     "429": "rate limit exceeded (failed key attempts count too)",
+    "431": "request line and headers larger than the server's limit",
     "500": "unexpected failure of this request; the server keeps serving",
     "503": "busy (the queue is full or the translation timed out) or models not loaded",
 }
@@ -139,6 +140,8 @@ def _constrain_field(name: str, schema: dict[str, Any], settings: Settings, lang
         elif name in TEXT_FIELDS and kind == "array" and option.get("items", {}).get("type") == "string":
             option.update(minItems=1, maxItems=settings.batch_limit)
             option["items"].update(_text_schema(settings))
+        elif name == "pairs" and kind == "array":
+            option.update(minItems=1, maxItems=settings.batch_limit)
         elif name == "source" and kind == "string" and languages:
             option["enum"] = ["auto", *sorted(languages)]
         elif name == "target" and kind == "string" and languages:

@@ -100,6 +100,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     uvicorn.run("service.app:create_app", factory=True, host=settings.host, port=settings.port,
                 workers=settings.workers, log_level=args.log_level, timeout_graceful_shutdown=10,
+                timeout_keep_alive=settings.keep_alive_s,
                 log_config=log_config(), http="h11", h11_max_incomplete_event_size=settings.max_header_bytes)
     return 0
 

@@ -29,6 +29,7 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="address to listen on (0.0.0.0 in a container)")
     port: int = Field(5000, ge=0, le=65535, description="port (LibreTranslate's default)")
     workers: int = Field(1, ge=1, description="uvicorn worker processes, each with its own copy of the models")
+    keep_alive_s: float = Field(5.0, gt=0, description="seconds an idle keep-alive connection stays open")
     # Limits: every request beyond them gets a 400 that names the limit.
     char_limit: int = Field(5000, ge=1, description="characters per request, summed over all texts")
     batch_limit: int = Field(64, ge=1, description="texts per request (a list `q` or `texts`)")
@@ -39,7 +40,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body in bytes, counted while it "
                                                            "is read (chunked bodies too); beyond it: 413")
     max_header_bytes: int = Field(16384, ge=1024, description="largest request line + headers in bytes; beyond "
-                                                             "it the connection is refused with 400")
+                                                             "it: 431 (or 400 and a closed connection, when "
+                                                             "the parser sees it first)")
     # Admission control: bounded work per request and in the queue, turns shared between clients.
     max_request_work: int = Field(20000, ge=1, description="work units per request: beam_size x characters "
                                                            "(5,000 characters at beam 4); beyond it: 400")

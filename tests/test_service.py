@@ -369,3 +369,21 @@ def test_heatmap_caption_says_how_the_map_was_read(step_shift: bool) -> None:
     caption = _parts(alignment)[-1]
     assert caption.startswith("word alignment, layer 1, heads 2")
     assert ("step-shifted" in caption) == step_shift
+
+
+def test_heatmap_caption_wraps_inside_the_image_and_the_bytes_are_stable() -> None:
+    from seq2seq.alignment import Alignment, Token
+    from service.heatmap import _parts, render_heatmap
+
+    tokens = [Token(w, 0, 1) for w in "Das Haus ist sehr klein".split()]
+    alignment = Alignment("subword", tokens, tokens, np.eye(5), [], 1, (), True)
+    svg = render_heatmap(alignment, "svg", width=300)
+    assert svg == render_heatmap(alignment, "svg", width=300)   # no timestamp, fixed ids
+    root = ET.fromstring(svg)
+    width = float(root.get("width").removesuffix("pt")) * 100 / 72
+    caption = _parts(alignment)[-1]
+    lines = [e.text for e in root.iter("{http://www.w3.org/2000/svg}text")
+             if e.text and len(e.text) > 8 and e.text in caption]
+    assert " ".join(lines) == caption and len(lines) >= 2          # all of it, on several lines
+    assert all(len(line) * 7.0 <= width for line in lines), lines  # each fits the image's width
+
