@@ -35,7 +35,7 @@ import numpy as np
 from fastapi import APIRouter, Depends, FastAPI, Query
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from seq2seq.alignment import Alignment, Token
 from seq2seq.config import DecodeConfig

@@ -67,6 +67,8 @@ class _Request:
     cost: int
     future: Future = field(default_factory=Future)
     results: list[TranslationResult | None] = field(default_factory=list)
+    arrived: float = field(default_factory=time.monotonic)
+    served: float = 0.0    # when it last had a sentence dealt; 0 = never
     next: int = 0          # the first sentence not yet dealt into a batch
     done: int = 0          # sentences with a result
     dropped: bool = False  # failed or cancelled: its remaining sentences are skipped
@@ -167,9 +169,14 @@ class MicroBatcher:
 
     def _deal(self) -> tuple[DecodeConfig, list[_Piece]]:
         """One batch, dealt a sentence at a time round-robin over clients, then over each
-        client's requests; only requests with the first one's DecodeConfig (a batch shares
-        one beam size). Called with the lock held."""
-        config = next(iter(self._clients.values()))[0].config  # deques hold only requests not fully dealt
+        client's requests. A batch shares one DecodeConfig (one beam size): that of the
+        request served least recently (a newcomer before all others, the earliest first), so
+        a request whose beam size differs from the heavy ones' gets the very next call instead
+        of waiting for the rotation to reach it. Called with the lock held."""
+        # The deques hold only requests not fully dealt.
+        waiting = (r for requests in self._clients.values() for r in requests)
+        config = min(waiting, key=lambda r: (r.served, r.arrived)).config
+        now = time.monotonic()
         sentences_cap = self.max_sentences
         if self.max_rows:
             sentences_cap = min(sentences_cap, max(1, self.max_rows // config.beam_size))
@@ -183,6 +190,7 @@ class MicroBatcher:
                     continue
                 taken.setdefault(id(request), _Piece(request, request.next, request.next)).end += 1
                 request.next += 1
+                request.served = now
                 requests.rotate(-1)  # this client's next turn goes to its next request
                 count, progress = count + 1, True
                 if count == sentences_cap:

@@ -52,7 +52,7 @@ class Settings(BaseSettings):
     batch_window_ms: float = Field(5.0, ge=0, description="micro-batching window (0 = off: every request "
                                                            "runs on its own)")
     max_batch_sentences: int = Field(128, ge=1, description="sentences per micro-batch")
-    max_batch_rows: int = Field(64, ge=0, description="beam rows (sentences x beam_size) per model call; "
+    max_batch_rows: int = Field(32, ge=0, description="beam rows (sentences x beam_size) per model call; "
                                                       "bounds how long a newcomer waits behind a running batch "
                                                       "(0 = only max_batch_sentences)")
     # Access.

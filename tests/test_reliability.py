@@ -298,6 +298,7 @@ def test_batches_are_dealt_fairly_between_clients_and_requests() -> None:
     assert all(len(batch) <= 4 for batch in batches)               # 16 beam rows / beam 4
     first_with_small = next(i for i, batch in enumerate(batches) if "small" in batch)
     assert first_with_small <= 1, batches[:3]                      # not after 160 heavy sentences
+    assert batches.index(["other"]) <= 2, batches[:4]              # its own beam size: the next call but one
     dealt = {text.split("-")[0] for text in batches[0] + batches[1] if text.startswith("heavy")}
     assert len(dealt) >= 3, batches[:2]                            # a's requests take turns too
 
