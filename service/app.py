@@ -146,13 +146,14 @@ class BodyTooLarge(HTTPException):
 
 
 class SizeLimitMiddleware:
-    """431 for request line + headers over `max_header_bytes`; 413 for a body over `max_bytes`:
+    """431 for header fields over `max_header_bytes`; 413 for a body over `max_bytes`:
     at once if Content-Length says so, else as soon as the bytes read exceed it (chunked
     bodies have no Content-Length). The body is never buffered past the limit.
 
-    The header limit is also given to the HTTP parser (h11's incomplete-event limit, see
-    service/serve.py), which stops a slow or endless header before it is whole; this check
-    makes the limit exact when the header arrives at once."""
+    The request line is not counted: a GET may carry a whole text (`/v1/heatmap?q=`), which
+    the text limits bound. The HTTP parser bounds the whole head as it arrives (h11's
+    incomplete-event limit, see service/serve.py), which stops an endless header before it
+    is whole; this check makes the limit exact when a header arrives at once."""
 
     def __init__(self, app: Any, max_bytes: int, max_header_bytes: int):
         self.app, self.max_bytes, self.max_header_bytes = app, max_bytes, max_header_bytes
@@ -161,8 +162,7 @@ class SizeLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        header_bytes = (len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
-                        + sum(len(name) + len(value) + 4 for name, value in scope.get("headers", ())))
+        header_bytes = sum(len(name) + len(value) + 4 for name, value in scope.get("headers", ()))
         if header_bytes > self.max_header_bytes:
             await _error(431, f"request headers exceed the limit of {self.max_header_bytes} bytes")(
                 scope, receive, send)

@@ -49,7 +49,7 @@ ERRORS = {
     "403": "missing or invalid API key (when the server requires keys)",
     "422": "well-formed, but the text is in a language this server does not translate (source 'auto')",
     "429": "rate limit exceeded (failed key attempts count too)",
-    "431": "request line and headers larger than the server's limit",
+    "431": "header fields larger than the server's limit",
     "500": "unexpected failure of this request; the server keeps serving",
     "503": "busy (the queue is full or the translation timed out) or models not loaded",
 }

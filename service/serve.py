@@ -51,6 +51,13 @@ def log_config() -> dict:
     return config
 
 
+def head_limit(settings: Settings) -> int:
+    """Bytes of request line + headers the parser buffers: the header limit, plus a request
+    line long enough for a GET carrying `char_limit` characters percent-encoded (up to 12
+    bytes each: 4 UTF-8 bytes as %XX)."""
+    return settings.max_header_bytes + 12 * settings.char_limit + 1024
+
+
 def usable_bundles(models: Path) -> list[Path]:
     """The bundles under `models` whose manifest reads; each bad one logged in one line."""
     from export.bundle import load_bundle_manifest
@@ -101,7 +108,7 @@ def main(args: argparse.Namespace) -> int:
     uvicorn.run("service.app:create_app", factory=True, host=settings.host, port=settings.port,
                 workers=settings.workers, log_level=args.log_level, timeout_graceful_shutdown=10,
                 timeout_keep_alive=settings.keep_alive_s,
-                log_config=log_config(), http="h11", h11_max_incomplete_event_size=settings.max_header_bytes)
+                log_config=log_config(), http="h11", h11_max_incomplete_event_size=head_limit(settings))
     return 0
 
 

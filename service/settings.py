@@ -39,9 +39,9 @@ class Settings(BaseSettings):
     request_timeout: float = Field(120.0, gt=0, description="seconds a request may wait for its translation")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body in bytes, counted while it "
                                                            "is read (chunked bodies too); beyond it: 413")
-    max_header_bytes: int = Field(16384, ge=1024, description="largest request line + headers in bytes; beyond "
-                                                             "it: 431 (or 400 and a closed connection, when "
-                                                             "the parser sees it first)")
+    max_header_bytes: int = Field(16384, ge=1024, description="largest header fields in bytes; beyond it: 431 "
+                                                             "(or 400 and a closed connection, when the parser "
+                                                             "sees it first)")
     # Admission control: bounded work per request and in the queue, turns shared between clients.
     max_request_work: int = Field(20000, ge=1, description="work units per request: beam_size x characters "
                                                            "(5,000 characters at beam 4); beyond it: 400")
