@@ -161,7 +161,7 @@ def schemathesis(url: str, examples: int, seed: int) -> dict:
     start = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True)
     summary = [line.strip() for line in result.stdout.splitlines() if "generated" in line or "found" in line]
-    return {"part": "schemathesis", "exit_status": result.returncode, "summary": summary[-1:] or result.stdout[-500:],
+    return {"part": "schemathesis", "exit_status": result.returncode, "summary": summary[-2:] or result.stdout[-500:],
             "seconds": round(time.perf_counter() - start, 1)}
 
 
