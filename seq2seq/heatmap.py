@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import re
+import textwrap
 import threading
 from typing import Any
 
@@ -24,6 +25,7 @@ from seq2seq.alignment import Alignment  # noqa: E402
 FORMATS = {"png": "image/png", "svg": "image/svg+xml"}
 DPI = 100
 CELL = 0.28          # inches per token
+CAPTION_CHAR_PX = 7.0  # a caption character at font size 8 is at most this wide, in pixels (DejaVu Sans)
 # matplotlib's text layout and font cache are not thread-safe: one render at a time.
 _RENDER_LOCK = threading.Lock()
 
@@ -65,7 +67,8 @@ def render_heatmap(alignment: Any, fmt: str = "png", width: int | None = None, h
     source, target, matrix, links, caption = _parts(alignment)
     default_width, default_height = default_size(len(source), len(target))
     width, height = width or default_width, height or default_height
-    with _RENDER_LOCK, matplotlib.rc_context({"svg.fonttype": "none", "font.size": 9}):
+    # svg.hashsalt: fixed element ids, so an SVG is the same bytes every time.
+    with _RENDER_LOCK, matplotlib.rc_context({"svg.fonttype": "none", "font.size": 9, "svg.hashsalt": "crossalign"}):
         figure = Figure(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
         axes = figure.add_subplot()
         if source and target:
@@ -81,10 +84,14 @@ def render_heatmap(alignment: Any, fmt: str = "png", width: int | None = None, h
         axes.xaxis.set_label_position("top")
         axes.set_xlabel(axis_labels[0], parse_math=False)
         axes.set_ylabel(axis_labels[1], parse_math=False)
-        axes.set_title(title or caption, loc="left", fontsize=8, y=-0.1 / max(height / DPI - 2, 0.5),
-                       parse_math=False)
+        # The caption below the map, wrapped to the figure's width (a long one was cut at the
+        # right edge); as the figure's x label, constrained layout makes room for every line.
+        figure.supxlabel(textwrap.fill(title or caption, width=max(24, int(width / CAPTION_CHAR_PX))),
+                         x=0.01, ha="left", multialignment="left", fontsize=8, parse_math=False)
         buffer = io.BytesIO()
-        figure.savefig(buffer, format=fmt, dpi=DPI, metadata={"Software": None} if fmt == "png" else None)
+        # No timestamp or version in the file: the same map downloads as the same bytes.
+        figure.savefig(buffer, format=fmt, dpi=DPI,
+                       metadata={"Software": None} if fmt == "png" else {"Date": None, "Creator": None})
     return buffer.getvalue()
 
 
