@@ -37,8 +37,8 @@ sys.path.insert(0, str(REPO))
 
 from data.tokenizer import Tokenizer  # noqa: E402
 from seq2seq.bundle import load_bundle_manifest  # noqa: E402
-from seq2seq.onnx_backend import OnnxBackend, default_threads  # noqa: E402
 from seq2seq.config import DecodeConfig, ModelConfig  # noqa: E402
+from seq2seq.onnx_backend import OnnxBackend, default_threads  # noqa: E402
 from seq2seq.search import max_target_length  # noqa: E402
 from seq2seq.translator import Translator  # noqa: E402
 
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         backends = {precision: OnnxBackend.from_bundle(bundle, precision, args.threads)
                     for precision in bundle.precisions}
         if "int8" not in backends:
-            from export.exporter import quantize_graphs   # the export's own int8 step
+            from export.exporter import quantize_graphs  # the export's own int8 step
             files = quantize_graphs(bundle.directory, Path(scratch) / "int8")
             backends["int8"] = OnnxBackend(Path(scratch) / "int8" / files["encoder"],
                                            Path(scratch) / "int8" / files["decoder_step"], bundle.model_config,

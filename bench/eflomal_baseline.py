@@ -107,7 +107,8 @@ def build_shim(directory: Path) -> Path:
 
 
 def run_eflomal(sources: list[str], targets: list[str], directory: Path, seed: int, model: int,
-                n_samplers: int, null_prior: float, iterations: tuple[int, int, int]) -> tuple[list[set[Link]], list[set[Link]]]:
+                n_samplers: int, null_prior: float, iterations: tuple[int, int, int]
+                ) -> tuple[list[set[Link]], list[set[Link]]]:
     """Forward and reverse links, both as (source, target) index pairs, one set per pair."""
     import eflomal  # optional dependency: pip install eflomal
 
@@ -144,7 +145,8 @@ def main(argv: list[str] | None = None) -> None:
                              "`python -m seq2seq.aer score`")
     parser.add_argument("--seed", type=int, default=1, help="eflomal's random seed; -1: from /dev/urandom")
     parser.add_argument("--model", type=int, default=3, choices=(1, 2, 3), help="1 IBM1, 2 +HMM, 3 +fertility")
-    parser.add_argument("--samplers", type=int, default=3, help="independent Gibbs samplers (eflomal's Aligner default)")
+    parser.add_argument("--samplers", type=int, default=3,
+                        help="independent Gibbs samplers (eflomal's Aligner default)")
     parser.add_argument("--null-prior", type=float, default=0.2)
     parser.add_argument("--rel-iterations", type=float, default=1.0,
                         help="iterations relative to eflomal's default for this corpus size")

@@ -26,6 +26,7 @@ before it. `--pause-training` stops the processes listed in
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -44,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data.tokenizer import Tokenizer  # noqa: E402
 from seq2seq.bundle import load_bundle_manifest  # noqa: E402
-from seq2seq.onnx_backend import OnnxBackend, default_threads  # noqa: E402
 from seq2seq.config import DecodeConfig  # noqa: E402
+from seq2seq.onnx_backend import OnnxBackend, default_threads  # noqa: E402
 from seq2seq.translator import Translator  # noqa: E402
 
 log = logging.getLogger("crossalign.bench")
@@ -126,7 +127,8 @@ def run_one(translator: Translator, sources: list[str], references: list[str], b
 
 
 def format_table(rows: list[Row]) -> str:
-    header = f"{'system':<10} {'beam':>4} {'batch':>5} {'sent/s':>9} {'tok/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'BLEU':>6}"
+    header = (f"{'system':<10} {'beam':>4} {'batch':>5} {'sent/s':>9} {'tok/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
+              f"{'BLEU':>6}")
     lines = [header, "-" * len(header)]
     for r in rows:
         p50 = f"{r.p50_ms:8.1f}" if r.p50_ms is not None else f"{'-':>8}"
@@ -195,10 +197,8 @@ def pause_training() -> list[int]:
 
 def resume(pids: list[int]) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
 
 
 def compare_revisions(names: list[str], sources: list[str], threads: int, slices: int,
@@ -267,7 +267,8 @@ def format_revisions(names: list[str], totals: dict, outputs: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--bundle", type=Path, default=Path("models/de-en"), help="bundle directory (default models/de-en)")
+    parser.add_argument("--bundle", type=Path, default=Path("models/de-en"),
+                        help="bundle directory (default models/de-en)")
     parser.add_argument("--checkpoint", type=Path, default=None,
                         help="model directory for torch eager (default: the bundle's own config.json + model.pt)")
     parser.add_argument("--test", type=Path, help="test TSV: source<TAB>reference[<TAB>kind]")

@@ -16,6 +16,10 @@ from pathlib import Path
 QUALITY_LABELS = {
     "test_bleu_beam4": "BLEU, beam 4", "test_chrf_beam4": "chrF, beam 4",
     "test_bleu_greedy": "BLEU, greedy", "test_chrf_greedy": "chrF, greedy",
+    "test_length_ratio_beam4": "length ratio (hypothesis / reference), beam 4",
+    "gold_bleu_beam4": "BLEU on the 162 everyday gold sentences, beam 4",
+    "gold_chrf_beam4": "chrF on the 162 everyday gold sentences, beam 4",
+    "gold_length_ratio_beam4": "length ratio on the gold sentences, beam 4",
     "gold_aer_default_map": "alignment error rate (AER), default map",
     "gold_precision_default_map": "alignment precision, default map",
     "gold_recall_default_map": "alignment recall, default map",
@@ -105,6 +109,14 @@ with its cross-attention alignment map.
 """
 
 
+def decoding_line(metrics: dict) -> str:
+    decoding = metrics.get("decoding")
+    if not decoding:
+        return ""
+    return (f"\nDecoding: beam {decoding['beam_size']}, length penalty {decoding['length_penalty']} "
+            "(chosen on the valid split; the release script's `valid_length_penalty.jsonl`).\n")
+
+
 def quality_section(metrics: dict, manifest: dict) -> str:
     quality_rows = "\n".join(
         f"| {label} | {metrics[key]} |" for key, label in QUALITY_LABELS.items() if key in metrics)
@@ -123,8 +135,9 @@ sacreBLEU signatures:
 ```
 
 AER is measured on the project's hand-aligned gold set (data/gold/, 162 pairs, sure and
-possible links) with the bundle's default alignment source; lower is better.
-
+possible links) with the bundle's default alignment source; lower is better. The same 162
+everyday sentences, with their English references, give the gold-set BLEU/chrF.
+{decoding_line(metrics)}
 Test sentences are Ding example sentences whose source never occurs in training
 (split by sha256 of the casefolded source). They are short, idiomatic dictionary examples
 with a single reference, which makes BLEU harsh.

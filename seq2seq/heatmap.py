@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import re
+import textwrap
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -27,6 +28,7 @@ from seq2seq.alignment import Alignment  # noqa: E402
 FORMATS = {"png": "image/png", "svg": "image/svg+xml"}
 DPI = 100
 CELL = 0.28          # inches per token
+CAPTION_CHAR_PX = 7.0  # a caption character at font size 8 is at most this wide, in pixels (DejaVu Sans)
 FLAG_COLOUR = "#e67e00"
 FLAG_LEGEND = "orange, dashed: untranslated source word (little attention) / ungrounded target word (no clear source)"
 # matplotlib's text layout and font cache are not thread-safe: one render at a time.
@@ -73,11 +75,10 @@ def render_heatmap(alignment: Any, fmt: str = "png", width: int | None = None, h
     source, target, matrix, links, caption = _parts(alignment)
     if any(not 0 <= i < len(source) for i in untranslated) or any(not 0 <= j < len(target) for j in ungrounded):
         raise ValueError(f"flag indices outside the {len(target)} x {len(source)} map")
-    if untranslated or ungrounded:
-        caption += f"\n{FLAG_LEGEND}"
     default_width, default_height = default_size(len(source), len(target))
     width, height = width or default_width, height or default_height
-    with _RENDER_LOCK, matplotlib.rc_context({"svg.fonttype": "none", "font.size": 9}):
+    # svg.hashsalt: fixed element ids, so an SVG is the same bytes every time.
+    with _RENDER_LOCK, matplotlib.rc_context({"svg.fonttype": "none", "font.size": 9, "svg.hashsalt": "crossalign"}):
         figure = Figure(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
         axes = figure.add_subplot()
         if source and target:
@@ -106,10 +107,17 @@ def render_heatmap(alignment: Any, fmt: str = "png", width: int | None = None, h
         axes.xaxis.set_label_position("top")
         axes.set_xlabel(axis_labels[0], parse_math=False)
         axes.set_ylabel(axis_labels[1], parse_math=False)
-        axes.set_title(title or caption, loc="left", fontsize=8, y=-0.1 / max(height / DPI - 2, 0.5),
-                       parse_math=False)
+        # The caption below the map, wrapped to the figure's width (a long one was cut at the
+        # right edge); as the figure's x label, constrained layout makes room for every line.
+        # The flags' legend is a line of its own, wrapped on its own.
+        lines = [title or caption] + ([FLAG_LEGEND] if untranslated or ungrounded else [])
+        columns = max(24, int(width / CAPTION_CHAR_PX))
+        figure.supxlabel("\n".join(textwrap.fill(line, width=columns) for line in lines),
+                         x=0.01, ha="left", multialignment="left", fontsize=8, parse_math=False)
         buffer = io.BytesIO()
-        figure.savefig(buffer, format=fmt, dpi=DPI, metadata={"Software": None} if fmt == "png" else None)
+        # No timestamp or version in the file: the same map downloads as the same bytes.
+        figure.savefig(buffer, format=fmt, dpi=DPI,
+                       metadata={"Software": None} if fmt == "png" else {"Date": None, "Creator": None})
     return buffer.getvalue()
 
 

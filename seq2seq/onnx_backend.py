@@ -117,7 +117,7 @@ class OnnxBackend:
                               "(per-layer caches); re-export the bundle with `crossalign export`")
 
     @classmethod
-    def from_bundle(cls, bundle: Bundle, precision: str | None = None, threads: int | None = None) -> "OnnxBackend":
+    def from_bundle(cls, bundle: Bundle, precision: str | None = None, threads: int | None = None) -> OnnxBackend:
         encoder, decoder = bundle.graph_paths(precision)
         return cls(encoder, decoder, bundle.model_config, threads)
 

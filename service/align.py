@@ -18,30 +18,38 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from seq2seq.alignment import AlignmentError, AlignmentOptions
 from seq2seq.forced import align_given
+from seq2seq.records import AlignmentMap, TokenSpan
 from seq2seq.translator import Translator
-from service.deps import APIError, check_texts, get_engine, get_language_detector, require_access, \
-    resolve_alignment, resolve_pair
+from service.deps import (
+    APIError,
+    check_texts,
+    get_engine,
+    get_language_detector,
+    require_access,
+    resolve_alignment,
+    resolve_pair,
+)
 from service.engine import Engine, Pair
 from service.languages import LanguageDetector
-from seq2seq.records import AlignmentMap, TokenSpan
+from service.openapi import JSONRequest, exactly_one
 from service.settings import Settings, get_settings
 
 router = APIRouter(prefix="/v1", tags=["native"], dependencies=[Depends(require_access)])
 
 
-class TranslationPair(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class TranslationPair(JSONRequest):
 
     text: str = Field(description="the source text")
     translation: str = Field(description="its translation, to be aligned as given")
 
 
-class AlignRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class AlignRequest(JSONRequest):
+    model_config = ConfigDict(json_schema_extra=exactly_one(("text", "translation"), ("pairs",)))
 
     text: str | None = Field(None, description="one source text (with `translation`), or use `pairs`")
     translation: str | None = Field(None, description="the translation of `text`")
-    pairs: list[TranslationPair] | None = Field(None, description="several pairs, aligned as one batch")
+    pairs: list[TranslationPair] | None = Field(None, description="several pairs, aligned as one batch",
+                                                json_schema_extra={"minItems": 1})
     source: str = Field("auto", description="source language code, or 'auto'")
     target: str | None = Field(None, description="target language (default: the only one served for the source)")
     level: Literal["word", "subword"] = Field("word", description="subword: also return the subword map")
@@ -51,7 +59,7 @@ class AlignRequest(BaseModel):
                                                    "(default: the model's)")
 
     @model_validator(mode="after")
-    def _one_input(self) -> "AlignRequest":
+    def _one_input(self) -> AlignRequest:
         single = self.text is not None or self.translation is not None
         if single == (self.pairs is not None):
             raise ValueError("give `text` and `translation`, or `pairs`")
@@ -98,8 +106,10 @@ def align(body: AlignRequest, engine: Engine = Depends(get_engine), settings: Se
     translation."""
     items = body.items()
     if not items:
-        raise APIError(400, "Invalid request: `pairs` is empty")
-    check_texts([text for item in items for text in (item.text, item.translation)], settings)
+        raise APIError(400, "Invalid request: pairs is empty")
+    prefixes = [f"pairs[{index}]." for index in range(len(items))] if body.pairs is not None else [""]
+    check_texts([text for item in items for text in (item.text, item.translation)], settings,
+                labels=[prefix + name for prefix in prefixes for name in ("text", "translation")], items=len(items))
     pair, _ = resolve_pair(engine, detector, body.source, body.target, [item.text for item in items])
     options = AlignmentOptions(body.level, body.layer, None if body.heads is None else tuple(body.heads),
                                body.step_shift)
@@ -108,9 +118,9 @@ def align(body: AlignRequest, engine: Engine = Depends(get_engine), settings: Se
                           options)
     out = []
     for index, result in enumerate(results):
-        if isinstance(result, AlignmentError):
+        if isinstance(result, AlignmentError):  # past check_texts, only "too long for the model" is left
             where = f"pairs[{index}]: " if body.pairs is not None else ""
-            raise APIError(400, f"Invalid request: {where}{result}")
+            raise APIError(413, f"{where}{result}")
         record = result.to_record()
         out.append(PairAlignment(
             text=record.pop("source"), translation=record.pop("target"), **record))

@@ -14,17 +14,18 @@ import logging
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
+from starlette.routing import Match, Route
 
-from service import align, attention, libre, native
+from service import align, attention, libre, native, openapi
 from service.deps import APIError, RateLimiter, get_engine, get_metrics
 from service.engine import Engine, load_engine
 from service.languages import get_detector
@@ -41,15 +42,22 @@ class ModelStatus(BaseModel):
     target: str
 
 
+class FailedModel(BaseModel):
+    name: str = Field(description="the bundle directory's name")
+    error: str = Field(description="why it is not served")
+
+
 class Health(BaseModel):
-    status: str
+    status: Literal["ok", "degraded"] = Field(description="degraded: some bundle failed to load (see `failed`)")
     models: list[ModelStatus]
+    failed: list[FailedModel] = Field(default_factory=list, description="bundles found but not served")
 
 
 @ops.get("/health", response_model=Health)
 def health(engine: Engine = Depends(get_engine)) -> Health:
-    return Health(status="ok", models=[ModelStatus(name=m.name, source=m.source, target=m.target)
-                                       for m in engine.models.values()])
+    failed = [FailedModel(name=name, error=error) for name, error in sorted(engine.failed.items())]
+    return Health(status="degraded" if failed else "ok", failed=failed,
+                  models=[ModelStatus(name=m.name, source=m.source, target=m.target) for m in engine.models.values()])
 
 
 @ops.get("/metrics", response_class=Response, summary="Prometheus metrics")
@@ -57,8 +65,8 @@ def metrics(metrics: Metrics = Depends(get_metrics)) -> Response:
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
 def _validation_message(error: RequestValidationError) -> str:
@@ -75,7 +83,7 @@ def _validation_message(error: RequestValidationError) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def api_error(request: Request, error: APIError) -> JSONResponse:
-        return _error(error.status, error.message)
+        return _error(error.status, error.message, error.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -86,30 +94,97 @@ def install_error_handlers(app: FastAPI) -> None:
         message = error.detail if isinstance(error.detail, str) else str(error.detail)
         if error.status_code == 400 and "parsing the body" in message:
             message = "malformed request body (invalid JSON or not UTF-8)"
-        return _error(error.status_code, message)
-
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, error: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return _error(500, f"internal error ({type(error).__name__}); the request was not completed")
+        headers = dict(error.headers or {})
+        if error.status_code == 405:  # Starlette names only the first route's methods
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        return _error(error.status_code, message, headers)
 
 
-class BodyLimitMiddleware:
-    """413 before reading a body whose declared Content-Length exceeds the limit."""
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this request's path (GET and POST may be two routes)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, Route) and route.methods and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods
+    return sorted(methods)
 
-    def __init__(self, app: Any, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+
+class ErrorBoundary:
+    """An unexpected exception becomes a logged 500 `{"error"}` for that request alone.
+
+    Starlette's own last-resort handler re-raises after answering, and the server then
+    closes the connection; answered here, the exception goes no further, so the client's
+    keep-alive connection (and nobody else's request) is affected.
+    """
+
+    def __init__(self, app: Any):
+        self.app = app
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            length = dict(scope.get("headers", ())).get(b"content-length", b"0")
-            if not length.isdigit() or int(length) > self.max_bytes:
-                response = _error(413 if length.isdigit() else 400,
-                                  f"request body exceeds the limit of {self.max_bytes} bytes"
-                                  if length.isdigit() else "invalid Content-Length header")
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_wrapper(message: dict) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        except Exception as error:  # noqa: BLE001 - the boundary: logged, answered, contained
+            log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
+            if not started:
+                await _error(500, f"internal error ({type(error).__name__}); the request was not completed")(
+                    scope, receive, send)
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, limit: int):
+        super().__init__(413, f"request body exceeds the limit of {limit} bytes")
+
+
+class SizeLimitMiddleware:
+    """431 for header fields over `max_header_bytes`; 413 for a body over `max_bytes`:
+    at once if Content-Length says so, else as soon as the bytes read exceed it (chunked
+    bodies have no Content-Length). The body is never buffered past the limit.
+
+    The request line is not counted: a GET may carry a whole text (`/v1/heatmap?q=`), which
+    the text limits bound. The HTTP parser bounds the whole head as it arrives (h11's
+    incomplete-event limit, see service/serve.py), which stops an endless header before it
+    is whole; this check makes the limit exact when a header arrives at once."""
+
+    def __init__(self, app: Any, max_bytes: int, max_header_bytes: int):
+        self.app, self.max_bytes, self.max_header_bytes = app, max_bytes, max_header_bytes
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header_bytes = sum(len(name) + len(value) + 4 for name, value in scope.get("headers", ()))
+        if header_bytes > self.max_header_bytes:
+            await _error(431, f"request headers exceed the limit of {self.max_header_bytes} bytes")(
+                scope, receive, send)
+            return
+        length = dict(scope.get("headers", ())).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            response = (_error(413, f"request body exceeds the limit of {self.max_bytes} bytes") if length.isdigit()
+                        else _error(400, "invalid Content-Length header"))
+            await response(scope, receive, send)
+            return
+        received = 0
+
+        async def counting_receive() -> dict:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise BodyTooLarge(self.max_bytes)  # FastAPI and our readers pass HTTPExceptions on
+            return message
+
+        await self.app(scope, counting_receive, send)
 
 
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
@@ -121,7 +196,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loaded = engine or load_engine(settings.models, settings.threads, settings.batch_window_ms / 1000,
-                                       settings.max_batch_sentences, on_batch=metrics_.observe_batch)
+                                       settings.max_batch_sentences, on_batch=metrics_.observe_batch,
+                                       max_rows=settings.max_batch_rows, max_queue_work=settings.max_queue_work)
         app.state.engine = loaded
         # Load the language identifier in the background: the first "auto" request need not wait.
         languages = frozenset(lang for pair in loaded.models for lang in pair)
@@ -132,7 +208,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             app.state.engine = None
             loaded.close()
 
-    app = FastAPI(title="crossalign", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="crossalign", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="German-English translation with cross-attention alignment maps. "
                               "LibreTranslate-compatible routes plus a native API with alignments and heatmaps.")
     app.state.metrics = metrics_
@@ -140,14 +216,17 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.engine = None
     app.dependency_overrides[get_settings] = lambda: settings
     install_error_handlers(app)
+    app.add_middleware(ErrorBoundary)  # first added = innermost: it sees route errors before Starlette's
     if settings.cors_origin_list:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origin_list, allow_methods=["GET", "POST"],
-                           allow_headers=["*"])
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+                           allow_headers=["Authorization", "Content-Type", "X-API-Key"])
+    app.add_middleware(SizeLimitMiddleware, max_bytes=settings.max_body_bytes,
+                       max_header_bytes=settings.max_header_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics_)
     app.include_router(libre.router)
     app.include_router(native.router)
     app.include_router(align.router)
     app.include_router(ops)
     attention.install(app)  # /v1/attention and the explorer page at /
+    openapi.install(app, settings)  # /openapi.json as the service behaves, /docs and /redoc offline
     return app

@@ -36,18 +36,29 @@ import numpy as np
 from fastapi import APIRouter, Depends, FastAPI, Query
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from seq2seq.alignment import Alignment, AlignmentOptions, Token, concat
 from seq2seq.config import DecodeConfig
+from seq2seq.records import TokenSpan
 from seq2seq.search import SearchBackend
 from seq2seq.translator import TranslationResult, Translator
-from service.deps import (APIError, check_texts, decode_config, get_engine, get_language_detector, get_metrics,
-                          require_access, resolve_pair, run_translation)
+from service.deps import (
+    APIError,
+    check_texts,
+    decode_config,
+    get_client,
+    get_engine,
+    get_language_detector,
+    get_metrics,
+    require_access,
+    resolve_pair,
+    run_translation,
+)
 from service.engine import Engine, Pair
 from service.languages import LanguageDetector
 from service.metrics import Metrics
-from seq2seq.records import TokenSpan
+from service.openapi import JSONRequest
 from service.settings import Settings, get_settings
 from service.translation import TranslatedText
 
@@ -249,8 +260,7 @@ def attention_response(engine: Engine, pair: Pair, translated: TranslatedText, m
 # --------------------------------------------------------------------------- routes
 
 
-class AttentionRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class AttentionRequest(JSONRequest):
 
     text: str = Field(description="the text to translate and explore")
     source: str = Field("auto", description="source language code, or 'auto'")
@@ -259,35 +269,34 @@ class AttentionRequest(BaseModel):
 
 
 def attention_for(body: AttentionRequest, engine: Engine, settings: Settings, metrics: Metrics,
-                  detector: Callable[[], LanguageDetector]) -> AttentionResponse:
-    if not body.text.strip():
-        raise APIError(400, "Invalid request: `text` is empty")
-    check_texts([body.text], settings)
+                  detector: Callable[[], LanguageDetector], client: str) -> AttentionResponse:
+    check_texts([body.text], settings, "text")
     pair, _ = resolve_pair(engine, detector, body.source, body.target, [body.text])
     explorer_translator(engine, pair)  # 501 before translating, if it cannot
     config = decode_config(settings, body.beam_size, 1, attention=True)
-    translated = run_translation(engine, metrics, settings, pair, [body.text], config)[0]
+    translated = run_translation(engine, metrics, settings, pair, [body.text], config, client)[0]
     return attention_response(engine, pair, translated, settings.heatmap_max_tokens)
 
 
 @router.post("/attention", response_model=AttentionResponse, summary="Every attention map of a translation")
 def attention(body: AttentionRequest, engine: Engine = Depends(get_engine),
               settings: Settings = Depends(get_settings), metrics: Metrics = Depends(get_metrics),
+              client: str = Depends(get_client),
               detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> AttentionResponse:
     """Translate `text` (beam search), then return, per sentence, the encoder self-attention,
     the decoder (masked) self-attention and the cross-attention of every layer and head of
     that translation, with the tokens labelling rows and columns, and its alignment maps."""
-    return attention_for(body, engine, settings, metrics, detector)
+    return attention_for(body, engine, settings, metrics, detector, client)
 
 
 @router.get("/attention", response_model=AttentionResponse, summary="Every attention map of a translation (GET)")
 def attention_get(q: str = Query(description="the text to translate and explore"), source: str = "auto",
                   target: str | None = None, beam_size: int = DecodeConfig.beam_size,
                   engine: Engine = Depends(get_engine), settings: Settings = Depends(get_settings),
-                  metrics: Metrics = Depends(get_metrics),
+                  metrics: Metrics = Depends(get_metrics), client: str = Depends(get_client),
                   detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> AttentionResponse:
     return attention_for(AttentionRequest(text=q, source=source, target=target, beam_size=beam_size), engine,
-                         settings, metrics, detector)
+                         settings, metrics, detector, client)
 
 
 @page.get("/")

@@ -1,23 +1,40 @@
-"""Micro-batching: requests that arrive together share one padded batch.
+"""Micro-batching with admission control: requests share padded batches, fairly, in a bounded queue.
 
 A decoder step costs nearly the same for 1 row as for 32 on CPU (the time goes to
 per-call overhead and to the Python beam search loop, not to the matmuls), so batching
-concurrent requests multiplies throughput. One worker thread per model takes every
-request waiting in its queue, waits up to `window_s` for more (up to `max_sentences`),
-groups them by `DecodeConfig` (a batch shares one beam size), and makes one
-`Translator.translate_batch` call per group. A request alone pays at most the window.
+concurrent requests multiplies throughput. One worker thread per model waits up to
+`window_s` after work arrives, then fills one model call and runs it. A request alone
+pays at most the window.
 
-With `window_s == 0` there is no worker: `submit` runs the request in the caller's thread,
-so concurrent requests run side by side, each with its own small batch (the benchmark's
-"batching off").
+Fairness. A model call cannot be interrupted, so a newcomer waits for the call that is
+running, and then for its turn. To keep that bounded behind heavy requests, a batch is
+not "the next requests in arrival order" but is dealt out one sentence at a time,
+round-robin over clients (an API key or an address) and, within a client, over its
+requests, until the batch holds `max_sentences` sentences or `max_rows` beam rows
+(sentences x beam size, what a decoder step really computes). A one-sentence request
+therefore rides in the very next call, however many 64-text requests are queued before
+it; their sentences are spread over several calls.
+
+Admission. The queue holds at most `max_queue_work` work units (`work_units`: beam size
+x characters, summed over a request's texts); a request that does not fit is refused
+with `QueueFull`, which carries an estimate of when to retry (queued work over the
+throughput of recent calls). 0 = unbounded.
+
+Failures. If a model call raises, each request in it is retried on its own, so only the
+request whose text is at fault fails; its neighbours get their results.
+
+With `window_s == 0` there is no worker: `submit` runs the request in the caller's
+thread, so concurrent requests run side by side, each with its own small batch (the
+benchmark's "batching off"); the queue bound still counts their work.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
+import math
 import threading
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -29,77 +46,223 @@ log = logging.getLogger("crossalign.service")
 RunBatch = Callable[[list[str], DecodeConfig], list[TranslationResult]]
 
 
-@dataclass
+def work_units(texts: list[str], beam_size: int) -> int:
+    """What a request costs the model: beam rows x characters (decoding time grows with both)."""
+    return beam_size * sum(max(len(text), 1) for text in texts)
+
+
+class QueueFull(Exception):
+    """The queue cannot take this request now; `retry_after` is seconds until it likely can."""
+
+    def __init__(self, retry_after: int):
+        super().__init__(f"the translation queue is full; retry in {retry_after} s")
+        self.retry_after = retry_after
+
+
+@dataclass(eq=False)
 class _Request:
     texts: list[str]
     config: DecodeConfig
+    client: str
+    cost: int
     future: Future = field(default_factory=Future)
+    results: list[TranslationResult | None] = field(default_factory=list)
+    arrived: float = field(default_factory=time.monotonic)
+    served: float = 0.0    # when it last had a sentence dealt; 0 = never
+    next: int = 0          # the first sentence not yet dealt into a batch
+    done: int = 0          # sentences with a result
+    dropped: bool = False  # failed or cancelled: its remaining sentences are skipped
+
+
+@dataclass
+class _Piece:
+    request: _Request
+    start: int
+    end: int
 
 
 class MicroBatcher:
     def __init__(self, run: RunBatch, window_s: float, max_sentences: int,
-                 on_batch: Callable[[int], None] | None = None, name: str = "model"):
+                 on_batch: Callable[[int], None] | None = None, name: str = "model",
+                 max_rows: int = 0, max_queue_work: int = 0):
+        """`max_rows`: beam rows (sentences x beam size) per model call, 0 = no limit beyond
+        `max_sentences`; `max_queue_work`: work units queued or running, 0 = unbounded."""
         self.run, self.window_s, self.max_sentences = run, window_s, max_sentences
+        self.max_rows, self.max_queue_work = max_rows, max_queue_work
         self.on_batch = on_batch or (lambda size: None)
-        self._queue: queue.Queue[_Request | None] = queue.Queue()
+        # client -> its unfinished requests, in turn order (both rotate as turns are taken).
+        self._clients: OrderedDict[str, deque[_Request]] = OrderedDict()
+        self._queued_work = 0
+        self._work_per_second = 0.0   # moving average over recent calls, for Retry-After
+        self._lock = threading.Condition()
+        self._closed = False
         self._worker: threading.Thread | None = None
         if window_s > 0:
             self._worker = threading.Thread(target=self._loop, name=f"batcher-{name}", daemon=True)
             self._worker.start()
 
-    def submit(self, texts: list[str], config: DecodeConfig) -> Future:
-        """A future of `translate_batch(texts, config)`'s results, in order."""
-        request = _Request(list(texts), config)
+    # ------------------------------------------------------------------ callers' side
+
+    def submit(self, texts: list[str], config: DecodeConfig, client: str = "") -> Future:
+        """A future of `translate_batch(texts, config)`'s results, in order; raises QueueFull."""
+        request = _Request(list(texts), config, client, work_units(texts, config.beam_size),
+                           results=[None] * len(texts))
         if not texts:
             request.future.set_result([])
-        elif self._worker is None:
-            self._execute([request])
-        else:
-            self._queue.put(request)
+            return request.future
+        with self._lock:
+            if self.max_queue_work and self._queued_work and self._queued_work + request.cost > self.max_queue_work:
+                raise QueueFull(self._retry_after())
+            self._queued_work += request.cost
+            if self._worker is not None:
+                self._clients.setdefault(client, deque()).append(request)
+                self._lock.notify()
+        if self._worker is None:
+            request.next = len(texts)
+            self._execute(config, [_Piece(request, 0, len(texts))])
         return request.future
 
+    def cancel(self, future: Future) -> None:
+        """Drop the rest of the request behind `future` (its caller gave up waiting); a request
+        already fully dealt into batches finishes, and releases its work, as usual."""
+        with self._lock:
+            for requests in self._clients.values():
+                for request in requests:
+                    if request.future is future:
+                        self._drop(request)
+                        return
+
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify()
         if self._worker is not None:
-            self._queue.put(None)
             self._worker.join(timeout=10)
             self._worker = None
 
+    @property
+    def queued_work(self) -> int:
+        return self._queued_work
+
+    # ------------------------------------------------------------------ the worker
+
     def _loop(self) -> None:
         while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            pending, count, stop = [first], len(first.texts), False
-            deadline = time.monotonic() + self.window_s
-            while count < self.max_sentences:
-                try:
-                    request = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    break
-                if request is None:
-                    stop = True
-                    break
-                pending.append(request)
-                count += len(request.texts)
-            groups: dict[DecodeConfig, list[_Request]] = {}
-            for request in pending:
-                groups.setdefault(request.config, []).append(request)
-            for group in groups.values():
-                self._execute(group)
-            if stop:
-                return
+            with self._lock:
+                while not self._clients and not self._closed:
+                    self._lock.wait()
+                if self._closed:
+                    return
+                # The window: let concurrent requests arrive, unless a batch is already full.
+                deadline = time.monotonic() + self.window_s
+                while not self._closed and self._waiting_sentences() < self.max_sentences:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._lock.wait(remaining)
+                config, pieces = self._deal()
+            if pieces:
+                self._execute(config, pieces)
 
-    def _execute(self, requests: list[_Request]) -> None:
-        texts = [text for request in requests for text in request.texts]
+    def _waiting_sentences(self) -> int:
+        return sum(len(r.texts) - r.next for requests in self._clients.values() for r in requests)
+
+    def _deal(self) -> tuple[DecodeConfig, list[_Piece]]:
+        """One batch, dealt a sentence at a time round-robin over clients, then over each
+        client's requests. A batch shares one DecodeConfig (one beam size): that of the
+        request served least recently (a newcomer before all others, the earliest first), so
+        a request whose beam size differs from the heavy ones' gets the very next call instead
+        of waiting for the rotation to reach it. Called with the lock held."""
+        # The deques hold only requests not fully dealt.
+        waiting = (r for requests in self._clients.values() for r in requests)
+        config = min(waiting, key=lambda r: (r.served, r.arrived)).config
+        now = time.monotonic()
+        sentences_cap = self.max_sentences
+        if self.max_rows:
+            sentences_cap = min(sentences_cap, max(1, self.max_rows // config.beam_size))
+        taken: dict[int, _Piece] = {}
+        count, progress = 0, True
+        while count < sentences_cap and progress:
+            progress = False
+            for requests in list(self._clients.values()):
+                request = next((r for r in requests if r.config == config and r.next < len(r.texts)), None)
+                if request is None:
+                    continue
+                taken.setdefault(id(request), _Piece(request, request.next, request.next)).end += 1
+                request.next += 1
+                request.served = now
+                requests.rotate(-1)  # this client's next turn goes to its next request
+                count, progress = count + 1, True
+                if count == sentences_cap:
+                    break
+        self._clients.move_to_end(next(iter(self._clients)))  # the next batch starts with the next client
+        for client, requests in list(self._clients.items()):
+            # Fully dealt requests leave the queue (their pieces carry them to the end).
+            for request in [r for r in requests if r.next == len(r.texts)]:
+                requests.remove(request)
+            if not requests:
+                del self._clients[client]
+        return config, list(taken.values())
+
+    def _execute(self, config: DecodeConfig, pieces: list[_Piece]) -> None:
+        texts = [text for piece in pieces for text in piece.request.texts[piece.start:piece.end]]
         self.on_batch(len(texts))
+        start = time.perf_counter()
         try:
-            results = self.run(texts, requests[0].config)
-        except Exception as error:  # noqa: BLE001 - handed to every waiting request
-            log.exception("translation batch of %d sentences failed", len(texts))
-            for request in requests:
-                request.future.set_exception(error)
+            results = self.run(texts, config)
+        except Exception:  # noqa: BLE001 - retried piece by piece below
+            if len(pieces) == 1:
+                self._fail(pieces[0])
+                return
+            log.warning("a batch of %d sentences failed; retrying its %d requests one by one", len(texts),
+                        len(pieces))
+            for piece in pieces:
+                self._execute(config, [piece])
             return
-        start = 0
-        for request in requests:
-            request.future.set_result(results[start:start + len(request.texts)])
-            start += len(request.texts)
+        self._observe(work_units(texts, config.beam_size), time.perf_counter() - start)
+        position = 0
+        for piece in pieces:
+            count = piece.end - piece.start
+            self._deliver(piece, results[position:position + count])
+            position += count
+
+    def _deliver(self, piece: _Piece, results: list[TranslationResult]) -> None:
+        request = piece.request
+        request.results[piece.start:piece.end] = results
+        request.done += len(results)
+        if request.done == len(request.texts) and not request.dropped:
+            with self._lock:
+                self._queued_work -= request.cost
+            request.future.set_result(list(request.results))
+
+    def _fail(self, piece: _Piece) -> None:
+        log.exception("translation of a request (%d sentences) failed", len(piece.request.texts))
+        with self._lock:
+            if piece.request.dropped:
+                return
+            self._drop(piece.request)
+        piece.request.future.set_exception(RuntimeError("the model failed on this request's text"))
+
+    def _drop(self, request: _Request) -> None:
+        """Stop scheduling `request` and release its work (lock held)."""
+        if request.dropped:
+            return
+        request.dropped = True
+        request.next = len(request.texts)
+        self._queued_work -= request.cost
+        requests = self._clients.get(request.client)
+        if requests is not None and request in requests:
+            requests.remove(request)
+            if not requests:
+                del self._clients[request.client]
+
+    def _observe(self, work: int, seconds: float) -> None:
+        rate = work / max(seconds, 1e-3)
+        with self._lock:
+            self._work_per_second = rate if not self._work_per_second else 0.8 * self._work_per_second + 0.2 * rate
+
+    def _retry_after(self) -> int:
+        """Seconds until the queued work is likely done (lock held); 1..60."""
+        if not self._work_per_second:
+            return 1
+        return int(min(60, max(1, math.ceil(self._queued_work / self._work_per_second))))

@@ -10,6 +10,7 @@ onnxruntime through `seq2seq.loading`.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 from collections.abc import Callable
@@ -59,10 +60,13 @@ class ModelInfo:
 
 class Engine(Protocol):
     models: dict[Pair, ModelInfo]
+    failed: dict[str, str]          # bundle name -> why it is not served (one line)
 
-    def translate(self, pair: Pair, texts: list[str], config: DecodeConfig, timeout: float | None = None
-                  ) -> list[TranslationResult]:
-        """Blocking: translate sentences (micro-batched with concurrent callers), in order."""
+    def translate(self, pair: Pair, texts: list[str], config: DecodeConfig, timeout: float | None = None,
+                  client: str = "") -> list[TranslationResult]:
+        """Blocking: translate sentences (micro-batched with concurrent callers, turns shared
+        fairly between `client`s), in order. Raises service.batching.QueueFull when the queue
+        is full, TimeoutError after `timeout` seconds (the rest of the request is dropped)."""
         ...
 
     def translator(self, pair: Pair) -> Translator | None:
@@ -79,19 +83,27 @@ class TranslatorEngine:
     """One `Translator` and one `MicroBatcher` per language pair."""
 
     def __init__(self, translators: dict[Pair, tuple[str, Translator]], window_s: float = 0.005,
-                 max_sentences: int = 128, on_batch: Callable[[str, int], None] | None = None):
+                 max_sentences: int = 128, on_batch: Callable[[str, int], None] | None = None,
+                 max_rows: int = 0, max_queue_work: int = 0, failed: dict[str, str] | None = None):
         self.translators = {pair: translator for pair, (_, translator) in translators.items()}
         self.models = {pair: model_info(name, pair, translator) for pair, (name, translator) in translators.items()}
+        self.failed = dict(failed or {})
         self.batchers = {
             pair: MicroBatcher(translator.translate_batch, window_s, max_sentences,
                                on_batch=(lambda size, name=name: on_batch(name, size)) if on_batch else None,
-                               name=name)
+                               name=name, max_rows=max_rows, max_queue_work=max_queue_work)
             for pair, (name, translator) in translators.items()
         }
 
-    def translate(self, pair: Pair, texts: list[str], config: DecodeConfig, timeout: float | None = None
-                  ) -> list[TranslationResult]:
-        return self.batchers[pair].submit(texts, config).result(timeout=timeout)
+    def translate(self, pair: Pair, texts: list[str], config: DecodeConfig, timeout: float | None = None,
+                  client: str = "") -> list[TranslationResult]:
+        batcher = self.batchers[pair]
+        future = batcher.submit(texts, config, client)
+        try:
+            return future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            batcher.cancel(future)  # nobody waits for the rest: do not spend the model on it
+            raise
 
     def translator(self, pair: Pair) -> Translator | None:
         return self.translators.get(pair)
@@ -116,8 +128,13 @@ def find_bundles(models: Path) -> list[Path]:
 
 
 def load_engine(models: Path, threads: int = 0, window_s: float = 0.005, max_sentences: int = 128,
-                on_batch: Callable[[str, int], None] | None = None) -> TranslatorEngine:
-    """Load every bundle under `models` on onnxruntime; the language pair comes from bundle.json."""
+                on_batch: Callable[[str, int], None] | None = None, max_rows: int = 0,
+                max_queue_work: int = 0) -> TranslatorEngine:
+    """Load every bundle under `models` on onnxruntime; the language pair comes from bundle.json.
+
+    A bundle that cannot be loaded is logged in one line and skipped (`engine.failed` says
+    why, and /health reports it); the others are served. Raises only if none loads.
+    """
     from seq2seq.loading import load_translator  # onnxruntime: imported only when serving for real
 
     bundles = find_bundles(models)
@@ -125,14 +142,41 @@ def load_engine(models: Path, threads: int = 0, window_s: float = 0.005, max_sen
         raise FileNotFoundError(f"no model bundles in {models}: a bundle is a directory with {BUNDLE_FILE} "
                                 "(download the release into models/de-en or run `crossalign export`)")
     translators: dict[Pair, tuple[str, Translator]] = {}
+    failed: dict[str, str] = {}
     for directory in bundles:
-        languages = json.loads((directory / BUNDLE_FILE).read_text()).get("languages", {})
-        translator = load_translator(directory, backend="onnx", threads=threads)
-        config = translator.config
-        pair = (languages.get("source", config.source_lang), languages.get("target", config.target_lang))
-        if pair in translators:
-            raise ValueError(f"{directory}: a second model for {pair[0]}->{pair[1]} "
-                             f"(first: {translators[pair][0]})")
+        try:
+            languages = bundle_languages(directory)
+            translator = load_translator(directory, backend="onnx", threads=threads)
+            config = translator.config
+            pair = (languages.get("source", config.source_lang), languages.get("target", config.target_lang))
+            if pair in translators:
+                raise ValueError(f"{directory}: a second model for {pair[0]}->{pair[1]} "
+                                 f"(first: {translators[pair][0]})")
+        except Exception as error:  # noqa: BLE001 - one bad bundle must not stop the others
+            failed[directory.name] = one_line(error)
+            log.error("not serving %s: %s", directory, failed[directory.name])
+            continue
         translators[pair] = (directory.name, translator)
         log.info("serving %s (%s -> %s) from %s", directory.name, *pair, directory)
-    return TranslatorEngine(translators, window_s, max_sentences, on_batch)
+    if not translators:
+        raise RuntimeError("no model bundle could be loaded: " + "; ".join(f"{n}: {e}" for n, e in failed.items()))
+    return TranslatorEngine(translators, window_s, max_sentences, on_batch, max_rows, max_queue_work, failed)
+
+
+def bundle_languages(directory: Path) -> dict[str, str]:
+    """The `languages` of a bundle's bundle.json; ValueError naming the file if it is malformed."""
+    path = directory / BUNDLE_FILE
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: unreadable manifest: {one_line(error)}") from None
+    languages = manifest.get("languages", {}) if isinstance(manifest, dict) else None
+    if not isinstance(languages, dict):
+        raise ValueError(f"{path}: `languages` must be an object")
+    return languages
+
+
+def one_line(error: BaseException) -> str:
+    """An error as one line of text (the first line of its message, with its type if it has none)."""
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__

@@ -16,24 +16,39 @@ from typing import Any, Literal
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from seq2seq.config import DecodeConfig
 from seq2seq.alignment import AlignmentOptions
-from service.deps import (APIError, RateLimiter, check_access, check_texts, decode_config, get_engine,
-                          get_language_detector, get_limiter, get_metrics, request_api_key, resolve_alignment,
-                          resolve_pair, run_translation)
+from seq2seq.config import DecodeConfig
+from seq2seq.records import AlignmentMap
+from service.deps import (
+    APIError,
+    RateLimiter,
+    check_access,
+    check_texts,
+    decode_config,
+    get_client,
+    get_engine,
+    get_language_detector,
+    get_limiter,
+    get_metrics,
+    request_api_key,
+    resolve_alignment,
+    resolve_pair,
+    run_translation,
+)
 from service.engine import Engine
 from service.languages import LanguageDetector, language_name
 from service.metrics import Metrics
-from seq2seq.records import AlignmentMap
+from service.openapi import JSONRequest
 from service.settings import Settings, get_settings
 from service.translation import text_alignment
 
 router = APIRouter(tags=["LibreTranslate"])
+FORM_TRUE, FORM_FALSE = ("true",), ("false",)  # what a form says for a JSON boolean
 
 
-class AlignmentRequest(BaseModel):
+class AlignmentRequest(JSONRequest):
     level: Literal["word", "subword"] = "word"
     layer: int | None = Field(None, description="decoder layer (default: the model's alignment layer)")
     heads: list[int] | None = Field(None, description="heads to average (default: the model's; [] = all)")
@@ -45,7 +60,12 @@ class AlignmentRequest(BaseModel):
                                 self.step_shift)
 
 
-class LibreTranslateRequest(BaseModel):
+class LibreTranslateRequest(JSONRequest):
+    # HTML is translated node by node: no alignment map (the schema says so, as the route does).
+    # Unknown fields are ignored, as LibreTranslate does.
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"not": {
+        "required": ["format", "alignment"],
+        "properties": {"format": {"const": "html"}, "alignment": {"not": {"const": False}}}}})
     q: str | list[str] = Field(description="text, or a list of texts translated as one batch")
     source: str = Field(description="source language code, or 'auto'")
     target: str = Field(description="target language code")
@@ -55,7 +75,9 @@ class LibreTranslateRequest(BaseModel):
     alignment: bool | AlignmentRequest = Field(False, description="crossalign extension: add the alignment map")
 
 
-class DetectRequest(BaseModel):
+class DetectRequest(JSONRequest):
+    model_config = ConfigDict(extra="ignore")
+
     q: str
     api_key: str | None = None
 
@@ -81,9 +103,7 @@ def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 async def read_fields(request: Request, settings: Settings) -> dict[str, Any]:
     """The body as a dict, from JSON, urlencoded or multipart form; 400 on anything malformed."""
-    body = await request.body()
-    if len(body) > settings.max_body_bytes:
-        raise APIError(413, f"request body of {len(body)} bytes exceeds the limit of {settings.max_body_bytes}")
+    body = await request.body()  # the app's SizeLimitMiddleware stops it at max_body_bytes (413)
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "multipart/form-data":
         try:
@@ -130,8 +150,28 @@ def _validation_message(error: ValidationError) -> str:
     return f"Invalid request: {field}: {first['msg']}"
 
 
-async def translate_params(request: Request, settings: Settings = Depends(get_settings)) -> LibreTranslateRequest:
+async def accessed_fields(request: Request, settings: Settings = Depends(get_settings),
+                          limiter: RateLimiter = Depends(get_limiter)) -> dict[str, Any]:
+    """The body's fields, once the client may send them: a key in a header or the query (or
+    none needed) is checked before the body is read; a key in the body (LibreTranslate's
+    way) as soon as it is read, before any other field is looked at."""
+    header_key = request_api_key(request)
+    if header_key or not settings.api_key_set:
+        check_access(request, settings, limiter, header_key)
+        return await read_fields(request, settings)
     fields = await read_fields(request, settings)
+    key = fields.get("api_key")
+    check_access(request, settings, limiter, key if isinstance(key, str) else None)
+    return fields
+
+
+def is_form(request: Request) -> bool:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower() in (
+        "application/x-www-form-urlencoded", "multipart/form-data")
+
+
+async def translate_params(request: Request, fields: dict[str, Any] = Depends(accessed_fields)
+                           ) -> LibreTranslateRequest:
     for name in ("q", "source", "target"):
         if fields.get(name) in (None, "", []):
             raise APIError(400, f"Invalid request: missing {name} parameter")
@@ -139,21 +179,24 @@ async def translate_params(request: Request, settings: Settings = Depends(get_se
     if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(t, str) for t in q))):
         raise APIError(400, "Invalid request: q must be a string or a list of strings")
     if isinstance(fields.get("alignment"), str):  # form: "true"/"false" (a JSON object needs a JSON body)
-        fields["alignment"] = fields["alignment"].strip().lower() in ("1", "true", "yes", "on")
+        flag = fields["alignment"].strip().lower()
+        if flag not in FORM_TRUE + FORM_FALSE:
+            raise APIError(400, f"Invalid request: alignment must be true or false in a form, not {flag[:20]!r}")
+        fields["alignment"] = flag in FORM_TRUE
     try:
-        return LibreTranslateRequest.model_validate(fields)
+        # A form's values are all text ("2", "true"); JSON must have the declared types.
+        return LibreTranslateRequest.model_validate(fields, strict=not is_form(request))
     except ValidationError as error:
         raise APIError(400, _validation_message(error)) from None
 
 
 @router.post("/translate", openapi_extra=_body_schema(LibreTranslateRequest),
              summary="Translate text (LibreTranslate-compatible)")
-def translate(request: Request, params: LibreTranslateRequest = Depends(translate_params),
+def translate(params: LibreTranslateRequest = Depends(translate_params),
               engine: Engine = Depends(get_engine), settings: Settings = Depends(get_settings),
-              metrics: Metrics = Depends(get_metrics), limiter: RateLimiter = Depends(get_limiter),
+              metrics: Metrics = Depends(get_metrics), client: str = Depends(get_client),
               detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> dict[str, Any]:
     """`{translatedText, alternatives}`, lists when `q` is a list; `alignment` when asked for."""
-    check_access(request, settings, limiter, params.api_key or request_api_key(request))
     texts = [params.q] if isinstance(params.q, str) else list(params.q)
     check_texts(texts, settings)
     if params.format == "html" and params.alignment:
@@ -165,11 +208,11 @@ def translate(request: Request, params: LibreTranslateRequest = Depends(translat
     config = decode_config(settings, max(DecodeConfig.beam_size, params.alternatives + 1), params.alternatives + 1,
                            attention=options is not None, alignment=options)
     if params.format == "html":
-        translations = _translate_html(engine, metrics, settings, pair, texts, config)
+        translations = _translate_html(engine, metrics, settings, pair, texts, config, client)
         alternatives: list[list[str]] = [[] for _ in texts]
         maps: list[AlignmentMap | None] = [None for _ in texts]
     else:
-        translated = run_translation(engine, metrics, settings, pair, texts, config)
+        translated = run_translation(engine, metrics, settings, pair, texts, config, client)
         translations = [t.text for t in translated]
         alternatives = [[t.alternative(k)[0] for k in range(params.alternatives)] for t in translated]
         maps = [AlignmentMap.from_alignment(text_alignment(t, options)) if options else None
@@ -197,12 +240,12 @@ def _visible_text(markup: str) -> str:
 
 
 def _translate_html(engine: Engine, metrics: Metrics, settings: Settings, pair: tuple[str, str], texts: list[str],
-                    config: DecodeConfig) -> list[str]:
+                    config: DecodeConfig, client: str) -> list[str]:
     """Translate the text nodes of every document (one batch), keeping tags and spacing."""
     documents = [_TAG.split(t) for t in texts]
     nodes = [(d, i) for d, parts in enumerate(documents) for i, p in enumerate(parts) if i % 2 == 0 and p.strip()]
     translated = run_translation(engine, metrics, settings, pair,
-                                 [html.unescape(documents[d][i]) for d, i in nodes], config)
+                                 [html.unescape(documents[d][i]) for d, i in nodes], config, client)
     for (d, i), result in zip(nodes, translated):
         part = documents[d][i]
         lead, trail = part[:len(part) - len(part.lstrip())], part[len(part.rstrip()):]
@@ -217,24 +260,21 @@ def languages(engine: Engine = Depends(get_engine)) -> list[Language]:
             for c in codes]
 
 
-async def detect_params(request: Request, settings: Settings = Depends(get_settings)) -> DetectRequest:
-    fields = await read_fields(request, settings)
+async def detect_params(request: Request, fields: dict[str, Any] = Depends(accessed_fields)) -> DetectRequest:
     if fields.get("q") in (None, ""):
         raise APIError(400, "Invalid request: missing q parameter")
     if not isinstance(fields["q"], str):
         raise APIError(400, "Invalid request: q must be a string")
     try:
-        return DetectRequest.model_validate(fields)
+        return DetectRequest.model_validate(fields, strict=not is_form(request))
     except ValidationError as error:
         raise APIError(400, _validation_message(error)) from None
 
 
 @router.post("/detect", response_model=list[DetectedLanguage], openapi_extra=_body_schema(DetectRequest),
              summary="Detect the language of a text (LibreTranslate-compatible)")
-def detect(request: Request, params: DetectRequest = Depends(detect_params),
-           settings: Settings = Depends(get_settings), limiter: RateLimiter = Depends(get_limiter),
+def detect(params: DetectRequest = Depends(detect_params), settings: Settings = Depends(get_settings),
            detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> list[DetectedLanguage]:
-    check_access(request, settings, limiter, params.api_key or request_api_key(request))
     check_texts([params.q], settings)
     return [DetectedLanguage(confidence=round(d.confidence * 100, 1), language=d.language)
             for d in detector().rank(params.q)]

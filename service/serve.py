@@ -5,18 +5,74 @@ flags that were given are exported as `CROSSALIGN_*` env vars, so uvicorn's work
 processes, which build the app through the `create_app` factory, see the same settings.
 
     crossalign serve --models models --host 0.0.0.0 --port 5000 --workers 2
+
+Before the server starts, every bundle's manifest is read: a bad one is named in one
+line and skipped (the others are served, and /health lists it under `failed`); if none
+is usable, serve exits with status 2. The server parses HTTP with h11, which enforces
+--max-header-bytes; the access log never shows an API key (`api_key=` is redacted).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import os
+import re
 import sys
+from pathlib import Path
 
 from service.settings import ENV_PREFIX, Settings, get_settings
 
 log = logging.getLogger("crossalign.service")
+# `api_key=...` in a query string (the explorer's and LibreTranslate's way to pass a key).
+KEY_IN_QUERY = re.compile(r"((?:^|[?&])api_key=)[^&\s\"]*", re.I)
+
+
+class RedactKeys(logging.Filter):
+    """Replaces API key values in uvicorn's access-log lines with `[redacted]`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(KEY_IN_QUERY.sub(r"\1[redacted]", a) if isinstance(a, str) else a
+                                for a in record.args)
+        elif isinstance(record.msg, str):
+            record.msg = KEY_IN_QUERY.sub(r"\1[redacted]", record.msg)
+        return True
+
+
+def log_config() -> dict:
+    """uvicorn's logging configuration with `RedactKeys` on the access log (every worker gets it)."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config.setdefault("filters", {})["redact_keys"] = {"()": RedactKeys}
+    config["handlers"]["access"]["filters"] = ["redact_keys"]
+    return config
+
+
+def head_limit(settings: Settings) -> int:
+    """Bytes of request line + headers the parser buffers: the header limit, plus a request
+    line long enough for a GET carrying `char_limit` characters percent-encoded (up to 12
+    bytes each: 4 UTF-8 bytes as %XX)."""
+    return settings.max_header_bytes + 12 * settings.char_limit + 1024
+
+
+def usable_bundles(models: Path) -> list[Path]:
+    """The bundles under `models` whose manifest reads; each bad one logged in one line."""
+    from seq2seq.bundle import load_bundle_manifest
+    from service.engine import bundle_languages, find_bundles, one_line
+
+    usable = []
+    for directory in find_bundles(models):
+        try:
+            bundle_languages(directory)
+            load_bundle_manifest(directory, verify=False)  # the sha256 check runs when the server loads it
+        except Exception as error:  # noqa: BLE001 - any problem with a bundle is reported, not raised
+            log.error("not serving %s: %s", directory, one_line(error))
+            continue
+        usable.append(directory)
+    return usable
 
 
 def _flag(name: str) -> str:
@@ -46,8 +102,13 @@ def main(args: argparse.Namespace) -> int:
         log.error("no model bundles in %s: a bundle is a directory with bundle.json "
                   "(download the release into models/de-en, or run `crossalign export`)", settings.models)
         return 2
+    if not usable_bundles(settings.models):
+        log.error("no usable model bundle in %s (see above)", settings.models)
+        return 2
     uvicorn.run("service.app:create_app", factory=True, host=settings.host, port=settings.port,
-                workers=settings.workers, log_level=args.log_level, timeout_graceful_shutdown=10)
+                workers=settings.workers, log_level=args.log_level, timeout_graceful_shutdown=10,
+                timeout_keep_alive=settings.keep_alive_s,
+                log_config=log_config(), http="h11", h11_max_incomplete_event_size=head_limit(settings))
     return 0
 
 

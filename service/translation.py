@@ -18,10 +18,10 @@ import numpy as np
 
 from seq2seq.alignment import Alignment, AlignmentOptions, Token, concat
 from seq2seq.config import DecodeConfig
+from seq2seq.records import AlignedSentence, AlignedTranslation, AlignmentMap, Hypothesis, TextTranslation, TokenSpan
 from seq2seq.segment import split_sentences
 from seq2seq.translator import TranslationResult
 from service.engine import Engine, Pair
-from seq2seq.records import AlignedSentence, AlignedTranslation, AlignmentMap, Hypothesis, TextTranslation, TokenSpan
 
 
 @dataclass
@@ -66,11 +66,11 @@ def join_sentences(source: str, spans: list[tuple[int, int]], parts: list[str]) 
 
 
 def translate_texts(engine: Engine, pair: Pair, texts: list[str], config: DecodeConfig,
-                    timeout: float | None = None) -> list[TranslatedText]:
-    """Translate whole texts, all their sentences in one engine call."""
+                    timeout: float | None = None, client: str = "") -> list[TranslatedText]:
+    """Translate whole texts, all their sentences in one engine call (on `client`'s turns)."""
     all_spans = [split_sentences(text) for text in texts]
     sentences = [text[start:end] for text, spans in zip(texts, all_spans) for start, end in spans]
-    results = engine.translate(pair, sentences, config, timeout) if sentences else []
+    results = engine.translate(pair, sentences, config, timeout, client) if sentences else []
     out, position = [], 0
     for text, spans in zip(texts, all_spans):
         mine = results[position:position + len(spans)]

@@ -164,7 +164,8 @@ def test_v1_align_matches_the_library(onnx_translator: Translator, torch_transla
         assert [a["word_alignment"] for a in many["alignments"]] == [e.word.pharaoh for e in expected]
         assert all(a["subword_alignment"]["heads"] == [2] for a in many["alignments"])
 
-        for bad, message in [({"text": source, "translation": " ", "source": "de"}, "empty target"),
+        for bad, message in [({"text": source, "translation": " ", "source": "de"},
+                              "translation: text is only whitespace"),
                              ({"text": source, "translation": target, "source": "de", "layer": 7}, "layer 7"),
                              ({"text": source, "source": "de"}, "translation"),
                              ({"pairs": [], "source": "de"}, "empty")]:

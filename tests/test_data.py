@@ -10,8 +10,21 @@ from pathlib import Path
 import pytest
 
 from data import corpora
-from data.corpora import (PHRASE, SENTENCE, CorpusError, Pair, clean_ding_text, find_ding, is_sentence,
-                          parse_ding_line, read_corpus, read_ding, read_moses, read_tsv, split_key)
+from data.corpora import (
+    PHRASE,
+    SENTENCE,
+    CorpusError,
+    Pair,
+    clean_ding_text,
+    find_ding,
+    is_sentence,
+    parse_ding_line,
+    read_corpus,
+    read_ding,
+    read_moses,
+    read_tsv,
+    split_key,
+)
 from data.prepare import prepare, read_pairs
 from data.split import split_pairs
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
@@ -138,7 +151,7 @@ def write_moses(tmp_path: Path, source: bytes, target: bytes) -> tuple[Path, Pat
 
 
 def test_read_moses_good_input(tmp_path: Path):
-    src, tgt = write_moses(tmp_path, "Guten Morgen.\n\nDanke.\n".encode(), "Good morning.\n\nThanks.\n".encode())
+    src, tgt = write_moses(tmp_path, b"Guten Morgen.\n\nDanke.\n", b"Good morning.\n\nThanks.\n")
     assert list(read_moses(src, tgt)) == [Pair("Guten Morgen.", "Good morning.", SENTENCE),
                                           Pair("Danke.", "Thanks.", SENTENCE)]
     pairs, inputs, _ = read_corpus(f"moses:{src},{tgt}")

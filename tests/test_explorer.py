@@ -40,7 +40,7 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).is_file(), reason=f"no chromi
 
 
 @pytest.fixture(scope="module")
-def server(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+def models(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from export.exporter import export_model
 
     work = tmp_path_factory.mktemp("explorer_model")
@@ -50,11 +50,36 @@ def server(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> s
     (checkpoint / "config.json").write_text(json.dumps(config | {"alignment_heads": [ALIGNMENT_HEAD],
                                                                  "alignment_step_shift": True}))
     export_model(checkpoint, work / "models" / "de-en", parity_sentences=SENTENCES[:2])
+    return work / "models"
+
+
+@pytest.fixture(scope="module")
+def server(models: Path) -> str:
     port = free_port()
-    process = start_server(work / "models", port)
+    process = start_server(models, port)
     yield f"http://127.0.0.1:{port}"
     process.terminate()
     process.wait(timeout=15)
+
+
+def offline_page(browser, server: str):
+    """A page whose requests are recorded in `page.requests`; any request that would leave the
+    machine (not to `server`) is recorded in `page.escaped` and aborted."""
+    context = browser.new_context(accept_downloads=True, viewport={"width": 1100, "height": 900})
+    page = context.new_page()
+    page.requests, page.escaped = [], []
+
+    def guard(route) -> None:
+        url = route.request.url
+        page.requests.append(url)
+        if url.startswith(server + "/") or url.startswith(("blob:", "data:")):
+            route.continue_()
+        else:
+            page.escaped.append(url)
+            route.abort()
+
+    page.route("**/*", guard)
+    return context, page
 
 
 @pytest.fixture(scope="module")
@@ -207,6 +232,49 @@ def test_accessible_and_narrow(page) -> None:
     assert overflow <= 1, "the page scrolls sideways on a narrow screen (only the map may)"
     page.keyboard.press("Tab")                      # the controls are reachable from the keyboard
     page.set_viewport_size({"width": 1100, "height": 900})
+
+
+@pytest.mark.parametrize("path,operation", [("/docs", ".opblock-summary-path"), ("/redoc", "[data-section-id]")])
+def test_api_docs_render_with_no_request_leaving_the_machine(browser, server: str, path: str,
+                                                            operation: str) -> None:
+    context, page = offline_page(browser, server)
+    page.goto(server + path)
+    page.locator(operation).first.wait_for(state="visible", timeout=30000)
+    shown = page.locator("body").inner_text()
+    for route in ("/translate", "/v1/translate", "/v1/heatmap", "/v1/align", "/health"):
+        assert route in shown, f"{path} does not show {route}"
+    page.wait_for_load_state("networkidle")
+    assert page.escaped == [], f"{path} tried to reach {page.escaped}"
+    assert any("/docs-assets/" in url for url in page.requests)
+    context.close()
+
+
+def test_explorer_sends_the_key_as_a_bearer_header(browser, models: Path) -> None:
+    port = free_port()
+    process = start_server(models, port, api_keys="sesame")
+    server = f"http://127.0.0.1:{port}"
+    try:
+        context, page = offline_page(browser, server)
+        sent: list[tuple[str, str | None]] = []
+        page.on("request", lambda request: sent.append((request.url, request.headers.get("authorization"))))
+        page.goto(server + "/?api_key=sesame")  # an old-style link: the key moves out of the URL
+        assert "api_key" not in page.url and page.get_by_label("API key").input_value() == "sesame"
+        page.get_by_label("Text to translate").fill(SENTENCE)
+        page.get_by_role("button", name="Translate").click()
+        page.locator("#translation-text").wait_for(state="visible")
+        api_calls = [(url, auth) for url, auth in sent if "/v1/attention" in url]
+        assert api_calls and all(auth == "Bearer sesame" and "sesame" not in url for url, auth in api_calls)
+        with page.expect_download() as download:  # a link cannot carry the header: fetched with it
+            page.get_by_role("link", name="Download the cross map as PNG").click()
+        assert Path(download.value.path()).read_bytes()[:4] == b"\x89PNG"
+        page.get_by_label("API key").fill("wrong")
+        page.get_by_role("button", name="Translate").click()
+        page.wait_for_function("document.querySelector('#status').textContent.includes('Invalid API key')")
+        assert page.escaped == []
+        context.close()
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
 
 
 def screenshot(models: Path, out: Path, text: str) -> None:

@@ -26,8 +26,8 @@ DATA, LIBRARY, TORCH, TOP = 0, 1, 2, 3
 LAYER_NAMES = {DATA: "data", LIBRARY: "inference library", TORCH: "model/training and export",
                TOP: "service and CLIs"}
 # The torch-free inference library: what serving runs (besides data.tokenizer).
-LIBRARY_MODULES = {"config", "alignment", "quality", "search", "translator", "forced", "segment", "aer", "records", "heatmap",
-                   "bundle", "onnx_backend"}
+LIBRARY_MODULES = {"config", "alignment", "quality", "search", "translator", "forced", "segment", "aer", "records",
+                   "heatmap", "bundle", "onnx_backend", "inputs"}
 # torch, and what sits above both backends (the loader imports torch only for backend="torch").
 TORCH_MODULES = {"model", "train", "train_data", "guided", "torch_backend", "loading"}
 
@@ -145,3 +145,25 @@ def test_the_serving_path_never_imports_torch(tiny_bundle: Path) -> None:
     """)
     finished = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=240)
     assert finished.returncode == 0, finished.stderr[-3000:]
+
+
+def test_every_project_import_names_a_module_that_exists() -> None:
+    """A lazy import of a moved module (inside a function) fails only when that code runs:
+    catch it here, for every import in the project, wherever it sits."""
+    modules = project_modules()
+    missing = []
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                wanted = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                wanted = [node.module or ""]
+            elif isinstance(node, ast.ImportFrom):
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                wanted = [".".join(anchor + ([node.module] if node.module else []))]
+            else:
+                continue
+            missing += [f"{path.relative_to(REPO)}:{node.lineno}: {name}" for name in wanted
+                        if name.split(".")[0] in PACKAGES and name not in modules]
+    assert not missing, "imports of modules that do not exist:\n" + "\n".join(missing)

@@ -134,7 +134,7 @@ def test_auto_source_and_detect(client: TestClient) -> None:
     assert detected[0]["language"] == "de" and detected[0]["confidence"] > 50
     french = client.post("/translate", json={"q": "La maison est très petite et le chien est vieux.",
                                              "source": "auto", "target": "en"})
-    assert french.status_code == 400 and "French" in french.json()["error"]
+    assert french.status_code == 422 and "French" in french.json()["error"]
 
 
 def test_languages(client: TestClient) -> None:
@@ -152,7 +152,6 @@ BAD_LIBRE = [
     ({"json": {"q": "a", "source": "fr", "target": "en"}}, "not served"),
     ({"json": {"q": "a", "source": "de", "target": "xx"}}, "not served"),
     ({"json": {"q": "a", "source": "de"}}, "missing target"),
-    ({"json": {"q": "a " * 150, "source": "de", "target": "en"}}, "text limit"),
     ({"json": {"q": ["a"] * 5, "source": "de", "target": "en"}}, "batch limit"),
     ({"json": {"q": "a", "source": "de", "target": "en", "alternatives": 99}}, "beam_size"),
     ({"json": {"q": "a", "source": "de", "target": "en", "alternatives": -1}}, "alternatives"),
@@ -175,6 +174,18 @@ def test_translate_bad_input(client: TestClient, request_kwargs: dict, message: 
     assert message in response.json()["error"]
 
 
+def test_requests_over_size_limits_get_413(echo_engine: TranslatorEngine) -> None:
+    """Each text within the schema, the whole over a limit the schema cannot state: 413."""
+    with make_client(echo_engine, char_limit=300, batch_limit=8, max_request_work=400, heatmap_max_tokens=50) as client:
+        many = client.post("/translate", json={"q": ["a " * 100] * 2, "source": "de", "target": "en"})
+        assert many.status_code == 413 and "text limit (300)" in many.json()["error"]
+        heavy = client.post("/v1/translate", json={"text": "a b " * 30, "beam_size": 4})  # 4 x 120 > 400
+        assert heavy.status_code == 413 and "work (480 units" in heavy.json()["error"]
+        assert client.post("/v1/translate", json={"text": "a b " * 30, "beam_size": 3}).status_code == 200
+        wide = client.get("/v1/heatmap", params={"q": "a " * 60, "beam_size": 1})
+        assert wide.status_code == 413 and "per axis" in wide.json()["error"]
+
+
 def test_oversized_body_is_refused_before_reading(echo_engine: TranslatorEngine) -> None:
     with make_client(echo_engine, max_body_bytes=2048) as client:
         response = client.post("/v1/translate", json={"text": "a " * 2000})
@@ -192,7 +203,23 @@ def test_api_keys_and_rate_limit(echo_engine: TranslatorEngine) -> None:
         limited = client.post("/translate", json={**request, "api_key": "k1"})
         assert limited.status_code == 429 and "per minute" in limited.json()["error"]
         assert client.post("/translate", json={**request, "api_key": "k2"}).status_code == 200
-        assert client.post("/v1/translate", json={"text": "a"}).status_code == 403
+        # Wrong-key attempts count against the address: the two above used its rate up.
+        guessing = client.post("/v1/translate", json={"text": "a"}, headers={"Authorization": "Bearer k3"})
+        assert guessing.status_code == 429 and "failed API key attempts" in guessing.json()["error"]
+        assert 1 <= int(guessing.headers["Retry-After"]) <= 60
+        assert int(limited.headers["Retry-After"]) >= 1
+        assert client.post("/v1/translate", json={"text": "a"}, headers={"Authorization": "Bearer k2"}).status_code == 200
+
+
+def test_key_is_checked_before_the_body(echo_engine: TranslatorEngine) -> None:
+    with make_client(echo_engine, api_keys="k1") as client:
+        for body in ({"q": 3}, {"q": "a", "source": "de", "target": "en", "beam": "x", "format": "pdf"}):
+            assert client.post("/translate", json=body).status_code == 403
+            assert client.post("/translate", json=body, headers={"Authorization": "Bearer bad"}).status_code == 403
+            assert client.post("/translate", json=body, headers={"Authorization": "Bearer k1"}).status_code == 400
+        assert client.post("/translate", content=b"{not json", headers={"Authorization": "Bearer x",
+                                                                          "Content-Type": "application/json"}
+                           ).status_code == 403
 
 
 def test_cors(echo_engine: TranslatorEngine) -> None:
@@ -227,9 +254,11 @@ def test_native_translate(client: TestClient) -> None:
 
 
 def test_native_batch_and_no_alignment(client: TestClient) -> None:
-    body = client.post("/v1/translate", json={"texts": ["a", "b c", "  "], "alignment": False}).json()
-    assert [t["text"] for t in body["translations"]] == ["a", "b c", ""]
+    body = client.post("/v1/translate", json={"texts": ["a", "b c"], "alignment": False}).json()
+    assert [t["text"] for t in body["translations"]] == ["a", "b c"]
     assert body["translations"][0]["sentences"][0]["alignment"] is None
+    blank = client.post("/v1/translate", json={"texts": ["a", "  "]})  # as an empty text: nothing to translate
+    assert blank.status_code == 400 and "texts[1]: text is only whitespace" in blank.json()["error"]
 
 
 @pytest.mark.parametrize("body,message", [
@@ -238,7 +267,8 @@ def test_native_batch_and_no_alignment(client: TestClient) -> None:
     ({"texts": []}, "empty"),
     ({"text": 3}, "text"),
     ({"text": "a", "beam_size": 0}, "beam_size"),
-    ({"text": "a", "beam_size": 2, "n_best": 3}, "n_best"),
+    ({"text": "a", "beam_size": 2, "n_best": 9}, "n_best"),
+    ({"text": "a\x00b"}, "control character U+0000"),
     ({"text": "a", "alignment": {"heads": [9]}}, "heads"),
     ({"text": "a", "alignment": {"level": "char"}}, "level"),
     ({"text": "a", "colour": "red"}, "colour"),
@@ -268,8 +298,8 @@ def test_heatmap_downloads(client: TestClient) -> None:
     ({"q": "a", "width": 10**9}, "width"),
     ({"q": "a", "height": 5}, "height"),
     ({"q": "a", "width": "huge"}, "width"),
-    ({"q": "a " * 60}, "per axis"),
-    ({"q": ""}, "missing q"),
+    ({"q": ""}, "q: empty text"),
+    ({"q": " \t "}, "q: text is only whitespace"),
     ({}, "q"),
     ({"q": "a", "format": "gif"}, "format"),
     ({"q": "a", "layer": 5}, "layer"),
@@ -282,7 +312,7 @@ def test_heatmap_bad_input(echo_engine: TranslatorEngine, params: dict, message:
 
 
 def test_health_metrics_and_unknown_routes(client: TestClient) -> None:
-    assert client.get("/health").json() == {"status": "ok",
+    assert client.get("/health").json() == {"status": "ok", "failed": [],
                                             "models": [{"name": "de-en", "source": "de", "target": "en"}]}
     client.post("/translate", json={"q": "a b", "source": "de", "target": "en"})
     assert client.get("/nowhere").status_code == 404
@@ -343,3 +373,21 @@ def test_heatmap_caption_says_how_the_map_was_read(step_shift: bool) -> None:
     caption = _parts(alignment)[-1]
     assert caption.startswith("word alignment, layer 1, heads 2")
     assert ("step-shifted" in caption) == step_shift
+
+
+def test_heatmap_caption_wraps_inside_the_image_and_the_bytes_are_stable() -> None:
+    from seq2seq.alignment import Alignment, Token
+    from seq2seq.heatmap import _parts, render_heatmap
+
+    tokens = [Token(w, 0, 1) for w in ["Das", "Haus", "ist", "sehr", "klein"]]
+    alignment = Alignment("subword", tokens, tokens, np.eye(5), [], 1, (), True)
+    svg = render_heatmap(alignment, "svg", width=300)
+    assert svg == render_heatmap(alignment, "svg", width=300)   # no timestamp, fixed ids
+    root = ET.fromstring(svg)
+    width = float(root.get("width").removesuffix("pt")) * 100 / 72
+    caption = _parts(alignment)[-1]
+    lines = [e.text for e in root.iter("{http://www.w3.org/2000/svg}text")
+             if e.text and len(e.text) > 8 and e.text in caption]
+    assert " ".join(lines) == caption and len(lines) >= 2          # all of it, on several lines
+    assert all(len(line) * 7.0 <= width for line in lines), lines  # each fits the image's width
+

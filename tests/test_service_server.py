@@ -9,6 +9,7 @@ concurrent burst whose every answer must equal the single-request answer.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import socket
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -33,11 +35,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(models: Path, port: int, **settings: str) -> subprocess.Popen:
+@pytest.fixture(scope="module")
+def models_dir(tiny_bundle: Path) -> Path:
+    """The directory holding the shared tiny bundle (tests/conftest.py), as `serve --models` takes it."""
+    return tiny_bundle.parent
+
+
+def start_server(models: Path, port: int, log: Path | None = None, log_level: str = "warning",
+                 **settings: str) -> subprocess.Popen:
+    """`python -m service.serve` on 127.0.0.1:`port`, healthy; its output goes to `log` if given."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CROSSALIGN_THREADS": "1",
            **{f"CROSSALIGN_{k.upper()}": str(v) for k, v in settings.items()}}
+    output = open(log, "wb") if log else None  # noqa: SIM115 - the child holds it for its life
     server = subprocess.Popen([sys.executable, "-m", "service.serve", "--models", str(models), "--host", "127.0.0.1",
-                               "--port", str(port), "--log-level", "warning"], cwd=REPO, env=env)
+                               "--port", str(port), "--log-level", log_level], cwd=REPO, env=env,
+                              stdout=output, stderr=subprocess.STDOUT if output else None)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if server.poll() is not None:
@@ -51,13 +63,22 @@ def start_server(models: Path, port: int, **settings: str) -> subprocess.Popen:
     raise RuntimeError("the server did not become healthy within 60 s")
 
 
-@pytest.fixture(scope="module")
-def server(tiny_bundle: Path) -> tuple[str, subprocess.Popen]:
+@contextlib.contextmanager
+def serving(models: Path, **settings: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """(base URL, process) of a server on a free port, stopped on exit."""
     port = free_port()
-    process = start_server(tiny_bundle.parent, port, char_limit="400", batch_limit="8", batch_window_ms="10")
-    yield f"http://127.0.0.1:{port}", process
-    process.terminate()
-    process.wait(timeout=15)
+    process = start_server(models, port, **settings)
+    try:
+        yield f"http://127.0.0.1:{port}", process
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def server(models_dir: Path) -> tuple[str, subprocess.Popen]:
+    with serving(models_dir, char_limit="400", batch_limit="8", batch_window_ms="10") as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,21 @@
 const $ = (id) => document.getElementById(id);
 const state = { data: null, text: "", pair: null, beam: 4, sentence: 0, kind: "cross", layer: 0, head: "mean",
                 level: "word" };
-// An API key given in the page's own URL (?api_key=...) is passed on to the API.
-const apiKey = new URLSearchParams(location.search).get("api_key");
+// The API key (when the server requires one) goes in an `Authorization: Bearer` header,
+// never in a URL, so it stays out of access logs and browser history. It is typed into the
+// page's key field (kept for this tab only) or, for old links, given as ?api_key=..., which
+// is taken into the field and removed from the address bar at once.
+const KEY_STORE = "crossalign-api-key";
+function adoptKeyFromUrl() {
+  const url = new URL(location.href);
+  const key = url.searchParams.get("api_key");
+  if (key) {
+    sessionStorage.setItem(KEY_STORE, key);
+    url.searchParams.delete("api_key");
+    history.replaceState(null, "", url.pathname + url.search + url.hash);
+  }
+  $("api-key").value = sessionStorage.getItem(KEY_STORE) || "";
+}
 
 // ------------------------------------------------------------------ colours
 
@@ -32,9 +45,10 @@ const fmt = (w) => w.toFixed(2);
 
 // ------------------------------------------------------------------ the API
 
-function withKey(params) {
-  if (apiKey) params.set("api_key", apiKey);
-  return params;
+function authHeaders(headers = {}) {
+  const key = $("api-key").value.trim();
+  sessionStorage.setItem(KEY_STORE, key);
+  return key ? { ...headers, Authorization: `Bearer ${key}` } : headers;
 }
 
 function languageName(code) {
@@ -48,7 +62,7 @@ function languageName(code) {
 async function loadPairs() {
   const select = $("pair");
   try {
-    const response = await fetch("/languages?" + withKey(new URLSearchParams()));
+    const response = await fetch("/languages", { headers: authHeaders() });
     const languages = await response.json();
     const names = new Map(languages.map((l) => [l.code, l.name]));
     const named = (code) => names.get(code) || languageName(code);
@@ -75,9 +89,9 @@ async function translate(event) {
   $("go").disabled = true;
   setStatus("Translating…");
   try {
-    const response = await fetch("/v1/attention?" + withKey(new URLSearchParams()), {
+    const response = await fetch("/v1/attention", {
       method: "POST",
-      headers: { "Content-Type": "application/json" },
+      headers: authHeaders({ "Content-Type": "application/json" }),
       body: JSON.stringify({ text, source, target, beam_size: beam }),
     });
     const body = await response.json();
@@ -350,7 +364,27 @@ function heatmapUrl(format) {
   // "mean" = every head named (the cross default would be the model's alignment heads).
   const heads = state.head === "mean" ? [...Array(state.data.n_heads).keys()] : [Number(state.head)];
   for (const h of heads) params.append("head", String(h));
-  return "/v1/heatmap?" + withKey(params);
+  return "/v1/heatmap?" + params;
+}
+
+// A link cannot carry a header: with a key, the download is fetched and saved from a blob.
+async function download(event) {
+  const link = event.currentTarget;
+  const headers = authHeaders();
+  if (!headers.Authorization) return;  // no key: the plain link works
+  event.preventDefault();
+  try {
+    const response = await fetch(link.href, { headers });
+    if (!response.ok) throw new Error((await response.json()).error || `HTTP ${response.status}`);
+    const name = /filename="([^"]+)"/.exec(response.headers.get("Content-Disposition") || "");
+    const save = document.createElement("a");
+    save.href = URL.createObjectURL(await response.blob());
+    save.download = name ? name[1] : "heatmap";
+    save.click();
+    setTimeout(() => URL.revokeObjectURL(save.href), 10000);
+  } catch (error) {
+    setStatus(`Could not download: ${error.message}`, true);
+  }
 }
 
 function updateDownloads() {
@@ -382,7 +416,9 @@ function onSelect() {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  adoptKeyFromUrl();
   loadPairs();
+  for (const format of ["png", "svg"]) $(`download-${format}`).addEventListener("click", download);
   $("form").addEventListener("submit", translate);
   $("text").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) translate(event);
