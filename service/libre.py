@@ -3,7 +3,10 @@
 Existing LibreTranslate clients work unchanged: JSON or form bodies, `q` a string or a
 list (translated as one padded batch), `{"error": ...}` with 400/403/429. Our extension:
 `alignment: true` (or an object with level/layer/heads) adds an `alignment` map beside
-each translation: the word-level map of the whole text, block-diagonal over its sentences.
+each translation: the word-level map of the whole text, block-diagonal over its sentences,
+and a `quality` block beside it (seq2seq.records.Quality: untranslated source words,
+ungrounded target words, confidence), its sentences' blocks joined with word indices
+counted over the whole text.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from seq2seq.alignment import AlignmentOptions
 from seq2seq.config import DecodeConfig
-from seq2seq.records import AlignmentMap
+from seq2seq.records import AlignmentMap, Quality
 from service.deps import (
     APIError,
     RateLimiter,
@@ -42,7 +45,7 @@ from service.languages import LanguageDetector, language_name
 from service.metrics import Metrics
 from service.openapi import JSONRequest
 from service.settings import Settings, get_settings
-from service.translation import text_alignment
+from service.translation import text_alignment, text_quality
 
 router = APIRouter(tags=["LibreTranslate"])
 FORM_TRUE, FORM_FALSE = ("true",), ("false",)  # what a form says for a JSON boolean
@@ -196,7 +199,8 @@ def translate(params: LibreTranslateRequest = Depends(translate_params),
               engine: Engine = Depends(get_engine), settings: Settings = Depends(get_settings),
               metrics: Metrics = Depends(get_metrics), client: str = Depends(get_client),
               detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> dict[str, Any]:
-    """`{translatedText, alternatives}`, lists when `q` is a list; `alignment` when asked for."""
+    """`{translatedText, alternatives}`, lists when `q` is a list; `alignment` and `quality` when
+    the alignment is asked for."""
     texts = [params.q] if isinstance(params.q, str) else list(params.q)
     check_texts(texts, settings)
     if params.format == "html" and params.alignment:
@@ -211,12 +215,14 @@ def translate(params: LibreTranslateRequest = Depends(translate_params),
         translations = _translate_html(engine, metrics, settings, pair, texts, config, client)
         alternatives: list[list[str]] = [[] for _ in texts]
         maps: list[AlignmentMap | None] = [None for _ in texts]
+        qualities: list[Quality | None] = [None for _ in texts]
     else:
         translated = run_translation(engine, metrics, settings, pair, texts, config, client)
         translations = [t.text for t in translated]
         alternatives = [[t.alternative(k)[0] for k in range(params.alternatives)] for t in translated]
         maps = [AlignmentMap.from_alignment(text_alignment(t, options)) if options else None
                 for t in translated]
+        qualities = [text_quality(t) if options else None for t in translated]
     single = isinstance(params.q, str)
     response: dict[str, Any] = {
         "translatedText": translations[0] if single else translations,
@@ -228,6 +234,9 @@ def translate(params: LibreTranslateRequest = Depends(translate_params),
     if options:
         dumped = [m.model_dump() if m else None for m in maps]
         response["alignment"] = dumped[0] if single else dumped
+        # With the alignment, its quality signals (seq2seq.records.Quality; word indices of the text).
+        blocks = [q.model_dump() if q else None for q in qualities]
+        response["quality"] = blocks[0] if single else blocks
     return response
 
 

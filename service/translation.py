@@ -18,7 +18,16 @@ import numpy as np
 
 from seq2seq.alignment import Alignment, AlignmentOptions, Token, concat
 from seq2seq.config import DecodeConfig
-from seq2seq.records import AlignedSentence, AlignedTranslation, AlignmentMap, Hypothesis, TextTranslation, TokenSpan
+from seq2seq.quality import join as join_quality
+from seq2seq.records import (
+    AlignedSentence,
+    AlignedTranslation,
+    AlignmentMap,
+    Hypothesis,
+    Quality,
+    TextTranslation,
+    TokenSpan,
+)
 from seq2seq.segment import split_sentences
 from seq2seq.translator import TranslationResult
 from service.engine import Engine, Pair
@@ -89,6 +98,13 @@ def text_alignment(translated: TranslatedText, options: AlignmentOptions) -> Ali
     return concat(parts, options)
 
 
+def text_quality(translated: TranslatedText) -> Quality | None:
+    """One quality block for a whole text: its sentences' blocks (built with their maps)
+    joined, word indices counted over the whole text as in `text_alignment`'s word map."""
+    parts = [(r.quality, len(r.target_ids) + 1) for r in translated.results if r.quality is not None]
+    return Quality.from_quality(join_quality(parts)) if parts else None
+
+
 def _spans(tokens: list[Token]) -> list[TokenSpan]:
     return [TokenSpan(text=t.text, start=t.start, end=t.end) for t in tokens]
 
@@ -102,7 +118,8 @@ def _aligned(result: TranslationResult, source_offset: int, target_offset: int) 
     return AlignedTranslation(
         text=result.text, score=round(result.score, 4), alignment=AlignmentMap.from_alignment(maps.requested),
         source_tokens=_spans(subword.source_tokens), target_tokens=_spans(subword.target_tokens),
-        source_words=_spans(word.source_tokens), target_words=_spans(word.target_tokens), word_links=word.pharaoh)
+        source_words=_spans(word.source_tokens), target_words=_spans(word.target_tokens), word_links=word.pharaoh,
+        quality=None if result.quality is None else Quality.from_quality(result.quality))
 
 
 def text_translation(pair: Pair, translated: TranslatedText, n_best: int) -> TextTranslation:

@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 from data.tokenizer import Tokenizer
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.forced import teacher_force_by_steps
+from seq2seq.quality import QualityThresholds
 from seq2seq.search import StepOutput, TeacherForced
 from seq2seq.segment import split_sentences
 from seq2seq.translator import Translator
@@ -127,6 +128,41 @@ def test_translate_alignment_extension(client: TestClient) -> None:
         assert body["translatedText"][token["start"]:token["end"]] == token["text"]
 
 
+def test_alignment_brings_quality_blocks_with_the_translators_thresholds(echo_engine: TranslatorEngine,
+                                                                        toy_tokenizer_path: Path) -> None:
+    text = "a b c\nd e"                                 # two sentences: 3 + 2 words
+    with make_client(echo_engine) as client:
+        body = client.post("/translate", json={"q": text, "source": "de", "target": "en", "alignment": True}).json()
+        quality = body["quality"]
+        assert len(quality["source_coverage"]) == len(body["alignment"]["source_tokens"]) == 5
+        assert quality["untranslated"] == [] and quality["ungrounded"] == []        # the echo reads every word
+        assert quality["source_coverage"] == pytest.approx([1.0] * 5, abs=1e-3)
+        assert 0.0 <= quality["confidence"] <= 1.0
+        assert "quality" not in client.post("/translate", json={"q": text, "source": "de", "target": "en"}).json()
+        schema = client.get("/openapi.json").json()["components"]["schemas"]
+        assert "untranslated" in schema["Quality"]["properties"]
+        assert "quality" in schema["AlignedSentence"]["properties"]
+
+    # Thresholds no word can meet: every word is flagged, counted per text on /translate and
+    # per sentence on /v1/translate.
+    tokenizer = Tokenizer(toy_tokenizer_path)
+    strict = Translator(EchoBackend(tokenizer.vocab_size), tokenizer,
+                        quality=QualityThresholds(untranslated_coverage=2.0, ungrounded_peak=1.5))
+    engine = TranslatorEngine({("de", "en"): ("de-en", strict)}, window_s=0.002)
+    try:
+        with make_client(engine) as client:
+            libre = client.post("/translate", json={"q": [text, "f"], "source": "de", "target": "en",
+                                                    "alignment": True}).json()
+            assert [q["untranslated"] for q in libre["quality"]] == [[0, 1, 2, 3, 4], [0]]
+            assert [q["ungrounded"] for q in libre["quality"]] == [[0, 1, 2, 3, 4], [0]]
+            native = client.post("/v1/translate", json={"text": text, "alignment": True}).json()
+            sentences = native["translations"][0]["sentences"]
+            assert [s["quality"]["untranslated"] for s in sentences] == [[0, 1, 2], [0, 1]]
+            assert [len(s["source_words"]) for s in sentences] == [3, 2]
+    finally:
+        engine.close()
+
+
 def test_auto_source_and_detect(client: TestClient) -> None:
     auto = client.post("/translate", json={"q": "a b", "source": "auto", "target": "en"}).json()
     assert auto["translatedText"] == "a b" and auto["detectedLanguage"]["language"] == "de"
@@ -208,7 +244,8 @@ def test_api_keys_and_rate_limit(echo_engine: TranslatorEngine) -> None:
         assert guessing.status_code == 429 and "failed API key attempts" in guessing.json()["error"]
         assert 1 <= int(guessing.headers["Retry-After"]) <= 60
         assert int(limited.headers["Retry-After"]) >= 1
-        assert client.post("/v1/translate", json={"text": "a"}, headers={"Authorization": "Bearer k2"}).status_code == 200
+        bearer = client.post("/v1/translate", json={"text": "a"}, headers={"Authorization": "Bearer k2"})
+        assert bearer.status_code == 200
 
 
 def test_key_is_checked_before_the_body(echo_engine: TranslatorEngine) -> None:
