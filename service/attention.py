@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field
 
 from seq2seq.alignment import Alignment, AlignmentOptions, Token, concat
 from seq2seq.config import DecodeConfig
-from seq2seq.records import TokenSpan
+from seq2seq.records import Quality, TokenSpan
 from seq2seq.search import SearchBackend
 from seq2seq.translator import TranslationResult, Translator
 from service.deps import (
@@ -52,6 +52,7 @@ from service.deps import (
     get_language_detector,
     get_metrics,
     require_access,
+    resolve_alignment,
     resolve_pair,
     run_translation,
 )
@@ -183,6 +184,8 @@ class SentenceAttention(BaseModel):
     cross: AttentionMaps = Field(description="rows = <s> + translation pieces (decoder inputs), "
                                              "columns = source pieces + </s>; unmasked")
     alignment: dict[Literal["word", "subword"], AlignmentMaps]
+    quality: Quality | None = Field(None, description="quality signals of the model's own word alignment (its "
+                                                      "layer and heads); word indices of `alignment.word`")
 
 
 class AttentionResponse(BaseModel):
@@ -249,7 +252,7 @@ def attention_response(engine: Engine, pair: Pair, translated: TranslatedText, m
             encoder=_maps(maps.encoder_tokens, maps.encoder_tokens, maps.encoder),
             decoder=_maps(maps.decoder_inputs, maps.decoder_inputs, maps.decoder),
             cross=_maps(maps.decoder_inputs, maps.encoder_tokens, maps.cross),
-            alignment=alignment))
+            alignment=alignment, quality=None if result.quality is None else Quality.from_quality(result.quality)))
     return AttentionResponse(text=translated.source, translation=translated.text, source=pair[0], target=pair[1],
                              model=info.name, encoder_layers=encoder_layers, decoder_layers=info.decoder_layers,
                              n_heads=info.n_heads, alignment_layer=info.alignment_layer,
@@ -273,7 +276,9 @@ def attention_for(body: AttentionRequest, engine: Engine, settings: Settings, me
     check_texts([body.text], settings, "text")
     pair, _ = resolve_pair(engine, detector, body.source, body.target, [body.text])
     explorer_translator(engine, pair)  # 501 before translating, if it cannot
-    config = decode_config(settings, body.beam_size, 1, attention=True)
+    # The model's own word map is built with the translation, for its quality signals.
+    config = decode_config(settings, body.beam_size, 1, attention=True,
+                           alignment=resolve_alignment(engine, pair, AlignmentOptions()))
     translated = run_translation(engine, metrics, settings, pair, [body.text], config, client)[0]
     return attention_response(engine, pair, translated, settings.heatmap_max_tokens)
 

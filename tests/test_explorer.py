@@ -49,6 +49,9 @@ def models(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     config = json.loads((checkpoint / "config.json").read_text())
     (checkpoint / "config.json").write_text(json.dumps(config | {"alignment_heads": [ALIGNMENT_HEAD],
                                                                  "alignment_step_shift": True}))
+    # Quality thresholds that flag every source word (punctuation is never flagged) and no
+    # target word: the bundle carries them to the page.
+    (checkpoint / "quality.json").write_text(json.dumps({"untranslated_coverage": 5.0, "ungrounded_peak": 0.0}))
     export_model(checkpoint, work / "models" / "de-en", parity_sentences=SENTENCES[:2])
     return work / "models"
 
@@ -134,6 +137,28 @@ def test_translation_and_alignment_map(page, server: str) -> None:
     assert page.locator("#map .cell.link").count() == rows         # one hard link per target word
     # No request left the server: no CDN, nothing external.
     assert page.requests and all(url.startswith(server) for url in page.requests)
+
+
+def test_untranslated_and_ungrounded_words_are_marked_with_a_legend(page, server: str) -> None:
+    answer = httpx.post(server + "/v1/attention", json={"text": SENTENCE, "source": "de", "target": "en"},
+                        timeout=60).json()["sentences"][0]
+    words = [t["text"] for t in answer["alignment"]["word"]["source_tokens"]]
+    assert answer["quality"]["untranslated"] == [0, 1, 2, 3] and words[4] == "."
+    assert answer["quality"]["ungrounded"] == []
+    for kind in ("cross-attention", "encoder self-attention"):       # the strips keep their marks
+        choose_kind(page, kind)
+        flagged = page.locator("#source-tokens .token.untranslated")
+        assert flagged.all_inner_texts() == words[:4]                  # "." is never flagged
+        assert page.locator("#target-tokens .token.ungrounded").count() == 0
+        style = flagged.first.evaluate("t => [getComputedStyle(t).borderTopStyle, getComputedStyle(t).borderTopColor]"
+                                       ".join(' ')")
+        assert style == "dashed rgb(179, 89, 0)"                         # visibly marked
+        plain = page.locator("#source-tokens .token").nth(4)
+        assert plain.evaluate("t => getComputedStyle(t).borderTopStyle") != "dashed"
+        assert "left out" in (flagged.first.get_attribute("title") or "")
+    legend = page.locator("#flag-legend")
+    assert legend.is_visible() and "untranslated" in legend.inner_text() and "ungrounded" in legend.inner_text()
+    assert "4 flagged" in legend.inner_text()
 
 
 def test_cross_attention_starts_on_the_models_alignment_head(page) -> None:

@@ -251,18 +251,37 @@ function wordAlignment() {
   return { aligned, matrix: aligned.matrices[layer][index] };
 }
 
+// The quality flags of the sentence (read from the model's own word alignment): source words
+// the translation probably left out, translated words drawn from no one source word.
+const FLAGS = {
+  source: ["untranslated", "untranslated: little attention reached this word; it was probably left out"],
+  target: ["ungrounded", "ungrounded: drawn from no one source word; it may be made up"],
+};
+
 function renderTokens() {
   const { aligned } = wordAlignment();
+  const quality = state.data.sentences[state.sentence].quality;
   const make = (tokens, side) => tokens.map((token, i) => {
     const button = document.createElement("button");
     button.type = "button";
     button.className = "token";
     button.textContent = token.text;
     Object.assign(button.dataset, { side, index: i });
+    const [flag, why] = FLAGS[side];
+    if (quality && quality[flag].includes(i)) {
+      button.classList.add(flag);
+      button.title = why;
+      button.setAttribute("aria-description", why);
+    }
     return button;
   });
   $("source-tokens").replaceChildren(...make(aligned.source_tokens, "source"));
   $("target-tokens").replaceChildren(...make(aligned.target_tokens, "target"));
+  const flagged = quality ? quality.untranslated.length + quality.ungrounded.length : 0;
+  $("flag-legend").hidden = !quality;
+  $("flag-count").textContent = quality
+    ? `${flagged} flagged; confidence ${quality.confidence === null ? "n/a" : quality.confidence.toFixed(2)}.`
+    : "";
 }
 
 function clearHighlights() {
