@@ -33,7 +33,7 @@ from service.libre import AlignmentRequest
 from service.metrics import Metrics
 from service.openapi import JSONRequest, exactly_one
 from service.settings import Settings, get_settings
-from service.translation import text_alignment, text_translation
+from service.translation import text_alignment, text_quality, text_translation
 
 router = APIRouter(prefix="/v1", tags=["native"], dependencies=[Depends(require_access)])
 
@@ -63,11 +63,13 @@ class TranslateResponse(BaseModel):
 @router.post("/translate", response_model=TranslateResponse, summary="Translate with alignment maps")
 def translate(body: TranslateRequest, engine: Engine = Depends(get_engine),
               settings: Settings = Depends(get_settings), metrics: Metrics = Depends(get_metrics),
-              client: str = Depends(get_client), detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> TranslateResponse:
+              client: str = Depends(get_client),
+              detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> TranslateResponse:
     """Per input: text, score, sentences with subword and word tokens (character offsets into
     the input and the translation), the soft alignment matrix (rows = target tokens, each row
     sums to 1), hard word links in Pharaoh `i-j` form, and the layer/heads that produced it;
-    one map per n-best alternative."""
+    one map per n-best alternative. With the alignment, each sentence's `quality` block:
+    untranslated source words, ungrounded target words, confidence (see `Quality`)."""
     texts = [body.text] if body.text is not None else list(body.texts or [])
     check_texts(texts, settings, "text" if body.text is not None else "texts")
     pair, _ = resolve_pair(engine, detector, body.source, body.target, texts)
@@ -124,7 +126,11 @@ def heatmap_response(body: HeatmapRequest, engine: Engine, settings: Settings, m
     if max(rows, columns) > settings.heatmap_max_tokens:
         raise APIError(413, f"the alignment has {columns} x {rows} tokens; a heatmap shows at most "
                             f"{settings.heatmap_max_tokens} per axis (send less text, or use level=word)")
-    image = render_heatmap(alignment, body.format, body.width, body.height, title, axes)
+    # A word-level cross-attention map shows its quality flags (they index words).
+    quality = text_quality(translated) if body.kind == "cross" and body.level == "word" else None
+    image = render_heatmap(alignment, body.format, body.width, body.height, title, axes,
+                           untranslated=quality.untranslated if quality else (),
+                           ungrounded=quality.ungrounded if quality else ())
     name = filename(pair[0], pair[1], body.q, body.format)
     if body.kind != "cross":
         name = name.replace("alignment-", f"{body.kind}-attention-", 1)

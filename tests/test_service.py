@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 from data.tokenizer import Tokenizer
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.forced import teacher_force_by_steps
+from seq2seq.heatmap import FLAG_COLOUR
 from seq2seq.quality import QualityThresholds
 from seq2seq.search import StepOutput, TeacherForced
 from seq2seq.segment import split_sentences
@@ -159,6 +160,12 @@ def test_alignment_brings_quality_blocks_with_the_translators_thresholds(echo_en
             sentences = native["translations"][0]["sentences"]
             assert [s["quality"]["untranslated"] for s in sentences] == [[0, 1, 2], [0, 1]]
             assert [len(s["source_words"]) for s in sentences] == [3, 2]
+            # The word-level heatmap frames the flagged columns and rows; a subword one has no flags.
+            svg = client.get("/v1/heatmap", params={"q": text, "source": "de", "format": "svg"}).text
+            assert svg.count(FLAG_COLOUR) >= 2 * 5 and "untranslated source word" in svg
+            subword = client.get("/v1/heatmap", params={"q": text, "source": "de", "format": "svg",
+                                                        "level": "subword"}).text
+            assert FLAG_COLOUR not in subword
     finally:
         engine.close()
 
