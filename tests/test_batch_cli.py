@@ -22,14 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.cli import batch
-from seq2seq.cli import build_parser
+from seq2seq.cli import batch, build_parser
 from seq2seq.cli import main as cli_main
 from seq2seq.records import AlignedTranslation, TranslationRecord
 
 REPO = Path(__file__).resolve().parents[1]
-WORDS = ("der die das Hund Katze Haus Mann Frau Kind ist war sehr nicht auch klein groß rot alt schön grün "
-         "heute hier und").split()
+WORDS = ["der", "die", "das", "Hund", "Katze", "Haus", "Mann", "Frau", "Kind", "ist", "war", "sehr", "nicht",
+         "auch", "klein", "groß", "rot", "alt", "schön", "grün", "heute", "hier", "und"]
 
 
 def toy_sentences(count: int, seed: int = 0) -> list[str]:
@@ -118,9 +117,9 @@ def test_text_argument_and_help(model_dir: Path, capsys: pytest.CaptureFixture[s
 
 BAD_LINES: list[tuple[bytes, str | None]] = [
     (b"Der Hund ist klein .", None),
-    (b"", "empty line"),
-    (b"   \t ", "empty line"),
-    (b"Der Mann " + b"sehr " * 60, "line too long"),        # over --max-chars 200
+    (b"", "empty text"),
+    (b"   \t ", "text is only whitespace"),
+    (b"Der Mann " + b"sehr " * 60, "text too long"),        # over --max-chars 200
     (b"Die Katze \xff\xfe ist alt .", "invalid UTF-8"),
     (b"Das Kind\x07 ist hier .", "control character U+0007"),
     (b"Das Haus\x00 ist rot .", "control character U+0000"),
@@ -175,7 +174,53 @@ def test_bad_jsonl_input_lines(model_dir: Path, tmp_path: Path) -> None:
     records = [TranslationRecord.model_validate(r) for r in read_jsonl(output)]
     assert [r.id for r in records] == ["a", None, None, None, 5, None, None]
     assert [r.error is None for r in records] == [True, False, False, False, True, False, False]
-    assert records[1].error.startswith("invalid JSON") and records[6].error == "empty line"
+    assert records[1].error.startswith("invalid JSON") and records[6].error == "text is only whitespace"
+
+
+# What the service refuses with a 400 (seq2seq.inputs), the CLI writes as an error record.
+SERVICE_RULE_LINES: list[tuple[dict, str | None]] = [
+    ({"id": "ok1", "text": "Der Hund ist klein ."}, None),
+    ({"id": "s1", "text": "\ud800"}, "lone surrogate U+D800 at column 1"),       # valid JSON, not UTF-8
+    ({"id": "s2", "text": "Der Hund \udfff ist klein ."}, "lone surrogate U+DFFF at column 10"),
+    ({"id": "\ud800", "text": "Das Haus ist rot ."}, '"id" holds a lone surrogate'),
+    ({"id": "nul", "text": "Das Haus\u0000 ist rot ."}, "control character U+0000 at column 9"),
+    ({"id": "esc", "text": "Das \u001b[31mKind"}, "control character U+001B"),
+    ({"id": "c1", "text": "Die Frau\u0085 ist alt ."}, "control character U+0085"),
+    ({"id": "ok2", "text": "Die Frau\tist alt .\nDas Kind ist hier ."}, None),     # TAB and LF are text
+    ({"id": "ok3", "text": "Das Kind war nicht gro\u00df ."}, None),
+]
+
+
+@pytest.mark.parametrize("output_format", ["text", "tsv", "jsonl"])
+def test_lines_the_service_refuses_are_error_records_and_resume_goes_on(
+        model_dir: Path, tmp_path: Path, output_format: str) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(item) + "\n" for item, _ in SERVICE_RULE_LINES), encoding="utf-8")
+    output = tmp_path / f"out.{output_format}"
+    # One sentence per batch: a resumed run then computes exactly what the first run did.
+    common = ["-i", source, "--input-format", "jsonl", "-f", output_format, "--beam-size", "1", "--batch-size", "1"]
+
+    assert translate(model_dir, *common, "-o", output) == batch.EXIT_SOME_FAILED
+
+    complete = output.read_bytes()
+    records = complete.decode("utf-8").split("\n")
+    assert records[-1] == "" and len(records) - 1 == len(SERVICE_RULE_LINES)
+    for (_, expected), record in zip(SERVICE_RULE_LINES, records):
+        if output_format == "jsonl":
+            parsed = TranslationRecord.model_validate_json(record)
+            assert parsed.error.startswith(expected) if expected else (parsed.error is None and parsed.text)
+            assert "\ud800" not in parsed.source and "\udfff" not in parsed.source   # shown as U+FFFD
+        elif output_format == "tsv":
+            error = record.split("\t")[5]
+            assert error.startswith(expected) if expected else error == ""
+        else:
+            assert (record == "") == (expected is not None)
+
+    # Killed after the first bad lines (a cut record included): --resume goes on past them.
+    cut = len("\n".join(records[:3])) + 1
+    output.write_bytes(complete[:len(complete.decode("utf-8")[:cut].encode("utf-8")) + 5])
+    assert translate(model_dir, *common, "-o", output, "--resume") == batch.EXIT_SOME_FAILED
+    assert output.read_bytes() == complete
 
 
 def test_empty_input_and_usage_errors(model_dir: Path, tmp_path: Path) -> None:
@@ -337,3 +382,31 @@ def test_plan_batches_respects_sentences_and_tokens() -> None:
         assert len(chunk) <= 3
         assert len(chunk) == 1 or (max(u.length for u in chunk) + 1) * len(chunk) <= 20
     assert [u.length for b in planned for u in b] == sorted(u.length for u in units)
+
+
+def test_a_batch_that_fails_in_the_model_is_retried_line_by_line(model_dir: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the line at fault gets an error record; its batch-mates are translated."""
+    from seq2seq.translator import Translator
+
+    original, calls = Translator.translate_batch, []
+
+    def breaks_on_poison(self, texts, *args, **kwargs):
+        calls.append(len(texts))
+        if any("Katze" in text for text in texts):
+            raise RuntimeError("the model broke")
+        return original(self, texts, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "translate_batch", breaks_on_poison)
+    lines = ["Der Hund ist klein .", "Das Haus ist rot .", "Die Katze ist alt .", "Das Kind ist hier ."]
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output = tmp_path / "out.jsonl"
+
+    assert translate(model_dir, "-i", source, "-o", output, "-f", "jsonl", "--beam-size", "1",
+                     "--batch-size", "4") == batch.EXIT_SOME_FAILED
+
+    records = [TranslationRecord.model_validate(r) for r in read_jsonl(output)]
+    assert [r.error for r in records[:2] + records[3:]] == [None, None, None]
+    assert records[2].error == "translation failed: RuntimeError: the model broke"
+    assert calls == [4, 1, 1, 1, 1]                   # the batch, then each line on its own

@@ -13,8 +13,10 @@ input order:
   "word_alignment", "matrix", "layer", "heads", "step_shift"}` (+ `subword_alignment`
   with `--level subword`); a bad line is `{"line", "source", "target", "error"}`.
 
-Bad lines (no tab, an empty side, invalid UTF-8, control characters, too long for the
-model) never stop the job; the exit status is then 3. Torch-free with `--backend onnx`.
+Bad lines (no tab, invalid UTF-8, a side that breaks the service's input rules of
+`seq2seq.inputs` -- empty, over --max-chars, control characters --, too long for the
+model, or one that fails inside the model) never stop the job; each becomes an error
+record and the exit status is then 3. Torch-free with `--backend onnx`.
 
     crossalign align --model models/de-en -i pairs.tsv -o pairs.pharaoh
     crossalign align --model work/release/final --backend torch --format jsonl --layer 1 --heads 2 < pairs.tsv
@@ -33,8 +35,9 @@ from typing import BinaryIO, TextIO
 
 from seq2seq.alignment import AlignmentError, AlignmentOptions
 from seq2seq.cli.batch import EXIT_OK, EXIT_SOME_FAILED
-from seq2seq.cli.batch.reading import MAX_CHARS, line_problem, strip_line_ending
+from seq2seq.cli.batch.reading import MAX_CHARS, strip_line_ending
 from seq2seq.forced import align_given
+from seq2seq.inputs import text_problem
 from seq2seq.loading import BACKENDS, DEFAULT_BACKEND, load_translator
 from seq2seq.translator import Translator
 
@@ -63,7 +66,7 @@ def decode_pair(raw: bytes, line: int, max_chars: int = MAX_CHARS) -> PairLine:
         return PairLine(line, text, "", "expected source<TAB>target")
     source, target = fields[0], fields[1]
     for side, value in (("source", source), ("target", target)):
-        problem = line_problem(value, max_chars)
+        problem = text_problem(value, max_chars)   # the service's input rules
         if problem:
             return PairLine(line, source, target, f"{side}: {problem}")
     return PairLine(line, source, target)
