@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -310,22 +311,27 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(model_dir: Path, tmp_p
     source = tmp_path / "in.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     clean, resumed = tmp_path / "clean.jsonl", tmp_path / "resumed.jsonl"
-    command = [sys.executable, "-m", "seq2seq.cli", "translate", "-m", str(model_dir), "--backend", "torch",
-               "-i", str(source), "-f", "jsonl", "--beam-size", "1", "--batch-size", "16",
-               "--window", "48"]
+    flush_lines = 16
+    command = [sys.executable, "-m", "seq2seq.cli", "-v", "translate", "-m", str(model_dir), "--backend", "torch",
+               "-i", str(source), "-f", "jsonl", "--beam-size", "1", "--batch-size", "8",
+               "--flush-lines", str(flush_lines)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 
     process = subprocess.Popen([*command, "-o", str(resumed)], env=env, cwd=REPO, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and process.poll() is None:
-        if resumed.exists() and resumed.read_bytes().count(b"\n") >= 10:
+        if resumed.exists() and resumed.read_bytes().count(b"\n") >= 60:
             break
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    assert process.returncode == -signal.SIGKILL, process.stderr.read().decode()
+    log_text = process.stderr.read().decode()
+    assert process.returncode == -signal.SIGKILL, log_text
     written = resumed.read_bytes().count(b"\n")
-    assert 10 <= written < len(lines), "the run should have been killed part-way"
+    assert 60 <= written < len(lines), "the run should have been killed part-way"
+    # The job logs each batch's progress; the kill lost at most one window of lines done.
+    done = int(re.findall(r"(\d+) lines done, \d+ written", log_text)[-1])
+    assert done - flush_lines <= written <= done, (done, written)
     with open(resumed, "ab") as stream:                        # as if killed in the middle of a write
         stream.write(b'{"text":"half a rec')
 
@@ -410,3 +416,15 @@ def test_a_batch_that_fails_in_the_model_is_retried_line_by_line(model_dir: Path
     assert [r.error for r in records[:2] + records[3:]] == [None, None, None]
     assert records[2].error == "translation failed: RuntimeError: the model broke"
     assert calls == [4, 1, 1, 1, 1]                   # the batch, then each line on its own
+
+
+def test_windows_shrink_to_the_flush_seconds_at_the_measured_rate(tmp_path: Path) -> None:
+    options = batch.JobOptions(batch_size=16, flush_lines=100, flush_seconds=2.0)
+    job = batch.job._Job(None, None, options, None, 250)          # tokenizer and writer are not used here
+    assert job.window_size() == 16                                # nothing measured yet: one batch
+    job.summary.lines, job.started = 50, time.monotonic() - 10    # 5 lines/s -> 10 lines in 2 s
+    assert job.window_size() == 10
+    job.summary.lines = 5000                                      # fast: the line bound holds
+    assert job.window_size() == 100
+    job.summary.lines, job.started = 1, time.monotonic() - 100    # very slow: one line at a time
+    assert job.window_size() == 1

@@ -7,8 +7,8 @@ The pipeline, one line of input = one record of output, one module per step:
    become error records and never stop the job.
 2. `job`: lines longer than `split_tokens` source pieces are split into sentences, each
    translated on its own and joined back, alignment offsets shifted into the whole line.
-3. `job`: a window of lines is sorted by length and cut into batches bounded by sentences
-   and by padded source tokens.
+3. `job`: a window of lines (at most `flush_lines`, and about `flush_seconds` of work) is
+   sorted by length and cut into batches bounded by sentences and by padded source tokens.
 4. `engines`: batches go to the one `Translator` interface, in this process or in worker
    processes that each load their own session; results come back in any order.
 5. `writing`: records are joined and written strictly in input order, a run of complete
