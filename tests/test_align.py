@@ -199,6 +199,31 @@ def test_align_cli_applies_the_service_input_rules_and_retries_a_failed_batch_li
 # --------------------------------------------------------------------------- POST /v1/align
 
 
+def test_v1_align_takes_the_work_cap_and_the_queue_bound(onnx_translator: Translator) -> None:
+    """Forced alignment is admitted as translations are: 413 over the per-request work cap,
+    503 + Retry-After while translations fill the queue, and its own work is released."""
+    import threading
+
+    engine = TranslatorEngine({("de", "en"): ("de-en", onnx_translator)}, window_s=0.002, max_queue_work=1000)
+    batcher = engine.batchers[("de", "en")]
+    gate, translate_batch = threading.Event(), batcher.run
+    batcher.run = lambda texts, config: gate.wait(30) and translate_batch(texts, config)
+    settings = Settings(max_request_work=400, max_queue_work=1000)
+    source, target = PAIRS[0]
+    with TestClient(create_app(settings, engine=engine), raise_server_exceptions=False) as client:
+        heavy = {"pairs": [{"text": source, "translation": target}] * (400 // len(source + target) + 1),
+                 "source": "de"}
+        assert client.post("/v1/align", json=heavy).status_code == 413
+        queued = batcher.submit([source] * 39, DecodeConfig(beam_size=1))   # translations: 975 units of 1000
+        busy = client.post("/v1/align", json={"text": source, "translation": target, "source": "de"})
+        assert busy.status_code == 503 and int(busy.headers["Retry-After"]) >= 1, busy.text
+        gate.set()
+        queued.result(timeout=30)
+        answer = client.post("/v1/align", json={"text": source, "translation": target, "source": "de"})
+        assert answer.status_code == 200 and answer.json()["alignments"][0]["word_alignment"]
+    assert batcher.queued_work == 0
+
+
 def test_v1_align_matches_the_library(onnx_translator: Translator, torch_translator: Translator) -> None:
     engine = TranslatorEngine({("de", "en"): ("de-en", onnx_translator)}, window_s=0.002)
     with TestClient(create_app(Settings(), engine=engine), raise_server_exceptions=False) as client:
