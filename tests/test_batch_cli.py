@@ -329,9 +329,10 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(model_dir: Path, tmp_p
     assert process.returncode == -signal.SIGKILL, log_text
     written = resumed.read_bytes().count(b"\n")
     assert 60 <= written < len(lines), "the run should have been killed part-way"
-    # The job logs each batch's progress; the kill lost at most one window of lines done.
+    # The job logs its progress after each batch's write; the kill lost at most one window
+    # of the lines done by then (the kill may also land between a write and its log line).
     done = int(re.findall(r"(\d+) lines done, \d+ written", log_text)[-1])
-    assert done - flush_lines <= written <= done, (done, written)
+    assert written >= done - flush_lines, (done, written)
     with open(resumed, "ab") as stream:                        # as if killed in the middle of a write
         stream.write(b'{"text":"half a rec')
 
