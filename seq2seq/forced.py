@@ -29,6 +29,10 @@ from seq2seq.search import SearchBackend, TeacherForced, pad_batch
 from seq2seq.translator import Translator
 
 
+class AlignmentFailed(AlignmentError):
+    """The model raised on this pair (alone: its batch was retried pair by pair)."""
+
+
 @dataclass
 class ForcedAlignment:
     """The alignment of one given pair: word level always, plus the requested level's map."""
@@ -156,7 +160,7 @@ def _attend(backend: SearchBackend, chunk: list[tuple[int, list[int], list[Token
         attentions = teacher_forced_attention(backend, [c[1] for c in chunk], [c[3] for c in chunk])
     except Exception as error:  # noqa: BLE001 - retried below; the pair at fault gets the error
         if len(chunk) == 1:
-            return [(chunk[0][0], AlignmentError(f"alignment failed: {type(error).__name__}: {error}"))]
+            return [(chunk[0][0], AlignmentFailed(f"alignment failed: {type(error).__name__}: {error}"))]
         return [result for item in chunk for result in _attend(backend, [item])]
     return [(index, (attention, source_pieces, target_pieces))
             for (index, _, source_pieces, _, target_pieces), attention in zip(chunk, attentions)]

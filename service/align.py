@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from seq2seq.alignment import AlignmentError, AlignmentOptions
-from seq2seq.forced import align_given
+from seq2seq.forced import AlignmentFailed, align_given
 from seq2seq.records import AlignmentMap, TokenSpan
 from seq2seq.translator import Translator
 from service.batching import QueueFull, work_units
@@ -130,9 +130,9 @@ def align(body: AlignRequest, engine: Engine = Depends(get_engine), settings: Se
         raise busy(full) from None
     out = []
     for index, result in enumerate(results):
-        if isinstance(result, AlignmentError):  # past check_texts, only "too long for the model" is left
+        if isinstance(result, AlignmentError):  # past check_texts: too long for the model, or the model failed
             where = f"pairs[{index}]: " if body.pairs is not None else ""
-            raise APIError(413, f"{where}{result}")
+            raise APIError(500 if isinstance(result, AlignmentFailed) else 413, f"{where}{result}")
         record = result.to_record()
         out.append(PairAlignment(
             text=record.pop("source"), translation=record.pop("target"), **record))

@@ -195,6 +195,15 @@ def test_align_cli_applies_the_service_input_rules_and_retries_a_failed_batch_li
     assert max(backend.calls) > 1, "the good pairs were batched together first"
     assert "line 6: alignment failed" in capsys.readouterr().err
 
+    # /v1/align: the same pair fails its request alone, as a server error, not as "too long".
+    engine = TranslatorEngine({("de", "en"): ("de-en", Translator(backend, onnx_translator.tokenizer))})
+    with TestClient(create_app(Settings(), engine=engine), raise_server_exceptions=False) as client:
+        pairs = [{"text": s, "translation": t} for s, t in PAIRS[:4]]
+        failed = client.post("/v1/align", json={"pairs": pairs, "source": "de"})
+        assert failed.status_code == 500 and failed.json()["error"].startswith("pairs[2]: alignment failed")
+        good = client.post("/v1/align", json={"pairs": pairs[:2] + pairs[3:], "source": "de"})
+        assert good.status_code == 200 and len(good.json()["alignments"]) == 3
+
 
 # --------------------------------------------------------------------------- POST /v1/align
 
