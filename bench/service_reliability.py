@@ -64,7 +64,8 @@ def mixed(url: str, rounds: int) -> dict:
             connection.connect()
         sockets = [connection.sock for connection in connections]
 
-        def send(index: int, barrier: threading.Barrier, path: str = path, template: str = template) -> int:
+        def send(index: int, barrier: threading.Barrier, path: str = path, template: str = template,
+                 connections: list = connections) -> int:
             text = BAD_TEXT if index == 11 else json.dumps(SENTENCES[index % len(SENTENCES)])
             barrier.wait()
             try:
@@ -79,7 +80,7 @@ def mixed(url: str, rounds: int) -> dict:
         with ThreadPoolExecutor(12) as pool:
             for _ in range(rounds):
                 barrier = threading.Barrier(12)
-                statuses = list(pool.map(lambda i: send(i, barrier), range(12)))
+                statuses = list(pool.map(lambda i, barrier=barrier: send(i, barrier), range(12)))
                 good = statuses[:11]
                 good_ok += sum(s == 200 for s in good)
                 errors += sum(s >= 500 for s in good)

@@ -30,6 +30,10 @@ from seq2seq.search import SearchBackend, TeacherForced, pad_batch
 from seq2seq.translator import Translator
 
 
+class AlignmentFailed(AlignmentError):
+    """The model raised on this pair (alone: its batch was retried pair by pair)."""
+
+
 @dataclass
 class ForcedAlignment:
     """The alignment of one given pair: word level always, plus the requested level's map."""
@@ -152,12 +156,24 @@ def forced_attention(translator: Translator, pairs: Sequence[tuple[str, str]], m
         while end < len(todo) and (end - start + 1) * max(len(todo[end][1]), len(todo[end][3]) + 1) \
                 <= max_batch_tokens:
             end += 1
-        chunk = todo[start:end]
-        attentions = teacher_forced_attention(translator.backend, [c[1] for c in chunk], [c[3] for c in chunk])
-        for (index, _, source_pieces, _, target_pieces), (attention, mean_log_prob) in zip(chunk, attentions):
-            results[index] = (attention, source_pieces, target_pieces, mean_log_prob)
+        for index, prepared in _attend(translator.backend, todo[start:end]):
+            results[index] = prepared
         start = end
     return [r for r in results if r is not None]
+
+
+def _attend(backend: SearchBackend, chunk: list[tuple[int, list[int], list[Token], list[int], list[Token]]]
+            ) -> list[tuple[int, Prepared | AlignmentError]]:
+    """One batch through the model; if it fails, pair by pair, so only the guilty pair fails
+    (as the service's scheduler retries a failed batch request by request)."""
+    try:
+        attentions = teacher_forced_attention(backend, [c[1] for c in chunk], [c[3] for c in chunk])
+    except Exception as error:  # noqa: BLE001 - retried below; the pair at fault gets the error
+        if len(chunk) == 1:
+            return [(chunk[0][0], AlignmentFailed(f"alignment failed: {type(error).__name__}: {error}"))]
+        return [result for item in chunk for result in _attend(backend, [item])]
+    return [(index, (attention, source_pieces, target_pieces, mean_log_prob))
+            for (index, _, source_pieces, _, target_pieces), (attention, mean_log_prob) in zip(chunk, attentions)]
 
 
 def align_given(translator: Translator, pairs: Sequence[tuple[str, str]],

@@ -11,7 +11,8 @@ A text is refused, with a message that says where, when it
   Checked here, before a text joins a batch, so it never fails the texts beside it.
 
 `text_problem` is the one check; callers put the returned message in their own error
-(an HTTP 400, a batch record's `error`). Torch-free and dependency-free.
+(an HTTP 400, a batch record's `error`), and `printable` makes a refused text fit to be
+shown in that error (UTF-8 cannot hold a lone surrogate). Torch-free and dependency-free.
 """
 
 from __future__ import annotations
@@ -49,3 +50,9 @@ def text_problem(text: str, max_chars: int | None = None) -> str | None:
         return f"control character U+{ord(bad.group()):04X} at column {bad.start() + 1}"
     return None
 
+
+
+def printable(text: str) -> str:
+    """`text` with every lone surrogate replaced by U+FFFD, so that it can be written as UTF-8
+    (the `source` of an error record); other refused characters are kept as they are."""
+    return SURROGATES.sub("\ufffd", text)

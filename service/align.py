@@ -17,12 +17,15 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from seq2seq.alignment import AlignmentError, AlignmentOptions
-from seq2seq.forced import align_given
+from seq2seq.forced import AlignmentFailed, align_given
 from seq2seq.records import AlignmentMap, TokenSpan
 from seq2seq.translator import Translator
+from service.batching import QueueFull, work_units
 from service.deps import (
     APIError,
+    busy,
     check_texts,
+    check_work,
     get_engine,
     get_language_detector,
     require_access,
@@ -114,13 +117,22 @@ def align(body: AlignRequest, engine: Engine = Depends(get_engine), settings: Se
     options = AlignmentOptions(body.level, body.layer, None if body.heads is None else tuple(body.heads),
                                body.step_shift)
     options = resolve_alignment(engine, pair, options)
-    results = align_given(forced_translator(engine, pair), [(item.text, item.translation) for item in items],
-                          options)
+    translator = forced_translator(engine, pair)
+    # Admission as for translations: the work cap per request and the queue bound (one
+    # teacher-forced pass is a beam of one over both texts); not the fair turns, as the
+    # pass runs in this thread, beside the scheduler's calls.
+    texts = [text for item in items for text in (item.text, item.translation)]
+    check_work(settings, texts, 1)
+    try:
+        with engine.reserve(pair, work_units(texts, 1)):
+            results = align_given(translator, [(item.text, item.translation) for item in items], options)
+    except QueueFull as full:
+        raise busy(full) from None
     out = []
     for index, result in enumerate(results):
-        if isinstance(result, AlignmentError):  # past check_texts, only "too long for the model" is left
+        if isinstance(result, AlignmentError):  # past check_texts: too long for the model, or the model failed
             where = f"pairs[{index}]: " if body.pairs is not None else ""
-            raise APIError(413, f"{where}{result}")
+            raise APIError(500 if isinstance(result, AlignmentFailed) else 413, f"{where}{result}")
         record = result.to_record()
         out.append(PairAlignment(
             text=record.pop("source"), translation=record.pop("target"), **record))

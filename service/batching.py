@@ -18,7 +18,8 @@ it; their sentences are spread over several calls.
 Admission. The queue holds at most `max_queue_work` work units (`work_units`: beam size
 x characters, summed over a request's texts); a request that does not fit is refused
 with `QueueFull`, which carries an estimate of when to retry (queued work over the
-throughput of recent calls). 0 = unbounded.
+throughput of recent calls). 0 = unbounded. Model work that is not a translation (forced
+alignment) `reserve`s its units in the same bound while it runs.
 
 Failures. If a model call raises, each request in it is retried on its own, so only the
 request whose text is at fault fails; its neighbours get their results.
@@ -35,8 +36,9 @@ import math
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from seq2seq.config import DecodeConfig
@@ -111,9 +113,7 @@ class MicroBatcher:
             request.future.set_result([])
             return request.future
         with self._lock:
-            if self.max_queue_work and self._queued_work and self._queued_work + request.cost > self.max_queue_work:
-                raise QueueFull(self._retry_after())
-            self._queued_work += request.cost
+            self._admit(request.cost)
             if self._worker is not None:
                 self._clients.setdefault(client, deque()).append(request)
                 self._lock.notify()
@@ -121,6 +121,26 @@ class MicroBatcher:
             request.next = len(texts)
             self._execute(config, [_Piece(request, 0, len(texts))])
         return request.future
+
+    @contextmanager
+    def reserve(self, cost: int) -> Iterator[None]:
+        """Count `cost` work units against the queue bound while the block runs: model work
+        that is not a translation (forced alignment, one teacher-forced pass per batch) and
+        runs in the caller's thread, beside the batches. Raises QueueFull as `submit` does."""
+        with self._lock:
+            self._admit(cost)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._queued_work -= cost
+
+    def _admit(self, cost: int) -> None:
+        """Take `cost` into the queue, or raise QueueFull (lock held). A request alone is
+        always admitted (the per-request cap is the caller's check)."""
+        if self.max_queue_work and self._queued_work and self._queued_work + cost > self.max_queue_work:
+            raise QueueFull(self._retry_after())
+        self._queued_work += cost
 
     def cancel(self, future: Future) -> None:
         """Drop the rest of the request behind `future` (its caller gave up waiting); a request

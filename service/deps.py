@@ -229,6 +229,11 @@ def check_work(settings: Settings, texts: list[str], beam_size: int) -> None:
                             f"({settings.max_request_work}); send less text or use a smaller beam")
 
 
+def busy(full: QueueFull) -> APIError:
+    """The 503 of a full queue, with the queue's estimate of when to retry."""
+    return APIError(503, f"the server is busy: {full}", headers={"Retry-After": str(full.retry_after)})
+
+
 def run_translation(engine: Engine, metrics: Metrics, settings: Settings, pair: Pair, texts: list[str],
                     config: DecodeConfig, client: str = "") -> list[TranslatedText]:
     """Translate whole texts (one batch, on `client`'s turns), count tokens; a full queue or a
@@ -237,7 +242,7 @@ def run_translation(engine: Engine, metrics: Metrics, settings: Settings, pair: 
     try:
         translated = translate_texts(engine, pair, texts, config, timeout=settings.request_timeout, client=client)
     except QueueFull as full:
-        raise APIError(503, f"the server is busy: {full}", headers={"Retry-After": str(full.retry_after)}) from None
+        raise busy(full) from None
     except concurrent.futures.TimeoutError:
         raise APIError(503, f"the translation took longer than {settings.request_timeout:g} s; try again "
                             "with less text", headers={"Retry-After": "5"}) from None

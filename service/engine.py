@@ -14,6 +14,7 @@ import concurrent.futures
 import json
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -69,6 +70,11 @@ class Engine(Protocol):
         is full, TimeoutError after `timeout` seconds (the rest of the request is dropped)."""
         ...
 
+    def reserve(self, pair: Pair, cost: int) -> AbstractContextManager[None]:
+        """Count `cost` work units of model work done outside `translate` (forced alignment)
+        in `pair`'s queue bound while the block runs; raises QueueFull when it is full."""
+        ...
+
     def translator(self, pair: Pair) -> Translator | None:
         """The library `Translator` behind `pair`, for features beyond translating (the
         explorer's attention maps, forced alignment of given translations); None if the
@@ -104,6 +110,9 @@ class TranslatorEngine:
         except concurrent.futures.TimeoutError:
             batcher.cancel(future)  # nobody waits for the rest: do not spend the model on it
             raise
+
+    def reserve(self, pair: Pair, cost: int) -> AbstractContextManager[None]:
+        return self.batchers[pair].reserve(cost)
 
     def translator(self, pair: Pair) -> Translator | None:
         return self.translators.get(pair)

@@ -131,7 +131,7 @@ def test_align_cli_pharaoh_and_jsonl_with_bad_lines(tiny_bundle: Path, onnx_tran
                      "--backend", "torch", "--layer", "0", "--heads", "1", "--step-shift", "--level", "subword"]) == 3
     records = [json.loads(line) for line in jsonl.read_text().splitlines()]
     assert [r["line"] for r in records] == list(range(1, 8))
-    assert records[2]["error"] == "target: empty line" and "error" not in records[0]
+    assert records[2]["error"] == "target: empty text" and "error" not in records[0]
     first = records[0]
     assert first["source"] == PAIRS[0][0] and first["target"] == PAIRS[0][1]
     assert [w["text"] for w in first["source_words"]] == PAIRS[0][0].split()
@@ -143,7 +143,94 @@ def test_align_cli_pharaoh_and_jsonl_with_bad_lines(tiny_bundle: Path, onnx_tran
     assert links == sorted((int(np.argmax(row)), j) for j, row in enumerate(matrix))
 
 
+class FailsOn:
+    """A backend whose teacher forcing raises for any batch holding a given target: a pair
+    that breaks inside the model (as an input the checks let through could)."""
+
+    def __init__(self, backend, poison: list[int]):
+        self.inner, self.poison, self.calls = backend, poison, []
+        self.config, self.bos_id, self.eos_id, self.pad_id = backend.config, backend.bos_id, backend.eos_id, \
+            backend.pad_id
+
+    def encode(self, *args):
+        return self.inner.encode(*args)
+
+    def step(self, *args):
+        return self.inner.step(*args)
+
+    def teacher_force(self, src_ids, src_mask, tgt_ids):
+        self.calls.append(len(tgt_ids))
+        if any(list(row[:len(self.poison)]) == self.poison and (len(row) == len(self.poison) or
+                                                                 row[len(self.poison)] == self.pad_id)
+               for row in tgt_ids):
+            raise RuntimeError("the model broke")
+        return self.inner.teacher_force(src_ids, src_mask, tgt_ids)
+
+
+def test_align_cli_applies_the_service_input_rules_and_retries_a_failed_batch_line_by_line(
+        tiny_bundle: Path, onnx_translator: Translator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    guilty = PAIRS[2]
+    backend = FailsOn(onnx_translator.backend, onnx_translator.tokenizer.encode(guilty[1]))
+    monkeypatch.setattr("seq2seq.cli.align.load_translator",
+                        lambda *args: Translator(backend, onnx_translator.tokenizer))
+    lines = [f"{s}\t{t}".encode() for s, t in PAIRS[:4]]
+    lines[1:1] = [b"der \x00 Hund\tthe dog", b"der Hund\tthe \x1b[31mdog", b"der Hund\xc2\x85\tthe dog"]
+    source = tmp_path / "pairs.tsv"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    output = tmp_path / "out.jsonl"
+
+    assert cli_main(["align", "--model", str(tiny_bundle), "-i", str(source), "-o", str(output),
+                     "--format", "jsonl"]) == 3
+
+    records = [json.loads(line) for line in output.read_text().split("\n")[:-1]]   # (U+0085 is no record end)
+    assert [r["line"] for r in records] == list(range(1, 8))
+    assert [r.get("error", "")[:30] for r in records] == [
+        "", "source: control character U+00", "target: control character U+00", "source: control character U+00",
+        "", "alignment failed: RuntimeError", ""]
+    assert "U+0000 at column 5" in records[1]["error"] and "U+001B" in records[2]["error"]
+    assert "U+0085" in records[3]["error"]
+    expected = [a.word.pharaoh for a in align_pairs(onnx_translator, [PAIRS[0], PAIRS[1], PAIRS[3]])]
+    assert [records[i]["word_alignment"] for i in (0, 4, 6)] == expected
+    assert max(backend.calls) > 1, "the good pairs were batched together first"
+    assert "line 6: alignment failed" in capsys.readouterr().err
+
+    # /v1/align: the same pair fails its request alone, as a server error, not as "too long".
+    engine = TranslatorEngine({("de", "en"): ("de-en", Translator(backend, onnx_translator.tokenizer))})
+    with TestClient(create_app(Settings(), engine=engine), raise_server_exceptions=False) as client:
+        pairs = [{"text": s, "translation": t} for s, t in PAIRS[:4]]
+        failed = client.post("/v1/align", json={"pairs": pairs, "source": "de"})
+        assert failed.status_code == 500 and failed.json()["error"].startswith("pairs[2]: alignment failed")
+        good = client.post("/v1/align", json={"pairs": pairs[:2] + pairs[3:], "source": "de"})
+        assert good.status_code == 200 and len(good.json()["alignments"]) == 3
+
+
 # --------------------------------------------------------------------------- POST /v1/align
+
+
+def test_v1_align_takes_the_work_cap_and_the_queue_bound(onnx_translator: Translator) -> None:
+    """Forced alignment is admitted as translations are: 413 over the per-request work cap,
+    503 + Retry-After while translations fill the queue, and its own work is released."""
+    import threading
+
+    engine = TranslatorEngine({("de", "en"): ("de-en", onnx_translator)}, window_s=0.002, max_queue_work=1000)
+    batcher = engine.batchers[("de", "en")]
+    gate, translate_batch = threading.Event(), batcher.run
+    batcher.run = lambda texts, config: gate.wait(30) and translate_batch(texts, config)
+    settings = Settings(max_request_work=400, max_queue_work=1000)
+    source, target = PAIRS[0]
+    with TestClient(create_app(settings, engine=engine), raise_server_exceptions=False) as client:
+        heavy = {"pairs": [{"text": source, "translation": target}] * (400 // len(source + target) + 1),
+                 "source": "de"}
+        assert client.post("/v1/align", json=heavy).status_code == 413
+        queued = batcher.submit([source] * 39, DecodeConfig(beam_size=1))   # translations: 975 units of 1000
+        busy = client.post("/v1/align", json={"text": source, "translation": target, "source": "de"})
+        assert busy.status_code == 503 and int(busy.headers["Retry-After"]) >= 1, busy.text
+        gate.set()
+        queued.result(timeout=30)
+        answer = client.post("/v1/align", json={"text": source, "translation": target, "source": "de"})
+        assert answer.status_code == 200 and answer.json()["alignments"][0]["word_alignment"]
+    assert batcher.queued_work == 0
 
 
 def test_v1_align_matches_the_library(onnx_translator: Translator, torch_translator: Translator) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -28,8 +29,8 @@ from seq2seq.cli import main as cli_main
 from seq2seq.records import AlignedTranslation, TranslationRecord
 
 REPO = Path(__file__).resolve().parents[1]
-WORDS = ("der die das Hund Katze Haus Mann Frau Kind ist war sehr nicht auch klein groß rot alt schön grün "  # noqa: SIM905
-         "heute hier und").split()
+WORDS = ["der", "die", "das", "Hund", "Katze", "Haus", "Mann", "Frau", "Kind", "ist", "war", "sehr", "nicht",
+         "auch", "klein", "groß", "rot", "alt", "schön", "grün", "heute", "hier", "und"]
 
 
 def toy_sentences(count: int, seed: int = 0) -> list[str]:
@@ -128,9 +129,9 @@ def test_text_argument_and_help(model_dir: Path, capsys: pytest.CaptureFixture[s
 
 BAD_LINES: list[tuple[bytes, str | None]] = [
     (b"Der Hund ist klein .", None),
-    (b"", "empty line"),
-    (b"   \t ", "empty line"),
-    (b"Der Mann " + b"sehr " * 60, "line too long"),        # over --max-chars 200
+    (b"", "empty text"),
+    (b"   \t ", "text is only whitespace"),
+    (b"Der Mann " + b"sehr " * 60, "text too long"),        # over --max-chars 200
     (b"Die Katze \xff\xfe ist alt .", "invalid UTF-8"),
     (b"Das Kind\x07 ist hier .", "control character U+0007"),
     (b"Das Haus\x00 ist rot .", "control character U+0000"),
@@ -185,7 +186,53 @@ def test_bad_jsonl_input_lines(model_dir: Path, tmp_path: Path) -> None:
     records = [TranslationRecord.model_validate(r) for r in read_jsonl(output)]
     assert [r.id for r in records] == ["a", None, None, None, 5, None, None]
     assert [r.error is None for r in records] == [True, False, False, False, True, False, False]
-    assert records[1].error.startswith("invalid JSON") and records[6].error == "empty line"
+    assert records[1].error.startswith("invalid JSON") and records[6].error == "text is only whitespace"
+
+
+# What the service refuses with a 400 (seq2seq.inputs), the CLI writes as an error record.
+SERVICE_RULE_LINES: list[tuple[dict, str | None]] = [
+    ({"id": "ok1", "text": "Der Hund ist klein ."}, None),
+    ({"id": "s1", "text": "\ud800"}, "lone surrogate U+D800 at column 1"),       # valid JSON, not UTF-8
+    ({"id": "s2", "text": "Der Hund \udfff ist klein ."}, "lone surrogate U+DFFF at column 10"),
+    ({"id": "\ud800", "text": "Das Haus ist rot ."}, '"id" holds a lone surrogate'),
+    ({"id": "nul", "text": "Das Haus\u0000 ist rot ."}, "control character U+0000 at column 9"),
+    ({"id": "esc", "text": "Das \u001b[31mKind"}, "control character U+001B"),
+    ({"id": "c1", "text": "Die Frau\u0085 ist alt ."}, "control character U+0085"),
+    ({"id": "ok2", "text": "Die Frau\tist alt .\nDas Kind ist hier ."}, None),     # TAB and LF are text
+    ({"id": "ok3", "text": "Das Kind war nicht gro\u00df ."}, None),
+]
+
+
+@pytest.mark.parametrize("output_format", ["text", "tsv", "jsonl"])
+def test_lines_the_service_refuses_are_error_records_and_resume_goes_on(
+        model_dir: Path, tmp_path: Path, output_format: str) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(item) + "\n" for item, _ in SERVICE_RULE_LINES), encoding="utf-8")
+    output = tmp_path / f"out.{output_format}"
+    # One sentence per batch: a resumed run then computes exactly what the first run did.
+    common = ["-i", source, "--input-format", "jsonl", "-f", output_format, "--beam-size", "1", "--batch-size", "1"]
+
+    assert translate(model_dir, *common, "-o", output) == batch.EXIT_SOME_FAILED
+
+    complete = output.read_bytes()
+    records = complete.decode("utf-8").split("\n")
+    assert records[-1] == "" and len(records) - 1 == len(SERVICE_RULE_LINES)
+    for (_, expected), record in zip(SERVICE_RULE_LINES, records):
+        if output_format == "jsonl":
+            parsed = TranslationRecord.model_validate_json(record)
+            assert parsed.error.startswith(expected) if expected else (parsed.error is None and parsed.text)
+            assert "\ud800" not in parsed.source and "\udfff" not in parsed.source   # shown as U+FFFD
+        elif output_format == "tsv":
+            error = record.split("\t")[5]
+            assert error.startswith(expected) if expected else error == ""
+        else:
+            assert (record == "") == (expected is not None)
+
+    # Killed after the first bad lines (a cut record included): --resume goes on past them.
+    cut = len("\n".join(records[:3])) + 1
+    output.write_bytes(complete[:len(complete.decode("utf-8")[:cut].encode("utf-8")) + 5])
+    assert translate(model_dir, *common, "-o", output, "--resume") == batch.EXIT_SOME_FAILED
+    assert output.read_bytes() == complete
 
 
 def test_empty_input_and_usage_errors(model_dir: Path, tmp_path: Path) -> None:
@@ -275,22 +322,28 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(model_dir: Path, tmp_p
     source = tmp_path / "in.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     clean, resumed = tmp_path / "clean.jsonl", tmp_path / "resumed.jsonl"
-    command = [sys.executable, "-m", "seq2seq.cli", "translate", "-m", str(model_dir), "--backend", "torch",
-               "-i", str(source), "-f", "jsonl", "--beam-size", "1", "--batch-size", "16",
-               "--window", "48"]
+    flush_lines = 16
+    command = [sys.executable, "-m", "seq2seq.cli", "-v", "translate", "-m", str(model_dir), "--backend", "torch",
+               "-i", str(source), "-f", "jsonl", "--beam-size", "1", "--batch-size", "8",
+               "--flush-lines", str(flush_lines)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 
     process = subprocess.Popen([*command, "-o", str(resumed)], env=env, cwd=REPO, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and process.poll() is None:
-        if resumed.exists() and resumed.read_bytes().count(b"\n") >= 10:
+        if resumed.exists() and resumed.read_bytes().count(b"\n") >= 60:
             break
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    assert process.returncode == -signal.SIGKILL, process.stderr.read().decode()
+    log_text = process.stderr.read().decode()
+    assert process.returncode == -signal.SIGKILL, log_text
     written = resumed.read_bytes().count(b"\n")
-    assert 10 <= written < len(lines), "the run should have been killed part-way"
+    assert 60 <= written < len(lines), "the run should have been killed part-way"
+    # The job logs its progress after each batch's write; the kill lost at most one window
+    # of the lines done by then (the kill may also land between a write and its log line).
+    done = int(re.findall(r"(\d+) lines done, \d+ written", log_text)[-1])
+    assert written >= done - flush_lines, (done, written)
     with open(resumed, "ab") as stream:                        # as if killed in the middle of a write
         stream.write(b'{"text":"half a rec')
 
@@ -347,3 +400,43 @@ def test_plan_batches_respects_sentences_and_tokens() -> None:
         assert len(chunk) <= 3
         assert len(chunk) == 1 or (max(u.length for u in chunk) + 1) * len(chunk) <= 20
     assert [u.length for b in planned for u in b] == sorted(u.length for u in units)
+
+
+def test_a_batch_that_fails_in_the_model_is_retried_line_by_line(model_dir: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the line at fault gets an error record; its batch-mates are translated."""
+    from seq2seq.translator import Translator
+
+    original, calls = Translator.translate_batch, []
+
+    def breaks_on_poison(self, texts, *args, **kwargs):
+        calls.append(len(texts))
+        if any("Katze" in text for text in texts):
+            raise RuntimeError("the model broke")
+        return original(self, texts, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "translate_batch", breaks_on_poison)
+    lines = ["Der Hund ist klein .", "Das Haus ist rot .", "Die Katze ist alt .", "Das Kind ist hier ."]
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output = tmp_path / "out.jsonl"
+
+    assert translate(model_dir, "-i", source, "-o", output, "-f", "jsonl", "--beam-size", "1",
+                     "--batch-size", "4") == batch.EXIT_SOME_FAILED
+
+    records = [TranslationRecord.model_validate(r) for r in read_jsonl(output)]
+    assert [r.error for r in records[:2] + records[3:]] == [None, None, None]
+    assert records[2].error == "translation failed: RuntimeError: the model broke"
+    assert calls == [4, 1, 1, 1, 1]                   # the batch, then each line on its own
+
+
+def test_windows_shrink_to_the_flush_seconds_at_the_measured_rate(tmp_path: Path) -> None:
+    options = batch.JobOptions(batch_size=16, flush_lines=100, flush_seconds=2.0)
+    job = batch.job._Job(None, None, options, None, 250)          # tokenizer and writer are not used here
+    assert job.window_size() == 16                                # nothing measured yet: one batch
+    job.summary.lines, job.started = 50, time.monotonic() - 10    # 5 lines/s -> 10 lines in 2 s
+    assert job.window_size() == 10
+    job.summary.lines = 5000                                      # fast: the line bound holds
+    assert job.window_size() == 100
+    job.summary.lines, job.started = 1, time.monotonic() - 100    # very slow: one line at a time
+    assert job.window_size() == 1

@@ -19,6 +19,7 @@ queue bound, a failing batch retried request by request.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import shutil
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_service_server import free_port, models_dir, serving, start_server  # noqa: F401 - models_dir: a fixture
+from test_service_server import free_port, serving, start_server
 from toy import SENTENCES, toy_pairs
 
 from seq2seq.config import DecodeConfig
@@ -44,8 +45,9 @@ BAD = '"de \\ud800 klein"'   # JSON for a string with a lone surrogate: valid JS
 
 
 @pytest.fixture(scope="module")
-def models(models_dir: Path) -> Path:
-    return models_dir
+def models(tiny_bundle: Path) -> Path:
+    """The directory holding the shared tiny bundle (tests/conftest.py), as `serve --models` takes it."""
+    return tiny_bundle.parent
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +129,7 @@ def test_a_bad_text_fails_alone_and_keeps_every_connection(server: tuple[str, su
     with ThreadPoolExecutor(12) as pool:
         for _ in range(3):
             barrier = threading.Barrier(12)
-            answers = list(pool.map(lambda i: send(i, barrier), range(12)))
+            answers = list(pool.map(lambda i, barrier=barrier: send(i, barrier), range(12)))
             for index, (status, content) in enumerate(answers[:11]):
                 assert status == 200, content
                 assert same_answer(content, expected[texts[index]]), f"request {index} differs from its answer alone"
@@ -173,10 +175,9 @@ def test_an_oversize_header_is_refused(server: tuple[str, subprocess.Popen], siz
     host, port = url.removeprefix("http://").split(":")
     start = time.monotonic()
     with socket.create_connection((host, int(port)), timeout=30) as sock:
-        try:
+        # Refused while still sending: the answer (or the reset) is what counts.
+        with contextlib.suppress(OSError):
             sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"a" * size + b"\r\n\r\n")
-        except OSError:
-            pass  # refused while still sending: the answer (or the reset) is what counts
         try:
             answer = sock.recv(4096)
         except ConnectionResetError:
@@ -222,7 +223,8 @@ def test_schemathesis_finds_no_failures(models: Path, tmp_path: Path) -> None:
     boundary-value phase runs in bench/service_reliability.py)."""
     with serving(models, char_limit="200", batch_limit="4", max_beam_size="4", heatmap_max_tokens="40") as (url, _):
         result = subprocess.run(
-            [str(Path(sys.executable).parent / "schemathesis"), "--config-file", str(REPO / "tests" / "schemathesis.toml"),
+            [str(Path(sys.executable).parent / "schemathesis"), "--config-file",
+             str(REPO / "tests" / "schemathesis.toml"),
              "--no-color", "run", f"{url}/openapi.json", "--checks", "all", "--phases",
              "examples,fuzzing", "--max-examples", "25", "--seed", "1", "--generation-deterministic",
              "--workers", "1", "--request-timeout", "60"],

@@ -17,8 +17,10 @@ input order:
   untranslated), as `index:word` separated by spaces; an empty line when none (or when the
   line could not be aligned, its error going to stderr).
 
-Bad lines (no tab, an empty side, invalid UTF-8, control characters, too long for the
-model) never stop the job; the exit status is then 3. Torch-free with `--backend onnx`.
+Bad lines (no tab, invalid UTF-8, a side that breaks the service's input rules of
+`seq2seq.inputs` -- empty, over --max-chars, control characters --, too long for the
+model, or one that fails inside the model) never stop the job; each becomes an error
+record and the exit status is then 3. Torch-free with `--backend onnx`.
 
     crossalign align --model models/de-en -i pairs.tsv -o pairs.pharaoh
     crossalign align --model work/release/final --backend torch --format jsonl --layer 1 --heads 2 < pairs.tsv
@@ -37,8 +39,9 @@ from typing import BinaryIO, TextIO
 
 from seq2seq.alignment import AlignmentError, AlignmentOptions
 from seq2seq.cli.batch import EXIT_OK, EXIT_SOME_FAILED
-from seq2seq.cli.batch.reading import MAX_CHARS, line_problem, strip_line_ending
+from seq2seq.cli.batch.reading import MAX_CHARS, strip_line_ending
 from seq2seq.forced import align_given
+from seq2seq.inputs import text_problem
 from seq2seq.loading import BACKENDS, DEFAULT_BACKEND, load_translator
 from seq2seq.translator import Translator
 
@@ -67,7 +70,7 @@ def decode_pair(raw: bytes, line: int, max_chars: int = MAX_CHARS) -> PairLine:
         return PairLine(line, text, "", "expected source<TAB>target")
     source, target = fields[0], fields[1]
     for side, value in (("source", source), ("target", target)):
-        problem = line_problem(value, max_chars)
+        problem = text_problem(value, max_chars)   # the service's input rules
         if problem:
             return PairLine(line, source, target, f"{side}: {problem}")
     return PairLine(line, source, target)

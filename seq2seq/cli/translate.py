@@ -43,9 +43,17 @@ output: exactly one record per input line, in input order.
          --alignment the tokens, soft matrix and Pharaoh links (the HTTP API's schema);
          a bad line has "error" instead of a translation
 
-bad lines (empty, longer than --max-chars, invalid UTF-8 or JSON, control characters)
-never stop the job. Lines longer than --split-tokens pieces are split into sentences,
-translated and joined; alignment offsets refer to the original line.
+bad lines (invalid UTF-8 or JSON, and what the service refuses: empty, longer than
+--max-chars, control characters other than TAB, lone surrogates such as a JSON "\\ud800")
+become error records and never stop the job; a batch that fails inside the model is
+retried line by line, so only the guilty line fails. Lines longer than --split-tokens
+pieces are split into sentences, translated and joined; alignment offsets refer to the
+original line.
+
+progress: records are written (flushed and fsynced) as soon as every line before them is
+done: at least every --flush-lines lines (default {batch.JobOptions.flush_lines}) and about every
+--flush-seconds (default {batch.JobOptions.flush_seconds:g}), so a kill loses little (with --workers, also
+the batches in flight).
 
 resume: with -o FILE --resume, a run that was interrupted (Ctrl-C, kill, crash) goes on
 where it stopped: complete records are kept, a partial last record is removed, and that
@@ -87,9 +95,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"sentences per batch (default {batch.JobOptions.batch_size})")
     parser.add_argument("--max-tokens", type=int, default=batch.JobOptions.max_tokens,
                         help=f"padded source pieces per batch (default {batch.JobOptions.max_tokens})")
-    parser.add_argument("--window", type=int, default=batch.JobOptions.window,
-                        help="lines sorted by length together; records are written when their window is done "
-                             f"(default {batch.JobOptions.window} = 16 batches' worth)")
+    parser.add_argument("--flush-lines", "--window", type=int, default=batch.JobOptions.flush_lines,
+                        help="records are written at least every this many lines translated: lines are sorted by "
+                             f"length within windows of at most this many (default {batch.JobOptions.flush_lines})")
+    parser.add_argument("--flush-seconds", type=float, default=batch.JobOptions.flush_seconds,
+                        help="... and about every this many seconds: windows shrink to what the measured rate "
+                             f"translates in that time (default {batch.JobOptions.flush_seconds:g})")
     parser.add_argument("--workers", type=int, default=1,
                         help="worker processes, each with its own session; order is kept (default 1)")
     parser.add_argument("--threads", type=int, default=batch.EngineSpec.threads,
@@ -121,11 +132,13 @@ def _problems(args: argparse.Namespace) -> list[str]:
         problems.append("--resume needs -o/--output FILE")
     if args.text and args.input:
         problems.append("give text arguments or --input, not both")
-    for name in ("beam_size", "batch_size", "max_tokens", "workers", "max_chars", "split_tokens"):
+    for name in ("beam_size", "batch_size", "max_tokens", "workers", "max_chars", "split_tokens", "flush_lines"):
         if getattr(args, name) < 1:
             problems.append(f"--{name.replace('_', '-')} must be at least 1")
-    if args.threads < 0 or args.window < 0:
-        problems.append("--threads and --window must not be negative")
+    if args.threads < 0:
+        problems.append("--threads must not be negative")
+    if not args.flush_seconds > 0:
+        problems.append("--flush-seconds must be positive")
     return problems
 
 
@@ -241,8 +254,10 @@ def _run(args: argparse.Namespace) -> int:
         return stop.status
     if args.heatmaps is not None:
         args.heatmaps.mkdir(parents=True, exist_ok=True)
-    options = batch.JobOptions(args.format, args.batch_size, args.max_tokens, args.split_tokens, args.window,
-                               args.heatmaps, args.heatmap_format)
+    options = batch.JobOptions(output_format=args.format, batch_size=args.batch_size, max_tokens=args.max_tokens,
+                               split_tokens=args.split_tokens, flush_lines=args.flush_lines,
+                               flush_seconds=args.flush_seconds, heatmaps=args.heatmaps,
+                               heatmap_format=args.heatmap_format)
     return _translate(args, engine, tokenizer, max_source, source, options)
 
 

@@ -3,12 +3,12 @@
 The pipeline, one line of input = one record of output, one module per step:
 
 1. `reading`: lines are read as bytes and decoded one by one into `Segment`s; bad lines
-   (empty, overlong, invalid UTF-8 or JSON, control characters) become error records and
-   never stop the job.
+   (invalid UTF-8 or JSON, and texts that break `seq2seq.inputs`, the service's rules)
+   become error records and never stop the job.
 2. `job`: lines longer than `split_tokens` source pieces are split into sentences, each
    translated on its own and joined back, alignment offsets shifted into the whole line.
-3. `job`: a window of lines is sorted by length and cut into batches bounded by sentences
-   and by padded source tokens.
+3. `job`: a window of lines (at most `flush_lines`, and about `flush_seconds` of work) is
+   sorted by length and cut into batches bounded by sentences and by padded source tokens.
 4. `engines`: batches go to the one `Translator` interface, in this process or in worker
    processes that each load their own session; results come back in any order.
 5. `writing`: records are joined and written strictly in input order, a run of complete
@@ -36,7 +36,6 @@ from seq2seq.cli.batch.reading import (
                                        MAX_CHARS,
                                        Segment,
                                        decode_line,
-                                       line_problem,
                                        read_segments,
                                        strip_line_ending,
 )
@@ -61,6 +60,6 @@ __all__ = [
     "EXIT_FATAL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_SOME_FAILED", "EXIT_USAGE", "HEATMAP_FORMATS",
     "INPUT_FORMATS", "MAX_CHARS", "OUTPUT_FORMATS", "Engine", "EngineSpec", "InlineEngine", "JobOptions", "JobSummary",
     "LineResult", "ProcessEngine", "RecordWriter", "Segment", "SentenceTranslator", "UnitResult", "_Unit",
-    "decode_line", "format_record", "join_line", "line_problem", "plan_batches", "prepare_resume",
+    "decode_line", "format_record", "join_line", "plan_batches", "prepare_resume",
     "read_segments", "run_job", "strip_line_ending", "worker_threads",
 ]

@@ -5,12 +5,14 @@ translated on its own and the results are joined, alignment offsets shifted back
 whole line (a sentence-level model translates a paragraph badly). A window of lines is
 sorted by length and cut into batches bounded by sentences and by padded source tokens, so
 short lines are not padded to the length of long ones. Results are written strictly in
-input order as soon as every line before them is complete.
+input order as soon as every line before them is complete; the window is bounded in lines
+and in seconds of work (`JobOptions.flush_lines`, `flush_seconds`), so a kill loses little.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
@@ -33,7 +35,12 @@ class JobOptions:
     batch_size: int = 32                  # sentences per batch
     max_tokens: int = 2048                # padded source pieces per batch (longest x sentences)
     split_tokens: int = 100               # lines longer than this (in pieces) are split into sentences
-    window: int = 0                       # lines sorted together for bucketing; 0 = 16 batches' worth
+    # A kill loses at most the lines translated since the last write. Records are written
+    # as soon as every line before them is done, and lines are sorted by length only within
+    # a window, so a window bounds that loss: at most `flush_lines` lines, and no more than
+    # the measured rate translates in `flush_seconds` (the first window is one batch).
+    flush_lines: int = 128                # lines per window at most (4 batches' worth)
+    flush_seconds: float = 10.0           # the window shrinks to about this much work
     heatmaps: Path | None = None
     heatmap_format: str = "png"
     max_warnings: int = 20                # per-line warnings on stderr before going quiet
@@ -95,18 +102,29 @@ class _Job:
         self.order: deque[int] = deque()      # line numbers not yet written, in input order
         self.summary = JobSummary()
         self.warned = 0
+        self.done = 0                         # lines ready to write: bad ones, and those whose every
+                                              # sentence is back (written or not)
+        self.started = time.monotonic()
 
     def batches(self, segments: Iterable[Segment]) -> Iterator[list[_Unit]]:
         """Windows of lines, each split into sentences and cut into batches (lazily)."""
-        window_size = self.options.window or 16 * self.options.batch_size
         window: list[Segment] = []
         for segment in segments:
             window.append(segment)
-            if len(window) >= window_size:
+            if len(window) >= self.window_size():
                 yield from self.plan_window(window)
                 window = []
         if window:
             yield from self.plan_window(window)
+
+    def window_size(self) -> int:
+        """Lines to sort together now: `flush_lines` at most, and what the rate measured so far
+        translates in `flush_seconds` (one batch before anything was measured)."""
+        limit = self.options.flush_lines
+        elapsed = time.monotonic() - self.started
+        if not self.summary.lines or elapsed <= 0:
+            return min(limit, self.options.batch_size)
+        return max(1, min(limit, round(self.summary.lines / elapsed * self.options.flush_seconds)))
 
     def plan_window(self, window: list[Segment]) -> list[list[_Unit]]:
         units: list[_Unit] = []
@@ -119,6 +137,7 @@ class _Job:
         """Register `segment` as pending and return its sentences to translate (none if bad)."""
         if segment.error:
             self.pending[segment.line] = _Pending(segment, [], [], 0)
+            self.done += 1
             return []
         length = len(self.tokenizer.encode(segment.source))
         spans = split_sentences(segment.source) if length > self.split_above else []
@@ -135,6 +154,7 @@ class _Job:
             item = self.pending[unit.line]
             item.results[unit.index] = unit_result
             item.missing -= 1
+            self.done += item.missing == 0
 
     def write_ready(self) -> None:
         """Write every complete line at the head of the input order, as one run of records."""
@@ -193,4 +213,5 @@ def run_job(segments: Iterable[Segment], engine: Engine, tokenizer: Tokenizer, w
         future, batch = in_flight.popleft()
         job.receive(batch, future.result())
         job.write_ready()
+        log.debug("%d lines done, %d written", job.done, job.summary.lines)
     return job.summary

@@ -1,24 +1,22 @@
 """Step 1 of a batch job: input lines as bytes -> checked `Segment`s, one line at a time.
 
 Lines are decoded one by one, so an invalid line is reported on its own and never poisons
-its neighbours. Bad lines (empty, overlong, invalid UTF-8 or JSON, control characters)
-become segments with an `error`; they never stop the job.
+its neighbours. Bad lines (invalid UTF-8 or JSON, and texts that break the service's input
+rules of `seq2seq.inputs`: empty, overlong, control characters, lone surrogates) become
+segments with an `error`; they never stop the job.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from seq2seq.inputs import SURROGATES, printable, text_problem
+
 INPUT_FORMATS = ("text", "tsv", "jsonl")
 MAX_CHARS = 10_000                    # longer lines are errors (--max-chars)
-
-# C0 and C1 control characters except TAB, which text input may contain as whitespace.
-# LF never reaches here (it ends the line); a trailing CR (CRLF files) is removed first.
-CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 
 
 @dataclass
@@ -27,20 +25,9 @@ class Segment:
 
     line: int                         # 1-based line number in the input
     id: str | int | None              # JSONL `id`, else None
-    source: str                       # the text to translate ("" or U+FFFD-replaced when bad)
+    source: str                       # the text to translate (undecodable bytes and lone surrogates
+                                      # shown as U+FFFD when bad, so the error record can be written)
     error: str | None = None          # why it will not be translated
-
-
-def line_problem(text: str, max_chars: int) -> str | None:
-    """Why `text` cannot be translated, or None if it can."""
-    if not text.strip():
-        return "empty line"
-    if len(text) > max_chars:
-        return f"line too long: {len(text)} characters (limit {max_chars}, see --max-chars)"
-    bad = CONTROL_CHARACTERS.search(text)
-    if bad:
-        return f"control character U+{ord(bad.group()):04X} at column {bad.start() + 1}"
-    return None
 
 
 def strip_line_ending(raw: bytes, line: int) -> bytes:
@@ -75,13 +62,15 @@ def decode_line(raw: bytes, line: int, input_format: str = "text", max_chars: in
             return Segment(line, None, text, f"invalid JSON: {error.msg} at column {error.colno}")
         if not isinstance(value, dict) or not isinstance(value.get("text"), str):
             return Segment(line, None, text, 'a JSONL line must be an object with a string "text"')
-        ident = value.get("id")
+        ident, text = value.get("id"), value["text"]
         if ident is not None and (isinstance(ident, bool) or not isinstance(ident, (str, int))):
-            return Segment(line, None, value["text"], '"id" must be a string or an integer')
-        text = value["text"]
+            return Segment(line, None, printable(text), '"id" must be a string or an integer')
+        if isinstance(ident, str) and SURROGATES.search(ident):
+            return Segment(line, None, printable(text), '"id" holds a lone surrogate (not valid Unicode)')
     elif input_format != "text":
         raise ValueError(f"unknown input format {input_format!r}: choose one of {', '.join(INPUT_FORMATS)}")
-    return Segment(line, ident, text, line_problem(text, max_chars))
+    problem = text_problem(text, max_chars)       # the service's rules, the same messages
+    return Segment(line, ident, text if problem is None else printable(text), problem)
 
 
 def read_segments(stream: BinaryIO, input_format: str = "text", max_chars: int = MAX_CHARS,
