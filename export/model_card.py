@@ -158,6 +158,18 @@ def model_section(config: dict) -> str:
 """
 
 
+def data_mix(train_config: dict) -> str:
+    share = train_config.get("phrase_share", 0.0)
+    if share:
+        return f"and, each epoch, a fresh sample making up {share:.0%} of its target tokens from the"
+    return f"(upsampled x{train_config['sentence_upsample']}) and"
+
+
+def bleu_sentences(train_config: dict) -> str:
+    count = train_config["valid_bleu_sentences"]
+    return "the whole valid split" if count < 0 else f"{count} sent."
+
+
 def training_section(history: list[dict], train_config: dict, config: dict, manifest: dict, command: str) -> str:
     last = history[-1]
     rows = "\n".join(
@@ -166,11 +178,12 @@ def training_section(history: list[dict], train_config: dict, config: dict, mani
     return f"""## Training
 
 - Data: {manifest['corpus']} — {manifest['counts']['train'].get('sentence', 0)} sentence pairs
-  (upsampled x{train_config['sentence_upsample']}) and {manifest['counts']['train'].get('phrase', 0)} dictionary phrase pairs.
+  {data_mix(train_config)} {manifest['counts']['train'].get('phrase', 0)} dictionary phrase pairs.
 - {last['step']} steps{f" in {last['stage']} stages (each later stage starts from the previous stage's weights with a fresh optimizer: `--init-from`)" if last['stage'] > 1 else ""}, {last['minutes']} minutes on a 2-core CPU
   ({last['tokens_per_s']} target tokens/s in the last window). {"Last stage: " if last['stage'] > 1 else ""}{last['epoch'] + 1} epochs; AdamW (betas {train_config['betas']}),
   peak lr {train_config['lr']}, {train_config['warmup_steps']} warmup steps then inverse-sqrt decay,
-  label smoothing {train_config['label_smoothing']}, dropout {config['dropout']}, {train_config['max_tokens']} tokens per batch;
+  label smoothing {train_config['label_smoothing']}, dropout {config['dropout']}, word dropout {train_config.get('word_dropout', 0)},
+  {train_config['max_tokens']} tokens per batch;
   {"the final weights are the last checkpoint" if train_config['average_last'] == 1 else f"the final weights average the last {train_config['average_last']} checkpoints"}.{guided_line(train_config, config)}
 - Reproduce:
 
@@ -182,7 +195,7 @@ def training_section(history: list[dict], train_config: dict, config: dict, mani
 
 ![training curve](training_curve.png)
 
-| stage | step | epoch | minutes | train loss | valid loss | valid BLEU (greedy, {train_config['valid_bleu_sentences']} sent.) | target tok/s |
+| stage | step | epoch | minutes | train loss | valid loss | valid BLEU (greedy, {bleu_sentences(train_config)}) | target tok/s |
 |---|---|---|---|---|---|---|---|
 {rows}
 
