@@ -171,89 +171,155 @@ def beam_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarra
     `hypothesis_score` (the length penalty and, with `config.coverage_penalty`, the coverage
     penalty over what the model's alignment head read: `_Coverage`).
     """
-    batch, k = src_ids.shape[0], config.beam_size
-    src_lengths = src_mask.sum(axis=1)
-    limits = np.array([max_target_length(int(n), config) for n in src_lengths])
-    if max_positions is not None:
-        # The decoder has no position past max_positions - 1: BOS sits at 0, so at most
-        # max_positions - 1 generated tokens, EOS included.
-        limits = np.minimum(limits, max_positions - 2)
-    cross_k, cross_v = backend.encode(src_ids, src_mask)
-    # Every sentence's encoder state is repeated for its K beams, once per batch (contiguous,
-    # so no step copies it again): row n = sentence n // K.
-    expand = np.repeat(np.arange(batch), k)
-    cross_k, cross_v = select_rows(cross_k, expand), select_rows(cross_v, expand)
-    mask = src_mask[expand]
-    tokens = np.full((batch * k, 1), backend.bos_id, dtype=np.int64)
-    # Only beam 0 is alive at the start, so the first step does not pick K copies of one token.
-    scores = np.tile(np.array([0.0] + [-np.inf] * (k - 1)), batch)
+    k = config.beam_size
+    limits = _length_limits(src_mask, config, max_positions)
+    beams = _Beams.start(backend, src_ids, src_mask, config)
     trace = _Trace()
-    coverage = _Coverage(backend.config, mask) if config.coverage_penalty else None
-    need_attention = config.return_attention or coverage is not None
-    past_k = past_v = None
-    active = np.arange(batch)                     # original index of each sentence in the batch
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    need_attention = config.return_attention or beams.coverage is not None
+    finished: list[list[Hypothesis]] = [[] for _ in range(len(src_ids))]
 
     for step in range(int(limits.max()) + 1):
-        out = backend.step(tokens, cross_k, cross_v, mask, past_k, past_v, need_attention)
-        log_probs = out.log_probs                 # (N, V) float32; the search edits it in place
-        log_probs[:, backend.pad_id] = -np.inf
-        log_probs[:, backend.bos_id] = -np.inf
-        at_limit = np.repeat(limits[active] <= step, k)
-        if at_limit.any():  # out of length budget: EOS is the only continuation
-            eos_scores = log_probs[at_limit, backend.eos_id]
-            log_probs[at_limit] = -np.inf
-            log_probs[at_limit, backend.eos_id] = eos_scores
+        out = backend.step(beams.tokens, beams.cross_k, beams.cross_v, beams.mask, beams.past_k, beams.past_v,
+                           need_attention)
+        log_probs = _allowed(out.log_probs, backend, at_limit=np.repeat(limits[beams.active] <= step, k))
         trace.attention.append(out.cross_weights if config.return_attention else None)
-        if coverage is not None:
-            coverage.read(step, out.cross_weights)
-        sentences, vocab = len(active), log_probs.shape[1]
-        # float64 running scores: the float32 log-probs are promoted exactly.
-        candidates = (scores[:, None] + log_probs).reshape(sentences, k * vocab)
-        top = top_candidates(candidates, 2 * k)                               # (B', 2K)
-        top_scores = np.take_along_axis(candidates, top, axis=1)
-        top_rows = top // vocab + (np.arange(sentences) * k)[:, None]          # row of the beam extended
-        top_tokens = top % vocab
-        possible = top_scores > -np.inf
-        is_eos = top_tokens == backend.eos_id
-        # An EOS ranked K or lower was beaten by K continuations that are still open, any of
-        # which may end better: it does not finish a hypothesis (as in fairseq), else K such
-        # EOS could close the sentence before a better hypothesis is found.
-        ending = possible & is_eos
-        ending[:, k:] = False
-        for i, rank in zip(*np.nonzero(ending)):
-            sentence = active[i]
-            if len(finished[sentence]) < k:
-                row = int(top_rows[i, rank])
-                finished[sentence].append(_hypothesis(
-                    trace, step, row, float(top_scores[i, rank]), float(log_probs[row, backend.eos_id]), config,
-                    None if coverage is None else coverage.finished(row)))
-        going_on = possible & ~is_eos
+        if beams.coverage is not None:
+            beams.coverage.read(step, out.cross_weights)
+        top = _Candidates.rank(beams.scores, log_probs, k, backend.eos_id)
+        _finish(top, log_probs, beams, trace, step, config, backend.eos_id, finished)
+        going_on = top.possible & ~top.is_eos
         going_on &= np.cumsum(going_on, axis=1) <= k                          # the K best that go on
-        keep = (going_on.sum(axis=1) == k) & np.array([len(finished[s]) < k for s in active])
+        keep = (going_on.sum(axis=1) == k) & np.array([len(finished[s]) < k for s in beams.active])
         if not keep.any():
             break
         chosen = going_on & keep[:, None]                                     # row-major: by sentence, then rank
-        rows, next_tokens = top_rows[chosen], top_tokens[chosen]
-        scores = top_scores[chosen]
+        rows, next_tokens = top.rows[chosen], top.tokens[chosen]
         trace.select(rows, next_tokens, log_probs[rows, next_tokens])
-        tokens = next_tokens[:, None].astype(np.int64)
-        past_k, past_v = select_rows(out.past_k, rows), select_rows(out.past_v, rows)
-        if coverage is not None:
-            coverage.select(rows)
+        beams.advance(rows, next_tokens, top.scores[chosen], out)
         if not keep.all():
-            # Sentences that finished leave the batch: drop their encoder rows.
-            kept_rows = (np.flatnonzero(keep)[:, None] * k + np.arange(k)).reshape(-1)
-            cross_k, cross_v, mask = select_rows(cross_k, kept_rows), select_rows(cross_v, kept_rows), mask[kept_rows]
-            if coverage is not None:
-                coverage.counted = coverage.counted[kept_rows]
-            active = active[keep]
+            beams.leave(keep)
 
     results = []
     for hypotheses in finished:
         hypotheses.sort(key=lambda h: -h.score)
         results.append(hypotheses[: config.n_best])
     return results
+
+
+def _length_limits(src_mask: np.ndarray, config: DecodeConfig, max_positions: int | None) -> np.ndarray:
+    """(B,) the last step at which each sentence may still produce a token other than EOS."""
+    limits = np.array([max_target_length(int(n), config) for n in src_mask.sum(axis=1)])
+    if max_positions is not None:
+        # The decoder has no position past max_positions - 1: BOS sits at 0, so at most
+        # max_positions - 1 generated tokens, EOS included.
+        limits = np.minimum(limits, max_positions - 2)
+    return limits
+
+
+def _allowed(log_probs: np.ndarray, backend: SearchBackend, at_limit: np.ndarray) -> np.ndarray:
+    """log_probs (N, V) float32, edited in place: PAD and BOS are never produced, and rows
+    `at_limit` (N,) bool, out of length budget, can only produce EOS."""
+    log_probs[:, backend.pad_id] = -np.inf
+    log_probs[:, backend.bos_id] = -np.inf
+    if at_limit.any():
+        eos_scores = log_probs[at_limit, backend.eos_id]
+        log_probs[at_limit] = -np.inf
+        log_probs[at_limit, backend.eos_id] = eos_scores
+    return log_probs
+
+
+@dataclass
+class _Beams:
+    """The rows still decoding, K per sentence still in the batch (row n = sentence n // K,
+    N = B'·K), and everything reordered with them."""
+
+    k: int
+    active: np.ndarray                # (B',) original index of each sentence in the batch
+    tokens: np.ndarray                # (N, 1) int64, the input of the next step
+    scores: np.ndarray                # (N,) float64 summed log-prob of each row
+    cross_k: np.ndarray               # (L, N, H, S, Dh)
+    cross_v: np.ndarray
+    mask: np.ndarray                  # (N, S) bool
+    coverage: _Coverage | None
+    past_k: np.ndarray | None = None  # (L, N, H, P, Dh), None before the first step
+    past_v: np.ndarray | None = None
+
+    @classmethod
+    def start(cls, backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarray,
+              config: DecodeConfig) -> _Beams:
+        """Encode the batch and open K beams per sentence, each at BOS."""
+        batch, k = src_ids.shape[0], config.beam_size
+        cross_k, cross_v = backend.encode(src_ids, src_mask)
+        # Every sentence's encoder state is repeated for its K beams, once per batch (contiguous,
+        # so no step copies it again): row n = sentence n // K.
+        expand = np.repeat(np.arange(batch), k)
+        mask = src_mask[expand]
+        return cls(
+            k=k, active=np.arange(batch),
+            tokens=np.full((batch * k, 1), backend.bos_id, dtype=np.int64),
+            # Only beam 0 is alive at the start, so the first step does not pick K copies of one token.
+            scores=np.tile(np.array([0.0] + [-np.inf] * (k - 1)), batch),
+            cross_k=select_rows(cross_k, expand), cross_v=select_rows(cross_v, expand), mask=mask,
+            coverage=_Coverage(backend.config, mask) if config.coverage_penalty else None)
+
+    def advance(self, rows: np.ndarray, tokens: np.ndarray, scores: np.ndarray, out: StepOutput) -> None:
+        """Next row i extends row `rows[i]` with `tokens[i]`, its summed log-prob now `scores[i]`."""
+        self.tokens = tokens[:, None].astype(np.int64)
+        self.scores = scores
+        self.past_k, self.past_v = select_rows(out.past_k, rows), select_rows(out.past_v, rows)
+        if self.coverage is not None:
+            self.coverage.select(rows)
+
+    def leave(self, keep: np.ndarray) -> None:
+        """Sentences that finished leave the batch: keep (B',) bool; drop their encoder rows."""
+        kept_rows = (np.flatnonzero(keep)[:, None] * self.k + np.arange(self.k)).reshape(-1)
+        self.cross_k, self.cross_v = select_rows(self.cross_k, kept_rows), select_rows(self.cross_v, kept_rows)
+        self.mask = self.mask[kept_rows]
+        if self.coverage is not None:
+            self.coverage.counted = self.coverage.counted[kept_rows]
+        self.active = self.active[keep]
+
+
+@dataclass
+class _Candidates:
+    """The 2K best continuations of each sentence still decoding, best first: each (B', 2K)."""
+
+    scores: np.ndarray     # float64 summed log-prob
+    rows: np.ndarray       # the beam row each extends
+    tokens: np.ndarray     # the token it appends
+    possible: np.ndarray   # bool: its score is finite
+    is_eos: np.ndarray     # bool: it appends EOS
+
+    @classmethod
+    def rank(cls, scores: np.ndarray, log_probs: np.ndarray, k: int, eos_id: int) -> _Candidates:
+        """scores (N,) float64 of the beams, log_probs (N, V) of their next token."""
+        sentences, vocab = len(scores) // k, log_probs.shape[1]
+        # float64 running scores: the float32 log-probs are promoted exactly.
+        candidates = (scores[:, None] + log_probs).reshape(sentences, k * vocab)
+        top = top_candidates(candidates, 2 * k)                               # (B', 2K)
+        top_scores = np.take_along_axis(candidates, top, axis=1)
+        top_tokens = top % vocab
+        return cls(scores=top_scores,
+                   rows=top // vocab + (np.arange(sentences) * k)[:, None],    # row of the beam extended
+                   tokens=top_tokens, possible=top_scores > -np.inf, is_eos=top_tokens == eos_id)
+
+
+def _finish(top: _Candidates, log_probs: np.ndarray, beams: _Beams, trace: _Trace, step: int,
+            config: DecodeConfig, eos_id: int, finished: list[list[Hypothesis]]) -> None:
+    """Add to `finished` the hypotheses that end with EOS at `step`, up to K per sentence."""
+    k = beams.k
+    # An EOS ranked K or lower was beaten by K continuations that are still open, any of
+    # which may end better: it does not finish a hypothesis (as in fairseq), else K such
+    # EOS could close the sentence before a better hypothesis is found.
+    ending = top.possible & top.is_eos
+    ending[:, k:] = False
+    for i, rank in zip(*np.nonzero(ending)):
+        sentence = beams.active[i]
+        if len(finished[sentence]) < k:
+            row = int(top.rows[i, rank])
+            finished[sentence].append(_hypothesis(
+                trace, step, row, float(top.scores[i, rank]), float(log_probs[row, eos_id]), config,
+                None if beams.coverage is None else beams.coverage.finished(row)))
 
 
 class _Trace:
