@@ -22,6 +22,7 @@ from data.tokenizer import EOS_ID, PAD_ID, Tokenizer
 from export import exporter
 from export.exporter import ExportError, check_parity, export_model
 from seq2seq.bundle import BUNDLE_FILE, BundleError, load_bundle_manifest, update_metrics
+from seq2seq.cli import export as export_cli
 from seq2seq.config import DecodeConfig
 from seq2seq.loading import load_translator
 from seq2seq.model import load_model
@@ -240,11 +241,11 @@ def test_validation_reports_every_problem_at_once(tiny_checkpoint: Path, tmp_pat
 
 def test_int8_export_through_the_cli(tiny_checkpoint: Path, tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
-    exporter.add_arguments(parser)
+    export_cli.add_arguments(parser)
     out, sentences = tmp_path / "int8", tmp_path / "parity.tsv"
     sentences.write_text("".join(f"{s}\tref\n" for s in SENTENCES))
     args = parser.parse_args([str(tiny_checkpoint), "--out", str(out), "--int8", "--parity-file", str(sentences)])
-    assert exporter.main(args) == 0
+    assert export_cli.main(args) == 0
     loaded = load_bundle_manifest(out)
     assert loaded.default_precision == "int8" and loaded.precisions == ("fp32", "int8")
     assert loaded.graph_paths()[0].name == "encoder.int8.onnx"
@@ -255,7 +256,7 @@ def test_int8_export_through_the_cli(tiny_checkpoint: Path, tmp_path: Path) -> N
         assert result.attention is not None and np.isfinite(result.attention).all()
     # A second export into the same place needs --force.
     with pytest.raises(ExportError, match="--force"):
-        exporter.main(parser.parse_args([str(tiny_checkpoint), "--out", str(out)]))
+        export_cli.main(parser.parse_args([str(tiny_checkpoint), "--out", str(out)]))
     # Every MatMul that multiplies by a weight is quantized (before the weights' Transposes
     # were folded, none was): the fp32 graph's weight MatMuls become MatMulInteger, and the
     # MatMuls left in fp32 are the attention's, activation by activation.

@@ -17,7 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "translate": ("seq2seq.cli.translate", "translate lines of text (stdin or a file)"),
     "align": ("seq2seq.cli.align", "align given translation pairs (source<TAB>target) by teacher forcing"),
     "eval": ("seq2seq.cli.evaluate", "score a model or a translation file with sacreBLEU (BLEU, chrF)"),
-    "export": ("export.exporter", "export a trained model to an ONNX release bundle"),
+    "export": ("seq2seq.cli.export", "export a trained model to an ONNX release bundle"),
     "serve": ("service.serve", "run the HTTP service (LibreTranslate-compatible, with alignment maps)"),
 }
 DATA_COMMANDS: dict[str, tuple[str, str]] = {
