@@ -311,7 +311,7 @@ def sweep(items: list[Scored], intact: list[Scored], label: str) -> None:
 # --------------------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--model", type=Path, required=True, help="release bundle directory (onnxruntime backend)")
@@ -327,14 +327,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="translations cached here")
     parser.add_argument("--save", type=Path, help="write the chosen thresholds here (the model's quality.json)")
     parser.add_argument("--json", type=Path, help="also write every figure as JSON here")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    translator = load_translator(args.model, "onnx", args.threads)
-    config = translator.backend.config
-    default = AlignmentOptions().resolve(config)
-    layer, heads, shift = default.layer, default.heads, default.step_shift
 
-    splits: dict[str, tuple[list[tuple[str, str]], list[Links]]] = {}
+Splits = dict[str, tuple[list[tuple[str, str]], list[Links]]]
+
+
+def read_splits(args: argparse.Namespace) -> Splits:
+    """valid (and test) with their eflomal links, and the gold set with its possible links."""
+    splits: Splits = {}
     for name in ("valid",) + (() if args.no_test else ("test",)):
         pairs, links_file = read_pairs(args.data / f"{name}.tsv"), args.data / f"eflomal.{name}.pharaoh"
         if not links_file.is_file():
@@ -347,28 +348,27 @@ def main(argv: list[str] | None = None) -> int:
         splits[name] = (pairs, links)
     gold = read_gold(args.gold)
     splits["gold"] = ([(g.source, g.target) for g in gold], [set(g.possible) for g in gold])
+    return splits
 
-    # ---------------------------------------------------------------- planted damage
-    cases = [c for name, (pairs, links) in splits.items() for c in make_cases(name, pairs, links, args.seed)]
-    started = time.perf_counter()
-    prepared = forced_attention(translator, [(c.source, c.target) for c in cases])
-    print(f"{args.model}: {len(cases)} pairs teacher-forced in {time.perf_counter() - started:.0f} s "
-          f"(seed {args.seed})", flush=True)
-    sources = [(layer, heads, shift)] + [(n, (), s) for n in range(config.decoder_layers) for s in (False, True)
-                                         if (n, (), s) != (layer, heads, shift)]
 
-    memo: dict = {}
+class AttentionSignals:
+    """The coverage and peak of every teacher-forced case, per alignment source (layer,
+    heads, step shift), computed once per source."""
 
-    def scored(source) -> list[Scored]:
-        if source in memo:
-            return memo[source]
-        out = memo[source] = []
-        for case, item in zip(cases, prepared):
+    def __init__(self, cases: list[Case], prepared: list, config) -> None:
+        self.cases, self.prepared, self.config = cases, prepared, config
+        self.memo: dict = {}
+
+    def __call__(self, source) -> list[Scored]:
+        if source in self.memo:
+            return self.memo[source]
+        out = self.memo[source] = []
+        for case, item in zip(self.cases, self.prepared):
             if isinstance(item, AlignmentError):
                 continue
             attention, source_pieces, target_pieces, _ = item
             n, h, s = source
-            options = AlignmentOptions("word", n, h, s).resolve(config)
+            options = AlignmentOptions("word", n, h, s).resolve(self.config)
             word = align(attention, case.source, source_pieces, case.target, target_pieces, options).word
             if case.kind in ("intact", "omission"):
                 out.append(Scored(Case(case.split, "coverage-" + case.kind, case.source, case.target, case.truth),
@@ -379,16 +379,43 @@ def main(argv: list[str] | None = None) -> int:
                                   id(case)))
         return out
 
-    def describe(source) -> str:
-        n, h, s = source
-        return f"layer {n} {'heads ' + ','.join(map(str, h)) if h else 'mean'}{' shift' if s else ''}"
 
-    def select(items: list[Scored], split: str, kind: str) -> list[Scored]:
-        return [i for i in items if i.case.split == split and i.case.kind == kind]
+def describe(source) -> str:
+    n, h, s = source
+    return f"layer {n} {'heads ' + ','.join(map(str, h)) if h else 'mean'}{' shift' if s else ''}"
 
-    report: dict = {"model": str(args.model), "seed": args.seed, "signals": {}}
+
+def select(items: list[Scored], split: str, kind: str) -> list[Scored]:
+    return [i for i in items if i.case.split == split and i.case.kind == kind]
+
+
+def evaluate_split(items: list[Scored], split: str, damaged_kind: str, intact_kind: str, threshold: float,
+                   key: str = "values", above: bool = False) -> dict:
+    """Flags at `threshold` on the damaged pairs of `split` against the planted truth, the
+    rank baseline with as many flags, and the false alarms on its intact pairs."""
+    damaged = select(items, split, damaged_kind)
+    truths = [i.case.truth for i in damaged]
+    flags = flag_below(damaged, threshold, key, above)
+    p, r, f1 = prf(flags, truths)
+    bp, br, bf1 = prf(rank_baseline(damaged, sum(map(len, flags)), key, above), truths)
+    alarms = false_alarms(select(items, split, intact_kind), threshold, key, above)
+    return {"threshold": threshold, "split": split, "pairs": len(damaged), "precision": p, "recall": r, "f1": f1,
+            "baseline_precision": bp, "baseline_recall": br, "baseline_f1": bf1,
+            "intact_flags_per_100_words": alarms}
+
+
+def print_row(name: str, rule: str, row: dict) -> None:
+    print(f"{name:<22} {rule:<15} {row['split']:<6} {row['pairs']:>5} "
+          f"{100 * row['precision']:6.1f} {100 * row['recall']:6.1f} {100 * row['f1']:6.1f} "
+          f"{100 * row['baseline_precision']:7.1f} {100 * row['baseline_recall']:7.1f} "
+          f"{100 * row['baseline_f1']:7.1f} {row['intact_flags_per_100_words']:18.1f}")
+
+
+def report_attention_signals(scored: AttentionSignals, sources: list, names: list[str],
+                             report: dict) -> dict[str, float]:
+    """Each signal's threshold chosen on valid and scored on every split, per alignment
+    source; returns the thresholds of the model's own source by kind (coverage, peak)."""
     chosen: dict[str, float] = {}
-    names = [n for n in ("valid", "test", "gold") if n in splits]
     for signal, kind, key, above, label in (
             ("untranslated", "coverage", "values", False, "coverage <"),
             ("ungrounded", "peak", "values", False, "peak <"),
@@ -403,47 +430,34 @@ def main(argv: list[str] | None = None) -> int:
             damaged_kind, intact_kind = f"{kind}-{'omission' if kind == 'coverage' else 'insertion'}", f"{kind}-intact"
             threshold, _ = best_threshold(select(items, "valid", damaged_kind), key, above)
             for split in names:
-                damaged = select(items, split, damaged_kind)
-                truths = [i.case.truth for i in damaged]
-                flags = flag_below(damaged, threshold, key, above)
-                p, r, f1 = prf(flags, truths)
-                bp, br, bf1 = prf(rank_baseline(damaged, sum(map(len, flags)), key, above), truths)
-                alarms = false_alarms(select(items, split, intact_kind), threshold, key, above)
-                print(f"{describe(source):<22} {label + f' {threshold:.2f}':<15} {split:<6} {len(damaged):>5} "
-                      f"{100 * p:6.1f} {100 * r:6.1f} {100 * f1:6.1f} {100 * bp:7.1f} {100 * br:7.1f} "
-                      f"{100 * bf1:7.1f} {alarms:18.1f}")
-                report["signals"].setdefault(signal, []).append({
-                    "source": describe(source), "threshold": threshold, "split": split, "pairs": len(damaged),
-                    "precision": p, "recall": r, "f1": f1, "baseline_precision": bp, "baseline_recall": br,
-                    "baseline_f1": bf1, "intact_flags_per_100_words": alarms})
+                row = evaluate_split(items, split, damaged_kind, intact_kind, threshold, key, above)
+                print_row(describe(source), label + f" {threshold:.2f}", row)
+                report["signals"].setdefault(signal, []).append({"source": describe(source)} | row)
             if source == sources[0] and key == "values":
                 chosen[kind] = threshold
                 sweep(select(items, "valid", damaged_kind), select(items, "valid", intact_kind), label.strip(" <"))
+    return chosen
 
-    # The decoder's own surprise at each target word, for comparison (not an attention signal).
-    surprise = word_surprise(translator, cases, prepared)
-    by_case = {id(case): value for case, value in zip(cases, surprise)}
-    items = [Scored(i.case, by_case[i.original], np.zeros(0), i.candidates) for i in scored(sources[0])
+
+def report_surprise(translator, scored: AttentionSignals, source, names: list[str], report: dict) -> None:
+    """The decoder's own surprise at each target word, for comparison (not an attention signal)."""
+    surprise = word_surprise(translator, scored.cases, scored.prepared)
+    by_case = {id(case): value for case, value in zip(scored.cases, surprise)}
+    items = [Scored(i.case, by_case[i.original], np.zeros(0), i.candidates) for i in scored(source)
              if i.case.kind.startswith("peak-") and by_case.get(i.original) is not None]
     print("\nungrounded, for comparison: the decoder's surprise -log p(word) under teacher forcing (not attention)")
     threshold, _ = best_threshold(select(items, "valid", "peak-insertion"), above=True,
                                   grid=np.arange(0.5, 15.01, 0.25))
     for split in names:
-        damaged = select(items, split, "peak-insertion")
-        truths = [i.case.truth for i in damaged]
-        flags = flag_below(damaged, threshold, above=True)
-        p, r, f1 = prf(flags, truths)
-        bp, br, bf1 = prf(rank_baseline(damaged, sum(map(len, flags)), above=True), truths)
-        alarms = false_alarms(select(items, split, "peak-intact"), threshold, above=True)
-        print(f"{'decoder surprise':<22} {f'-log p > {threshold:.2f}':<15} {split:<6} {len(damaged):>5} "
-              f"{100 * p:6.1f} {100 * r:6.1f} {100 * f1:6.1f} {100 * bp:7.1f} {100 * br:7.1f} {100 * bf1:7.1f} "
-              f"{alarms:18.1f}")
-        report["signals"].setdefault("ungrounded (decoder surprise)", []).append({
-            "threshold": threshold, "split": split, "pairs": len(damaged), "precision": p, "recall": r, "f1": f1,
-            "baseline_precision": bp, "baseline_recall": br, "baseline_f1": bf1,
-            "intact_flags_per_100_words": alarms})
+        row = evaluate_split(items, split, "peak-insertion", "peak-intact", threshold, above=True)
+        print_row("decoder surprise", f"-log p > {threshold:.2f}", row)
+        report["signals"].setdefault("ungrounded (decoder surprise)", []).append(row)
 
-    # ---------------------------------------------------------------- confidence
+
+def report_confidence(translator, args: argparse.Namespace, splits: Splits, names: list[str],
+                      report: dict) -> tuple[np.ndarray, float]:
+    """Fit the confidence weights on valid against sentence chrF and score every split;
+    returns the weights and the expected length ratio (reference / source words on valid)."""
     decode = DecodeConfig(beam_size=args.beam_size)
     import sacrebleu
 
@@ -479,12 +493,39 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<6} {len(y):>5} {row['log_prob']:15.3f} {row['coverage']:15.3f} {row['length']:13.3f} "
               f"{row['confidence']:11.3f} {row['mean_confidence']:10.3f} {row['mean_chrf']:10.3f}")
         report.setdefault("confidence", []).append(row)
+    return weights, expected_ratio
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    translator = load_translator(args.model, "onnx", args.threads)
+    config = translator.backend.config
+    default = AlignmentOptions().resolve(config)
+    layer, heads, shift = default.layer, default.heads, default.step_shift
+    splits = read_splits(args)
+
+    # ---------------------------------------------------------------- planted damage
+    cases = [c for name, (pairs, links) in splits.items() for c in make_cases(name, pairs, links, args.seed)]
+    started = time.perf_counter()
+    prepared = forced_attention(translator, [(c.source, c.target) for c in cases])
+    print(f"{args.model}: {len(cases)} pairs teacher-forced in {time.perf_counter() - started:.0f} s "
+          f"(seed {args.seed})", flush=True)
+    sources = [(layer, heads, shift)] + [(n, (), s) for n in range(config.decoder_layers) for s in (False, True)
+                                         if (n, (), s) != (layer, heads, shift)]
+    scored = AttentionSignals(cases, prepared, config)
+    report: dict = {"model": str(args.model), "seed": args.seed, "signals": {}}
+    names = [n for n in ("valid", "test", "gold") if n in splits]
+    chosen = report_attention_signals(scored, sources, names, report)
+    report_surprise(translator, scored, sources[0], names, report)
+
+    # ---------------------------------------------------------------- confidence
+    weights, expected_ratio = report_confidence(translator, args, splits, names, report)
     thresholds = QualityThresholds(
         untranslated_coverage=chosen["coverage"], ungrounded_peak=chosen["peak"],
         expected_length_ratio=round(expected_ratio, 4),
         confidence_weights=tuple(round(float(w), 4) for w in weights),
-        chosen_on={"split": str(args.data / "valid.tsv").replace(str(Path.home()), "~"), "pairs": len(valid_pairs),
+        chosen_on={"split": str(args.data / "valid.tsv").replace(str(Path.home()), "~"),
+                   "pairs": len(splits["valid"][0]),
                    "seed": args.seed, "decoder_sha256": decoder_sha256(args.model),
                    "beam_size": args.beam_size, "alignment": {"layer": layer, "heads": list(heads),
                                                              "step_shift": shift},
