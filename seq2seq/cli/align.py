@@ -90,17 +90,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")
     parser.add_argument("--format", choices=FORMATS, default="pharaoh")
     parser.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND)
+    add_alignment_source_arguments(parser)
+    parser.add_argument("--level", choices=("word", "subword"), default=AlignmentOptions.level,
+                        help="subword: also write the subword map in JSONL records")
+    parser.add_argument("--batch-lines", type=int, default=256, help="lines read and aligned together")
+    parser.add_argument("--max-chars", type=int, default=MAX_CHARS, help="longer sides are error records")
+    parser.add_argument("--threads", type=int, default=0, help="inference threads (0: the backend's default)")
+
+
+def add_alignment_source_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--layer, --heads, --step-shift: which cross-attention to read (None = the model's own
+    choice, applied by `AlignmentOptions.resolve`). Shared by `align` and `eval --gold`."""
     parser.add_argument("--layer", type=int, default=None, help="decoder layer (default: the model's alignment layer)")
     parser.add_argument("--heads", type=int, nargs="*", default=None,
                         help="heads to average (default: the model's alignment heads; none given = all)")
     parser.add_argument("--step-shift", action=argparse.BooleanOptionalAction, default=None,
                         help="read the map where the target token is the decoder input (Chen et al. 2020); "
                              "default: the model's")
-    parser.add_argument("--level", choices=("word", "subword"), default=AlignmentOptions.level,
-                        help="subword: also write the subword map in JSONL records")
-    parser.add_argument("--batch-lines", type=int, default=256, help="lines read and aligned together")
-    parser.add_argument("--max-chars", type=int, default=MAX_CHARS, help="longer sides are error records")
-    parser.add_argument("--threads", type=int, default=0, help="inference threads (0: the backend's default)")
 
 
 def alignment_options(args: argparse.Namespace) -> AlignmentOptions:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from seq2seq.cli.align import add_alignment_source_arguments
 from seq2seq.config import DecodeConfig
 from seq2seq.loading import BACKENDS, DEFAULT_BACKEND
 
@@ -90,12 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     alignment = parser.add_argument_group("alignment (AER against a gold set)")
     alignment.add_argument("--gold", type=Path, help="gold alignments, source<TAB>target<TAB>links "
                                                      "(data/gold/de-en.gold.tsv); --hyp is then a Pharaoh file")
-    alignment.add_argument("--layer", type=int, default=None, help="decoder layer (default: the model's)")
-    alignment.add_argument("--heads", type=int, nargs="*", default=None,
-                           help="heads to average (default: the model's; none given = all)")
-    alignment.add_argument("--step-shift", action=argparse.BooleanOptionalAction, default=None,
-                           help="read the map where the target token is the decoder input (Chen et al. 2020); "
-                                "default: the model's")
+    add_alignment_source_arguments(alignment)
 
 
 def alignment_links(model: Path, backend: str, pairs: list[tuple[str, str]], layer: int | None,
