@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match, Route
 
 from service import align, attention, libre, native, openapi
-from service.deps import APIError, RateLimiter, get_engine, get_metrics
+from service.deps import Access, APIError, RequestContext, get_context
 from service.engine import Engine, load_engine
 from service.languages import get_detector
 from service.metrics import Metrics, MetricsMiddleware
@@ -54,15 +54,16 @@ class Health(BaseModel):
 
 
 @ops.get("/health", response_model=Health)
-def health(engine: Engine = Depends(get_engine)) -> Health:
+def health(ctx: RequestContext = Depends(get_context)) -> Health:
+    engine = ctx.engine
     failed = [FailedModel(name=name, error=error) for name, error in sorted(engine.failed.items())]
     return Health(status="degraded" if failed else "ok", failed=failed,
                   models=[ModelStatus(name=m.name, source=m.source, target=m.target) for m in engine.models.values()])
 
 
 @ops.get("/metrics", response_class=Response, summary="Prometheus metrics")
-def metrics(metrics: Metrics = Depends(get_metrics)) -> Response:
-    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+def metrics(request: Request) -> Response:
+    return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -212,7 +213,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                   description="German-English translation with cross-attention alignment maps. "
                               "LibreTranslate-compatible routes plus a native API with alignments and heatmaps.")
     app.state.metrics = metrics_
-    app.state.limiter = RateLimiter(settings.rate_limit)
+    app.state.access = Access(settings.api_key_set, settings.rate_limit)
     app.state.engine = None
     app.dependency_overrides[get_settings] = lambda: settings
     install_error_handlers(app)

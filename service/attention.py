@@ -27,40 +27,23 @@ Torch-free: the service's backend is onnxruntime's; the torch backend gives the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from fastapi import APIRouter, Depends, FastAPI, Query
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from seq2seq.alignment import Alignment, AlignmentOptions, Token, concat
-from seq2seq.config import DecodeConfig
 from seq2seq.records import Quality, TokenSpan
 from seq2seq.search import SearchBackend
 from seq2seq.translator import TranslationResult, Translator
-from service.deps import (
-    APIError,
-    check_texts,
-    decode_config,
-    get_client,
-    get_engine,
-    get_language_detector,
-    get_metrics,
-    require_access,
-    resolve_alignment,
-    resolve_pair,
-    run_translation,
-)
-from service.engine import Engine, Pair
-from service.languages import LanguageDetector
-from service.metrics import Metrics
-from service.openapi import JSONRequest
-from service.settings import Settings, get_settings
+from service.deps import APIError, CheckedRoute, RequestContext, get_context
+from service.engine import ServedModel
+from service.requests import BeamSize, JSONRequest, Source, Target
 from service.translation import TranslatedText
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -68,7 +51,7 @@ BOS, EOS = "<s>", "</s>"
 Kind = Literal["cross", "encoder", "decoder"]
 DECIMALS = 4
 
-router = APIRouter(prefix="/v1", tags=["native"], dependencies=[Depends(require_access)])
+router = APIRouter(prefix="/v1", tags=["native"], route_class=CheckedRoute)
 page = APIRouter(include_in_schema=False)
 
 
@@ -98,14 +81,6 @@ class SentenceMaps:
         return [*self.target_pieces, EOS]
 
 
-def explorer_translator(engine: Engine, pair: Pair) -> Translator:
-    """The library `Translator` serving `pair` (its backend teacher-forces the maps)."""
-    translator = engine.translator(pair)
-    if translator is None:
-        raise APIError(501, "this server's engine does not expose its models' attention maps")
-    return translator
-
-
 def sentence_maps(backend: SearchBackend, result: TranslationResult) -> SentenceMaps:
     """Teacher-force `<s>` + the translation of `result` and keep every layer's weights."""
     src_ids = np.array([[*result.source_ids, backend.eos_id]], dtype=np.int64)      # (1, S+1)
@@ -125,14 +100,14 @@ def check_layer(kind: str, layer: int, layers: int) -> int:
     return layer % layers
 
 
-def self_attention_alignment(engine: Engine, pair: Pair, translated: TranslatedText, kind: Kind,
+def self_attention_alignment(model: ServedModel, translated: TranslatedText, kind: Kind,
                              layer: int | None, heads: tuple[int, ...]) -> Alignment:
     """An encoder or decoder self-attention map of a whole text, shaped as an `Alignment`
     for seq2seq.heatmap: columns = keys, rows = queries, sentences block-diagonal, no links.
 
     `layer` None = the last layer; `heads` () = the mean of all heads.
     """
-    backend = explorer_translator(engine, pair).backend
+    backend = model.translator.backend
     parts = []
     for result in translated.results:
         maps = sentence_maps(backend, result)
@@ -233,9 +208,8 @@ def alignment_maps(translator: Translator, source: str, result: TranslationResul
     return maps
 
 
-def attention_response(engine: Engine, pair: Pair, translated: TranslatedText, max_tokens: int) -> AttentionResponse:
-    translator = explorer_translator(engine, pair)
-    info = engine.models[pair]
+def attention_response(model: ServedModel, translated: TranslatedText, max_tokens: int) -> AttentionResponse:
+    translator, config = model.translator, model.config
     sentences, encoder_layers = [], 0
     for (start, end), (target_start, target_end), result in zip(translated.spans, translated.target_spans,
                                                                translated.results):
@@ -253,11 +227,12 @@ def attention_response(engine: Engine, pair: Pair, translated: TranslatedText, m
             decoder=_maps(maps.decoder_inputs, maps.decoder_inputs, maps.decoder),
             cross=_maps(maps.decoder_inputs, maps.encoder_tokens, maps.cross),
             alignment=alignment, quality=None if result.quality is None else Quality.from_quality(result.quality)))
-    return AttentionResponse(text=translated.source, translation=translated.text, source=pair[0], target=pair[1],
-                             model=info.name, encoder_layers=encoder_layers, decoder_layers=info.decoder_layers,
-                             n_heads=info.n_heads, alignment_layer=info.alignment_layer,
-                             alignment_heads=list(info.alignment_heads),
-                             alignment_step_shift=info.alignment_step_shift, sentences=sentences)
+    return AttentionResponse(text=translated.source, translation=translated.text, source=model.source,
+                             target=model.target, model=model.name, encoder_layers=encoder_layers,
+                             decoder_layers=config.decoder_layers, n_heads=config.n_heads,
+                             alignment_layer=config.resolved_alignment_layer,
+                             alignment_heads=list(config.alignment_heads),
+                             alignment_step_shift=config.alignment_step_shift, sentences=sentences)
 
 
 # --------------------------------------------------------------------------- routes
@@ -266,42 +241,46 @@ def attention_response(engine: Engine, pair: Pair, translated: TranslatedText, m
 class AttentionRequest(JSONRequest):
 
     text: str = Field(description="the text to translate and explore")
-    source: str = Field("auto", description="source language code, or 'auto'")
-    target: str | None = Field(None, description="target language (default: the only one served for the source)")
-    beam_size: int = DecodeConfig.beam_size
+    source: Source
+    target: Target
+    beam_size: BeamSize
 
 
-def attention_for(body: AttentionRequest, engine: Engine, settings: Settings, metrics: Metrics,
-                  detector: Callable[[], LanguageDetector], client: str) -> AttentionResponse:
-    check_texts([body.text], settings, "text")
-    pair, _ = resolve_pair(engine, detector, body.source, body.target, [body.text])
-    explorer_translator(engine, pair)  # 501 before translating, if it cannot
+class AttentionQuery(JSONRequest):
+    """`AttentionRequest` as query parameters (`q` for the text), read as text: "4" is 4, and
+    parameters that are not its fields (an `api_key`) are left to others."""
+
+    model_config = ConfigDict(extra="ignore", strict=False)
+
+    q: str = Field(description="the text to translate and explore")
+    source: Source
+    target: Target
+    beam_size: BeamSize
+
+
+def attention_for(body: AttentionRequest, ctx: RequestContext) -> AttentionResponse:
+    ctx.check_texts([body.text], "text")
+    model, _ = ctx.resolve_pair(body.source, body.target, [body.text])
     # The model's own word map is built with the translation, for its quality signals.
-    config = decode_config(settings, body.beam_size, 1, attention=True,
-                           alignment=resolve_alignment(engine, pair, AlignmentOptions()))
-    translated = run_translation(engine, metrics, settings, pair, [body.text], config, client)[0]
-    return attention_response(engine, pair, translated, settings.heatmap_max_tokens)
+    config = ctx.decode_config(body.beam_size, 1, attention=True,
+                               alignment=ctx.resolve_alignment(model, AlignmentOptions()))
+    translated = ctx.translate(model, [body.text], config)[0]
+    return attention_response(model, translated, ctx.settings.heatmap_max_tokens)
 
 
 @router.post("/attention", response_model=AttentionResponse, summary="Every attention map of a translation")
-def attention(body: AttentionRequest, engine: Engine = Depends(get_engine),
-              settings: Settings = Depends(get_settings), metrics: Metrics = Depends(get_metrics),
-              client: str = Depends(get_client),
-              detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> AttentionResponse:
+def attention(body: AttentionRequest, ctx: RequestContext = Depends(get_context)) -> AttentionResponse:
     """Translate `text` (beam search), then return, per sentence, the encoder self-attention,
     the decoder (masked) self-attention and the cross-attention of every layer and head of
     that translation, with the tokens labelling rows and columns, and its alignment maps."""
-    return attention_for(body, engine, settings, metrics, detector, client)
+    return attention_for(body, ctx)
 
 
 @router.get("/attention", response_model=AttentionResponse, summary="Every attention map of a translation (GET)")
-def attention_get(q: str = Query(description="the text to translate and explore"), source: str = "auto",
-                  target: str | None = None, beam_size: int = DecodeConfig.beam_size,
-                  engine: Engine = Depends(get_engine), settings: Settings = Depends(get_settings),
-                  metrics: Metrics = Depends(get_metrics), client: str = Depends(get_client),
-                  detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> AttentionResponse:
-    return attention_for(AttentionRequest(text=q, source=source, target=target, beam_size=beam_size), engine,
-                         settings, metrics, detector, client)
+def attention_get(query: Annotated[AttentionQuery, Query()], ctx: RequestContext = Depends(get_context)
+                  ) -> AttentionResponse:
+    return attention_for(AttentionRequest(text=query.q, source=query.source, target=query.target,
+                                          beam_size=query.beam_size), ctx)
 
 
 @page.get("/")

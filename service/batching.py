@@ -18,8 +18,11 @@ it; their sentences are spread over several calls.
 Admission. The queue holds at most `max_queue_work` work units (`work_units`: beam size
 x characters, summed over a request's texts); a request that does not fit is refused
 with `QueueFull`, which carries an estimate of when to retry (queued work over the
-throughput of recent calls). 0 = unbounded. Model work that is not a translation (forced
-alignment) `reserve`s its units in the same bound while it runs.
+throughput of recent calls). 0 = unbounded.
+
+Jobs. A request is a list of items and one job: sentences and a `DecodeConfig`, or (for
+/v1/align) given (source, translation) pairs and a forced-alignment job; both take the
+same turns and the same queue bound, and a batch holds one job (one beam size) only.
 
 Failures. If a model call raises, each request in it is retried on its own, so only the
 request whose text is at fault fails; its neighbours get their results.
@@ -36,20 +39,30 @@ import math
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-
-from seq2seq.config import DecodeConfig
-from seq2seq.translator import TranslationResult
+from typing import Any, Protocol
 
 log = logging.getLogger("crossalign.service")
-RunBatch = Callable[[list[str], DecodeConfig], list[TranslationResult]]
+Item = str | tuple[str, ...]       # a sentence to translate, or a (source, translation) pair to align
 
 
-def work_units(texts: list[str], beam_size: int) -> int:
-    """What a request costs the model: beam rows x characters (decoding time grows with both)."""
+class Job(Protocol):
+    """What a batch's items are run with: a `DecodeConfig`, or a forced-alignment job. Only
+    requests with equal jobs share a batch."""
+
+    @property
+    def beam_size(self) -> int: ...
+
+
+RunBatch = Callable[[list[Any], Any], list[Any]]   # (items, job) -> one result per item, in order
+
+
+def work_units(items: Sequence[Item], beam_size: int) -> int:
+    """What a request costs the model: beam rows x characters (decoding time grows with both);
+    a pair counts the characters of both its texts."""
+    texts = (text for item in items for text in ((item,) if isinstance(item, str) else item))
     return beam_size * sum(max(len(text), 1) for text in texts)
 
 
@@ -63,12 +76,12 @@ class QueueFull(Exception):
 
 @dataclass(eq=False)
 class _Request:
-    texts: list[str]
-    config: DecodeConfig
+    items: list[Item]
+    config: Job
     client: str
     cost: int
     future: Future = field(default_factory=Future)
-    results: list[TranslationResult | None] = field(default_factory=list)
+    results: list[Any] = field(default_factory=list)
     arrived: float = field(default_factory=time.monotonic)
     served: float = 0.0    # when it last had a sentence dealt; 0 = never
     next: int = 0          # the first sentence not yet dealt into a batch
@@ -105,11 +118,11 @@ class MicroBatcher:
 
     # ------------------------------------------------------------------ callers' side
 
-    def submit(self, texts: list[str], config: DecodeConfig, client: str = "") -> Future:
-        """A future of `translate_batch(texts, config)`'s results, in order; raises QueueFull."""
-        request = _Request(list(texts), config, client, work_units(texts, config.beam_size),
-                           results=[None] * len(texts))
-        if not texts:
+    def submit(self, items: Sequence[Item], config: Job, client: str = "") -> Future:
+        """A future of `run(items, config)`'s results, in order; raises QueueFull."""
+        request = _Request(list(items), config, client, work_units(items, config.beam_size),
+                           results=[None] * len(items))
+        if not items:
             request.future.set_result([])
             return request.future
         with self._lock:
@@ -118,22 +131,9 @@ class MicroBatcher:
                 self._clients.setdefault(client, deque()).append(request)
                 self._lock.notify()
         if self._worker is None:
-            request.next = len(texts)
-            self._execute(config, [_Piece(request, 0, len(texts))])
+            request.next = len(items)
+            self._execute(config, [_Piece(request, 0, len(items))])
         return request.future
-
-    @contextmanager
-    def reserve(self, cost: int) -> Iterator[None]:
-        """Count `cost` work units against the queue bound while the block runs: model work
-        that is not a translation (forced alignment, one teacher-forced pass per batch) and
-        runs in the caller's thread, beside the batches. Raises QueueFull as `submit` does."""
-        with self._lock:
-            self._admit(cost)
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._queued_work -= cost
 
     def _admit(self, cost: int) -> None:
         """Take `cost` into the queue, or raise QueueFull (lock held). A request alone is
@@ -185,11 +185,11 @@ class MicroBatcher:
                 self._execute(config, pieces)
 
     def _waiting_sentences(self) -> int:
-        return sum(len(r.texts) - r.next for requests in self._clients.values() for r in requests)
+        return sum(len(r.items) - r.next for requests in self._clients.values() for r in requests)
 
-    def _deal(self) -> tuple[DecodeConfig, list[_Piece]]:
+    def _deal(self) -> tuple[Job, list[_Piece]]:
         """One batch, dealt a sentence at a time round-robin over clients, then over each
-        client's requests. A batch shares one DecodeConfig (one beam size): that of the
+        client's requests. A batch shares one job (one DecodeConfig, one beam size): that of the
         request served least recently (a newcomer before all others, the earliest first), so
         a request whose beam size differs from the heavy ones' gets the very next call instead
         of waiting for the rotation to reach it. Called with the lock held."""
@@ -205,7 +205,7 @@ class MicroBatcher:
         while count < sentences_cap and progress:
             progress = False
             for requests in list(self._clients.values()):
-                request = next((r for r in requests if r.config == config and r.next < len(r.texts)), None)
+                request = next((r for r in requests if r.config == config and r.next < len(r.items)), None)
                 if request is None:
                     continue
                 taken.setdefault(id(request), _Piece(request, request.next, request.next)).end += 1
@@ -218,45 +218,45 @@ class MicroBatcher:
         self._clients.move_to_end(next(iter(self._clients)))  # the next batch starts with the next client
         for client, requests in list(self._clients.items()):
             # Fully dealt requests leave the queue (their pieces carry them to the end).
-            for request in [r for r in requests if r.next == len(r.texts)]:
+            for request in [r for r in requests if r.next == len(r.items)]:
                 requests.remove(request)
             if not requests:
                 del self._clients[client]
         return config, list(taken.values())
 
-    def _execute(self, config: DecodeConfig, pieces: list[_Piece]) -> None:
-        texts = [text for piece in pieces for text in piece.request.texts[piece.start:piece.end]]
-        self.on_batch(len(texts))
+    def _execute(self, config: Job, pieces: list[_Piece]) -> None:
+        items = [item for piece in pieces for item in piece.request.items[piece.start:piece.end]]
+        self.on_batch(len(items))
         start = time.perf_counter()
         try:
-            results = self.run(texts, config)
+            results = self.run(items, config)
         except Exception:  # noqa: BLE001 - retried piece by piece below
             if len(pieces) == 1:
                 self._fail(pieces[0])
                 return
-            log.warning("a batch of %d sentences failed; retrying its %d requests one by one", len(texts),
+            log.warning("a batch of %d sentences failed; retrying its %d requests one by one", len(items),
                         len(pieces))
             for piece in pieces:
                 self._execute(config, [piece])
             return
-        self._observe(work_units(texts, config.beam_size), time.perf_counter() - start)
+        self._observe(work_units(items, config.beam_size), time.perf_counter() - start)
         position = 0
         for piece in pieces:
             count = piece.end - piece.start
             self._deliver(piece, results[position:position + count])
             position += count
 
-    def _deliver(self, piece: _Piece, results: list[TranslationResult]) -> None:
+    def _deliver(self, piece: _Piece, results: list[Any]) -> None:
         request = piece.request
         request.results[piece.start:piece.end] = results
         request.done += len(results)
-        if request.done == len(request.texts) and not request.dropped:
+        if request.done == len(request.items) and not request.dropped:
             with self._lock:
                 self._queued_work -= request.cost
             request.future.set_result(list(request.results))
 
     def _fail(self, piece: _Piece) -> None:
-        log.exception("translation of a request (%d sentences) failed", len(piece.request.texts))
+        log.exception("translation of a request (%d sentences) failed", len(piece.request.items))
         with self._lock:
             if piece.request.dropped:
                 return
@@ -268,7 +268,7 @@ class MicroBatcher:
         if request.dropped:
             return
         request.dropped = True
-        request.next = len(request.texts)
+        request.next = len(request.items)
         self._queued_work -= request.cost
         requests = self._clients.get(request.client)
         if requests is not None and request in requests:

@@ -1,11 +1,13 @@
-"""The engine behind the routes: language pairs -> `Translator`s, with micro-batching.
+"""The served models: one record per language pair, each a library `Translator` behind a fair scheduler.
 
-Routes see only the `Engine` interface (after LibreTranslate's `ITranslation`): which
-pairs are served, translate a list of sentences (with their alignments when the
-`DecodeConfig` asks for them). `TranslatorEngine`
-implements it over the library's `Translator`s, one per bundle found under the models
-directory; the tests also build it over a scripted backend. Torch-free: bundles run on
-onnxruntime through `seq2seq.loading`.
+A `ServedModel` is all a route needs of a language pair: the bundle's name, its
+`Translator` (the one the CLI uses: translations come back as `TranslationResult`s with
+their alignments and quality blocks; its backend teacher-forces for the explorer) and the
+`MicroBatcher` in front of it, through which every model call of a request goes, on the
+client's fair turns, within the queue bound and the request's timeout: translations and
+forced alignments (/v1/align) alike. `Engine` holds the served pairs and the bundles that
+failed to load. Torch-free: bundles run on onnxruntime through `seq2seq.loading`; the
+tests also build an `Engine` over a scripted backend.
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import logging
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any
 
+from seq2seq.alignment import AlignmentError, AlignmentOptions
 from seq2seq.bundle import BUNDLE_FILE
 from seq2seq.config import DecodeConfig, ModelConfig
+from seq2seq.forced import ForcedAlignment, align_given
 from seq2seq.translator import TranslationResult, Translator
 from service.batching import MicroBatcher
 
@@ -29,101 +32,79 @@ Pair = tuple[str, str]
 
 
 @dataclass(frozen=True)
-class ModelInfo:
+class ForcedJob:
+    """The scheduler's job for given (source, translation) pairs: one teacher-forced pass,
+    a beam of one, the map read with `options` (resolved)."""
+
+    options: AlignmentOptions
+    beam_size: int = 1
+
+
+@dataclass(eq=False)
+class ServedModel:
+    """One served language pair."""
+
     name: str                       # the bundle directory's name, e.g. "de-en"
     source: str
     target: str
-    config: ModelConfig             # what alignment options are resolved against
+    translator: Translator
+    batcher: MicroBatcher
 
     @property
-    def decoder_layers(self) -> int:
-        return self.config.decoder_layers
+    def config(self) -> ModelConfig:
+        """The model's architecture and default alignment source (what options resolve against)."""
+        return self.translator.config
 
-    @property
-    def n_heads(self) -> int:
-        return self.config.n_heads
-
-    @property
-    def alignment_layer(self) -> int:
-        """The default alignment source, 0-based."""
-        return self.config.resolved_alignment_layer
-
-    @property
-    def alignment_heads(self) -> tuple[int, ...]:
-        """() = the mean of all heads."""
-        return tuple(self.config.alignment_heads)
-
-    @property
-    def alignment_step_shift(self) -> bool:
-        """Read where the target token is the decoder input."""
-        return self.config.alignment_step_shift
-
-
-class Engine(Protocol):
-    models: dict[Pair, ModelInfo]
-    failed: dict[str, str]          # bundle name -> why it is not served (one line)
-
-    def translate(self, pair: Pair, texts: list[str], config: DecodeConfig, timeout: float | None = None,
+    def translate(self, texts: list[str], config: DecodeConfig, timeout: float | None = None,
                   client: str = "") -> list[TranslationResult]:
-        """Blocking: translate sentences (micro-batched with concurrent callers, turns shared
-        fairly between `client`s), in order. Raises service.batching.QueueFull when the queue
-        is full, TimeoutError after `timeout` seconds (the rest of the request is dropped)."""
-        ...
+        """Blocking: translate sentences in order (micro-batched with concurrent callers, on
+        `client`'s fair turns). Raises service.batching.QueueFull when the queue is full, and
+        TimeoutError after `timeout` seconds (the rest of the request is dropped)."""
+        return self._wait(self.batcher.submit(texts, config, client), timeout)
 
-    def reserve(self, pair: Pair, cost: int) -> AbstractContextManager[None]:
-        """Count `cost` work units of model work done outside `translate` (forced alignment)
-        in `pair`'s queue bound while the block runs; raises QueueFull when it is full."""
-        ...
+    def align(self, pairs: list[tuple[str, str]], options: AlignmentOptions, timeout: float | None = None,
+              client: str = "") -> list[ForcedAlignment | AlignmentError]:
+        """Blocking: align given (source, translation) pairs in order, through the same turns,
+        queue bound and timeout as `translate`; a pair that cannot be aligned gets its
+        AlignmentError in its place (seq2seq.forced.align_given)."""
+        return self._wait(self.batcher.submit(pairs, ForcedJob(options), client), timeout)
 
-    def translator(self, pair: Pair) -> Translator | None:
-        """The library `Translator` behind `pair`, for features beyond translating (the
-        explorer's attention maps, forced alignment of given translations); None if the
-        engine has none."""
-        ...
-
-    def close(self) -> None:
-        ...
+    def _wait(self, future: concurrent.futures.Future, timeout: float | None) -> list[Any]:
+        try:
+            return future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            self.batcher.cancel(future)  # nobody waits for the rest: do not spend the model on it
+            raise
 
 
-class TranslatorEngine:
-    """One `Translator` and one `MicroBatcher` per language pair."""
+def model_call(translator: Translator) -> Callable[[Sequence[Any], DecodeConfig | ForcedJob], list[Any]]:
+    """What the scheduler runs for one batch: a translation, or a forced alignment of pairs."""
+
+    def run(items: Sequence[Any], job: DecodeConfig | ForcedJob) -> list[Any]:
+        if isinstance(job, ForcedJob):
+            return align_given(translator, list(items), job.options)
+        return translator.translate_batch(list(items), job)
+
+    return run
+
+
+class Engine:
+    """The served language pairs (`models`) and the bundles that could not be served (`failed`)."""
 
     def __init__(self, translators: dict[Pair, tuple[str, Translator]], window_s: float = 0.005,
                  max_sentences: int = 128, on_batch: Callable[[str, int], None] | None = None,
                  max_rows: int = 0, max_queue_work: int = 0, failed: dict[str, str] | None = None):
-        self.translators = {pair: translator for pair, (_, translator) in translators.items()}
-        self.models = {pair: model_info(name, pair, translator) for pair, (name, translator) in translators.items()}
-        self.failed = dict(failed or {})
-        self.batchers = {
-            pair: MicroBatcher(translator.translate_batch, window_s, max_sentences,
-                               on_batch=(lambda size, name=name: on_batch(name, size)) if on_batch else None,
-                               name=name, max_rows=max_rows, max_queue_work=max_queue_work)
-            for pair, (name, translator) in translators.items()
-        }
-
-    def translate(self, pair: Pair, texts: list[str], config: DecodeConfig, timeout: float | None = None,
-                  client: str = "") -> list[TranslationResult]:
-        batcher = self.batchers[pair]
-        future = batcher.submit(texts, config, client)
-        try:
-            return future.result(timeout=timeout)
-        except concurrent.futures.TimeoutError:
-            batcher.cancel(future)  # nobody waits for the rest: do not spend the model on it
-            raise
-
-    def reserve(self, pair: Pair, cost: int) -> AbstractContextManager[None]:
-        return self.batchers[pair].reserve(cost)
-
-    def translator(self, pair: Pair) -> Translator | None:
-        return self.translators.get(pair)
+        self.failed = dict(failed or {})    # bundle name -> why it is not served (one line)
+        self.models: dict[Pair, ServedModel] = {}
+        for pair, (name, translator) in translators.items():
+            batcher = MicroBatcher(model_call(translator), window_s, max_sentences,
+                                   on_batch=(lambda size, name=name: on_batch(name, size)) if on_batch else None,
+                                   name=name, max_rows=max_rows, max_queue_work=max_queue_work)
+            self.models[pair] = ServedModel(name, pair[0], pair[1], translator, batcher)
 
     def close(self) -> None:
-        for batcher in self.batchers.values():
-            batcher.close()
-
-
-def model_info(name: str, pair: Pair, translator: Translator) -> ModelInfo:
-    return ModelInfo(name, pair[0], pair[1], translator.config)
+        for model in self.models.values():
+            model.batcher.close()
 
 
 def find_bundles(models: Path) -> list[Path]:
@@ -138,7 +119,7 @@ def find_bundles(models: Path) -> list[Path]:
 
 def load_engine(models: Path, threads: int = 0, window_s: float = 0.005, max_sentences: int = 128,
                 on_batch: Callable[[str, int], None] | None = None, max_rows: int = 0,
-                max_queue_work: int = 0) -> TranslatorEngine:
+                max_queue_work: int = 0) -> Engine:
     """Load every bundle under `models` on onnxruntime; the language pair comes from bundle.json.
 
     A bundle that cannot be loaded is logged in one line and skipped (`engine.failed` says
@@ -169,7 +150,7 @@ def load_engine(models: Path, threads: int = 0, window_s: float = 0.005, max_sen
         log.info("serving %s (%s -> %s) from %s", directory.name, *pair, directory)
     if not translators:
         raise RuntimeError("no model bundle could be loaded: " + "; ".join(f"{n}: {e}" for n, e in failed.items()))
-    return TranslatorEngine(translators, window_s, max_sentences, on_batch, max_rows, max_queue_work, failed)
+    return Engine(translators, window_s, max_sentences, on_batch, max_rows, max_queue_work, failed)
 
 
 def bundle_languages(directory: Path) -> dict[str, str]:

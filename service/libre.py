@@ -14,53 +14,22 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Callable
 from typing import Any, Literal
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from seq2seq.alignment import AlignmentOptions
 from seq2seq.config import DecodeConfig
 from seq2seq.records import AlignmentMap, Quality
-from service.deps import (
-    APIError,
-    RateLimiter,
-    check_access,
-    check_texts,
-    decode_config,
-    get_client,
-    get_engine,
-    get_language_detector,
-    get_limiter,
-    get_metrics,
-    request_api_key,
-    resolve_alignment,
-    resolve_pair,
-    run_translation,
-)
-from service.engine import Engine
-from service.languages import LanguageDetector, language_name
-from service.metrics import Metrics
-from service.openapi import JSONRequest
-from service.settings import Settings, get_settings
+from service.deps import APIError, RequestContext, get_access, get_context, request_api_key
+from service.engine import ServedModel
+from service.languages import language_name
+from service.requests import AlignmentRequest, JSONRequest
 from service.translation import text_alignment, text_quality
 
 router = APIRouter(tags=["LibreTranslate"])
 FORM_TRUE, FORM_FALSE = ("true",), ("false",)  # what a form says for a JSON boolean
-
-
-class AlignmentRequest(JSONRequest):
-    level: Literal["word", "subword"] = "word"
-    layer: int | None = Field(None, description="decoder layer (default: the model's alignment layer)")
-    heads: list[int] | None = Field(None, description="heads to average (default: the model's; [] = all)")
-    step_shift: bool | None = Field(None, description="read the map where the target token is the decoder "
-                                                   "input (default: the model's)")
-
-    def options(self) -> AlignmentOptions:
-        return AlignmentOptions(self.level, self.layer, None if self.heads is None else tuple(self.heads),
-                                self.step_shift)
 
 
 class LibreTranslateRequest(JSONRequest):
@@ -104,7 +73,7 @@ def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
         "application/x-www-form-urlencoded": {"schema": schema}}}}
 
 
-async def read_fields(request: Request, settings: Settings) -> dict[str, Any]:
+async def read_fields(request: Request) -> dict[str, Any]:
     """The body as a dict, from JSON, urlencoded or multipart form; 400 on anything malformed."""
     body = await request.body()  # the app's SizeLimitMiddleware stops it at max_body_bytes (413)
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -153,18 +122,17 @@ def _validation_message(error: ValidationError) -> str:
     return f"Invalid request: {field}: {first['msg']}"
 
 
-async def accessed_fields(request: Request, settings: Settings = Depends(get_settings),
-                          limiter: RateLimiter = Depends(get_limiter)) -> dict[str, Any]:
+async def accessed_fields(request: Request) -> dict[str, Any]:
     """The body's fields, once the client may send them: a key in a header or the query (or
     none needed) is checked before the body is read; a key in the body (LibreTranslate's
     way) as soon as it is read, before any other field is looked at."""
-    header_key = request_api_key(request)
-    if header_key or not settings.api_key_set:
-        check_access(request, settings, limiter, header_key)
-        return await read_fields(request, settings)
-    fields = await read_fields(request, settings)
+    access, header_key = get_access(request), request_api_key(request)
+    if header_key or not access.keys:
+        access.check(request, header_key)
+        return await read_fields(request)
+    fields = await read_fields(request)
     key = fields.get("api_key")
-    check_access(request, settings, limiter, key if isinstance(key, str) else None)
+    access.check(request, key if isinstance(key, str) else None)
     return fields
 
 
@@ -196,28 +164,26 @@ async def translate_params(request: Request, fields: dict[str, Any] = Depends(ac
 @router.post("/translate", openapi_extra=_body_schema(LibreTranslateRequest),
              summary="Translate text (LibreTranslate-compatible)")
 def translate(params: LibreTranslateRequest = Depends(translate_params),
-              engine: Engine = Depends(get_engine), settings: Settings = Depends(get_settings),
-              metrics: Metrics = Depends(get_metrics), client: str = Depends(get_client),
-              detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> dict[str, Any]:
+              ctx: RequestContext = Depends(get_context)) -> dict[str, Any]:
     """`{translatedText, alternatives}`, lists when `q` is a list; `alignment` and `quality` when
     the alignment is asked for."""
     texts = [params.q] if isinstance(params.q, str) else list(params.q)
-    check_texts(texts, settings)
+    ctx.check_texts(texts)
     if params.format == "html" and params.alignment:
         raise APIError(400, "alignment is available for format 'text' only")
     alignment = (AlignmentRequest() if params.alignment is True else params.alignment) or None
     plain = [_visible_text(t) for t in texts] if params.format == "html" else texts
-    pair, detection = resolve_pair(engine, detector, params.source, params.target, plain)
-    options = resolve_alignment(engine, pair, alignment.options()) if alignment else None
-    config = decode_config(settings, max(DecodeConfig.beam_size, params.alternatives + 1), params.alternatives + 1,
-                           attention=options is not None, alignment=options)
+    model, detection = ctx.resolve_pair(params.source, params.target, plain)
+    options = ctx.resolve_alignment(model, alignment.options()) if alignment else None
+    config = ctx.decode_config(max(DecodeConfig.beam_size, params.alternatives + 1), params.alternatives + 1,
+                               attention=options is not None, alignment=options)
     if params.format == "html":
-        translations = _translate_html(engine, metrics, settings, pair, texts, config, client)
+        translations = _translate_html(ctx, model, texts, config)
         alternatives: list[list[str]] = [[] for _ in texts]
         maps: list[AlignmentMap | None] = [None for _ in texts]
         qualities: list[Quality | None] = [None for _ in texts]
     else:
-        translated = run_translation(engine, metrics, settings, pair, texts, config, client)
+        translated = ctx.translate(model, texts, config)
         translations = [t.text for t in translated]
         alternatives = [[t.alternative(k)[0] for k in range(params.alternatives)] for t in translated]
         maps = [AlignmentMap.from_alignment(text_alignment(t, options)) if options else None
@@ -248,13 +214,11 @@ def _visible_text(markup: str) -> str:
     return " ".join(html.unescape(p) for i, p in enumerate(_TAG.split(markup)) if i % 2 == 0 and p.strip())
 
 
-def _translate_html(engine: Engine, metrics: Metrics, settings: Settings, pair: tuple[str, str], texts: list[str],
-                    config: DecodeConfig, client: str) -> list[str]:
+def _translate_html(ctx: RequestContext, model: ServedModel, texts: list[str], config: DecodeConfig) -> list[str]:
     """Translate the text nodes of every document (one batch), keeping tags and spacing."""
     documents = [_TAG.split(t) for t in texts]
     nodes = [(d, i) for d, parts in enumerate(documents) for i, p in enumerate(parts) if i % 2 == 0 and p.strip()]
-    translated = run_translation(engine, metrics, settings, pair,
-                                 [html.unescape(documents[d][i]) for d, i in nodes], config, client)
+    translated = ctx.translate(model, [html.unescape(documents[d][i]) for d, i in nodes], config)
     for (d, i), result in zip(nodes, translated):
         part = documents[d][i]
         lead, trail = part[:len(part) - len(part.lstrip())], part[len(part.rstrip()):]
@@ -263,9 +227,10 @@ def _translate_html(engine: Engine, metrics: Metrics, settings: Settings, pair: 
 
 
 @router.get("/languages", response_model=list[Language], summary="Served languages (LibreTranslate-compatible)")
-def languages(engine: Engine = Depends(get_engine)) -> list[Language]:
-    codes = sorted({lang for pair in engine.models for lang in pair})
-    return [Language(code=c, name=language_name(c), targets=sorted(t for s, t in engine.models if s == c))
+def languages(ctx: RequestContext = Depends(get_context)) -> list[Language]:
+    pairs = ctx.engine.models
+    codes = sorted({lang for pair in pairs for lang in pair})
+    return [Language(code=c, name=language_name(c), targets=sorted(t for s, t in pairs if s == c))
             for c in codes]
 
 
@@ -282,8 +247,8 @@ async def detect_params(request: Request, fields: dict[str, Any] = Depends(acces
 
 @router.post("/detect", response_model=list[DetectedLanguage], openapi_extra=_body_schema(DetectRequest),
              summary="Detect the language of a text (LibreTranslate-compatible)")
-def detect(params: DetectRequest = Depends(detect_params), settings: Settings = Depends(get_settings),
-           detector: Callable[[], LanguageDetector] = Depends(get_language_detector)) -> list[DetectedLanguage]:
-    check_texts([params.q], settings)
+def detect(params: DetectRequest = Depends(detect_params),
+           ctx: RequestContext = Depends(get_context)) -> list[DetectedLanguage]:
+    ctx.check_texts([params.q])
     return [DetectedLanguage(confidence=round(d.confidence * 100, 1), language=d.language)
-            for d in detector().rank(params.q)]
+            for d in ctx.detector().rank(params.q)]

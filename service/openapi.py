@@ -22,7 +22,6 @@ its "powered by" logo, is pointed at a local file).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,6 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, model_validator
 
 from seq2seq.inputs import TEXT_PATTERN, TEXT_RULES
 from service.settings import Settings
@@ -158,44 +156,6 @@ def _constrain_field(name: str, schema: dict[str, Any], settings: Settings, lang
             option["items"].update(minimum=0, maximum=limits["heads"] - 1)
 
 
-class JSONRequest(BaseModel):
-    """A request body validated as its JSON Schema reads: strict types (no `0` for false, no
-    `"4"` for 4, no unknown fields), except that an integral number such as `4.0` is the
-    integer it is in JSON Schema."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _integral_numbers(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        return {key: _integral(value) for key, value in data.items()}
-
-
-def _integral(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, list):
-        return [_integral(item) for item in value]
-    return value
-
-
-def exactly_one(*groups: tuple[str, ...]) -> Callable[[dict[str, Any]], None]:
-    """A model's `json_schema_extra` saying that exactly one group of its fields is given
-    (given = present and not null), as its validator requires."""
-
-    def given(names: tuple[str, ...]) -> dict[str, Any]:
-        return {"required": list(names), "properties": {name: {"not": {"type": "null"}} for name in names}}
-
-    def edit(schema: dict[str, Any]) -> None:
-        fields = [name for group in groups for name in group]
-        schema["anyOf"] = [{**given(group), "not": {"anyOf": [given((name,)) for name in fields if name not in group]}}
-                           for group in groups]
-
-    return edit
-
-
 def truthful_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
     """The app's OpenAPI document with the errors and constraints the service really has."""
     schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
@@ -227,9 +187,9 @@ def truthful_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
     if engine is not None:
         for source, target in engine.models:
             languages.setdefault(source, []).append(target)
-        infos = list(engine.models.values())
-        if infos:
-            limits = {"layers": min(i.decoder_layers for i in infos), "heads": min(i.n_heads for i in infos)}
+        configs = [model.config for model in engine.models.values()]
+        if configs:
+            limits = {"layers": min(c.decoder_layers for c in configs), "heads": min(c.n_heads for c in configs)}
     for node in _request_schemas(schema):
         _constrain(node, settings, languages, limits)
     return schema

@@ -1,7 +1,7 @@
 """The thin service over the library: texts -> sentences -> one batch -> texts with alignments.
 
 Every route goes through `translate_texts`: each input is split into sentences
-(seq2seq.segment), all sentences of all inputs go to the engine as one list (one padded
+(seq2seq.segment), all sentences of all inputs go to the served model as one list (one padded
 batch, shared with concurrent requests by the micro-batcher), and the sentence
 translations are joined back with the spacing the input had between its sentences.
 Each sentence's alignment is built by the library together with its translation (when the
@@ -30,7 +30,7 @@ from seq2seq.records import (
 )
 from seq2seq.segment import split_sentences
 from seq2seq.translator import TranslationResult
-from service.engine import Engine, Pair
+from service.engine import ServedModel
 
 
 @dataclass
@@ -74,12 +74,12 @@ def join_sentences(source: str, spans: list[tuple[int, int]], parts: list[str]) 
     return text, target_spans
 
 
-def translate_texts(engine: Engine, pair: Pair, texts: list[str], config: DecodeConfig,
+def translate_texts(model: ServedModel, texts: list[str], config: DecodeConfig,
                     timeout: float | None = None, client: str = "") -> list[TranslatedText]:
-    """Translate whole texts, all their sentences in one engine call (on `client`'s turns)."""
+    """Translate whole texts, all their sentences in one request to the model (on `client`'s turns)."""
     all_spans = [split_sentences(text) for text in texts]
     sentences = [text[start:end] for text, spans in zip(texts, all_spans) for start, end in spans]
-    results = engine.translate(pair, sentences, config, timeout, client) if sentences else []
+    results = model.translate(sentences, config, timeout, client) if sentences else []
     out, position = [], 0
     for text, spans in zip(texts, all_spans):
         mine = results[position:position + len(spans)]
@@ -122,7 +122,7 @@ def _aligned(result: TranslationResult, source_offset: int, target_offset: int) 
         quality=None if result.quality is None else Quality.from_quality(result.quality))
 
 
-def text_translation(pair: Pair, translated: TranslatedText, n_best: int) -> TextTranslation:
+def text_translation(model: ServedModel, translated: TranslatedText, n_best: int) -> TextTranslation:
     """The native API's view of one translated text (with the alignments it was translated with)."""
     sentences = []
     for (start, end), (target_start, target_end), result in zip(translated.spans, translated.target_spans,
@@ -136,5 +136,5 @@ def text_translation(pair: Pair, translated: TranslatedText, n_best: int) -> Tex
     for k in range(n_best - 1):
         text, score = translated.alternative(k)
         alternatives.append(Hypothesis(text=text, score=round(score, 4)))
-    return TextTranslation(text=translated.text, score=round(translated.score, 4), source=pair[0], target=pair[1],
-                           sentences=sentences, alternatives=alternatives)
+    return TextTranslation(text=translated.text, score=round(translated.score, 4), source=model.source,
+                           target=model.target, sentences=sentences, alternatives=alternatives)

@@ -1,0 +1,80 @@
+"""The request bodies' building blocks: each field that several routes take is declared once, here.
+
+`Source`, `Target`, `BeamSize` and `StepShift` are field types with their one default and
+description (a model says `source: Source`); `AlignmentRequest` is the group of
+alignment-source fields (level, layer, heads, step shift) that /translate and
+/v1/translate take as `alignment` and /v1/align takes at the top level. `JSONRequest` is
+the base of every JSON body: validated as its JSON Schema reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from seq2seq.alignment import AlignmentOptions
+from seq2seq.config import DecodeConfig
+
+Source = Annotated[str, Field("auto", description="source language code, or 'auto'")]
+Target = Annotated[str | None, Field(None, description="target language (default: the only one served for the "
+                                                       "source)")]
+BeamSize = Annotated[int, Field(DecodeConfig.beam_size, description="beam width of the search (raised to n_best "
+                                                                   "if smaller)")]
+StepShift = Annotated[bool | None, Field(None, description="read the map where the target token is the decoder "
+                                                          "input (default: the model's)")]
+
+
+class JSONRequest(BaseModel):
+    """A request body validated as its JSON Schema reads: strict types (no `0` for false, no
+    `"4"` for 4, no unknown fields), except that an integral number such as `4.0` is the
+    integer it is in JSON Schema."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integral_numbers(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return {key: _integral(value) for key, value in data.items()}
+
+
+def _integral(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_integral(item) for item in value]
+    return value
+
+
+def exactly_one(*groups: tuple[str, ...]) -> Callable[[dict[str, Any]], None]:
+    """A model's `json_schema_extra` saying that exactly one group of its fields is given
+    (given = present and not null), as its validator requires."""
+
+    def given(names: tuple[str, ...]) -> dict[str, Any]:
+        return {"required": list(names), "properties": {name: {"not": {"type": "null"}} for name in names}}
+
+    def edit(schema: dict[str, Any]) -> None:
+        fields = [name for group in groups for name in group]
+        schema["anyOf"] = [{**given(group), "not": {"anyOf": [given((name,)) for name in fields if name not in group]}}
+                           for group in groups]
+
+    return edit
+
+
+class AlignmentRequest(JSONRequest):
+    """Which cross-attention the map is read from, and at which level (seq2seq.alignment)."""
+
+    level: Literal["word", "subword"] = Field("word", description="word: a map between words; subword: between "
+                                                                 "SentencePiece pieces (/v1/align: beside the word "
+                                                                 "map)")
+    layer: int | None = Field(None, description="decoder layer (default: the model's alignment layer)")
+    heads: list[int] | None = Field(None, description="heads to average (default: the model's; [] = all)")
+    step_shift: StepShift
+
+    def options(self) -> AlignmentOptions:
+        """The options as asked (resolve them against the model's config before use)."""
+        return AlignmentOptions(self.level, self.layer, None if self.heads is None else tuple(self.heads),
+                                self.step_shift)
