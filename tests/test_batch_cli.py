@@ -124,6 +124,27 @@ def test_text_argument_and_help(model_dir: Path, capsys: pytest.CaptureFixture[s
     assert "exit status" in help_text and "3 " in help_text and "--resume" in help_text
 
 
+def test_alignment_source_flags_are_those_of_align_with_the_old_spellings_hidden(
+        model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("Der Hund ist klein .\n", encoding="utf-8")
+    outputs = {}
+    for name, flags in (("shared", ["--layer", "0", "--heads", "1", "--no-step-shift"]),
+                        ("old", ["--alignment-layer", "0", "--alignment-heads", "1", "--no-step-shift"])):
+        outputs[name] = tmp_path / f"{name}.jsonl"
+        assert translate(model_dir, "-i", source, "-o", outputs[name], "-f", "jsonl", "--alignment",
+                         "--beam-size", "1", *flags) == batch.EXIT_OK
+    (record,) = read_jsonl(outputs["shared"])
+    assert (record["alignment"]["layer"], record["alignment"]["heads"]) == (0, [1])
+    assert read_jsonl(outputs["old"]) == [record]
+    assert "--alignment-layer is deprecated: use --layer" in caplog.text
+    assert "--alignment-heads is deprecated: use --heads" in caplog.text
+    with pytest.raises(SystemExit):
+        build_parser(["translate", "--help"]).parse_args(["translate", "--help"])
+    help_text = capsys.readouterr().out
+    assert "--layer" in help_text and "--heads" in help_text and "--alignment-layer" not in help_text
+
+
 # --------------------------------------------------------------------------- bad lines
 
 

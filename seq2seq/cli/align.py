@@ -109,9 +109,9 @@ def add_alignment_source_arguments(parser: argparse.ArgumentParser | argparse._A
                              "default: the model's")
 
 
-def alignment_options(args: argparse.Namespace) -> AlignmentOptions:
-    return AlignmentOptions(args.level, args.layer, None if args.heads is None else tuple(args.heads),
-                            args.step_shift)
+def alignment_options(args: argparse.Namespace, level: str) -> AlignmentOptions:
+    """The options of `add_alignment_source_arguments`' flags, at `level` (each command names its own flag)."""
+    return AlignmentOptions(level, args.layer, None if args.heads is None else tuple(args.heads), args.step_shift)
 
 
 def write_records(lines: list[PairLine], translator: Translator, options: AlignmentOptions,
@@ -145,7 +145,7 @@ def write_records(lines: list[PairLine], translator: Translator, options: Alignm
 def main(args: argparse.Namespace) -> int:
     translator = load_translator(args.model, args.backend, args.threads)
     try:
-        options = alignment_options(args).resolve(translator.config)
+        options = alignment_options(args, args.level).resolve(translator.config)
     except AlignmentError as error:
         raise SystemExit(f"crossalign align: {error}") from None
     # Closed in the finally below (stdin and stdout stay open).

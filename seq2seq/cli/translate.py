@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -24,6 +24,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from data.tokenizer import Tokenizer
 from seq2seq.alignment import AlignmentError, AlignmentOptions
 from seq2seq.cli import batch
+from seq2seq.cli.align import add_alignment_source_arguments, alignment_options
 from seq2seq.config import CONFIG_FILE, DecodeConfig, ModelConfig, load_config
 from seq2seq.loading import BACKENDS
 
@@ -115,15 +116,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          help="add the alignment map (jsonl) or Pharaoh links (tsv) to each record")
     aligned.add_argument("--alignment-level", choices=("word", "subword"), default=AlignmentOptions.level,
                          help=f"(default {AlignmentOptions.level})")
-    aligned.add_argument("--alignment-layer", type=int, help="decoder layer (default: the model's alignment layer)")
-    aligned.add_argument("--alignment-heads", type=int, nargs="+", help="heads to average (default: the model's)")
-    aligned.add_argument("--step-shift", action=argparse.BooleanOptionalAction, default=None,
-                         help="read the map where the target token is the decoder input (Chen et al. 2020); "
-                              "default: the model's")
+    add_alignment_source_arguments(aligned)  # --layer, --heads, --step-shift, as `align` and `eval --gold`
+    # The spellings before the flags were shared; hidden, they keep old scripts working.
+    aligned.add_argument("--alignment-layer", dest="layer", type=int, action=DeprecatedAlias, new="--layer",
+                         default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    aligned.add_argument("--alignment-heads", dest="heads", type=int, nargs="+", action=DeprecatedAlias,
+                         new="--heads", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     aligned.add_argument("--heatmaps", type=Path, metavar="DIR",
                          help="write one heatmap per line into DIR, named by line number or id")
     aligned.add_argument("--heatmap-format", choices=batch.HEATMAP_FORMATS, default=batch.JobOptions.heatmap_format,
                          help=f"(default {batch.JobOptions.heatmap_format})")
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old spelling of the flag `new`: stores what it would store, and says so in a warning."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str, **kwargs: Any):
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        log.warning("%s is deprecated: use %s", option_string, self.new)
+        setattr(namespace, self.dest, values)
 
 
 def _problems(args: argparse.Namespace) -> list[str]:
@@ -151,7 +166,9 @@ def job_options(args: argparse.Namespace) -> dict:
         "input": str(args.input.resolve()) if args.input else None,
         **{name: getattr(args, name) for name in (
             "input_format", "format", "beam_size", "length_penalty", "coverage_penalty", "max_chars", "split_tokens",
-            "alignment", "alignment_level", "alignment_layer", "alignment_heads", "step_shift", "heatmap_format")},
+            "alignment", "alignment_level", "step_shift", "heatmap_format")},
+        # Named as before the flags became --layer/--heads, so a job started then resumes now.
+        "alignment_layer": args.layer, "alignment_heads": args.heads,
         "heatmaps": str(args.heatmaps) if args.heatmaps else None,
     }
 
@@ -263,9 +280,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _decode_config(args: argparse.Namespace) -> DecodeConfig:
     want_alignment = args.alignment or args.heatmaps is not None
-    alignment = AlignmentOptions(args.alignment_level, args.alignment_layer,
-                                 None if args.alignment_heads is None else tuple(args.alignment_heads),
-                                 args.step_shift) if want_alignment else None
+    alignment = alignment_options(args, args.alignment_level) if want_alignment else None
     return DecodeConfig(beam_size=args.beam_size, length_penalty=args.length_penalty,
                         coverage_penalty=args.coverage_penalty, return_attention=want_alignment, alignment=alignment)
 
