@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         backends = {precision: OnnxBackend.from_bundle(bundle, precision, args.threads)
                     for precision in bundle.precisions}
         if "int8" not in backends:
-            from export.exporter import quantize_graphs  # the export's own int8 step
+            from export.quantize import quantize_graphs  # the export's own int8 step
             files = quantize_graphs(bundle.directory, Path(scratch) / "int8")
             backends["int8"] = OnnxBackend(Path(scratch) / "int8" / files["encoder"],
                                            Path(scratch) / "int8" / files["decoder_step"], bundle.model_config,

@@ -96,7 +96,7 @@ def build_backends(bundle_dir: Path, checkpoint: Path | None, systems: list[str]
         if "int8" in bundle.precisions:
             backends["onnx-int8"] = OnnxBackend.from_bundle(bundle, "int8", threads)
         else:
-            from export.exporter import quantize_graphs
+            from export.quantize import quantize_graphs
             log.info("bundle has no int8 graphs: quantizing into %s", scratch)
             files = quantize_graphs(bundle.directory, scratch)
             backends["onnx-int8"] = OnnxBackend(scratch / files["encoder"], scratch / files["decoder_step"],
