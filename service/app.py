@@ -27,7 +27,7 @@ from starlette.routing import Match, Route
 
 from service import align, attention, libre, native, openapi
 from service.deps import Access, APIError, RequestContext, get_context
-from service.engine import Engine, load_engine
+from service.engine import TranslatorEngine, load_engine
 from service.languages import get_detector
 from service.metrics import Metrics, MetricsMiddleware
 from service.settings import Settings, get_settings
@@ -188,7 +188,7 @@ class SizeLimitMiddleware:
         await self.app(scope, counting_receive, send)
 
 
-def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, engine: TranslatorEngine | None = None) -> FastAPI:
     """The app for `settings` (default `get_settings()`), serving `engine` (default: load every
     bundle under `settings.models` in lifespan). Also the uvicorn factory."""
     settings = settings or get_settings()

@@ -28,7 +28,7 @@ from seq2seq.config import DecodeConfig
 from seq2seq.forced import ForcedAlignment
 from seq2seq.inputs import text_problem
 from service.batching import Item, QueueFull, work_units
-from service.engine import Engine, ServedModel
+from service.engine import ServedModel, TranslatorEngine
 from service.languages import CONFIDENT, Detection, LanguageDetector, get_detector, language_name
 from service.metrics import Metrics
 from service.settings import Settings, get_settings
@@ -129,7 +129,7 @@ class CheckedRoute(APIRoute):
 # --------------------------------------------------------------------------- the request context
 
 
-def get_engine(request: Request) -> Engine:
+def get_engine(request: Request) -> TranslatorEngine:
     engine = getattr(request.app.state, "engine", None)
     if engine is None:
         raise APIError(503, "the models are not loaded yet")
@@ -142,7 +142,7 @@ class RequestContext:
     (whose client takes the fair turns)."""
 
     settings: Settings
-    engine: Engine
+    engine: TranslatorEngine
     metrics: Metrics
     request: Request
 
@@ -282,6 +282,6 @@ class RequestContext:
 
 
 def get_context(request: Request, settings: Settings = Depends(get_settings),
-                engine: Engine = Depends(get_engine)) -> RequestContext:
+                engine: TranslatorEngine = Depends(get_engine)) -> RequestContext:
     """The one dependency of every handler."""
     return RequestContext(settings, engine, request.app.state.metrics, request)

@@ -5,9 +5,9 @@ A `ServedModel` is all a route needs of a language pair: the bundle's name, its
 their alignments and quality blocks; its backend teacher-forces for the explorer) and the
 `MicroBatcher` in front of it, through which every model call of a request goes, on the
 client's fair turns, within the queue bound and the request's timeout: translations and
-forced alignments (/v1/align) alike. `Engine` holds the served pairs and the bundles that
-failed to load. Torch-free: bundles run on onnxruntime through `seq2seq.loading`; the
-tests also build an `Engine` over a scripted backend.
+forced alignments (/v1/align) alike. `TranslatorEngine` holds the served pairs and the
+bundles that failed to load. Torch-free: bundles run on onnxruntime through
+`seq2seq.loading`; the tests also build a `TranslatorEngine` over a scripted backend.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def model_call(translator: Translator) -> Callable[[Sequence[Any], DecodeConfig 
     return run
 
 
-class Engine:
+class TranslatorEngine:
     """The served language pairs (`models`) and the bundles that could not be served (`failed`)."""
 
     def __init__(self, translators: dict[Pair, tuple[str, Translator]], window_s: float = 0.005,
@@ -119,7 +119,7 @@ def find_bundles(models: Path) -> list[Path]:
 
 def load_engine(models: Path, threads: int = 0, window_s: float = 0.005, max_sentences: int = 128,
                 on_batch: Callable[[str, int], None] | None = None, max_rows: int = 0,
-                max_queue_work: int = 0) -> Engine:
+                max_queue_work: int = 0) -> TranslatorEngine:
     """Load every bundle under `models` on onnxruntime; the language pair comes from bundle.json.
 
     A bundle that cannot be loaded is logged in one line and skipped (`engine.failed` says
@@ -150,7 +150,7 @@ def load_engine(models: Path, threads: int = 0, window_s: float = 0.005, max_sen
         log.info("serving %s (%s -> %s) from %s", directory.name, *pair, directory)
     if not translators:
         raise RuntimeError("no model bundle could be loaded: " + "; ".join(f"{n}: {e}" for n, e in failed.items()))
-    return Engine(translators, window_s, max_sentences, on_batch, max_rows, max_queue_work, failed)
+    return TranslatorEngine(translators, window_s, max_sentences, on_batch, max_rows, max_queue_work, failed)
 
 
 def bundle_languages(directory: Path) -> dict[str, str]:

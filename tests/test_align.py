@@ -33,7 +33,7 @@ from seq2seq.train import train
 from seq2seq.train_data import load_examples
 from seq2seq.translator import Translator
 from service.app import create_app
-from service.engine import Engine
+from service.engine import TranslatorEngine
 from service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -196,7 +196,7 @@ def test_align_cli_applies_the_service_input_rules_and_retries_a_failed_batch_li
     assert "line 6: alignment failed" in capsys.readouterr().err
 
     # /v1/align: the same pair fails its request alone, as a server error, not as "too long".
-    engine = Engine({("de", "en"): ("de-en", Translator(backend, onnx_translator.tokenizer))})
+    engine = TranslatorEngine({("de", "en"): ("de-en", Translator(backend, onnx_translator.tokenizer))})
     with TestClient(create_app(Settings(), engine=engine), raise_server_exceptions=False) as client:
         pairs = [{"text": s, "translation": t} for s, t in PAIRS[:4]]
         failed = client.post("/v1/align", json={"pairs": pairs, "source": "de"})
@@ -213,7 +213,7 @@ def test_v1_align_takes_the_work_cap_and_the_queue_bound(onnx_translator: Transl
     503 + Retry-After while translations fill the queue, and its own work is released."""
     import threading
 
-    engine = Engine({("de", "en"): ("de-en", onnx_translator)}, window_s=0.002, max_queue_work=1000)
+    engine = TranslatorEngine({("de", "en"): ("de-en", onnx_translator)}, window_s=0.002, max_queue_work=1000)
     batcher = engine.models["de", "en"].batcher
     gate, translate_batch = threading.Event(), batcher.run
     batcher.run = lambda texts, config: gate.wait(30) and translate_batch(texts, config)
@@ -234,7 +234,7 @@ def test_v1_align_takes_the_work_cap_and_the_queue_bound(onnx_translator: Transl
 
 
 def test_v1_align_matches_the_library(onnx_translator: Translator, torch_translator: Translator) -> None:
-    engine = Engine({("de", "en"): ("de-en", onnx_translator)}, window_s=0.002)
+    engine = TranslatorEngine({("de", "en"): ("de-en", onnx_translator)}, window_s=0.002)
     with TestClient(create_app(Settings(), engine=engine), raise_server_exceptions=False) as client:
         source, target = PAIRS[0]
         body = client.post("/v1/align", json={"text": source, "translation": target, "source": "de"}).json()

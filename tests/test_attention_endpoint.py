@@ -129,10 +129,10 @@ def test_the_explorer_works_on_the_torch_backend(tiny_bundle: Path, answer: dict
     """The same maps from torch eager as from onnxruntime: both backends teacher-force."""
     from seq2seq.loading import load_translator
     from service.app import create_app
-    from service.engine import Engine
+    from service.engine import TranslatorEngine
     from service.settings import Settings
 
-    engine = Engine({("de", "en"): ("de-en", load_translator(tiny_bundle, "torch"))})
+    engine = TranslatorEngine({("de", "en"): ("de-en", load_translator(tiny_bundle, "torch"))})
     try:
         with TestClient(create_app(Settings(), engine=engine)) as client:
             response = client.post("/v1/attention", json={"text": SENTENCE, "source": "de", "target": "en"})
@@ -155,11 +155,11 @@ def test_backend_without_maps_is_501(toy_tokenizer_path: Path) -> None:
     from data.tokenizer import Tokenizer
     from seq2seq.translator import Translator
     from service.app import create_app
-    from service.engine import Engine
+    from service.engine import TranslatorEngine
     from service.settings import Settings
 
     tokenizer = Tokenizer(toy_tokenizer_path)
-    engine = Engine({("de", "en"): ("echo", Translator(EchoBackend(tokenizer.vocab_size), tokenizer))})
+    engine = TranslatorEngine({("de", "en"): ("echo", Translator(EchoBackend(tokenizer.vocab_size), tokenizer))})
     try:
         with TestClient(create_app(Settings(), engine=engine)) as client:
             response = client.post("/v1/attention", json={"text": "a b", "source": "de", "target": "en"})

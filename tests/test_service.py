@@ -1,6 +1,6 @@
 """The HTTP layer over a scripted engine (fast), the sentence splitter, the micro-batcher.
 
-The engine is the real `Engine` and `Translator` over a scripted `EchoBackend`
+The engine is the real `TranslatorEngine` and `Translator` over a scripted `EchoBackend`
 that "translates" the toy alphabet word for word with a known, diagonal cross-attention,
 so every answer (texts, scores, maps, offsets) is predictable. The same contract against
 a real uvicorn server and an onnxruntime bundle is in test_service_server.py.
@@ -30,7 +30,7 @@ from seq2seq.segment import split_sentences
 from seq2seq.translator import Translator
 from service.app import create_app
 from service.batching import MicroBatcher, work_units
-from service.engine import Engine
+from service.engine import TranslatorEngine
 from service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,20 +75,20 @@ class EchoBackend:
 
 
 @pytest.fixture(scope="module")
-def echo_engine(toy_tokenizer_path: Path) -> Engine:
+def echo_engine(toy_tokenizer_path: Path) -> TranslatorEngine:
     tokenizer = Tokenizer(toy_tokenizer_path)
     translator = Translator(EchoBackend(tokenizer.vocab_size), tokenizer)
-    engine = Engine({("de", "en"): ("de-en", translator)}, window_s=0.002)
+    engine = TranslatorEngine({("de", "en"): ("de-en", translator)}, window_s=0.002)
     yield engine
     engine.close()
 
 
-def make_client(engine: Engine, **settings: object) -> TestClient:
+def make_client(engine: TranslatorEngine, **settings: object) -> TestClient:
     return TestClient(create_app(Settings(**settings), engine=engine), raise_server_exceptions=False)
 
 
 @pytest.fixture(scope="module")
-def client(echo_engine: Engine) -> TestClient:
+def client(echo_engine: TranslatorEngine) -> TestClient:
     with make_client(echo_engine, char_limit=200, batch_limit=4) as client:
         yield client
 
@@ -130,7 +130,7 @@ def test_translate_alignment_extension(client: TestClient) -> None:
         assert body["translatedText"][token["start"]:token["end"]] == token["text"]
 
 
-def test_alignment_brings_quality_blocks_with_the_translators_thresholds(echo_engine: Engine,
+def test_alignment_brings_quality_blocks_with_the_translators_thresholds(echo_engine: TranslatorEngine,
                                                                         toy_tokenizer_path: Path) -> None:
     text = "a b c\nd e"                                 # two sentences: 3 + 2 words
     with make_client(echo_engine) as client:
@@ -150,7 +150,7 @@ def test_alignment_brings_quality_blocks_with_the_translators_thresholds(echo_en
     tokenizer = Tokenizer(toy_tokenizer_path)
     strict = Translator(EchoBackend(tokenizer.vocab_size), tokenizer,
                         quality=QualityThresholds(untranslated_coverage=2.0, ungrounded_peak=1.5))
-    engine = Engine({("de", "en"): ("de-en", strict)}, window_s=0.002)
+    engine = TranslatorEngine({("de", "en"): ("de-en", strict)}, window_s=0.002)
     try:
         with make_client(engine) as client:
             libre = client.post("/translate", json={"q": [text, "f"], "source": "de", "target": "en",
@@ -218,7 +218,7 @@ def test_translate_bad_input(client: TestClient, request_kwargs: dict, message: 
     assert message in response.json()["error"]
 
 
-def test_requests_over_size_limits_get_413(echo_engine: Engine) -> None:
+def test_requests_over_size_limits_get_413(echo_engine: TranslatorEngine) -> None:
     """Each text within the schema, the whole over a limit the schema cannot state: 413."""
     with make_client(echo_engine, char_limit=300, batch_limit=8, max_request_work=400, heatmap_max_tokens=50) as client:
         many = client.post("/translate", json={"q": ["a " * 100] * 2, "source": "de", "target": "en"})
@@ -230,14 +230,14 @@ def test_requests_over_size_limits_get_413(echo_engine: Engine) -> None:
         assert wide.status_code == 413 and "per axis" in wide.json()["error"]
 
 
-def test_oversized_body_is_refused_before_reading(echo_engine: Engine) -> None:
+def test_oversized_body_is_refused_before_reading(echo_engine: TranslatorEngine) -> None:
     with make_client(echo_engine, max_body_bytes=2048) as client:
         response = client.post("/v1/translate", json={"text": "a " * 2000})
         assert response.status_code == 413 and "2048 bytes" in response.json()["error"]
         assert 'status="413"' in client.get("/metrics").text
 
 
-def test_api_keys_and_rate_limit(echo_engine: Engine) -> None:
+def test_api_keys_and_rate_limit(echo_engine: TranslatorEngine) -> None:
     with make_client(echo_engine, api_keys="k1, k2", rate_limit=2) as client:
         request = {"q": "a", "source": "de", "target": "en"}
         assert client.post("/translate", json=request).status_code == 403
@@ -256,7 +256,7 @@ def test_api_keys_and_rate_limit(echo_engine: Engine) -> None:
         assert bearer.status_code == 200
 
 
-def test_key_is_checked_before_the_body(echo_engine: Engine) -> None:
+def test_key_is_checked_before_the_body(echo_engine: TranslatorEngine) -> None:
     with make_client(echo_engine, api_keys="k1") as client:
         for body in ({"q": 3}, {"q": "a", "source": "de", "target": "en", "beam": "x", "format": "pdf"}):
             assert client.post("/translate", json=body).status_code == 403
@@ -267,7 +267,7 @@ def test_key_is_checked_before_the_body(echo_engine: Engine) -> None:
                            ).status_code == 403
 
 
-def test_native_routes_check_the_key_before_reading_the_body(echo_engine: Engine) -> None:
+def test_native_routes_check_the_key_before_reading_the_body(echo_engine: TranslatorEngine) -> None:
     """Malformed JSON gets its 400 only from a client whose key is valid, as on /translate."""
     broken = {"content": b'{"text": "a", ', "headers": {"Content-Type": "application/json"}}
     with make_client(echo_engine, api_keys="k1") as client:
@@ -288,7 +288,7 @@ def test_v1_align_takes_fair_turns_and_the_request_timeout(toy_tokenizer_path: P
     next model call however much another client has queued, and it waits at most
     `request_timeout`."""
     tokenizer = Tokenizer(toy_tokenizer_path)
-    engine = Engine({("de", "en"): ("de-en", Translator(EchoBackend(tokenizer.vocab_size), tokenizer))},
+    engine = TranslatorEngine({("de", "en"): ("de-en", Translator(EchoBackend(tokenizer.vocab_size), tokenizer))},
                     window_s=0.002, max_sentences=2)
     batcher = engine.models["de", "en"].batcher
     gate, run, calls = threading.Event(), batcher.run, []
@@ -330,7 +330,7 @@ def test_v1_align_takes_fair_turns_and_the_request_timeout(toy_tokenizer_path: P
     assert batcher.queued_work == 0
 
 
-def test_cors(echo_engine: Engine) -> None:
+def test_cors(echo_engine: TranslatorEngine) -> None:
     with make_client(echo_engine, cors_origins="https://example.org") as client:
         response = client.get("/languages", headers={"Origin": "https://example.org"})
         assert response.headers["access-control-allow-origin"] == "https://example.org"
@@ -412,7 +412,7 @@ def test_heatmap_downloads(client: TestClient) -> None:
     ({"q": "a", "format": "gif"}, "format"),
     ({"q": "a", "layer": 5}, "layer"),
 ])
-def test_heatmap_bad_input(echo_engine: Engine, params: dict, message: str) -> None:
+def test_heatmap_bad_input(echo_engine: TranslatorEngine, params: dict, message: str) -> None:
     with make_client(echo_engine, heatmap_max_tokens=50) as client:
         response = client.get("/v1/heatmap", params=params)
         assert response.status_code == 400, response.text
@@ -446,7 +446,7 @@ def test_split_sentences_offsets() -> None:
     assert all(e - s <= 100 for s, e in split_sentences(long, max_chars=100))
 
 
-def test_micro_batcher_batches_concurrent_requests(echo_engine: Engine) -> None:
+def test_micro_batcher_batches_concurrent_requests(echo_engine: TranslatorEngine) -> None:
     translator = echo_engine.models["de", "en"].translator
     sizes: list[int] = []
     batcher = MicroBatcher(translator.translate_batch, window_s=0.05, max_sentences=64, on_batch=sizes.append)
