@@ -27,7 +27,8 @@ class TranslateRequest(JSONRequest):
     source: Source
     target: Target
     beam_size: BeamSize
-    n_best: int = Field(1, description="hypotheses per sentence, each with its own alignment")
+    n_best: int = Field(1, description="hypotheses per sentence, each with its own alignment (a smaller "
+                                       "beam_size is raised to n_best)")
     alignment: AlignmentRequest | bool = Field(True, description="alignment options, or false for none")
 
     @model_validator(mode="after")

@@ -20,8 +20,7 @@ from seq2seq.config import DecodeConfig
 Source = Annotated[str, Field("auto", description="source language code, or 'auto'")]
 Target = Annotated[str | None, Field(None, description="target language (default: the only one served for the "
                                                        "source)")]
-BeamSize = Annotated[int, Field(DecodeConfig.beam_size, description="beam width of the search (raised to n_best "
-                                                                   "if smaller)")]
+BeamSize = Annotated[int, Field(DecodeConfig.beam_size, description="beam width of the search")]
 StepShift = Annotated[bool | None, Field(None, description="read the map where the target token is the decoder "
                                                           "input (default: the model's)")]
 
