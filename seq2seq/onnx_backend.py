@@ -103,8 +103,10 @@ class OnnxBackend:
     one backend serves concurrent requests: `InferenceSession.run` is thread-safe.
     """
 
-    def __init__(self, encoder_path: Path, decoder_path: Path, config: ModelConfig, threads: int | None = None):
+    def __init__(self, encoder_path: Path, decoder_path: Path, config: ModelConfig, threads: int | None = None,
+                 precision: str = "fp32"):
         self.config = config
+        self.precision = precision                   # which graphs these are: "fp32" or "int8"
         self.bos_id, self.eos_id, self.pad_id = config.bos_id, config.eos_id, config.pad_id
         options = session_options(threads)
         providers = ["CPUExecutionProvider"]
@@ -118,8 +120,10 @@ class OnnxBackend:
 
     @classmethod
     def from_bundle(cls, bundle: Bundle, precision: str | None = None, threads: int | None = None) -> OnnxBackend:
+        """The bundle's graphs of `precision` (None: the default precision its bundle.json names)."""
+        precision = precision or bundle.default_precision
         encoder, decoder = bundle.graph_paths(precision)
-        return cls(encoder, decoder, bundle.model_config, threads)
+        return cls(encoder, decoder, bundle.model_config, threads, precision)
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """src_ids (B, S) int64, src_mask (B, S) bool -> cross K and V, each (L, B, H, S, Dh)."""
