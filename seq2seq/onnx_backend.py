@@ -37,10 +37,13 @@ ENCODER_OUTPUTS = ("cross_k", "cross_v", "self_weights")
 # The decoder's outputs as the backend returns them: the per-layer caches stacked (L, ...).
 DECODER_OUTPUTS = ("log_probs", "new_past_k", "new_past_v", "cross_weights", "self_weights")
 PER_LAYER = ("new_past_k", "new_past_v")
-# Decoder runs of at most this many rows (one sentence at beam 4) use a one-thread session:
-# their MatMuls are too small to split, and each of the ~200 kernels of a step would wake
-# the pool's sleeping threads (see `session_options`) for nothing; on a loaded machine a
-# step split over two threads also waits for the one that is descheduled.
+# int8 decoder runs of at most this many rows (one sentence at beam 4) use a one-thread
+# session: their quantized MatMuls are too small to split, and each of the ~200 kernels of
+# a step would wake the pool's sleeping threads (see `session_options`) for nothing; on a
+# loaded machine a step split over two threads also waits for the one that is descheduled.
+# Measured (README, lever 7): int8 beam-4 batch-1 p50 1.14-1.18x faster; fp32 0.98x (its
+# float MatMuls, the 8,000-wide output projection above all, still gain from a second
+# thread), so fp32 keeps one session.
 SMALL_STEP_ROWS = 4
 
 
@@ -117,7 +120,7 @@ class OnnxBackend:
         providers = ["CPUExecutionProvider"]
         self.encoder = ort.InferenceSession(str(encoder_path), options, providers=providers)
         self.decoder = ort.InferenceSession(str(decoder_path), options, providers=providers)
-        self.small_decoder = self.decoder if options.intra_op_num_threads == 1 else \
+        self.small_decoder = self.decoder if options.intra_op_num_threads == 1 or precision != "int8" else \
             ort.InferenceSession(str(decoder_path), session_options(1), providers=providers)
         expected = list(decoder_io(config.decoder_layers)["inputs"])
         found = [graph_input.name for graph_input in self.decoder.get_inputs()]
@@ -159,7 +162,7 @@ class OnnxBackend:
         cross_weights (L, N, H, T, S), self_weights (L, N, H, T, P+T). Every output is
         allocated here and written in place by the graph (I/O binding), the caches layer by
         layer into one stacked array, so nothing is copied or stacked after the run. At most
-        `SMALL_STEP_ROWS` rows run on one thread.
+        `SMALL_STEP_ROWS` rows of int8 graphs run on one thread.
         """
         layers, rows, heads, source, head_dim = cross_k.shape
         new, past = tokens.shape[1], 0 if past_k is None else past_k.shape[3]
