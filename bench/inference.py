@@ -44,7 +44,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data.tokenizer import Tokenizer  # noqa: E402
-from seq2seq.bundle import load_bundle_manifest  # noqa: E402
+from seq2seq.bundle import PRECISIONS, load_bundle_manifest  # noqa: E402
 from seq2seq.config import DecodeConfig  # noqa: E402
 from seq2seq.onnx_backend import OnnxBackend, default_threads  # noqa: E402
 from seq2seq.translator import Translator  # noqa: E402
@@ -150,7 +150,8 @@ REVISION_RUNS = (("greedy b32", 1, 32), ("beam4 b32", 4, 32), ("beam4 b1", 4, 1)
 class Revision:
     """A commit extracted into `directory`, with a worker process running its code."""
 
-    def __init__(self, name: str, scratch: Path, threads: int):
+    def __init__(self, name: str, scratch: Path, threads: int, bundle: Path | None = None,
+                 precision: str | None = None):
         self.name = name
         commit = subprocess.run(["git", "rev-parse", "--short", name], cwd=REPO, check=True,
                                 capture_output=True, text=True).stdout.strip()
@@ -162,7 +163,10 @@ class Revision:
             archive.wait()
         # The worker is this checkout's, the code it times is the revision's (its cwd).
         self.process = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent / "revision_worker.py"),
-                                         "--threads", str(threads)], cwd=self.directory, text=True,
+                                         "--threads", str(threads),
+                                         *(["--bundle", str(bundle.resolve())] if bundle else []),
+                                         *(["--precision", precision] if precision else [])],
+                                        cwd=self.directory, text=True,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._read()
 
@@ -183,8 +187,10 @@ class Revision:
 
 
 def pause_training() -> list[int]:
-    """SIGSTOP the training runs listed in TRAINING_PIDS; returns the pids stopped."""
+    """SIGSTOP the training runs listed in TRAINING_PIDS and their child processes (a listed
+    pid may be the shell that runs the trainer); returns the pids stopped."""
     pids = [int(p) for p in TRAINING_PIDS.read_text().split()] if TRAINING_PIDS.is_file() else []
+    pids += [child for pid in pids for child in _descendants(pid)]
     stopped = []
     for pid in pids:
         try:
@@ -195,6 +201,14 @@ def pause_training() -> list[int]:
     return stopped
 
 
+def _descendants(pid: int) -> list[int]:
+    children = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            children += [int(c) for c in (task / "children").read_text().split()]
+    return children + [grandchild for child in children for grandchild in _descendants(child)]
+
+
 def resume(pids: list[int]) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
@@ -202,7 +216,7 @@ def resume(pids: list[int]) -> None:
 
 
 def compare_revisions(names: list[str], sources: list[str], threads: int, slices: int,
-                      b1_sentences: int) -> str:
+                      b1_sentences: int, bundle: Path | None = None, precision: str | None = None) -> str:
     """Interleaved runs of every revision on the same sentences; returns the table."""
     from tqdm import tqdm
 
@@ -210,7 +224,7 @@ def compare_revisions(names: list[str], sources: list[str], threads: int, slices
               for name in names}
     outputs: dict[str, dict[str, list]] = {name: {label: [] for label, _, _ in REVISION_RUNS} for name in names}
     with tempfile.TemporaryDirectory(prefix="crossalign-revisions-") as scratch:
-        revisions = [Revision(name, Path(scratch), threads) for name in names]
+        revisions = [Revision(name, Path(scratch), threads, bundle, precision) for name in names]
         try:
             size = -(-len(sources) // slices)
             work = [(start, label, beam, batch) for start in range(0, len(sources), size)
@@ -284,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slices", type=int, default=4, help="with --revisions: turns the sentences are split into")
     parser.add_argument("--b1-sentences", type=int, default=8,
                         help="with --revisions: sentences per slice for the batch-1 latency (default 8)")
+    parser.add_argument("--revision-bundle", type=Path, default=None,
+                        help="with --revisions: run every revision on this bundle instead of its own models/de-en")
+    parser.add_argument("--precision", choices=PRECISIONS, default=None,
+                        help="with --revisions: the graphs to run (default: the bundle's)")
     parser.add_argument("--pause-training", action="store_true",
                         help=f"SIGSTOP the pids in {TRAINING_PIDS} while measuring (always resumed)")
     args = parser.parse_args(argv)
@@ -298,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         guard.daemon = True
         guard.start()
         try:
-            table = compare_revisions(args.revisions, sources, args.threads, args.slices, args.b1_sentences)
+            table = compare_revisions(args.revisions, sources, args.threads, args.slices, args.b1_sentences,
+                                      args.revision_bundle, args.precision)
         finally:
             guard.cancel()
             resume(stopped)

@@ -2,7 +2,8 @@
 
     cd EXTRACTED_REVISION && python bench/revision_worker.py --threads 2 < requests
 
-Loads the revision's own models/de-en with its own onnxruntime backend, then serves one JSON
+Loads the revision's own models/de-en (or `--bundle`, one bundle for every revision, with
+`--precision`) with its own onnxruntime backend, then serves one JSON
 request per stdin line, {"beam", "batch", "sources"}, with one JSON answer per line,
 {"seconds" (total), "latencies" (per call), "outputs" (token ids per sentence)}. It only
 imports `seq2seq.loading` and `seq2seq.config`, which every revision has, so one worker
@@ -26,8 +27,10 @@ from seq2seq.loading import load_translator  # noqa: E402
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2, help="onnxruntime intra-op threads (default 2)")
+    parser.add_argument("--bundle", default="models/de-en", help="bundle to load (default: the revision's own)")
+    parser.add_argument("--precision", default=None, help="its graphs to run (default: the bundle's)")
     args = parser.parse_args()
-    translator = load_translator("models/de-en", "onnx", threads=args.threads)
+    translator = load_translator(args.bundle, "onnx", threads=args.threads, precision=args.precision)
     translator.max_batch_tokens = sys.maxsize  # the batch size under test is the only split
     translator.translate_batch(["Guten Morgen!", "Das Haus ist klein."], DecodeConfig(beam_size=4))   # warm-up
     print(json.dumps({"ready": True}), flush=True)

@@ -8,12 +8,17 @@ A bundle holds everything needed to translate and to keep working on the model:
     spm.model            the SentencePiece tokenizer
     encoder.onnx         fp32 graphs (see export/exporter.py for their inputs and outputs)
     decoder_step.onnx
-    encoder.int8.onnx    only with `--int8`: MatMul weights dynamically quantized to int8
-    decoder_step.int8.onnx
+    encoder.int8.onnx    int8 graphs: the fp32 graphs with their MatMul weights dynamically
+    decoder_step.int8.onnx   quantized to int8
     data_manifest.json   only with `--data-manifest`: the data directory's provenance file
     quality.json         the quality-signal thresholds chosen on valid data (seq2seq/quality.py),
                          carried over from the checkpoint directory or added by
                          `bench/quality_signals.py --save` (`set_quality_file`)
+
+A bundle carries the graphs of one or both precisions (`graphs` in bundle.json, chosen
+with `crossalign export --graphs`); `precision` names the ones a runtime loads unless
+told otherwise. Graphs of the other precision are rebuilt from model.pt in place, as the
+same bytes, by the command in `REBUILD_COMMAND` (the loader's error says so).
 
 Every file except bundle.json itself is listed with its sha256 and size, and
 `load_bundle_manifest` checks them all before anything is loaded, so a truncated download
@@ -44,6 +49,8 @@ GRAPH_FILES = {
     "fp32": {"encoder": "encoder.onnx", "decoder_step": "decoder_step.onnx"},
     "int8": {"encoder": "encoder.int8.onnx", "decoder_step": "decoder_step.int8.onnx"},
 }
+# How a user gets graphs a bundle does not carry (needs torch: the `export` extra).
+REBUILD_COMMAND = "crossalign export {directory} --in-place --graphs {graphs}"
 
 
 class BundleError(ValueError):
@@ -81,10 +88,15 @@ class Bundle:
     def graph_paths(self, precision: str | None = None) -> tuple[Path, Path]:
         """(encoder, decoder_step) paths for `precision` (default: the bundle's precision)."""
         precision = precision or self.default_precision
+        if precision not in PRECISIONS:
+            raise BundleError(f"unknown precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
         graphs = self.manifest["graphs"].get(precision)
         if graphs is None:
-            raise BundleError(f"{self.directory}: no {precision} graphs in this bundle "
-                              f"(it has {', '.join(self.precisions) or 'none'})")
+            carried = [self.default_precision, *(p for p in self.precisions if p != self.default_precision)]
+            command = REBUILD_COMMAND.format(directory=self.directory, graphs=" ".join((*carried, precision)))
+            raise BundleError(f"{self.directory}: no {precision} graphs in this bundle (it has "
+                              f"{', '.join(self.precisions) or 'none'}); build them from its model.pt with "
+                              f"`{command}`")
         return self.directory / graphs["encoder"], self.directory / graphs["decoder_step"]
 
 
@@ -130,6 +142,26 @@ def write_bundle_manifest(directory: Path, *, model_config: ModelConfig, tokeniz
     manifest.update(extra or {})
     _write_json(directory / BUNDLE_FILE, manifest)
     return manifest
+
+
+def replace_graphs(manifest: dict[str, Any], directory: Path, graphs: dict[str, dict[str, str]],
+                   precision: str) -> dict[str, Any]:
+    """A copy of `manifest` whose bundle carries exactly `graphs` (precision -> role -> file,
+    files inside `directory`, hashed here) with `precision` the default; the other files'
+    entries and every other key (metrics, data, quality) are kept."""
+    if precision not in graphs:
+        raise BundleError(f"default precision {precision} has no graphs: {sorted(graphs)}")
+    old = {name for files in manifest["graphs"].values() for name in files.values()}
+    new = {name for files in graphs.values() for name in files.values()}
+    files = {name: entry for name, entry in manifest["files"].items() if name not in old}
+    files.update({name: file_entry(Path(directory) / name) for name in new})
+    return {**manifest, "precision": precision, "graphs": {p: dict(graphs[p]) for p in PRECISIONS if p in graphs},
+            "files": dict(sorted(files.items()))}
+
+
+def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
+    """Write `directory/bundle.json` as it is (atomically)."""
+    _write_json(Path(directory) / BUNDLE_FILE, manifest)
 
 
 def load_bundle_manifest(directory: Path, verify: bool = True) -> Bundle:

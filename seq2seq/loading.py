@@ -30,15 +30,19 @@ def load_translator(model_dir: Path | str, backend: str = DEFAULT_BACKEND, threa
                     max_batch_tokens: int = 4096) -> Translator:
     """The shared `Translator` over the chosen backend.
 
-    backend "onnx" runs the bundle's graphs of `precision` (default: the bundle's export
-    precision) with `threads` intra-op threads (0: `onnx_backend.default_threads`); "torch"
-    runs config.json + model.pt in eager mode (`threads` then sets torch's process-wide
-    thread count). Raises ValueError for an unknown backend, FileNotFoundError for a missing
-    directory or bundle, BundleError for a corrupted bundle.
+    backend "onnx" runs the bundle's graphs of `precision` ("fp32" or "int8"; None: the
+    precision bundle.json names as its default) with `threads` intra-op threads (0:
+    `onnx_backend.default_threads`); "torch" runs config.json + model.pt in eager mode
+    (`threads` then sets torch's process-wide thread count; `precision` must be None).
+    Raises ValueError for an unknown backend, FileNotFoundError for a missing directory or
+    bundle, BundleError for a corrupted bundle or one without graphs of `precision`.
     """
     model_dir = Path(model_dir)
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    if precision is not None and backend != "onnx":
+        raise ValueError(f"a precision ({precision}) chooses the onnx backend's graphs; the {backend} backend "
+                         "runs model.pt")
     if not model_dir.is_dir():
         raise FileNotFoundError(f"{model_dir}: no such model directory")
     search_backend: SearchBackend

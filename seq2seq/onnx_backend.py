@@ -37,6 +37,14 @@ ENCODER_OUTPUTS = ("cross_k", "cross_v", "self_weights")
 # The decoder's outputs as the backend returns them: the per-layer caches stacked (L, ...).
 DECODER_OUTPUTS = ("log_probs", "new_past_k", "new_past_v", "cross_weights", "self_weights")
 PER_LAYER = ("new_past_k", "new_past_v")
+# int8 decoder runs of at most this many rows (one sentence at beam 4) use a one-thread
+# session: their quantized MatMuls are too small to split, and each of the ~200 kernels of
+# a step would wake the pool's sleeping threads (see `session_options`) for nothing; on a
+# loaded machine a step split over two threads also waits for the one that is descheduled.
+# Measured (README, lever 7): int8 beam-4 batch-1 p50 1.14-1.18x faster; fp32 0.98x (its
+# float MatMuls, the 8,000-wide output projection above all, still gain from a second
+# thread), so fp32 keeps one session.
+SMALL_STEP_ROWS = 4
 
 
 def decoder_io(layers: int) -> dict[str, dict[str, tuple[str, ...]]]:
@@ -103,13 +111,17 @@ class OnnxBackend:
     one backend serves concurrent requests: `InferenceSession.run` is thread-safe.
     """
 
-    def __init__(self, encoder_path: Path, decoder_path: Path, config: ModelConfig, threads: int | None = None):
+    def __init__(self, encoder_path: Path, decoder_path: Path, config: ModelConfig, threads: int | None = None,
+                 precision: str = "fp32"):
         self.config = config
+        self.precision = precision                   # which graphs these are: "fp32" or "int8"
         self.bos_id, self.eos_id, self.pad_id = config.bos_id, config.eos_id, config.pad_id
         options = session_options(threads)
         providers = ["CPUExecutionProvider"]
         self.encoder = ort.InferenceSession(str(encoder_path), options, providers=providers)
         self.decoder = ort.InferenceSession(str(decoder_path), options, providers=providers)
+        self.small_decoder = self.decoder if options.intra_op_num_threads == 1 or precision != "int8" else \
+            ort.InferenceSession(str(decoder_path), session_options(1), providers=providers)
         expected = list(decoder_io(config.decoder_layers)["inputs"])
         found = [graph_input.name for graph_input in self.decoder.get_inputs()]
         if found != expected:
@@ -118,8 +130,10 @@ class OnnxBackend:
 
     @classmethod
     def from_bundle(cls, bundle: Bundle, precision: str | None = None, threads: int | None = None) -> OnnxBackend:
+        """The bundle's graphs of `precision` (None: the default precision its bundle.json names)."""
+        precision = precision or bundle.default_precision
         encoder, decoder = bundle.graph_paths(precision)
-        return cls(encoder, decoder, bundle.model_config, threads)
+        return cls(encoder, decoder, bundle.model_config, threads, precision)
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """src_ids (B, S) int64, src_mask (B, S) bool -> cross K and V, each (L, B, H, S, Dh)."""
@@ -147,7 +161,8 @@ class OnnxBackend:
         or None (P = 0) -> log_probs (N, T, V), new_past_k/v (L, N, H, P+T, Dh),
         cross_weights (L, N, H, T, S), self_weights (L, N, H, T, P+T). Every output is
         allocated here and written in place by the graph (I/O binding), the caches layer by
-        layer into one stacked array, so nothing is copied or stacked after the run.
+        layer into one stacked array, so nothing is copied or stacked after the run. At most
+        `SMALL_STEP_ROWS` rows of int8 graphs run on one thread.
         """
         layers, rows, heads, source, head_dim = cross_k.shape
         new, past = tokens.shape[1], 0 if past_k is None else past_k.shape[3]
@@ -158,7 +173,8 @@ class OnnxBackend:
                   "src_mask": np.ascontiguousarray(src_mask, dtype=np.bool_)}
         stacked = {name: np.ascontiguousarray(value, dtype=np.float32) for name, value in
                    (("cross_k", cross_k), ("cross_v", cross_v), ("past_k", past_k), ("past_v", past_v))}
-        binding = self.decoder.io_binding()
+        session = self.small_decoder if rows <= SMALL_STEP_ROWS else self.decoder
+        binding = session.io_binding()
         for name, value in inputs.items():
             binding.bind_cpu_input(name, value)
         for name, value in stacked.items():
@@ -174,7 +190,7 @@ class OnnxBackend:
             for graph_name, part in ([(f"{name}_{layer}", array[layer]) for layer in range(layers)]
                                      if name in PER_LAYER else [(name, array)]):
                 binding.bind_output(graph_name, "cpu", 0, np.float32, list(part.shape), part.ctypes.data)
-        self.decoder.run_with_iobinding(binding)
+        session.run_with_iobinding(binding)
         return outputs
 
     def teacher_force(self, src_ids: np.ndarray, src_mask: np.ndarray, target_ids: np.ndarray) -> TeacherForced:

@@ -198,7 +198,8 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loaded = engine or load_engine(settings.models, settings.threads, settings.batch_window_ms / 1000,
                                        settings.max_batch_sentences, on_batch=metrics_.observe_batch,
-                                       max_rows=settings.max_batch_rows, max_queue_work=settings.max_queue_work)
+                                       max_rows=settings.max_batch_rows, max_queue_work=settings.max_queue_work,
+                                       precision=settings.precision or None)
         app.state.engine = loaded
         # Load the language identifier in the background: the first "auto" request need not wait.
         languages = frozenset(lang for pair in loaded.models for lang in pair)

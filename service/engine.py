@@ -119,8 +119,9 @@ def find_bundles(models: Path) -> list[Path]:
 
 def load_engine(models: Path, threads: int = 0, window_s: float = 0.005, max_sentences: int = 128,
                 on_batch: Callable[[str, int], None] | None = None, max_rows: int = 0,
-                max_queue_work: int = 0) -> TranslatorEngine:
-    """Load every bundle under `models` on onnxruntime; the language pair comes from bundle.json.
+                max_queue_work: int = 0, precision: str | None = None) -> TranslatorEngine:
+    """Load every bundle under `models` on onnxruntime, with its graphs of `precision` (None: each
+    bundle's default); the language pair comes from bundle.json.
 
     A bundle that cannot be loaded is logged in one line and skipped (`engine.failed` says
     why, and /health reports it); the others are served. Raises only if none loads.
@@ -136,7 +137,7 @@ def load_engine(models: Path, threads: int = 0, window_s: float = 0.005, max_sen
     for directory in bundles:
         try:
             languages = bundle_languages(directory)
-            translator = load_translator(directory, backend="onnx", threads=threads)
+            translator = load_translator(directory, backend="onnx", threads=threads, precision=precision)
             config = translator.config
             pair = (languages.get("source", config.source_lang), languages.get("target", config.target_lang))
             if pair in translators:

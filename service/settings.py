@@ -15,6 +15,8 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from seq2seq.bundle import PRECISIONS
+
 ENV_PREFIX = "CROSSALIGN_"
 
 
@@ -25,6 +27,8 @@ class Settings(BaseSettings):
     models: Path = Field(Path("models"), description="directory of model bundles; every bundle in it "
                                                      "(or the directory itself, if it is one) is served")
     threads: int = Field(0, ge=0, description="onnxruntime intra-op threads per model (0 = runtime default)")
+    precision: str = Field("", description="graph precision to run, fp32 or int8 (empty: each bundle's default, "
+                                           "named in its bundle.json)")
     # The server.
     host: str = Field("127.0.0.1", description="address to listen on (0.0.0.0 in a container)")
     port: int = Field(5000, ge=0, le=65535, description="port (LibreTranslate's default)")
@@ -68,6 +72,13 @@ class Settings(BaseSettings):
             raise ValueError(f"max_queue_work ({self.max_queue_work}) must be 0 or at least max_request_work "
                              f"({self.max_request_work}), or a maximal request could never be served")
         return self
+
+    @field_validator("precision")
+    @classmethod
+    def _known_precision(cls, value: str) -> str:
+        if value and value not in PRECISIONS:
+            raise ValueError(f"precision {value!r}: choose one of {', '.join(PRECISIONS)}, or leave it empty")
+        return value
 
     @field_validator("api_keys", "cors_origins")
     @classmethod

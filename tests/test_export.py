@@ -272,10 +272,73 @@ def test_int8_export_through_the_cli(tiny_checkpoint: Path, tmp_path: Path) -> N
         assert ops.count("MatMul") == ops.count("Softmax") * 2
 
 
+def test_an_int8_bundle_runs_int8_and_its_fp32_graphs_are_one_command_away(tiny_checkpoint: Path, tiny_bundle: Path,
+                                                                           tmp_path: Path) -> None:
+    """A bundle may ship int8 graphs alone (they are half the size); the loader runs the
+    precision bundle.json names, asking for the other one names the command that adds it,
+    and that command rebuilds from model.pt the very graphs a fresh fp32 export writes."""
+    parser = argparse.ArgumentParser()
+    export_cli.add_arguments(parser)
+    out = tmp_path / "int8"
+    assert export_cli.main(parser.parse_args([str(tiny_checkpoint), "--out", str(out), "--graphs", "int8"])) == 0
+    loaded = load_bundle_manifest(out)
+    assert loaded.default_precision == "int8" and loaded.precisions == ("int8",)
+    assert not (out / "encoder.onnx").exists() and "encoder.onnx" not in loaded.manifest["files"]
+    assert set(loaded.manifest["parity"]) == {"fp32", "int8"}       # int8 is made from checked fp32 graphs
+    int8 = load_translator(out, threads=1)
+    assert int8.backend.precision == "int8"
+    with pytest.raises(BundleError, match=rf"no fp32 graphs.*crossalign export {out} --in-place --graphs int8 fp32"):
+        load_translator(out, precision="fp32")
+    with pytest.raises(ValueError, match="onnx backend"):
+        load_translator(out, "torch", precision="int8")
+
+    update_metrics(out, {"test_bleu_beam4": 1.5})
+    assert export_cli.main(parser.parse_args([str(out), "--in-place", "--graphs", "int8", "fp32"])) == 0
+    both = load_bundle_manifest(out)                                  # verified: every sha256 matches
+    assert both.default_precision == "int8" and both.precisions == ("fp32", "int8")
+    assert both.manifest["metrics"] == {"test_bleu_beam4": 1.5}       # the rest of the bundle is kept
+    for name in ("encoder.onnx", "decoder_step.onnx"):
+        assert both.manifest["files"][name] == load_bundle_manifest(tiny_bundle).manifest["files"][name]
+    fp32 = load_translator(out, threads=1, precision="fp32")
+    assert fp32.backend.precision == "fp32"
+    assert not list(tmp_path.glob(".*")), "no staging directory left behind"
+
+    # int8 stays close to fp32, token by token: teacher-forced on fp32's beam-4 output, int8
+    # ranks the same next token first at nearly every position, with probabilities near.
+    expected = fp32.translate_batch(SENTENCES, DecodeConfig(beam_size=4))
+    src_ids, src_mask = pad_batch([fp32.encode_source(s) for s in SENTENCES], PAD_ID)
+    tgt_ids, tgt_mask = pad_batch([r.target_ids for r in expected], PAD_ID)
+    rows = np.concatenate([np.ones((len(SENTENCES), 1), dtype=bool), tgt_mask], axis=1)   # + the EOS step
+    reference, quantized = (t.backend.teacher_force(src_ids, src_mask, tgt_ids).log_probs[rows] for t in (fp32, int8))
+    agreement = float((reference.argmax(-1) == quantized.argmax(-1)).mean())
+    largest = float(np.abs(np.exp(reference) - np.exp(quantized)).max())
+    print(f"int8 vs fp32: next-token agreement {agreement:.3f}, largest probability difference {largest:.3f}")
+    assert agreement >= 0.95 and largest < 0.1
+
+    # And back: int8 dropped, fp32 the default again.
+    assert export_cli.main(parser.parse_args([str(out), "--in-place", "--graphs", "fp32"])) == 0
+    assert load_bundle_manifest(out).precisions == ("fp32",) and not (out / "encoder.int8.onnx").exists()
+
+
+def test_unknown_or_repeated_precisions_are_refused(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match="name each once"):
+        export_model(tiny_checkpoint, tmp_path / "twice", ("fp32", "fp32"))
+    with pytest.raises(ExportError, match="unknown precision 'fp16'"):
+        exporter.regraph_bundle(tmp_path, ("fp16",))
+
+
 @pytest.mark.skipif(not (SHIPPED_BUNDLE / BUNDLE_FILE).exists(), reason="models/de-en is not shipped yet")
 def test_shipped_bundle_matches_torch() -> None:
-    report = check_parity(SHIPPED_BUNDLE, sentences=exporter.PARITY_SENTENCES[:4])
-    assert not report.problems, report.problems
+    """fp32 graphs (when the bundle carries them) within the tolerance; int8 graphs (when it
+    does) with the same tokens as torch on these sentences."""
+    bundle = load_bundle_manifest(SHIPPED_BUNDLE, verify=False)
+    sentences = exporter.PARITY_SENTENCES[:4]
+    if "fp32" in bundle.precisions:
+        report = check_parity(SHIPPED_BUNDLE, sentences=sentences)
+        assert not report.problems, report.problems
+    if "int8" in bundle.precisions:
+        report = check_parity(SHIPPED_BUNDLE, sentences=sentences, precision="int8", tolerance=float("inf"))
+        assert report.token_agreement == {"greedy": 1.0, "beam4": 1.0}, report.problems
 
 
 def test_model_card_joins_the_curves_of_continued_runs(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from seq2seq.bundle import PRECISIONS
 from seq2seq.cli.align import add_alignment_source_arguments
 from seq2seq.config import DecodeConfig
 from seq2seq.loading import BACKENDS, DEFAULT_BACKEND
@@ -50,10 +51,10 @@ def score(hypotheses: list[str], references: list[str]) -> dict:
 
 
 def translate_file(model: Path, backend: str, sources: list[str], config: DecodeConfig,
-                   batch_size: int = 64) -> list[str]:
+                   batch_size: int = 64, precision: str | None = None) -> list[str]:
     from seq2seq.loading import load_translator
 
-    translator = load_translator(model, backend)
+    translator = load_translator(model, backend, precision=precision)
     out = []
     for start in tqdm(range(0, len(sources), batch_size), desc="translate", unit="batch", file=sys.stderr,
                       disable=not sys.stderr.isatty()):
@@ -79,6 +80,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                  "with --gold a Pharaoh file of alignments")
     parser.add_argument("--ref", type=Path, help="file of references, one per line (with --hyp)")
     parser.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND)
+    parser.add_argument("--precision", choices=PRECISIONS, default=None,
+                        help="onnx graphs to run (default: the bundle's, named in its bundle.json)")
     parser.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size)
     parser.add_argument("--length-penalty", type=float, default=DecodeConfig.length_penalty,
                         help="GNMT length-penalty exponent alpha (default %(default)s)")
@@ -95,13 +98,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def alignment_links(model: Path, backend: str, pairs: list[tuple[str, str]], layer: int | None,
-                    heads: tuple[int, ...] | None, step_shift: bool | None) -> list[set[tuple[int, int]]]:
+                    heads: tuple[int, ...] | None, step_shift: bool | None,
+                    precision: str | None = None) -> list[set[tuple[int, int]]]:
     """The model's hard word links of given pairs (an unalignable pair has none)."""
     from seq2seq.alignment import AlignmentError
     from seq2seq.forced import align_pairs
     from seq2seq.loading import load_translator
 
-    translator = load_translator(model, backend)
+    translator = load_translator(model, backend, precision=precision)
     links = []
     for number, result in enumerate(align_pairs(translator, pairs, "word", layer, heads, step_shift), start=1):
         if isinstance(result, AlignmentError):
@@ -128,7 +132,7 @@ def evaluate_alignment(args: argparse.Namespace) -> int:
     elif args.model:
         heads = None if args.heads is None else tuple(args.heads)
         hypotheses = alignment_links(args.model, args.backend, [(p.source, p.target) for p in gold], args.layer,
-                                     heads, args.step_shift)
+                                     heads, args.step_shift, args.precision)
         shift = "" if args.step_shift is None else (" step-shift" if args.step_shift else " no step-shift")
         source = (f"{args.model} layer {'default' if args.layer is None else args.layer} heads "
                   f"{'default' if heads is None else (list(heads) or 'mean')}{shift}")
@@ -162,7 +166,8 @@ def main(args: argparse.Namespace) -> int:
         started = time.time()
         hypotheses = translate_file(args.model, args.backend, sources,
                                     DecodeConfig(beam_size=args.beam_size, length_penalty=args.length_penalty,
-                                                 coverage_penalty=args.coverage_penalty, return_attention=False))
+                                                 coverage_penalty=args.coverage_penalty, return_attention=False),
+                                    precision=args.precision)
         log.info("translated %d sentences in %.1fs", len(sources), time.time() - started)
         if args.save_hyp:
             args.save_hyp.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")

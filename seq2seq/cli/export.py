@@ -1,5 +1,9 @@
 """`crossalign export`: checkpoint -> verified ONNX release bundle (see export/exporter.py).
 
+    crossalign export runs/final --out models/de-en                    # fp32 graphs
+    crossalign export runs/final --out models/de-en --graphs int8 fp32 # both, int8 the default
+    crossalign export models/de-en --in-place --graphs int8 fp32       # add fp32 graphs to a bundle
+
 Prints `{"bundle", "precision", "parity"}` as JSON once the bundle is in place.
 """
 
@@ -9,17 +13,25 @@ import argparse
 import json
 from pathlib import Path
 
-from export.exporter import DEFAULT_OPSET, export_model
+from export.exporter import DEFAULT_OPSET, export_model, regraph_bundle
+from seq2seq.bundle import PRECISIONS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint_dir", type=Path, help="directory with config.json, model.pt (and spm.model)")
+    parser.add_argument("checkpoint_dir", type=Path, help="directory with config.json, model.pt (and spm.model); "
+                                                          "with --in-place, a bundle")
     parser.add_argument("--out", type=Path, default=Path("models/de-en"),
                         help="bundle directory (default models/de-en)")
     parser.add_argument("--tokenizer", type=Path, default=None,
                         help="SentencePiece model (default CHECKPOINT_DIR/spm.model)")
-    parser.add_argument("--int8", action="store_true",
-                        help="also write int8 graphs (dynamic quantization) and make them the default")
+    parser.add_argument("--graphs", nargs="+", choices=PRECISIONS, default=["fp32"], metavar="PRECISION",
+                        help="graph precisions the bundle carries, the first is the one a runtime loads by "
+                             f"default ({', '.join(PRECISIONS)}; default fp32); int8 graphs are the fp32 "
+                             "ones with their MatMul weights dynamically quantized")
+    parser.add_argument("--int8", action="store_true", help="the same as --graphs int8 fp32")
+    parser.add_argument("--in-place", action="store_true",
+                        help="CHECKPOINT_DIR is a bundle: rebuild its graphs from its own model.pt so that it "
+                             "carries exactly --graphs (everything else in it stays; --out is not used)")
     parser.add_argument("--data-manifest", type=Path, default=None,
                         help="manifest.json of the data directory: provenance and license go into the bundle")
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
@@ -33,8 +45,12 @@ def main(args: argparse.Namespace) -> int:
     if args.parity_file is not None:
         lines = Path(args.parity_file).read_text(encoding="utf-8").splitlines()
         sentences = [line.split("\t")[0] for line in lines if line.strip()][:32]
-    result = export_model(args.checkpoint_dir, args.out, int8=args.int8, tokenizer=args.tokenizer,
-                          data_manifest=args.data_manifest, opset=args.opset, force=args.force,
-                          parity_sentences=sentences)
+    precisions = ("int8", "fp32") if args.int8 else tuple(args.graphs)
+    if args.in_place:
+        result = regraph_bundle(args.checkpoint_dir, precisions, args.opset, sentences)
+    else:
+        result = export_model(args.checkpoint_dir, args.out, precisions, tokenizer=args.tokenizer,
+                              data_manifest=args.data_manifest, opset=args.opset, force=args.force,
+                              parity_sentences=sentences)
     print(json.dumps({"bundle": str(result.out_dir), "precision": result.precision, "parity": result.parity}, indent=2))
     return 0

@@ -23,6 +23,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from data.tokenizer import Tokenizer
 from seq2seq.alignment import AlignmentError, AlignmentOptions
+from seq2seq.bundle import PRECISIONS
 from seq2seq.cli import batch
 from seq2seq.cli.align import add_alignment_source_arguments, alignment_options
 from seq2seq.config import CONFIG_FILE, DecodeConfig, ModelConfig, load_config
@@ -86,6 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with -o: keep the complete records of an interrupted run and translate the rest")
     parser.add_argument("--backend", choices=BACKENDS, default=batch.EngineSpec.backend,
                         help=f"inference backend (default {batch.EngineSpec.backend})")
+    parser.add_argument("--precision", choices=PRECISIONS, default=batch.EngineSpec.precision,
+                        help="onnx graphs to run (default: the bundle's, named in its bundle.json)")
     parser.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size,
                         help=f"(default {DecodeConfig.beam_size})")
     parser.add_argument("--length-penalty", type=float, default=DecodeConfig.length_penalty,
@@ -287,7 +290,8 @@ def _decode_config(args: argparse.Namespace) -> DecodeConfig:
 
 def _start_engine(args: argparse.Namespace, decode: DecodeConfig) -> tuple[batch.Engine, Tokenizer, int]:
     """The engine, the tokenizer to bucket with and the model's source limit in pieces."""
-    spec = batch.EngineSpec(args.model, args.backend, batch.worker_threads(args.threads, args.workers), decode)
+    spec = batch.EngineSpec(args.model, args.backend, batch.worker_threads(args.threads, args.workers),
+                            args.precision, decode)
     try:
         if args.workers == 1:
             worker = batch.SentenceTranslator.load(spec)

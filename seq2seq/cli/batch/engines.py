@@ -32,6 +32,7 @@ class EngineSpec:
     model: Path
     backend: str = DEFAULT_BACKEND
     threads: int = 0                           # 0 = the library default
+    precision: str | None = None               # onnx graphs; None = the bundle's default
     # `decode.alignment` None = no alignment (and no attention kept)
     decode: DecodeConfig = DecodeConfig(return_attention=False)
 
@@ -56,7 +57,7 @@ class SentenceTranslator:
 
     @classmethod
     def load(cls, spec: EngineSpec) -> SentenceTranslator:
-        translator = load_translator(spec.model, spec.backend, spec.threads)
+        translator = load_translator(spec.model, spec.backend, spec.threads, spec.precision)
         return cls(translator, spec.decode)
 
     def run(self, texts: list[str]) -> list[UnitResult]:
