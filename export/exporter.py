@@ -49,15 +49,12 @@ import torch
 from torch import Tensor, nn
 
 from data.tokenizer import Tokenizer
+from export.precisions import keep_graphs, precision_problems
 from export.quantize import quantize_graphs
 from seq2seq.bundle import (
     BUNDLE_FILE,
     GRAPH_FILES,
-    PRECISIONS,
-    load_bundle_manifest,
-    replace_graphs,
     write_bundle_manifest,
-    write_manifest,
 )
 from seq2seq.config import DecodeConfig, ModelConfig, load_config, save_config
 from seq2seq.model import CONFIG_FILE, WEIGHTS_FILE, Transformer, load_model
@@ -382,7 +379,7 @@ def export_model(checkpoint_dir: Path, out_dir: Path, precisions: tuple[str, ...
     """
     out_dir = Path(out_dir)
     loaded = load_checkpoint(Path(checkpoint_dir), tokenizer, data_manifest)
-    problems = validate(loaded, out_dir, opset, force) + _precision_problems(precisions)
+    problems = validate(loaded, out_dir, opset, force) + precision_problems(precisions)
     if problems:
         raise ExportError(f"cannot export {checkpoint_dir}:\n  - " + "\n  - ".join(problems))
 
@@ -395,85 +392,13 @@ def export_model(checkpoint_dir: Path, out_dir: Path, precisions: tuple[str, ...
         raise
     parity = run_parity_checks(staging, loaded.model, parity_sentences or list(PARITY_SENTENCES),  # type: ignore[arg-type]
                                "int8" in precisions)
-    _keep_graphs(staging, precisions)
+    keep_graphs(staging, precisions)
 
     if out_dir.exists():
         shutil.rmtree(out_dir)           # validate() allowed this only for an existing bundle with force
     staging.replace(out_dir)
     log.info("wrote %s (default precision %s)", out_dir, precisions[0])
     return ExportResult(out_dir, precisions[0], parity)
-
-
-def regraph_bundle(bundle_dir: Path, precisions: tuple[str, ...], opset: int = DEFAULT_OPSET,
-                   parity_sentences: list[str] | None = None) -> ExportResult:
-    """Give an existing bundle exactly the graphs of `precisions` (the first its default),
-    rebuilt from its own model.pt, in place (`crossalign export DIR --in-place --graphs ...`).
-
-    How a bundle shipped with one precision gets the other: the graphs are exported from the
-    bundle's float16 weights, which are the values its graphs were made from, so they come
-    out as the same graphs (the same bytes with the same torch and onnx). Everything else in
-    the bundle stays: model.pt, tokenizer, quality thresholds, metrics, model card. Graphs
-    are written and checked in a staging directory first (fp32 against torch, as in
-    `export_model`); then the new graph files are moved in, bundle.json is replaced, and
-    graph files no longer listed are removed.
-    """
-    bundle_dir = Path(bundle_dir)
-    problems = _precision_problems(precisions) + ([f"opset {opset}: need >= 17 (LayerNormalization)"]
-                                                   if opset < 17 else [])
-    if not problems:
-        bundle = load_bundle_manifest(bundle_dir)     # verified: the weights are the shipped ones
-        loaded = load_checkpoint(bundle_dir, bundle.tokenizer_path)
-        problems = loaded.problems
-    if problems:
-        raise ExportError(f"cannot rebuild the graphs of {bundle_dir}:\n  - " + "\n  - ".join(problems))
-    assert loaded.model is not None
-    staging = Path(tempfile.mkdtemp(prefix=f".{bundle_dir.name}.", suffix=".graphs", dir=bundle_dir.parent))
-    try:
-        graphs = {"fp32": export_graphs(loaded.model, staging, opset)}
-        if "int8" in precisions:
-            graphs["int8"] = quantize_graphs(staging, staging)
-        old_graphs = {name for files in bundle.manifest["graphs"].values() for name in files.values()}
-        for name in set(bundle.manifest["files"]) - old_graphs:   # a bundle to check: the same other files
-            try:
-                os.link(bundle_dir / name, staging / name)
-            except OSError:                           # a file system without hard links
-                shutil.copyfile(bundle_dir / name, staging / name)
-        write_manifest(staging, replace_graphs(bundle.manifest, staging, graphs, precisions[0]))
-        parity = run_parity_checks(staging, loaded.model, parity_sentences or list(PARITY_SENTENCES),
-                                   "int8" in precisions)
-        manifest = _keep_graphs(staging, precisions)
-        kept = {name for files in manifest["graphs"].values() for name in files.values()}
-        for name in kept:
-            (staging / name).replace(bundle_dir / name)
-        write_manifest(bundle_dir, manifest)
-        for name in old_graphs - kept:
-            (bundle_dir / name).unlink(missing_ok=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    log.info("%s now carries %s graphs (default %s)", bundle_dir, " and ".join(precisions), precisions[0])
-    return ExportResult(bundle_dir, precisions[0], parity)
-
-
-def _precision_problems(precisions: tuple[str, ...]) -> list[str]:
-    problems = [f"unknown precision {p!r} (choose from {', '.join(PRECISIONS)})" for p in precisions
-                if p not in PRECISIONS]
-    if not precisions or len(set(precisions)) != len(precisions):
-        problems.append(f"graph precisions {list(precisions)}: name each once, the default first")
-    return problems
-
-
-def _keep_graphs(directory: Path, precisions: tuple[str, ...]) -> dict[str, Any]:
-    """Make the bundle in `directory` carry only the graphs of `precisions`, the first its
-    default: other graph files are deleted and bundle.json rewritten. Returns the manifest."""
-    manifest = json.loads((directory / BUNDLE_FILE).read_text())
-    graphs = {p: manifest["graphs"][p] for p in precisions}
-    for precision, files in manifest["graphs"].items():
-        if precision not in precisions:
-            for name in files.values():
-                (directory / name).unlink()
-    manifest = replace_graphs(manifest, directory, graphs, precisions[0])
-    write_manifest(directory, manifest)
-    return manifest
 
 
 def write_bundle(loaded: LoadedCheckpoint, directory: Path, int8: bool, opset: int = DEFAULT_OPSET) -> str:

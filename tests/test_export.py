@@ -19,7 +19,7 @@ import torch
 from toy import SENTENCES
 
 from data.tokenizer import EOS_ID, PAD_ID, Tokenizer
-from export import exporter
+from export import exporter, regraph
 from export.exporter import ExportError, check_parity, export_model
 from seq2seq.bundle import BUNDLE_FILE, BundleError, load_bundle_manifest, update_metrics
 from seq2seq.cli import export as export_cli
@@ -324,7 +324,7 @@ def test_unknown_or_repeated_precisions_are_refused(tiny_checkpoint: Path, tmp_p
     with pytest.raises(ExportError, match="name each once"):
         export_model(tiny_checkpoint, tmp_path / "twice", ("fp32", "fp32"))
     with pytest.raises(ExportError, match="unknown precision 'fp16'"):
-        exporter.regraph_bundle(tmp_path, ("fp16",))
+        regraph.regraph_bundle(tmp_path, ("fp16",))
 
 
 @pytest.mark.skipif(not (SHIPPED_BUNDLE / BUNDLE_FILE).exists(), reason="models/de-en is not shipped yet")

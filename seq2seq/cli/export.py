@@ -13,7 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
-from export.exporter import DEFAULT_OPSET, export_model, regraph_bundle
+from export.exporter import DEFAULT_OPSET, export_model
+from export.regraph import regraph_bundle
 from seq2seq.bundle import PRECISIONS
 
 
