@@ -1,23 +1,21 @@
-"""Do the quality signals of `seq2seq/quality.py` work? Measure them, and choose a model's thresholds.
+"""Do the quality signals of `seq2seq/quality.py` work? Measure them, and choose a model's detectors.
 
-1. **Planted omissions and insertions.** Held-out reference translations are damaged on
-   purpose: a contiguous span of 1-3 target words is deleted (the source words linked only
-   to that span, by the gold links or by eflomal's, have lost their translation), or 1-2
-   words taken from another reference are inserted (they translate nothing). The damaged
-   pair is aligned by teacher forcing, as `crossalign align` does (seq2seq/forced.py), and
-   `untranslated` / `ungrounded` are scored against the planted truth: precision, recall,
-   F1 over all non-punctuation words of the damaged pairs, against the baseline that flags
-   the same number of words, spread over the sentences in proportion to their length,
-   picking the lowest-coverage (lowest-peak) words of each sentence. The flags on the
+1. **Planted omissions and insertions** (bench/planted.py). Held-out reference translations
+   are damaged on purpose: a contiguous span of 1-3 target words is deleted, or 1-2 words
+   of another reference are inserted. The damaged pair is aligned by teacher forcing, as
+   `crossalign align` does (seq2seq/forced.py), and `untranslated` / `ungrounded` are
+   scored against the planted truth (precision, recall, F1) beside the baseline that flags
+   as many words, each sentence's lowest-coverage (lowest-peak) ones. The flags on the
    intact pairs (false alarms per 100 words) are shown beside them.
 2. **Confidence vs quality.** The model translates each split (beam 4, as served); the
    sentence confidence and, alone, the length-normalised log-probability are ranked
    against sentence chrF (Spearman's ρ).
 
-Thresholds (coverage below which a source word is untranslated, peak below which a target
-word is ungrounded), the expected length ratio and the confidence weights are chosen on
-the **valid** split only; gold and test figures are read at those values. `--save` writes
-them as the model's `quality.json` (`seq2seq.quality.QualityThresholds`).
+The valid split is cut in two: the pairs with an even index (`valid-fit`) fit the flags'
+detectors (logistic regressions over `seq2seq.quality.word_features`) and choose every
+threshold; the odd ones (`valid-held`), test and gold are scored at those values. The
+expected length ratio and the confidence weights are fitted on all of valid. `--save`
+writes them all as the model's `quality.json` (`seq2seq.quality.QualityThresholds`).
 
     python bench/quality_signals.py --model models/de-en --data ~/.cache/crossalign/data/ding8k \\
         --save models/de-en/quality.json
@@ -32,180 +30,53 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import random
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for path in (REPO, REPO / "bench"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from planted import (  # noqa: E402
+    Case,
+    Links,
+    Scored,
+    best_threshold,
+    content,
+    false_alarms,
+    fit_detector,
+    flag_below,
+    make_cases,
+    prf,
+    rank_baseline,
+    spearman,
+)
 
 from seq2seq.aer import read_gold, read_pharaoh  # noqa: E402
-from seq2seq.alignment import AlignmentError, AlignmentOptions, align, projection, words  # noqa: E402
+from seq2seq.alignment import AlignmentError, AlignmentOptions, align, words  # noqa: E402
 from seq2seq.bundle import BUNDLE_FILE, set_quality_file  # noqa: E402
 from seq2seq.config import DecodeConfig  # noqa: E402
 from seq2seq.forced import forced_attention  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
 from seq2seq.quality import (  # noqa: E402
+    Detector,
+    Evidence,
     QualityThresholds,
     confidence_features,
+    feature_names,
     is_punctuation,
     source_coverage,
     target_entropy,
     target_peak,
+    word_features,
 )
-from seq2seq.search import pad_batch  # noqa: E402
 
-Links = set[tuple[int, int]]
-THRESHOLDS = np.round(np.arange(0.02, 2.001, 0.02), 2)      # coverage may exceed 1
-
-
-# --------------------------------------------------------------------------- planting
-
-
-@dataclass
-class Case:
-    """One pair to align: intact, or damaged with the words the damage concerns."""
-
-    split: str
-    kind: str                 # "intact", "omission" (truth: source words), "insertion" (truth: target words)
-    source: str
-    target: str
-    truth: frozenset[int]
-
-
-def content(tokens) -> list[int]:
-    return [i for i, t in enumerate(tokens) if not is_punctuation(t.text)]
-
-
-def plant_omission(source: str, target: str, links: Links, rng: random.Random, tries: int = 20
-                   ) -> tuple[str, frozenset[int]] | None:
-    """Delete 1-3 contiguous target words -> (damaged target, source words that lost their translation)."""
-    source_words, target_words = words(source), words(target)
-    kept_content = content(target_words)
-    for _ in range(tries):
-        length = rng.choice((1, 2, 3))
-        start = rng.randrange(len(target_words))
-        span = range(start, start + length)
-        if span.stop > len(target_words) or any(is_punctuation(target_words[j].text) for j in span):
-            continue
-        if len(kept_content) - length < 2:
-            continue
-        inside = {i for i, j in links if j in span}
-        outside = {i for i, j in links if j not in span}
-        truth = frozenset(i for i in inside - outside if not is_punctuation(source_words[i].text))
-        if not truth:
-            continue
-        before, after = target[:target_words[start].start].rstrip(), target[target_words[span.stop - 1].end:].lstrip()
-        joiner = "" if not before or not after or is_punctuation(after[0]) else " "
-        damaged = before + joiner + after
-        if not before and damaged[:1].islower() and target[:1].isupper():
-            damaged = damaged[0].upper() + damaged[1:]
-        expected = [t.text.lower() for j, t in enumerate(target_words) if j not in span]
-        if [t.text.lower() for t in words(damaged)] != expected:
-            continue
-        return damaged, truth
-    return None
-
-
-def plant_insertion(target: str, pool: list[str], rng: random.Random, tries: int = 20
-                    ) -> tuple[str, frozenset[int]] | None:
-    """Insert 1-2 words of other references before a word -> (damaged target, inserted target words)."""
-    target_words = words(target)
-    for _ in range(tries):
-        position = rng.randrange(1, max(2, len(target_words)))
-        if position >= len(target_words):
-            continue
-        at = target_words[position].start
-        if target[at - 1] != " " or is_punctuation(target_words[position].text):
-            continue
-        inserted = [rng.choice(pool) for _ in range(rng.choice((1, 2)))]
-        damaged = target[:at] + " ".join(inserted) + " " + target[at:]
-        got = [t.text for t in words(damaged)]
-        if got[position:position + len(inserted)] != inserted or len(got) != len(target_words) + len(inserted):
-            continue
-        return damaged, frozenset(range(position, position + len(inserted)))
-    return None
-
-
-def make_cases(split: str, pairs: list[tuple[str, str]], links: list[Links], seed: int) -> list[Case]:
-    rng = random.Random(f"{seed}:{split}")
-    # Insertion material: the references' words, except sentence-initial ones (capitalised).
-    pool = [t.text for _, target in pairs for t in words(target)[1:] if not is_punctuation(t.text)]
-    cases = []
-    for (source, target), pair_links in zip(pairs, links):
-        cases.append(Case(split, "intact", source, target, frozenset()))
-        omitted = plant_omission(source, target, pair_links, rng)
-        if omitted:
-            cases.append(Case(split, "omission", source, omitted[0], omitted[1]))
-        inserted = plant_insertion(target, pool, rng)
-        if inserted:
-            cases.append(Case(split, "insertion", source, inserted[0], inserted[1]))
-    return cases
-
-
-# --------------------------------------------------------------------------- scoring
-
-
-@dataclass
-class Scored:
-    """One aligned case under one alignment source: the per-word values and what counts."""
-
-    case: Case
-    values: np.ndarray        # coverage per source word (omission) or peak per target word (insertion)
-    entropy: np.ndarray       # per target word (insertions only)
-    candidates: list[int]     # word indices that may be flagged (not punctuation)
-    original: int = 0         # id() of the planted Case it was scored from
-
-
-def prf(flags: list[set[int]], truths: list[frozenset[int]]) -> tuple[float, float, float]:
-    hits = sum(len(f & t) for f, t in zip(flags, truths))
-    flagged, true = sum(map(len, flags)), sum(map(len, truths))
-    precision = hits / flagged if flagged else 0.0
-    recall = hits / true if true else 0.0
-    return precision, recall, 2 * precision * recall / (precision + recall) if hits else 0.0
-
-
-def flag_below(items: list[Scored], threshold: float, key: str = "values", above: bool = False) -> list[set[int]]:
-    out = []
-    for item in items:
-        values = getattr(item, key)
-        out.append({i for i in item.candidates if (values[i] > threshold if above else values[i] < threshold)})
-    return out
-
-
-def rank_baseline(items: list[Scored], total: int, key: str = "values", above: bool = False) -> list[set[int]]:
-    """Flag `total` words: in every sentence the lowest-valued ones, the same share of each sentence."""
-    ranked = []
-    for n, item in enumerate(items):
-        values = getattr(item, key)
-        order = sorted(item.candidates, key=lambda i: -values[i] if above else values[i])
-        ranked += [((rank + 0.5) / len(order), n, i) for rank, i in enumerate(order)]
-    ranked.sort()
-    out: list[set[int]] = [set() for _ in items]
-    for _, n, i in ranked[:total]:
-        out[n].add(i)
-    return out
-
-
-def false_alarms(items: list[Scored], threshold: float, key: str = "values", above: bool = False) -> float:
-    flags = flag_below(items, threshold, key, above)
-    words_seen = sum(len(item.candidates) for item in items)
-    return 100 * sum(map(len, flags)) / max(words_seen, 1)
-
-
-def best_threshold(items: list[Scored], key: str = "values", above: bool = False,
-                   grid: np.ndarray = THRESHOLDS) -> tuple[float, float]:
-    """The threshold of `grid` with the best F1 on `items`, and that F1."""
-    truths = [item.case.truth for item in items]
-    scores = [(prf(flag_below(items, t, key, above), truths)[2], float(t)) for t in grid]
-    f1, threshold = max(scores)
-    return threshold, f1
+FIT, HELD = "valid-fit", "valid-held"
 
 
 # --------------------------------------------------------------------------- helpers
@@ -219,18 +90,6 @@ def read_pairs(path: Path) -> list[tuple[str, str]]:
             raise SystemExit(f"{path}:{number}: expected source<TAB>target")
         pairs.append((fields[0], fields[1]))
     return pairs
-
-
-def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman's ρ: Pearson correlation of the ranks, ties given their mean rank."""
-    def ranks(values: np.ndarray) -> np.ndarray:
-        order = np.argsort(values, kind="stable")
-        ranked = np.empty(len(values))
-        ranked[order] = np.arange(len(values))
-        _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
-        sums = np.bincount(inverse, weights=ranked)
-        return (sums / counts)[inverse]
-    return float(np.corrcoef(ranks(np.asarray(x, float)), ranks(np.asarray(y, float)))[0, 1])
 
 
 def model_key(model: Path) -> str:
@@ -275,42 +134,6 @@ def translate_split(translator, split: str, pairs: list[tuple[str, str]], config
     return records
 
 
-def word_surprise(translator, cases: list[Case], prepared: list, batch: int = 64) -> list[np.ndarray | None]:
-    """Per case: -log p of each target word under teacher forcing (mean over its pieces), or None.
-
-    Not an attention signal: the comparison row of the ungrounded table (a word the decoder
-    did not expect). Uses the backend's `teacher_force`, which returns the log-probabilities of the
-    teacher-forced steps.
-    """
-    backend, tokenizer = translator.backend, translator.tokenizer
-    todo = [n for n, item in enumerate(prepared) if not isinstance(item, AlignmentError)]
-    todo.sort(key=lambda n: len(cases[n].target))
-    out: list[np.ndarray | None] = [None] * len(cases)
-    for start in tqdm(range(0, len(todo), batch), desc="teacher-forced log-probs", unit="batch", file=sys.stderr):
-        chunk = todo[start:start + batch]
-        sources = [tokenizer.encode_with_offsets(cases[n].source)[0] + [backend.eos_id] for n in chunk]
-        targets = [tokenizer.encode_with_offsets(cases[n].target)[0] for n in chunk]
-        src_ids, src_mask = pad_batch(sources, backend.pad_id)
-        tgt_ids, _ = pad_batch(targets, backend.pad_id)
-        log_probs = backend.teacher_force(src_ids, src_mask, tgt_ids).log_probs      # (B, T+1, V)
-        for row, (n, target) in enumerate(zip(chunk, targets)):
-            pieces = -log_probs[row, np.arange(len(target)), target]                     # (T,)
-            to_words = projection(prepared[n][2], words(cases[n].target))                # (T, Tw)
-            out[n] = (to_words.T @ pieces) / np.maximum(to_words.sum(axis=0), 1e-12)
-    return out
-
-
-def sweep(items: list[Scored], intact: list[Scored], label: str) -> None:
-    """Precision, recall, F1 and false alarms of a range of thresholds (the operating points)."""
-    print(f"  operating points on valid ({label}):  " + "  ".join(
-        f"{t:.2f}: P {100 * p:.0f} R {100 * r:.0f} F1 {100 * f:.0f} intact {false_alarms(intact, t):.0f}/100w"
-        for t in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
-        for p, r, f in [prf(flag_below(items, t), [i.case.truth for i in items])]))
-
-
-# --------------------------------------------------------------------------- main
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -351,33 +174,67 @@ def read_splits(args: argparse.Namespace) -> Splits:
     return splits
 
 
-class AttentionSignals:
-    """The coverage and peak of every teacher-forced case, per alignment source (layer,
-    heads, step shift), computed once per source."""
+def planted_cases(splits: Splits, seed: int) -> list[Case]:
+    """Every split's planted cases; valid's are labelled by half (FIT: even pair index, HELD: odd)."""
+    cases = [c for name, (pairs, links) in splits.items() for c in make_cases(name, pairs, links, seed)]
+    for case in cases:
+        if case.split == "valid":
+            case.split = FIT if case.pair % 2 == 0 else HELD
+    return cases
+
+
+def scored(case: Case, values: np.ndarray, tokens) -> Scored:
+    """`values` per word of `case`: an omission's unlinked source words are left out of the scoring."""
+    kept = content(tokens)
+    if case.kind != "omission":
+        return Scored(case, values, kept)
+    return Scored(case, values, [i for i in kept if i not in case.unlinked], [i for i in kept if i in case.unlinked])
+
+
+class Signals:
+    """The per-word signals of every teacher-forced case: coverage and peak per alignment
+    source (layer, heads, step shift; computed once per source), and the detectors' features."""
 
     def __init__(self, cases: list[Case], prepared: list, config) -> None:
-        self.cases, self.prepared, self.config = cases, prepared, config
+        pairs = [(case, item) for case, item in zip(cases, prepared) if not isinstance(item, AlignmentError)]
+        self.cases, self.prepared, self.config = [c for c, _ in pairs], [p for _, p in pairs], config
+        self.own = AlignmentOptions().resolve(config)
         self.memo: dict = {}
+        self.features = []                   # per case: (per source word, per target word) feature tables
+        for case, (attention, source_pieces, target_pieces, token_log_probs) in zip(self.cases, self.prepared):
+            maps = align(attention, case.source, source_pieces, case.target, target_pieces, self.own)
+            self.features.append(word_features(maps, Evidence(attention, token_log_probs, self.own)))
 
-    def __call__(self, source) -> list[Scored]:
-        if source in self.memo:
-            return self.memo[source]
-        out = self.memo[source] = []
-        for case, item in zip(self.cases, self.prepared):
-            if isinstance(item, AlignmentError):
-                continue
-            attention, source_pieces, target_pieces, _ = item
-            n, h, s = source
-            options = AlignmentOptions("word", n, h, s).resolve(self.config)
-            word = align(attention, case.source, source_pieces, case.target, target_pieces, options).word
-            if case.kind in ("intact", "omission"):
-                out.append(Scored(Case(case.split, "coverage-" + case.kind, case.source, case.target, case.truth),
-                                  source_coverage(word.matrix), np.zeros(0), content(word.source_tokens), id(case)))
-            if case.kind in ("intact", "insertion"):
-                out.append(Scored(Case(case.split, "peak-" + case.kind, case.source, case.target, case.truth),
-                                  target_peak(word.matrix), target_entropy(word.matrix), content(word.target_tokens),
-                                  id(case)))
-        return out
+    def maps(self, source) -> list:
+        if source not in self.memo:
+            options = AlignmentOptions("word", *source).resolve(self.config)
+            self.memo[source] = [align(attention, case.source, sp, case.target, tp, options).word
+                                 for case, (attention, sp, tp, _) in zip(self.cases, self.prepared)]
+        return self.memo[source]
+
+    def coverage(self, source) -> list[Scored]:
+        """Source-word coverage of the intact and omission cases."""
+        return [scored(case, source_coverage(word.matrix), word.source_tokens)
+                for case, word in zip(self.cases, self.maps(source)) if case.kind in ("intact", "omission")]
+
+    def per_target(self, source, signal) -> list[Scored]:
+        """A target-word signal (target_peak, target_entropy) of the intact and insertion cases."""
+        return [scored(case, signal(word.matrix), word.target_tokens)
+                for case, word in zip(self.cases, self.maps(source)) if case.kind in ("intact", "insertion")]
+
+    def tables(self, side: int) -> list[tuple[dict, Case]]:
+        """(feature table, case) of the cases that side (0: source, 1: target) is scored on."""
+        kinds = ("intact", "omission") if side == 0 else ("intact", "insertion")
+        return [(features[side], case) for case, features in zip(self.cases, self.features) if case.kind in kinds]
+
+    def detector(self, side: int, detector: Detector) -> list[Scored]:
+        """The logits of `detector` on every case of that side."""
+        return [scored(case, detector.logits(table), words(case.source if side == 0 else case.target))
+                for table, case in self.tables(side)]
+
+    def feature(self, side: int, name: str) -> list[Scored]:
+        return [scored(case, table[name], words(case.source if side == 0 else case.target))
+                for table, case in self.tables(side)]
 
 
 def describe(source) -> str:
@@ -389,69 +246,120 @@ def select(items: list[Scored], split: str, kind: str) -> list[Scored]:
     return [i for i in items if i.case.split == split and i.case.kind == kind]
 
 
-def evaluate_split(items: list[Scored], split: str, damaged_kind: str, intact_kind: str, threshold: float,
-                   key: str = "values", above: bool = False) -> dict:
-    """Flags at `threshold` on the damaged pairs of `split` against the planted truth, the
-    rank baseline with as many flags, and the false alarms on its intact pairs."""
-    damaged = select(items, split, damaged_kind)
+def evaluate_split(items: list[Scored], split: str, kind: str, threshold: float, above: bool,
+                   baseline: list[Scored]) -> dict:
+    """Flags at `threshold` on the `kind` cases of `split` against the planted truth, the
+    rank baseline (lowest `baseline` values) with as many flags, the same two counting
+    unlinked source words, and the false alarms on the split's intact pairs."""
+    damaged, ranked = select(items, split, kind), select(baseline, split, kind)
     truths = [i.case.truth for i in damaged]
-    flags = flag_below(damaged, threshold, key, above)
+    flags = flag_below(damaged, threshold, above)
     p, r, f1 = prf(flags, truths)
-    bp, br, bf1 = prf(rank_baseline(damaged, sum(map(len, flags)), key, above), truths)
-    alarms = false_alarms(select(items, split, intact_kind), threshold, key, above)
+    bp, br, bf1 = prf(rank_baseline(ranked, sum(map(len, flags))), truths)
+    flags_all = flag_below(damaged, threshold, above, unlinked=True)
+    f1_all = prf(flags_all, truths)[2]
+    bf1_all = prf(rank_baseline(ranked, sum(map(len, flags_all)), unlinked=True), truths)[2]
+    alarms = false_alarms(select(items, split, "intact"), threshold, above)
     return {"threshold": threshold, "split": split, "pairs": len(damaged), "precision": p, "recall": r, "f1": f1,
             "baseline_precision": bp, "baseline_recall": br, "baseline_f1": bf1,
+            "f1_counting_unlinked": f1_all, "baseline_f1_counting_unlinked": bf1_all,
             "intact_flags_per_100_words": alarms}
 
 
+HEADER = (f"{'signal':<26} {'rule':<17} {'split':<10} {'pairs':>5} {'P':>6} {'R':>6} {'F1':>6} "
+          f"{'base P':>7} {'base R':>7} {'base F1':>7} {'F1/base, unlinked counted':>26} {'intact flags/100w':>18}")
+
+
 def print_row(name: str, rule: str, row: dict) -> None:
-    print(f"{name:<22} {rule:<15} {row['split']:<6} {row['pairs']:>5} "
+    unlinked = f"{100 * row['f1_counting_unlinked']:.1f} / {100 * row['baseline_f1_counting_unlinked']:.1f}"
+    print(f"{name:<26} {rule:<17} {row['split']:<10} {row['pairs']:>5} "
           f"{100 * row['precision']:6.1f} {100 * row['recall']:6.1f} {100 * row['f1']:6.1f} "
           f"{100 * row['baseline_precision']:7.1f} {100 * row['baseline_recall']:7.1f} "
-          f"{100 * row['baseline_f1']:7.1f} {row['intact_flags_per_100_words']:18.1f}")
+          f"{100 * row['baseline_f1']:7.1f} {unlinked:>26} {row['intact_flags_per_100_words']:18.1f}")
 
 
-def report_attention_signals(scored: AttentionSignals, sources: list, names: list[str],
-                             report: dict) -> dict[str, float]:
-    """Each signal's threshold chosen on valid and scored on every split, per alignment
-    source; returns the thresholds of the model's own source by kind (coverage, peak)."""
-    chosen: dict[str, float] = {}
-    for signal, kind, key, above, label in (
-            ("untranslated", "coverage", "values", False, "coverage <"),
-            ("ungrounded", "peak", "values", False, "peak <"),
-            ("ungrounded (entropy)", "peak", "entropy", True, "entropy >")):
-        print(f"\n{signal}: planted {'omissions' if kind == 'coverage' else 'insertions'}; threshold chosen on "
-              f"valid; baseline = the same number of flags on each sentence's lowest-"
-              f"{'coverage' if kind == 'coverage' else ('peak' if key == 'values' else 'entropy (highest)')} words")
-        print(f"{'alignment source':<22} {'threshold':<15} {'split':<6} {'pairs':>5} {'P':>6} {'R':>6} {'F1':>6} "
-              f"{'base P':>7} {'base R':>7} {'base F1':>7} {'intact flags/100w':>18}")
-        for source in sources if key == "values" else sources[:1]:
-            items = scored(source)
-            damaged_kind, intact_kind = f"{kind}-{'omission' if kind == 'coverage' else 'insertion'}", f"{kind}-intact"
-            threshold, _ = best_threshold(select(items, "valid", damaged_kind), key, above)
-            for split in names:
-                row = evaluate_split(items, split, damaged_kind, intact_kind, threshold, key, above)
-                print_row(describe(source), label + f" {threshold:.2f}", row)
-                report["signals"].setdefault(signal, []).append({"source": describe(source)} | row)
-            if source == sources[0] and key == "values":
-                chosen[kind] = threshold
-                sweep(select(items, "valid", damaged_kind), select(items, "valid", intact_kind), label.strip(" <"))
-    return chosen
-
-
-def report_surprise(translator, scored: AttentionSignals, source, names: list[str], report: dict) -> None:
-    """The decoder's own surprise at each target word, for comparison (not an attention signal)."""
-    surprise = word_surprise(translator, scored.cases, scored.prepared)
-    by_case = {id(case): value for case, value in zip(scored.cases, surprise)}
-    items = [Scored(i.case, by_case[i.original], np.zeros(0), i.candidates) for i in scored(source)
-             if i.case.kind.startswith("peak-") and by_case.get(i.original) is not None]
-    print("\nungrounded, for comparison: the decoder's surprise -log p(word) under teacher forcing (not attention)")
-    threshold, _ = best_threshold(select(items, "valid", "peak-insertion"), above=True,
-                                  grid=np.arange(0.5, 15.01, 0.25))
+def score_rows(report: dict, signal: str, name: str, rule: str, items: list[Scored], kind: str, threshold: float,
+               above: bool, baseline: list[Scored], names: list[str]) -> None:
     for split in names:
-        row = evaluate_split(items, split, "peak-insertion", "peak-intact", threshold, above=True)
-        print_row("decoder surprise", f"-log p > {threshold:.2f}", row)
-        report["signals"].setdefault("ungrounded (decoder surprise)", []).append(row)
+        row = evaluate_split(items, split, kind, threshold, above, baseline)
+        print_row(name, rule, row)
+        report["signals"].setdefault(signal, []).append({"source": name} | row)
+
+
+def sweep(items: list[Scored], intact: list[Scored], label: str) -> None:
+    """Precision, recall, F1 and false alarms of a range of thresholds (the operating points)."""
+    print(f"  operating points on {FIT} ({label}):  " + "  ".join(
+        f"{t:.2f}: P {100 * p:.0f} R {100 * r:.0f} F1 {100 * f:.0f} intact {false_alarms(intact, t):.0f}/100w"
+        for t in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
+        for p, r, f in [prf(flag_below(items, t), [i.case.truth for i in items])]))
+
+
+def print_detector(name: str, detector: Detector | None) -> None:
+    if detector is None:
+        print(f"  {name} detector: nothing to fit on {FIT} (no planted truth)")
+        return
+    terms = " ".join(f"{w:+.3f}·{f}" for f, w in zip(detector.features, detector.weights))
+    print(f"  {name} detector: {detector.bias:+.3f} {terms} > {detector.threshold:.3f}")
+
+
+# --------------------------------------------------------------------------- the reports
+
+
+def report_untranslated(signals: Signals, sources: list, names: list[str], report: dict
+                        ) -> tuple[float, Detector | None]:
+    """untranslated: coverage < t per alignment source, and the detector; thresholds and
+    weights fitted on FIT. Returns the own source's threshold and the detector."""
+    own = signals.coverage(sources[0])
+    print(f"\nuntranslated: planted omissions; thresholds and detector fitted on {FIT}; baseline = as many flags "
+          "on each sentence's lowest-coverage words (the model's alignment source)")
+    print(HEADER)
+    chosen = 0.0
+    for source in sources:
+        items = signals.coverage(source)
+        threshold, _ = best_threshold(select(items, FIT, "omission"))
+        score_rows(report, "untranslated", describe(source), f"coverage < {threshold:.2f}", items, "omission",
+                   threshold, False, own, names)
+        if source == sources[0]:
+            chosen = threshold
+    detector = report_detector(signals, 0, own, names, report)
+    sweep(select(own, FIT, "omission"), select(own, FIT, "intact"), "coverage")
+    print_detector("untranslated", detector)
+    return chosen, detector
+
+
+def report_detector(signals: Signals, side: int, baseline: list[Scored], names: list[str], report: dict
+                    ) -> Detector | None:
+    """Fit the detector of one side (0: untranslated on omissions, 1: ungrounded on
+    insertions) over all its features on FIT and score it on every split."""
+    signal, kind = ("untranslated", "omission") if side == 0 else ("ungrounded", "insertion")
+    features = feature_names(signals.config.decoder_layers)[side]
+    detector = fit_detector([(table, item) for (table, case), item in zip(signals.tables(side), baseline)
+                             if case.split == FIT and case.kind == kind], features)
+    if detector is not None:
+        score_rows(report, signal, f"detector ({len(features)} features)", f"logit > {detector.threshold:.2f}",
+                   signals.detector(side, detector), kind, detector.threshold, True, baseline, names)
+    return detector
+
+
+def report_ungrounded(signals: Signals, source, names: list[str], report: dict) -> tuple[float, Detector | None]:
+    """ungrounded: peak < t, entropy > t, decoder surprise > t and the detector, on planted
+    insertions. Returns the peak threshold and the detector."""
+    peak = signals.per_target(source, target_peak)
+    print(f"\nungrounded: planted insertions; thresholds and detector fitted on {FIT}; baseline = as many flags "
+          "on each sentence's lowest-peak words")
+    print(HEADER)
+    chosen = 0.0
+    for name, items, above, rule, grid in (
+            ("peak", peak, False, "peak <", None),
+            ("entropy", signals.per_target(source, target_entropy), True, "entropy >", None),
+            ("decoder surprise", signals.feature(1, "surprise"), True, "-log p >", np.arange(0.5, 15.01, 0.25))):
+        threshold, _ = best_threshold(select(items, FIT, "insertion"), above, *(() if grid is None else (grid,)))
+        score_rows(report, "ungrounded", name, f"{rule} {threshold:.2f}", items, "insertion", threshold, above,
+                   peak, names)
+        chosen = threshold if name == "peak" else chosen
+    detector = report_detector(signals, 1, peak, names, report)
+    print_detector("ungrounded", detector)
+    return chosen, detector
 
 
 def report_confidence(translator, args: argparse.Namespace, splits: Splits, names: list[str],
@@ -505,31 +413,35 @@ def main(argv: list[str] | None = None) -> int:
     splits = read_splits(args)
 
     # ---------------------------------------------------------------- planted damage
-    cases = [c for name, (pairs, links) in splits.items() for c in make_cases(name, pairs, links, args.seed)]
+    cases = planted_cases(splits, args.seed)
     started = time.perf_counter()
     prepared = forced_attention(translator, [(c.source, c.target) for c in cases])
+    signals = Signals(cases, prepared, config)
     print(f"{args.model}: {len(cases)} pairs teacher-forced in {time.perf_counter() - started:.0f} s "
           f"(seed {args.seed})", flush=True)
     sources = [(layer, heads, shift)] + [(n, (), s) for n in range(config.decoder_layers) for s in (False, True)
                                          if (n, (), s) != (layer, heads, shift)]
-    scored = AttentionSignals(cases, prepared, config)
     report: dict = {"model": str(args.model), "seed": args.seed, "signals": {}}
-    names = [n for n in ("valid", "test", "gold") if n in splits]
-    chosen = report_attention_signals(scored, sources, names, report)
-    report_surprise(translator, scored, sources[0], names, report)
+    names = [n for n in (HELD, "test", "gold") if n in {c.split for c in cases}]
+    coverage, untranslated = report_untranslated(signals, sources, names, report)
+    peak, ungrounded = report_ungrounded(signals, sources[0], names, report)
 
     # ---------------------------------------------------------------- confidence
-    weights, expected_ratio = report_confidence(translator, args, splits, names, report)
+    weights, expected_ratio = report_confidence(translator, args, splits, [n for n in ("valid", "test", "gold")
+                                                                             if n in splits], report)
     thresholds = QualityThresholds(
-        untranslated_coverage=chosen["coverage"], ungrounded_peak=chosen["peak"],
+        untranslated_coverage=coverage, ungrounded_peak=peak,
         expected_length_ratio=round(expected_ratio, 4),
         confidence_weights=tuple(round(float(w), 4) for w in weights),
         chosen_on={"split": str(args.data / "valid.tsv").replace(str(Path.home()), "~"),
                    "pairs": len(splits["valid"][0]),
+                   "flags_fitted_on": "valid pairs with an even index",
+                   "fit_pairs": len({c.pair for c in cases if c.split == FIT}),
                    "seed": args.seed, "decoder_sha256": decoder_sha256(args.model),
                    "beam_size": args.beam_size, "alignment": {"layer": layer, "heads": list(heads),
                                                              "step_shift": shift},
-                   "by": "bench/quality_signals.py"})
+                   "by": "bench/quality_signals.py"},
+        untranslated=untranslated, ungrounded=ungrounded)
     print("\nthresholds:", json.dumps(thresholds.to_dict()))
     if args.save:
         thresholds.save(args.save)

@@ -77,16 +77,13 @@ def projection(pieces: list[Token], units: list[Token]) -> np.ndarray:
 
     A piece overlapping no unit (a bare space marker) gets an all-zero row.
     """
-    matrix = np.zeros((len(pieces), len(units)), dtype=np.float64)
-    for i, piece in enumerate(pieces):
-        for j, unit in enumerate(units):
-            overlap = min(piece.end, unit.end) - max(piece.start, unit.start)
-            if overlap > 0:
-                matrix[i, j] = overlap
-        total = matrix[i].sum()
-        if total > 0:
-            matrix[i] /= total
-    return matrix
+    if not pieces or not units:
+        return np.zeros((len(pieces), len(units)), dtype=np.float64)
+    piece_spans = np.array([(p.start, p.end) for p in pieces], dtype=np.float64)        # (P, 2)
+    unit_spans = np.array([(u.start, u.end) for u in units], dtype=np.float64)          # (U, 2)
+    overlap = (np.minimum(piece_spans[:, 1:], unit_spans[:, 1]) -
+               np.maximum(piece_spans[:, :1], unit_spans[:, 0]))                       # (P, U) characters shared
+    return normalize_rows(np.clip(overlap, 0.0, None))
 
 
 def normalize_rows(matrix: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Token, align
-from seq2seq.quality import SentenceQuality, assess_alignment
+from seq2seq.quality import Evidence, SentenceQuality, assess_alignment
 from seq2seq.search import SearchBackend, TeacherForced, pad_batch
 from seq2seq.translator import Translator
 
@@ -42,7 +42,7 @@ class ForcedAlignment:
     target: str
     word: Alignment                          # rows = target words, columns = source words
     alignment: Alignment                     # the requested level (the same object when level="word")
-    quality: SentenceQuality                 # from the word map and the decoder's log-probs of the target
+    quality: SentenceQuality                 # from the maps and the decoder's log-probs of the target
 
     @property
     def links(self) -> list[tuple[int, int]]:
@@ -69,9 +69,9 @@ class ForcedAlignment:
 
 
 def teacher_forced_attention(backend: SearchBackend, sources: Sequence[Sequence[int]],
-                             targets: Sequence[Sequence[int]]) -> list[tuple[np.ndarray, float]]:
+                             targets: Sequence[Sequence[int]]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Cross-attention of given translations, one (L, H, T+1, S+1) float array per pair, and
-    from the same decoder run the pair's mean log-prob per target token (EOS included).
+    from the same decoder run the log-prob of each target piece, (T+1,) float64 (EOS last).
 
     sources: source ids *with* the source EOS; targets: target ids without BOS/EOS. Row t
     is the decoder step that produced target piece t (the last row produced EOS), as in
@@ -87,7 +87,8 @@ def teacher_forced_attention(backend: SearchBackend, sources: Sequence[Sequence[
     for row, (s, t) in enumerate(zip(sources, targets)):
         produced = [*t, backend.eos_id]                                                  # step i produced piece i
         log_prob = forced.log_probs[row, np.arange(len(produced)), produced]             # (T+1,)
-        out.append((np.asarray(cross[:, row, :, : len(t) + 1, : len(s)], dtype=np.float32), float(log_prob.mean())))
+        out.append((np.asarray(cross[:, row, :, : len(t) + 1, : len(s)], dtype=np.float32),
+                    log_prob.astype(np.float64)))
     return out
 
 
@@ -121,8 +122,8 @@ def _pieces(translator: Translator, text: str) -> tuple[list[int], list[Token]]:
     return ids, [Token(p, s, e) for p, (s, e) in zip(pieces, offsets)]
 
 
-# attention (L, H, T+1, S+1), source pieces, target pieces, mean log-prob per target token
-Prepared = tuple[np.ndarray, list[Token], list[Token], float]
+# attention (L, H, T+1, S+1), source pieces, target pieces, log-prob of each target piece (T+1,), EOS last
+Prepared = tuple[np.ndarray, list[Token], list[Token], np.ndarray]
 
 
 def forced_attention(translator: Translator, pairs: Sequence[tuple[str, str]], max_batch_tokens: int = 4096
@@ -172,8 +173,8 @@ def _attend(backend: SearchBackend, chunk: list[tuple[int, list[int], list[Token
         if len(chunk) == 1:
             return [(chunk[0][0], AlignmentFailed(f"alignment failed: {type(error).__name__}: {error}"))]
         return [result for item in chunk for result in _attend(backend, [item])]
-    return [(index, (attention, source_pieces, target_pieces, mean_log_prob))
-            for (index, _, source_pieces, _, target_pieces), (attention, mean_log_prob) in zip(chunk, attentions)]
+    return [(index, (attention, source_pieces, target_pieces, token_log_probs))
+            for (index, _, source_pieces, _, target_pieces), (attention, token_log_probs) in zip(chunk, attentions)]
 
 
 def align_given(translator: Translator, pairs: Sequence[tuple[str, str]],
@@ -190,9 +191,10 @@ def align_given(translator: Translator, pairs: Sequence[tuple[str, str]],
         if isinstance(prepared, AlignmentError):
             results.append(prepared)
             continue
-        attention, source_pieces, target_pieces, mean_log_prob = prepared
+        attention, source_pieces, target_pieces, token_log_probs = prepared
         maps = align(attention, source, source_pieces, target, target_pieces, resolved)
-        quality = assess_alignment(maps.word, mean_log_prob, translator.quality)
+        quality = assess_alignment(maps, float(token_log_probs.mean()), translator.quality,
+                                   Evidence(attention, token_log_probs, translator.own_source))
         results.append(ForcedAlignment(source, target, maps.word, maps.requested, quality))
     return results
 

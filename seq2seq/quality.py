@@ -1,18 +1,16 @@
 """Quality signals read from the alignment maps: what a translation left out, what it made up,
 and how far to trust it.
 
-All signals are computed from a word alignment map (`seq2seq.alignment.Alignment.matrix`,
+The signals the API shows are computed from a word alignment map (`seq2seq.alignment.Alignment.matrix`,
 rows = target words, columns = source words, each row summing to 1), the same map the API
-returns, so a user can check every flag against the heatmap:
+returns, so a user can check every figure against the heatmap:
 
 - per source word, **coverage**: the attention mass it received, Σ over target words of
-  its column (0 = no target word drew on it; about 1 = one target word's worth). A word
-  whose coverage is below `QualityThresholds.untranslated_coverage` is flagged
-  **untranslated**: no target word was produced from it.
-- per target word, **peak** (its largest weight) and **entropy** (of its row, divided by
-  log(source words), so 0 = all weight on one source word and 1 = spread evenly). A word
-  whose peak is below `QualityThresholds.ungrounded_peak` is flagged **ungrounded**: it
-  was not drawn from any one source word.
+  its column (0 = no target word drew on it; about 1 = one target word's worth);
+- per target word, **peak** (its largest weight), **entropy** (of its row, divided by
+  log(source words), so 0 = all weight on one source word and 1 = spread evenly) and,
+  when the model's log-probabilities are known, **surprise**: -log p of the word under the
+  decoder (the mean over its pieces);
 - per sentence, **confidence** in [0, 1]: a linear estimate of the sentence's chrF / 100
   from three features, clipped to [0, 1] (the weights are fitted on the valid split by
   `bench/quality_signals.py`):
@@ -20,6 +18,29 @@ returns, so a user can check every flag against the heatmap:
     * the sentence coverage: the mean over source words of min(coverage, 1), in [0, 1];
     * the length misfit: -|log(length ratio / expected ratio)|, ≤ 0, where the length ratio
       is target words per source word and the expected ratio that of the valid references.
+
+The two flags:
+
+- **untranslated** (source word: no target word was produced from it) and **ungrounded**
+  (target word: not drawn from the source) are each a `Detector`, a logistic regression
+  over a handful of per-word features (`word_features`) that the translator and teacher
+  forcing produce in the same pass as the map (`Evidence`: the cross-attention of every
+  layer and head, and the log-probability of every produced piece):
+    * untranslated: the coverage of the model's own alignment source (the head it was
+      trained to align with), the coverages of each decoder layer's mean map (read where the
+      target word is the decoder's input and where it is its output), and per layer the
+      surprise of the target pieces produced while looking at the word. A single coverage
+      threshold is fooled because the target words beside a deleted span still draw on the
+      source words it translated; the steps that looked at such a word produced surprising
+      pieces (the decoder expected the translation that is missing), and other layers
+      cover it less.
+    * ungrounded: the word's surprise (mean and max over its pieces) with the peak and the
+      entropy of its row in the model's own map: an invented word is one the decoder did
+      not expect; attention alone hardly tells it.
+  Weights and thresholds are fitted on the model's valid split (`bench/quality_signals.py`).
+- A `quality.json` without detectors (written before them), or an assessment without
+  `Evidence`, falls back to single thresholds: coverage < `untranslated_coverage`, peak <
+  `ungrounded_peak` of the map itself.
 
 Punctuation words (no letter or digit) are never flagged: a comma left out or added is
 not what a reader needs warning about, and the gold guidelines leave many of them unlinked.
@@ -39,12 +60,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from seq2seq.alignment import Alignment
+from seq2seq.alignment import AlignmentOptions, Alignments, projection, subword_map, word_map
 
 QUALITY_FILE = "quality.json"
 
@@ -80,19 +99,126 @@ def target_entropy(matrix: np.ndarray) -> np.ndarray:
     return np.clip(-(matrix * logs).sum(axis=1) / math.log(matrix.shape[1]), 0.0, 1.0)
 
 
+# --------------------------------------------------------------------------- learned flags
+
+COVERAGE_FLOOR = 0.05     # coverages enter the detector as log(c + floor): a word receiving 0 is not -inf
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the model produced along with one translation, besides its word map: the raw
+    material of the learned flags. The translator has it from the search, forced alignment
+    from the teacher-forced run; nothing is computed twice."""
+
+    attention: np.ndarray          # (L, H, T+1, S+1) cross-attention, as `TranslationResult.attention`
+    token_log_probs: np.ndarray    # (T+1,) log-prob of each produced piece, EOS last
+    own_source: AlignmentOptions   # the model's own alignment source (resolved): the detectors read its map
+
+    def __post_init__(self) -> None:
+        if np.shape(self.token_log_probs) != (np.shape(self.attention)[2],):
+            raise ValueError(f"evidence: {np.shape(self.token_log_probs)} token log-probs for "
+                             f"{np.shape(self.attention)[2]} decoder steps")
+
+
+def feature_names(decoder_layers: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The names `word_features` computes for a model with `decoder_layers` layers: (per
+    source word, per target word)."""
+    layers = range(decoder_layers)
+    source = ("log_coverage",) + tuple(f"log_coverage_layer{n}" for n in layers) \
+        + tuple(f"log_coverage_layer{n}_output" for n in layers) + tuple(f"attended_surprise_layer{n}" for n in layers)
+    return source, ("surprise", "surprise_max", "peak", "entropy")
+
+
+def word_features(alignments: Alignments, evidence: Evidence) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Per-word features of one translation -> ({name: (Sw,)} per source word, {name: (Tw,)} per target word).
+
+    alignments: the translation's maps (any options: only their tokens are used, so the
+    features do not depend on the map a caller asked to see). Source side, per word:
+    log(coverage + COVERAGE_FLOOR) in the model's own map (`log_coverage`) and in each
+    layer's mean-of-heads map, read at the step where the target piece is the decoder's
+    input (`..._layer{n}`) and where it is its output (`..._layer{n}_output`); and
+    `attended_surprise_layer{n}`: the mean surprise (-log p) of the target pieces produced
+    at the steps that attended to the word, weighted by that attention (layer n's mean
+    map, output steps). Target side, per word: `surprise` (mean -log p over its pieces),
+    `surprise_max`, and the `peak` and `entropy` of its row in the model's own map.
+    """
+    source_pieces, target_pieces = alignments.subword.source_tokens, alignments.subword.target_tokens
+    to_source_words = projection(source_pieces, alignments.word.source_tokens)            # (S, Sw)
+    to_target_words = projection(target_pieces, alignments.word.target_tokens)            # (T, Tw)
+    attention = np.asarray(evidence.attention, dtype=np.float64)
+    surprise = -np.asarray(evidence.token_log_probs, dtype=np.float64)[:len(target_pieces)]   # (T,) EOS dropped
+    own = evidence.own_source
+
+    def words_map(layer: int, heads: tuple[int, ...], input_steps: bool) -> np.ndarray:
+        return word_map(subword_map(attention, layer, heads, input_steps), to_source_words, to_target_words)
+
+    own_map = words_map(own.layer or 0, own.heads or (), bool(own.step_shift))            # (Tw, Sw)
+    source = {"log_coverage": np.log(source_coverage(own_map) + COVERAGE_FLOOR)}
+    for n in range(attention.shape[0]):
+        source[f"log_coverage_layer{n}"] = np.log(source_coverage(words_map(n, (), True)) + COVERAGE_FLOOR)
+        source[f"log_coverage_layer{n}_output"] = np.log(source_coverage(words_map(n, (), False)) + COVERAGE_FLOOR)
+    for n in range(attention.shape[0]):
+        attended = subword_map(attention, n, (), False) @ to_source_words                # (T, Sw)
+        source[f"attended_surprise_layer{n}"] = surprise @ attended / np.maximum(attended.sum(axis=0), 1e-6)
+    pieces_of = to_target_words > 0                                                       # (T, Tw)
+    share = to_target_words / np.maximum(to_target_words.sum(axis=0, keepdims=True), 1e-12)
+    target = {
+        "surprise": share.T @ surprise,
+        "surprise_max": np.where(pieces_of, surprise[:, None], 0.0).max(axis=0, initial=0.0),
+        "peak": target_peak(own_map),
+        "entropy": target_entropy(own_map),
+    }
+    return source, target
+
+
+@dataclass(frozen=True)
+class Detector:
+    """A learned flag: logistic regression over named per-word features. A word is flagged
+    where bias + Σ weight · feature > threshold (a logit: 0 = even odds). The weights apply
+    to the raw features (any standardisation used in fitting is folded in)."""
+
+    features: tuple[str, ...]
+    weights: tuple[float, ...]
+    bias: float
+    threshold: float
+
+    def __post_init__(self) -> None:
+        if len(self.features) != len(self.weights):
+            raise ValueError(f"detector: {len(self.features)} features but {len(self.weights)} weights")
+
+    def logits(self, table: dict[str, np.ndarray]) -> np.ndarray:
+        """{name: (W,)} features of W words -> (W,) logits; raises ValueError naming missing features."""
+        missing = [name for name in self.features if name not in table]
+        if missing:
+            raise ValueError(f"detector needs features the model does not produce: {', '.join(missing)}")
+        columns = np.stack([np.asarray(table[name], dtype=np.float64) for name in self.features], axis=1)
+        return self.bias + columns @ np.asarray(self.weights, dtype=np.float64)
+
+    def to_dict(self) -> dict:
+        return {"features": list(self.features), "weights": list(self.weights), "bias": self.bias,
+                "threshold": self.threshold}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> Detector:
+        return cls(tuple(values["features"]), tuple(float(w) for w in values["weights"]), float(values["bias"]),
+                   float(values["threshold"]))
+
+
 # --------------------------------------------------------------------------- thresholds
 
 
 @dataclass(frozen=True)
 class QualityThresholds:
-    """A model's flag thresholds and confidence weights, chosen on its valid split."""
+    """A model's flag detectors, fallback thresholds and confidence weights, chosen on its valid split."""
 
-    untranslated_coverage: float = 0.25   # a source word receiving less mass is flagged untranslated
-    ungrounded_peak: float = 0.3          # a target word whose largest weight is below this is ungrounded
+    untranslated_coverage: float = 0.25   # without a detector: a source word receiving less mass is untranslated
+    ungrounded_peak: float = 0.3          # without a detector: a target word peaking lower is ungrounded
     expected_length_ratio: float = 1.0    # target words per source word of the valid references
     # confidence = clip(bias + w_lp · mean log-prob + w_cov · coverage + w_len · length misfit, 0, 1)
     confidence_weights: tuple[float, float, float, float] = (0.5, 0.1, 0.2, 0.2)
     chosen_on: dict = field(default_factory=dict)   # provenance: data, counts, the figures they reached
+    untranslated: Detector | None = None  # the learned flags (None: the thresholds above)
+    ungrounded: Detector | None = None
 
     def __post_init__(self) -> None:
         if len(self.confidence_weights) != 4:
@@ -100,16 +226,35 @@ class QualityThresholds:
         if self.expected_length_ratio <= 0:
             raise ValueError(f"expected_length_ratio must be positive, not {self.expected_length_ratio}")
 
+    def check(self, decoder_layers: int) -> None:
+        """Raise ValueError if a detector reads a feature a model of `decoder_layers` layers lacks
+        (a quality.json of another architecture): at load, not at the first request."""
+        source, target = feature_names(decoder_layers)
+        for name, detector, known in (("untranslated", self.untranslated, source),
+                                      ("ungrounded", self.ungrounded, target)):
+            unknown = [] if detector is None else [f for f in detector.features if f not in known]
+            if unknown:
+                raise ValueError(f"quality.json: the {name} detector reads {', '.join(unknown)}, which a "
+                                 f"{decoder_layers}-layer decoder does not produce")
+
     def to_dict(self) -> dict:
-        return asdict(self) | {"confidence_weights": list(self.confidence_weights)}
+        values = asdict(self) | {"confidence_weights": list(self.confidence_weights)}
+        for name in ("untranslated", "ungrounded"):
+            detector = getattr(self, name)
+            values[name] = None if detector is None else detector.to_dict()
+        return values
 
     @classmethod
     def from_dict(cls, values: dict) -> QualityThresholds:
+        """From `to_dict` (or an older file without detectors: they stay None, the thresholds apply)."""
         names = {"untranslated_coverage", "ungrounded_peak", "expected_length_ratio", "confidence_weights",
-                 "chosen_on"}
+                 "untranslated", "ungrounded", "chosen_on"}
         kept = {k: v for k, v in values.items() if k in names}
         if "confidence_weights" in kept:
             kept["confidence_weights"] = tuple(float(w) for w in kept["confidence_weights"])
+        for name in ("untranslated", "ungrounded"):
+            if kept.get(name) is not None:
+                kept[name] = Detector.from_dict(kept[name])
         return cls(**kept)
 
     def save(self, path: str | Path) -> None:
@@ -162,6 +307,7 @@ class SentenceQuality:
     length_ratio: float                   # target words / source words (punctuation not counted)
     mean_log_prob: float | None           # per target token, EOS included; None when not known
     confidence: float | None              # 0..1, about the sentence chrF / 100; None without log-prob
+    target_surprise: list[float] | None = None   # per target word, -log p (mean over pieces); None when not known
 
     def to_dict(self, decimals: int = 4) -> dict:
         rounded = lambda values: [round(float(v), decimals) for v in values]  # noqa: E731
@@ -172,6 +318,7 @@ class SentenceQuality:
             "ungrounded": list(self.ungrounded), "coverage": round(self.coverage, decimals),
             "length_ratio": round(self.length_ratio, decimals), "mean_log_prob": maybe(self.mean_log_prob),
             "confidence": maybe(self.confidence),
+            "target_surprise": None if self.target_surprise is None else rounded(self.target_surprise),
         }
 
 
@@ -198,6 +345,8 @@ def join(parts: Sequence[tuple[SentenceQuality, int]]) -> SentenceQuality:
     joined.length_ratio = float(np.average([q.length_ratio for q, _ in parts], weights=weights))
     joined.mean_log_prob = mean([q.mean_log_prob for q, _ in parts])
     joined.confidence = mean([q.confidence for q, _ in parts])
+    surprises = [q.target_surprise for q, _ in parts]
+    joined.target_surprise = None if any(v is None for v in surprises) else [v for s in surprises for v in s]
     return joined
 
 
@@ -206,22 +355,37 @@ def flag_low(values: np.ndarray, words: Sequence[str], threshold: float) -> list
     return [i for i, (v, w) in enumerate(zip(values, words)) if v < threshold and not is_punctuation(w)]
 
 
-def assess_alignment(word: Alignment, mean_log_prob: float | None,
-                     thresholds: QualityThresholds = QualityThresholds()) -> SentenceQuality:
-    """`assess` of a word-level alignment (`Alignments.word`), labelled by its own words: the
-    quality block the translator and forced alignment fill in the same pass as the map."""
-    return assess(word.matrix, [t.text for t in word.source_tokens], [t.text for t in word.target_tokens],
-                  mean_log_prob, thresholds)
+def flag_high(scores: np.ndarray, words: Sequence[str], threshold: float) -> list[int]:
+    """Indices of the words, punctuation excepted, whose score is above `threshold`."""
+    return [i for i, (v, w) in enumerate(zip(scores, words)) if v > threshold and not is_punctuation(w)]
+
+
+def assess_alignment(alignments: Alignments, mean_log_prob: float | None,
+                     thresholds: QualityThresholds = QualityThresholds(), evidence: Evidence | None = None
+                     ) -> SentenceQuality:
+    """The quality block of one translation from its maps (`Alignments`, read with the options
+    a caller asked for) and, when known, the model's `Evidence` behind them: what the
+    translator and forced alignment fill in the same pass as the map.
+
+    The figures shown (coverage, peak, entropy) are those of the word map returned beside
+    them; the flags come from the model's detectors when the thresholds have them and the
+    evidence is given, else from the fallback thresholds on that map."""
+    word = alignments.word
+    source_words, target_words = [t.text for t in word.source_tokens], [t.text for t in word.target_tokens]
+    features = None if evidence is None else word_features(alignments, evidence)
+    return assess(word.matrix, source_words, target_words, mean_log_prob, thresholds, features)
 
 
 def assess(matrix: np.ndarray, source_words: Sequence[str], target_words: Sequence[str],
-           mean_log_prob: float | None = None, thresholds: QualityThresholds = QualityThresholds()
-           ) -> SentenceQuality:
+           mean_log_prob: float | None = None, thresholds: QualityThresholds = QualityThresholds(),
+           features: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None) -> SentenceQuality:
     """Every signal of one translation from its (T, S) word alignment map.
 
     source_words (S,) and target_words (T,) are the words labelling the columns and rows;
     mean_log_prob is the translation's log-probability per target token (EOS included), or
-    None when it is not known (then there is no confidence).
+    None when it is not known (then there is no confidence); features are `word_features`
+    of the translation (per source word, per target word), or None (then the flags are the
+    fallback thresholds on `matrix`).
     """
     matrix = np.asarray(matrix, dtype=np.float64)
     if matrix.shape != (len(target_words), len(source_words)):
@@ -230,19 +394,31 @@ def assess(matrix: np.ndarray, source_words: Sequence[str], target_words: Sequen
     coverage, peak = source_coverage(matrix), target_peak(matrix)
     confidence = None
     if mean_log_prob is not None:
-        features = confidence_features(mean_log_prob, coverage, source_words, target_words,
-                                       thresholds.expected_length_ratio)
-        confidence = float(np.clip(features @ np.array(thresholds.confidence_weights), 0.0, 1.0))
+        inputs = confidence_features(mean_log_prob, coverage, source_words, target_words,
+                                     thresholds.expected_length_ratio)
+        confidence = float(np.clip(inputs @ np.array(thresholds.confidence_weights), 0.0, 1.0))
+    source_features, target_features = features if features is not None else (None, None)
+    if source_features is not None and thresholds.untranslated is not None:
+        untranslated = flag_high(thresholds.untranslated.logits(source_features), source_words,
+                                 thresholds.untranslated.threshold)
+    else:
+        untranslated = flag_low(coverage, source_words, thresholds.untranslated_coverage)
+    if target_features is not None and thresholds.ungrounded is not None:
+        ungrounded = flag_high(thresholds.ungrounded.logits(target_features), target_words,
+                               thresholds.ungrounded.threshold)
+    else:
+        ungrounded = flag_low(peak, target_words, thresholds.ungrounded_peak)
     source = sum(not is_punctuation(w) for w in source_words)
     target = sum(not is_punctuation(w) for w in target_words)
     return SentenceQuality(
         source_coverage=coverage.tolist(),
-        untranslated=flag_low(coverage, source_words, thresholds.untranslated_coverage),
+        untranslated=untranslated,
         target_peak=peak.tolist(),
         target_entropy=target_entropy(matrix).tolist(),
-        ungrounded=flag_low(peak, target_words, thresholds.ungrounded_peak),
+        ungrounded=ungrounded,
         coverage=sentence_coverage(coverage, source_words),
         length_ratio=target / max(source, 1),
         mean_log_prob=mean_log_prob,
         confidence=confidence,
+        target_surprise=None if target_features is None else target_features["surprise"].tolist(),
     )

@@ -43,18 +43,22 @@ class Quality(BaseModel):
 
     source_coverage: list[float] = Field(description="per source word: attention mass it received "
                                                      "(0 = no target word drew on it, ~1 = one word's worth)")
-    untranslated: list[int] = Field(description="source words whose coverage is below the model's threshold: "
-                                                "probably left out of the translation")
+    untranslated: list[int] = Field(description="source words probably left out of the translation (the model's "
+                                                "detector over coverage and decoder surprise, or its coverage "
+                                                "threshold)")
     target_peak: list[float] = Field(description="per target word: its largest weight on one source word")
     target_entropy: list[float] = Field(description="per target word: entropy of its row / log(source words), "
                                                     "0 = one source word, 1 = spread evenly")
-    ungrounded: list[int] = Field(description="target words whose peak is below the model's threshold: "
-                                              "not drawn from any one source word")
+    ungrounded: list[int] = Field(description="target words probably not drawn from the source (the model's "
+                                              "detector over decoder surprise and attention, or its peak "
+                                              "threshold)")
     coverage: float = Field(description="mean over source words (punctuation excepted) of min(coverage, 1), 0..1")
     length_ratio: float = Field(description="target words / source words, punctuation not counted")
     mean_log_prob: float | None = Field(description="log-probability per target token, EOS included, <= 0")
     confidence: float | None = Field(description="0..1, an estimate of the sentence chrF / 100 from log-prob, "
                                                  "coverage and length (fitted on the model's valid split)")
+    target_surprise: list[float] | None = Field(None, description="per target word: -log p under the decoder "
+                                                                  "(mean over its pieces); null when not known")
 
     @classmethod
     def from_quality(cls, quality: SentenceQuality, decimals: int = 4) -> Quality:

@@ -13,7 +13,7 @@ import numpy as np
 from data.tokenizer import Tokenizer
 from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Alignments, Token, align, pieces_with_offsets
 from seq2seq.config import DecodeConfig, ModelConfig
-from seq2seq.quality import QualityThresholds, SentenceQuality, assess_alignment
+from seq2seq.quality import Evidence, QualityThresholds, SentenceQuality, assess_alignment
 from seq2seq.search import Hypothesis, SearchBackend, beam_search, pad_batch
 
 
@@ -26,6 +26,7 @@ class TranslationResult:
     source_ids: list[int] = field(default_factory=list)
     target_ids: list[int] = field(default_factory=list)
     log_prob: float = 0.0                      # summed token log-probs, EOS included (unpenalised)
+    token_log_probs: list[float] = field(default_factory=list)   # (T+1,) per produced piece, EOS last
     # (L, H, T+1, S+1): cross-attention of every layer/head; rows = target steps (last =
     # the step that emitted EOS), columns = source pieces plus the source EOS.
     attention: np.ndarray | None = None
@@ -44,14 +45,16 @@ class TranslationResult:
 class Translator:
     """Batches, searches and detokenizes; long inputs are sorted by length for padding.
 
-    `quality` holds the model's thresholds (its `quality.json`) for the quality block each
-    aligned translation carries."""
+    `quality` holds the model's detectors and thresholds (its `quality.json`) for the quality
+    block each aligned translation carries; raises ValueError if they do not fit the model."""
 
     def __init__(self, backend: SearchBackend, tokenizer: Tokenizer, max_source_tokens: int = 250,
                  max_batch_tokens: int = 4096, quality: QualityThresholds = QualityThresholds()):
         self.backend, self.tokenizer = backend, tokenizer
-        self.quality = quality
         self.config: ModelConfig = backend.config
+        quality.check(self.config.decoder_layers)
+        self.quality = quality
+        self.own_source = AlignmentOptions().resolve(self.config)   # the map the quality detectors read
         self.max_positions = self.config.max_positions
         self.max_source_tokens = min(max_source_tokens, self.max_positions)
         self.max_batch_tokens = max_batch_tokens
@@ -118,7 +121,10 @@ class Translator:
         pieces = self.source_pieces(source_text, len(result.source_ids))
         for hypothesis in [result, *result.alternatives]:
             hypothesis.alignment = self.alignments(source_text, hypothesis, options, pieces)
-            hypothesis.quality = assess_alignment(hypothesis.alignment.word, hypothesis.mean_log_prob, self.quality)
+            assert hypothesis.attention is not None                 # alignments() raised otherwise
+            evidence = Evidence(hypothesis.attention, np.asarray(hypothesis.token_log_probs), self.own_source)
+            hypothesis.quality = assess_alignment(hypothesis.alignment, hypothesis.mean_log_prob, self.quality,
+                                                  evidence)
 
     def _result(self, source_ids: list[int], hypotheses: list[Hypothesis]) -> TranslationResult:
         made = [self._one(source_ids, h) for h in hypotheses]
@@ -139,5 +145,6 @@ class Translator:
             source_ids=source_ids[:-1],
             target_ids=list(hypothesis.tokens),
             log_prob=hypothesis.log_prob,
+            token_log_probs=list(hypothesis.token_log_probs),
             attention=attention,
         )

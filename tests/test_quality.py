@@ -1,4 +1,5 @@
-"""Quality signals (seq2seq/quality.py) and the script that measures them and chooses a model's
+"""Quality signals (seq2seq/quality.py), the planted damage they are measured on
+(bench/planted.py) and the script that measures them and chooses a model's detectors and
 thresholds (bench/quality_signals.py), on hand-made maps and on a tiny exported model."""
 
 from __future__ import annotations
@@ -14,22 +15,29 @@ import pytest
 from toy import SENTENCES, toy_pairs, train_tiny
 
 from export.exporter import export_model
-from seq2seq.alignment import words
+from seq2seq.alignment import AlignmentOptions, Alignments, Token, align, words
 from seq2seq.forced import align_pair
 from seq2seq.loading import load_translator
 from seq2seq.quality import (
+    COVERAGE_FLOOR,
+    Detector,
+    Evidence,
     QualityThresholds,
     assess,
+    assess_alignment,
     confidence_features,
+    feature_names,
     length_misfit,
     sentence_coverage,
     source_coverage,
     target_entropy,
     target_peak,
+    word_features,
 )
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
+import planted  # noqa: E402  (bench/planted.py)
 import quality_signals  # noqa: E402  (bench/quality_signals.py)
 
 # Rows = target words ("The", "house", "glows", "."), columns = source words ("Das", "Haus", "ist", "klein", ".").
@@ -108,9 +116,9 @@ def test_planted_omission_deletes_a_span_and_names_the_source_words_it_translate
     links = {(0, 0), (1, 1), (2, 5), (3, 2), (3, 3), (4, 4), (5, 1), (6, 6)}
     seen = set()
     for seed in range(40):
-        planted = quality_signals.plant_omission(source, target, links, random.Random(seed))
-        assert planted is not None
-        damaged, truth = planted
+        omitted = planted.plant_omission(source, target, links, random.Random(seed))
+        assert omitted is not None
+        damaged, truth = omitted
         kept = [t.text.lower() for t in words(damaged)]         # a new first word is capitalised
         deleted = [t.text.lower() for t in words(target) if t.text.lower() not in kept]
         assert 1 <= len(deleted) <= 3 and len(kept) + len(deleted) == len(words(target))
@@ -126,20 +134,156 @@ def test_planted_omission_deletes_a_span_and_names_the_source_words_it_translate
 def test_planted_insertion_marks_the_inserted_target_words() -> None:
     target = "The train leaves at half past seven."
     for seed in range(20):
-        damaged, truth = quality_signals.plant_insertion(target, ["quickly", "garden"], random.Random(seed))
+        damaged, truth = planted.plant_insertion(target, ["quickly", "garden"], random.Random(seed))
         tokens = [t.text for t in words(damaged)]
         assert [tokens[j] for j in sorted(truth)] == [w for w in tokens if w in ("quickly", "garden")]
         assert [w for j, w in enumerate(tokens) if j not in truth] == [t.text for t in words(target)]
 
 
 def test_spearman_and_the_same_rate_baseline() -> None:
-    assert quality_signals.spearman(np.array([1, 2, 3, 4.0]), np.array([10, 20, 30, 45.0])) == pytest.approx(1.0)
-    assert quality_signals.spearman(np.array([1, 2, 2, 3.0]), np.array([3, 2, 2, 1.0])) == pytest.approx(-1.0)
-    case = quality_signals.Case("valid", "omission", "", "", frozenset({0}))
-    items = [quality_signals.Scored(case, np.array([0.1, 0.9, 0.5, 0.7]), np.zeros(0), [0, 1, 2, 3]),
-             quality_signals.Scored(case, np.array([0.8, 0.2]), np.zeros(0), [0, 1])]
-    assert quality_signals.rank_baseline(items, 2) == [{0}, {1}]       # each sentence's lowest word
-    assert quality_signals.prf([{0}, {1}], [frozenset({0}), frozenset({0})]) == pytest.approx((0.5, 0.5, 0.5))
+    assert planted.spearman(np.array([1, 2, 3, 4.0]), np.array([10, 20, 30, 45.0])) == pytest.approx(1.0)
+    assert planted.spearman(np.array([1, 2, 2, 3.0]), np.array([3, 2, 2, 1.0])) == pytest.approx(-1.0)
+    case = planted.Case("valid", "omission", "", "", frozenset({0}))
+    items = [planted.Scored(case, np.array([0.1, 0.9, 0.5, 0.7]), [0, 1, 2, 3]),
+             planted.Scored(case, np.array([0.8, 0.2]), [0, 1])]
+    assert planted.rank_baseline(items, 2) == [{0}, {1}]       # each sentence's lowest word
+    assert planted.prf([{0}, {1}], [frozenset({0}), frozenset({0})]) == pytest.approx((0.5, 0.5, 0.5))
+
+
+def test_unlinked_source_words_are_left_out_of_the_omission_scoring() -> None:
+    """A source word that no link of the original pair touches is neither a hit nor a false alarm."""
+    source, target = "Er hat doch Zeit.", "He has time."
+    links = [{(0, 0), (1, 1), (3, 2), (4, 3)}]                   # "doch" (2) is linked to nothing
+    cases = planted.make_cases("valid", [(source, target)], links, seed=3)
+    assert all(case.unlinked == {2} and case.pair == 0 for case in cases if case.kind != "insertion")
+    omission = next(case for case in cases if case.kind == "omission")
+    item = quality_signals.scored(omission, np.zeros(5), words(source))
+    assert 2 not in item.candidates and item.unlinked == [2]
+    assert planted.flag_below([item], 0.5) == [set(item.candidates)]
+    assert planted.flag_below([item], 0.5, unlinked=True) == [set(item.candidates) | {2}]
+
+
+def test_fit_detector_learns_the_rule_behind_the_truth() -> None:
+    """Logistic regression on one feature: the words above 0 are the planted truth; the fitted
+    detector flags exactly them (weights in raw feature units, the threshold a logit)."""
+    rng = np.random.default_rng(0)
+    items = []
+    for _ in range(40):
+        x = rng.normal(size=6) * 3
+        case = planted.Case("valid-fit", "omission", "", "", frozenset(np.nonzero(x > 0)[0].tolist()))
+        items.append(({"x": x, "noise": rng.normal(size=6)}, planted.Scored(case, x, list(range(6)))))
+    detector = planted.fit_detector(items, ("x", "noise"))
+    assert detector is not None and detector.features == ("x", "noise")
+    assert abs(detector.weights[0]) > 10 * abs(detector.weights[1])
+    for table, item in items:
+        flagged = set(np.nonzero(detector.logits(table) > detector.threshold)[0].tolist())
+        assert flagged == item.case.truth
+    nothing = [({"x": np.zeros(3)}, planted.Scored(planted.Case("valid-fit", "omission", "", "", frozenset()),
+                                                  np.zeros(3), [0, 1, 2]))]
+    assert planted.fit_detector(nothing, ("x",)) is None       # no truth to learn from
+
+
+# --------------------------------------------------------------------------- detectors
+
+
+def scripted_translation(gap: str = ",") -> tuple[Alignments, Evidence]:
+    """A scripted translation of "Er kommt morgen ." as "He comes , ." (one piece per word)
+    by a two-layer, one-head model: layer 0 is its alignment head (read at input steps,
+    step shift), layer 1 looks ahead at the source word it is about to translate.
+
+    The step that produced "," looked ahead at "morgen", and "," was a surprise (-log p = 6):
+    the translation of "morgen" is missing. In the alignment map "morgen" still gets 0.8 of
+    a word's mass, from the rows of "," and "." beside the gap, so a coverage threshold
+    below 0.8 does not see it. `gap` replaces "," by a word (the same surprise).
+    """
+    source, target = "Er kommt morgen .", f"He comes {gap} ."
+    source_pieces = [Token(w.text, w.start, w.end) for w in words(source)]
+    target_pieces = [Token(w.text, w.start, w.end) for w in words(target)]
+    # Steps 0..4 (inputs BOS He comes , . ; outputs He comes , . EOS); columns Er kommt morgen . EOS.
+    aligning = [[1, 0, 0, 0, 0], [1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 0.6, 0.4, 0], [0, 0, 0.2, 0.8, 0]]
+    ahead = [[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 0, 1]]
+    attention = np.array([aligning, ahead], dtype=np.float64)[:, None]   # (L=2, H=1, T+1=5, S+1=5)
+    own = AlignmentOptions(layer=0, heads=(0,), step_shift=True)
+    maps = align(attention, source, source_pieces, target, target_pieces, own)
+    token_log_probs = np.log([0.9, 0.9, np.exp(-6.0), 0.8, 0.9])         # the gap was a surprise
+    return maps, Evidence(attention, token_log_probs, own)
+
+
+SURPRISE = [-math.log(0.9), -math.log(0.9), 6.0, -math.log(0.8)]
+
+
+def test_word_features_read_every_layer_and_the_surprise() -> None:
+    maps, evidence = scripted_translation()
+    source, target = word_features(maps, evidence)
+    assert set(source) == set(feature_names(2)[0]) and set(target) == set(feature_names(2)[1])
+    coverage = source_coverage(maps.word.matrix)
+    assert coverage == pytest.approx([1.0, 1.0, 0.8, 1.2])
+    assert np.exp(source["log_coverage"]) - COVERAGE_FLOOR == pytest.approx(coverage)
+    assert np.exp(source["log_coverage_layer0"]) - COVERAGE_FLOOR == pytest.approx(coverage)
+    assert np.exp(source["log_coverage_layer0_output"]) - COVERAGE_FLOOR == pytest.approx([2.0, 1.0, 0.6, 0.4])
+    # Layer 1 looked at each word once, when producing the piece after it: its surprise.
+    assert source["attended_surprise_layer1"] == pytest.approx(SURPRISE)
+    assert source["attended_surprise_layer0"][1] == pytest.approx(6.0)     # "," produced looking at "kommt"
+    assert target["surprise"] == pytest.approx(SURPRISE)
+    assert target["surprise_max"] == pytest.approx(SURPRISE)             # one piece per word
+    assert target["peak"] == pytest.approx(target_peak(maps.word.matrix))
+    with pytest.raises(ValueError, match="token log-probs"):
+        Evidence(evidence.attention, evidence.token_log_probs[:-1], evidence.own_source)
+
+
+def test_the_detector_flags_an_omission_the_coverage_threshold_misses() -> None:
+    maps, evidence = scripted_translation()
+    fallback = QualityThresholds(untranslated_coverage=0.5)
+    assert assess_alignment(maps, None, fallback, evidence).untranslated == []      # "morgen" has 0.8
+    # A detector reading the surprise of the steps that looked at a word, as the fitted
+    # ones do, finds it.
+    detector = Detector(("log_coverage", "attended_surprise_layer1"), (-1.0, 1.0), -2.0, 0.0)
+    thresholds = QualityThresholds(untranslated_coverage=0.5, untranslated=detector)
+    quality = assess_alignment(maps, None, thresholds, evidence)
+    assert quality.untranslated == [2]
+    assert quality.source_coverage == pytest.approx([1.0, 1.0, 0.8, 1.2])   # the figures shown are the map's
+    # Without the evidence the thresholds apply, as before.
+    assert assess_alignment(maps, None, thresholds).untranslated == []
+
+
+def test_ungrounded_from_the_decoder_surprise_never_punctuation() -> None:
+    thresholds = QualityThresholds(ungrounded_peak=0.0, ungrounded=Detector(("surprise",), (1.0,), 0.0, 5.0))
+    maps, evidence = scripted_translation()
+    quality = assess_alignment(maps, -1.0, thresholds, evidence)
+    assert quality.ungrounded == []                  # "," was the surprise, but punctuation is never flagged
+    maps, evidence = scripted_translation(gap="now")
+    quality = assess_alignment(maps, -1.0, thresholds, evidence)
+    assert quality.ungrounded == [2]
+    assert quality.target_surprise == pytest.approx(SURPRISE)
+    assert quality.to_dict()["target_surprise"][2] == 6.0
+    assert assess_alignment(maps, -1.0, QualityThresholds(ungrounded_peak=0.0)).ungrounded == []   # peak alone
+    assert assess_alignment(maps, -1.0, thresholds).target_surprise is None       # not known without evidence
+
+
+def test_detectors_round_trip_and_old_files_load(tmp_path: Path) -> None:
+    untranslated = Detector(("log_coverage", "attended_surprise_layer1"), (-1.5, 0.25), -3.0, -0.5)
+    ungrounded = Detector(("surprise", "peak"), (0.3, 2.0), -9.0, -1.0)
+    thresholds = QualityThresholds(0.7, 0.74, 1.04, (0.3, 0.2, 0.1, 0.1), {"split": "valid"}, untranslated,
+                                   ungrounded)
+    thresholds.save(tmp_path / "quality.json")
+    assert QualityThresholds.load(tmp_path) == thresholds
+    # A quality.json written before the detectors: they are None, its thresholds apply.
+    old = {"untranslated_coverage": 0.76, "ungrounded_peak": 0.8, "expected_length_ratio": 1.0454,
+           "confidence_weights": [0.36, 0.23, 0.19, 0.05], "chosen_on": {"pairs": 1112}}
+    (tmp_path / "quality.json").write_text(json.dumps(old))
+    loaded = QualityThresholds.load(tmp_path)
+    assert loaded.untranslated is None and loaded.ungrounded is None and loaded.untranslated_coverage == 0.76
+    maps, evidence = scripted_translation()
+    assert assess_alignment(maps, None, loaded, evidence).untranslated == []      # coverage 0.8 >= 0.76
+    assert assess_alignment(maps, None, QualityThresholds(untranslated_coverage=0.9), evidence).untranslated == [2]
+    # A detector must fit the model it is loaded with.
+    QualityThresholds(untranslated=untranslated).check(decoder_layers=2)
+    with pytest.raises(ValueError, match="attended_surprise_layer1"):
+        QualityThresholds(untranslated=untranslated).check(decoder_layers=1)
+    with pytest.raises(ValueError, match="weights"):
+        Detector(("surprise",), (1.0, 2.0), 0.0, 0.0)
+    with pytest.raises(ValueError, match="does not produce"):
+        ungrounded.logits({"surprise": np.zeros(2)})
 
 
 # --------------------------------------------------------------------------- the script on a real model
@@ -182,12 +326,14 @@ def test_the_script_chooses_thresholds_a_model_can_load(toy_release: tuple[Path,
     figures = json.loads((tmp_path / "figures.json").read_text())
     default_rows = [row for row in figures["signals"]["untranslated"] if row["source"] == figures["signals"][
         "untranslated"][0]["source"]]
-    assert {row["split"] for row in default_rows} == {"valid", "test", "gold"}
+    assert {row["split"] for row in default_rows} == {"valid-held", "test", "gold"}
     assert thresholds.untranslated_coverage == default_rows[0]["threshold"]
     assert thresholds.chosen_on["pairs"] == 12
     files = json.loads((bundle / "bundle.json").read_text())["files"]
     assert thresholds.chosen_on["decoder_sha256"] == files["decoder_step.onnx"]["sha256"]
-    assert "ungrounded, for comparison: the decoder's surprise" in out
+    assert f"detector ({len(feature_names(2)[0])} features)" in out or "untranslated detector: nothing to fit" in out
+    assert thresholds.chosen_on["fit_pairs"] == 6                      # the even half of valid
+    assert thresholds.ungrounded is not None and thresholds.ungrounded.features == feature_names(2)[1]
     # The ratio of the toy language is exactly one target word per source word.
     assert thresholds.expected_length_ratio == pytest.approx(1.0)
     # The chosen thresholds apply to the model's own forced alignment.

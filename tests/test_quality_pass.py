@@ -22,7 +22,7 @@ from seq2seq.config import DecodeConfig
 from seq2seq.forced import align_pair
 from seq2seq.heatmap import FLAG_COLOUR, FLAG_LEGEND, render_heatmap
 from seq2seq.loading import load_translator
-from seq2seq.quality import QUALITY_FILE, QualityThresholds, SentenceQuality, assess_alignment, join
+from seq2seq.quality import QUALITY_FILE, Evidence, QualityThresholds, SentenceQuality, assess_alignment, join
 from seq2seq.search import length_penalty
 from seq2seq.translator import Translator
 
@@ -47,8 +47,12 @@ def test_the_translator_fills_quality_in_the_same_pass(shipped: Translator) -> N
     result = shipped.translate("Das Haus ist klein.", config)
     assert result.text == "The house is small."
     for hypothesis in [result, *result.alternatives]:
-        assert hypothesis.quality == assess_alignment(hypothesis.alignment.word, hypothesis.mean_log_prob,
-                                                      shipped.quality)
+        evidence = Evidence(hypothesis.attention, np.asarray(hypothesis.token_log_probs), shipped.own_source)
+        assert hypothesis.quality == assess_alignment(hypothesis.alignment, hypothesis.mean_log_prob,
+                                                      shipped.quality, evidence)
+        # The search's per-piece log-probs (EOS last) add up to the sentence's.
+        assert sum(hypothesis.token_log_probs) == pytest.approx(hypothesis.log_prob)
+        assert len(hypothesis.quality.target_surprise) == len(hypothesis.alignment.word.target_tokens)
         # The raw log-prob is exposed, not recovered from the length-penalised score.
         length = len(hypothesis.target_ids) + 1
         assert hypothesis.score == pytest.approx(hypothesis.log_prob / length_penalty(length, config.length_penalty))
