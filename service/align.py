@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from seq2seq.alignment import AlignmentError
 from seq2seq.forced import AlignmentFailed
-from seq2seq.records import AlignmentMap, TokenSpan
+from seq2seq.records import AlignmentMap, Quality, TokenSpan
 from service.deps import APIError, CheckedRoute, RequestContext, get_context
 from service.requests import AlignmentRequest, JSONRequest, Source, Target, exactly_one
 
@@ -71,6 +71,8 @@ class PairAlignment(BaseModel):
     heads: list[int] | Literal["mean"]
     step_shift: bool
     subword_alignment: AlignmentMap | None = Field(None, description="the subword map (level=subword)")
+    quality: Quality = Field(description="quality signals of the given translation: source words it left "
+                                         "untranslated, target words not grounded in the source, a confidence")
 
 
 class AlignResponse(BaseModel):
@@ -81,7 +83,7 @@ class AlignResponse(BaseModel):
 def align(body: AlignRequest, ctx: RequestContext = Depends(get_context)) -> AlignResponse:
     """Per pair: the words of both texts (character offsets), the soft word matrix and the hard
     links in Pharaoh form, read from the cross-attention while the decoder is fed the given
-    translation."""
+    translation, and its `quality` block (which source words the translation left out)."""
     items = body.items()
     if not items:
         raise APIError(400, "Invalid request: pairs is empty")

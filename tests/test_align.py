@@ -243,6 +243,9 @@ def test_v1_align_matches_the_library(onnx_translator: Translator, torch_transla
         assert item["text"] == source and item["translation"] == target
         for word in item["source_words"]:
             assert source[word["start"]:word["end"]] == word["text"]
+        # The quality block is the library's for the same pair (as `crossalign align --format jsonl` writes it).
+        assert item["quality"] == align_pair(onnx_translator, source, target).to_record()["quality"]
+        assert set(item["quality"]) >= {"untranslated", "ungrounded", "confidence"}
 
         many = client.post("/v1/align", json={"pairs": [{"text": s, "translation": t} for s, t in PAIRS[:3]],
                                               "source": "de", "target": "en", "layer": 0, "heads": [2],
