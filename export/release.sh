@@ -2,7 +2,7 @@
 # Build the release bundle models/de-en from a finished training run, measure it, and
 # write its model card. Every figure in the model card comes from this script.
 #
-#   [NOTES=notes.md] [EARLIER="RUN ..."] [PREPARE="crossalign data prepare ..."] \
+#   [NOTES=notes.md] [EARLIER="RUN ..."] [PREPARE="crossalign data prepare ..."] [GRAPHS=int8|fp32] \
 #       export/release.sh [RUN_DIR] [DATA_DIR=~/.cache/crossalign/data/ding8k] [OUT=models/de-en]
 #
 # EARLIER names the runs that RUN_DIR continues (`crossalign train --init-from`), oldest
@@ -13,13 +13,19 @@
 # ONNX with parity checks, 3. choose the length penalty on the valid split (never on test),
 # 4. test-split BLEU/chrF/length ratio (beam 4 and greedy), the same on the 162 everyday
 # gold sentences, and gold-set AER, 5. quality-signal thresholds chosen on valid
-# (bench/quality_signals.py), 6. metrics into bundle.json, 7. MODEL_CARD.md + curve.
+# (bench/quality_signals.py), 6. with GRAPHS=int8 (the default, issue #13's decision): the
+# same test and gold figures for the fp32 graphs, a refusal if int8 loses more than 0.3
+# test BLEU, and the fp32 graphs dropped (bundle budget; `crossalign export OUT --in-place
+# --graphs int8 fp32` brings them back), 7. metrics into bundle.json, 8. MODEL_CARD.md + curve.
+# Steps 3-5 measure the graphs the bundle serves: int8 with GRAPHS=int8.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN="${1:-$HOME/.cache/crossalign/runs/release}"; DATA="${2:-$HOME/.cache/crossalign/data/ding8k}"; OUT="${3:-models/de-en}"
 PREPARE="${PREPARE:-crossalign data prepare --out $DATA --tokenizer models/de-en/spm.model}"
 PY=.venv/bin/python
 GOLD=data/gold/de-en.gold.tsv
+GRAPHS="${GRAPHS:-int8}"
+case "$GRAPHS" in int8) PRECISIONS="int8 fp32";; fp32) PRECISIONS="fp32";; *) echo "GRAPHS: int8 or fp32" >&2; exit 2;; esac
 
 echo "== alignment sources on the gold set"
 $PY bench/alignment_sources.py --model "$RUN/final" --backend torch --gold "$GOLD" --json "$RUN/alignment_sources.json"
@@ -41,7 +47,8 @@ print("default alignment source:", best)
 PY
 
 echo "== export"
-$PY -m seq2seq.cli export "$RUN/final" --out "$OUT" --data-manifest "$DATA/manifest.json" --force
+$PY -m seq2seq.cli export "$RUN/final" --out "$OUT" --data-manifest "$DATA/manifest.json" --force \
+    --graphs $PRECISIONS
 cp "$RUN/alignment_sources.json" "$OUT/"   # the ranking behind the default, shipped for reference
 
 echo "== length penalty on the valid split (beam 4)"
@@ -63,29 +70,55 @@ echo "== quality-signal thresholds on valid"
 $PY bench/quality_signals.py --model "$OUT" --data "$DATA" --save "$OUT/quality.json" --no-test > "$RUN/quality_signals.txt" || {
     echo "quality thresholds not re-chosen (see $RUN/quality_signals.txt)" >&2; }
 
-$PY - "$RUN" "$OUT" "$ALPHA" <<'PY'
+if [ "$GRAPHS" = int8 ]; then
+    echo "== the fp32 graphs, for the int8 decision"
+    $PY -m seq2seq.cli eval --model "$OUT" --precision fp32 --test "$DATA/test.tsv" --beam-size 4 --length-penalty "$ALPHA" --json > "$RUN/fp32.test_beam4.json"
+    $PY -m seq2seq.cli eval --model "$OUT" --precision fp32 --test "$DATA/test.tsv" --beam-size 1 --json > "$RUN/fp32.test_greedy.json"
+    $PY -m seq2seq.cli eval --model "$OUT" --precision fp32 --test "$GOLD" --beam-size 4 --length-penalty "$ALPHA" --json > "$RUN/fp32.gold_beam4.json"
+    $PY -m seq2seq.cli eval --gold "$GOLD" --model "$OUT" --precision fp32 --json > "$RUN/fp32.gold_aer.json"
+fi
+
+$PY - "$RUN" "$OUT" "$ALPHA" "$GRAPHS" <<'PY'
 import json, sys
 from pathlib import Path
 from seq2seq.bundle import update_metrics
-run, out, alpha = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
-beam4, greedy, gold = (json.loads((run / f).read_text()) for f in ("test_beam4.json", "test_greedy.json",
-                                                                  "gold_beam4.json"))
-aer, eflomal = (json.loads((run / f).read_text()) for f in ("gold_aer.json", "gold_aer_eflomal.json"))
-metrics = {
-    "test_bleu_beam4": beam4["bleu"], "test_chrf_beam4": beam4["chrf"],
-    "test_bleu_greedy": greedy["bleu"], "test_chrf_greedy": greedy["chrf"],
-    "test_length_ratio_beam4": beam4["length_ratio"],
-    "gold_bleu_beam4": gold["bleu"], "gold_chrf_beam4": gold["chrf"], "gold_length_ratio_beam4": gold["length_ratio"],
+run, out, alpha, graphs = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+
+
+def figures(prefix: str = "") -> dict:
+    beam4, greedy, gold, aer = (json.loads((run / f"{prefix}{name}.json").read_text())
+                                for name in ("test_beam4", "test_greedy", "gold_beam4", "gold_aer"))
+    return {
+        "test_bleu_beam4": beam4["bleu"], "test_chrf_beam4": beam4["chrf"],
+        "test_bleu_greedy": greedy["bleu"], "test_chrf_greedy": greedy["chrf"],
+        "test_length_ratio_beam4": beam4["length_ratio"],
+        "gold_bleu_beam4": gold["bleu"], "gold_chrf_beam4": gold["chrf"],
+        "gold_length_ratio_beam4": gold["length_ratio"],
+        "gold_aer_default_map": aer["aer"], "gold_precision_default_map": aer["precision"],
+        "gold_recall_default_map": aer["recall"],
+    }
+
+
+beam4, gold = (json.loads((run / f).read_text()) for f in ("test_beam4.json", "gold_beam4.json"))
+eflomal = json.loads((run / "gold_aer_eflomal.json").read_text())
+metrics = figures() | {
     "gold_sentences": gold["sentences"], "decoding": {"beam_size": 4, "length_penalty": alpha},
     "test_sentences": beam4["sentences"], "bleu_signature": beam4["bleu_signature"],
-    "chrf_signature": beam4["chrf_signature"],
-    "gold_aer_default_map": aer["aer"], "gold_precision_default_map": aer["precision"],
-    "gold_recall_default_map": aer["recall"], "gold_aer_eflomal_baseline": eflomal["aer"],
+    "chrf_signature": beam4["chrf_signature"], "gold_aer_eflomal_baseline": eflomal["aer"], "graphs": graphs,
 }
+if graphs == "int8":
+    metrics["fp32"] = figures("fp32.")
+    drop = metrics["fp32"]["test_bleu_beam4"] - metrics["test_bleu_beam4"]
+    if drop > 0.3:
+        sys.exit(f"int8 loses {drop:.2f} test BLEU (> 0.3): it does not ship; run again with GRAPHS=fp32")
 update_metrics(out, metrics)
 (run / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
 print(json.dumps(metrics, indent=1))
 PY
+
+if [ "$GRAPHS" = int8 ]; then    # the bundle budget holds one precision's graphs
+    $PY -m seq2seq.cli export "$OUT" --in-place --graphs int8
+fi
 
 echo "== model card"
 $PY -m export.model_card --bundle "$OUT" --run "$RUN" --data "$DATA" --metrics "$RUN/metrics.json" \

@@ -354,3 +354,12 @@ def test_model_card_joins_the_curves_of_continued_runs(tmp_path: Path) -> None:
         (1, 500, 10.0, 1.0), (1, 1000, 20.0, 2.0), (2, 1250, 26.0, 2.5)]
     plot_curve(history, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").stat().st_size > 1000
+
+
+def test_model_card_names_the_shipped_precision_and_the_other_figures() -> None:
+    from export.model_card import precision_line
+    fp32 = {"test_bleu_beam4": 8.6, "test_chrf_beam4": 29.3, "test_bleu_greedy": 7.7, "test_chrf_greedy": 27.7,
+            "gold_bleu_beam4": 15.2, "gold_chrf_beam4": 38.8, "gold_aer_default_map": 16.1}
+    line = precision_line({"graphs": "int8", "fp32": fp32, "test_bleu_beam4": 8.63})
+    assert "int8 graphs" in line and "test BLEU 8.6 / chrF 29.3" in line and "--in-place --graphs int8 fp32" in line
+    assert precision_line({"graphs": "fp32", "test_bleu_beam4": 8.6}) == ""
