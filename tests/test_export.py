@@ -138,6 +138,19 @@ def test_attention_maps_match_the_searched_alignment(tiny_bundle: Path) -> None:
     np.testing.assert_allclose(maps["cross"].sum(-1), 1.0, atol=1e-5)
 
 
+def test_head_reshapes_have_constant_targets(tiny_bundle: Path) -> None:
+    """export/shapes.py: every Reshape target is a constant (no Shape -> Gather -> Concat chain
+    left to run per step); the parity tests above check that the outputs did not move."""
+    for name in ("encoder.onnx", "decoder_step.onnx"):
+        graph = onnx.load(str(tiny_bundle / name)).graph
+        constants = {tensor.name for tensor in graph.initializer}
+        reshapes = [node for node in graph.node if node.op_type == "Reshape"]
+        assert reshapes and all(node.input[1] in constants for node in reshapes), name
+    ops = [node.op_type for node in onnx.load(str(tiny_bundle / "decoder_step.onnx")).graph.node]
+    # What is left reads the past and new lengths, for the position slice and the causal mask.
+    assert ops.count("Shape") == 2
+
+
 def test_torch_backend_from_bundle_translates_identically(tiny_bundle: Path) -> None:
     onnx = load_translator(tiny_bundle, "onnx", threads=1).translate_batch(SENTENCES)
     eager = load_translator(tiny_bundle, "torch", threads=1).translate_batch(SENTENCES)
