@@ -27,7 +27,7 @@ from seq2seq.config import DecodeConfig
 from seq2seq.loading import load_translator
 from seq2seq.model import load_model
 from seq2seq.onnx_backend import DECODER_OUTPUTS, OnnxBackend
-from seq2seq.search import beam_search, pad_batch
+from seq2seq.search import DecoderCache, beam_search, pad_batch
 from seq2seq.torch_backend import TorchBackend
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,7 +106,8 @@ def test_decoder_graph_matches_torch_for_every_shape(backends: tuple[TorchBacken
     past_k, past_v = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
 
     cross_k, cross_v, encoder_self = onnx_backend.encoder.run(None, {"src_ids": src_ids, "src_mask": src_mask})
-    outputs = list(onnx_backend.run_decoder(tokens, cross_k, cross_v, src_mask, past_k, past_v).values())
+    cache = DecoderCache(cross_k, cross_v, past_k, past_v)
+    outputs = list(onnx_backend.run_decoder(tokens, src_mask, cache).values())
     with torch.inference_mode():
         encoded = model.encode(torch.from_numpy(src_ids), torch.from_numpy(src_mask), need_weights=True)
         decoded = model.decode(torch.from_numpy(tokens), encoded.cross_k, encoded.cross_v, torch.from_numpy(src_mask),
