@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -217,6 +218,22 @@ def resume(pids: list[int]) -> None:
             os.kill(pid, signal.SIGCONT)
 
 
+@contextlib.contextmanager
+def training_paused(enabled: bool = True) -> Iterator[bool]:
+    """`pause_training` for the block (if `enabled`), always resumed, and resumed anyway after
+    PAUSE_LIMIT_S; yields whether anything was paused."""
+    stopped = pause_training() if enabled else []
+    # Never leave the training runs stopped for long, whatever happens here.
+    guard = threading.Timer(PAUSE_LIMIT_S, resume, (stopped,))
+    guard.daemon = True
+    guard.start()
+    try:
+        yield bool(stopped)
+    finally:
+        guard.cancel()
+        resume(stopped)
+
+
 def compare_revisions(names: list[str], sources: list[str], threads: int, slices: int,
                       b1_sentences: int, bundles: list[Path] | None = None, precision: str | None = None) -> str:
     """Interleaved runs of every revision on the same sentences; returns the table. `bundles`:
@@ -319,19 +336,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.revisions:
         sources, _ = read_test(args.test, args.n)
-        stopped = pause_training() if args.pause_training else []
-        # Never leave the training runs stopped for long, whatever happens here.
-        guard = threading.Timer(PAUSE_LIMIT_S, resume, (stopped,))
-        guard.daemon = True
-        guard.start()
-        try:
+        with training_paused(args.pause_training) as paused:
             table = compare_revisions(args.revisions, sources, args.threads, args.slices, args.b1_sentences,
                                       args.revision_bundle, args.precision)
-        finally:
-            guard.cancel()
-            resume(stopped)
-        print(f"{len(sources)} sentences from {args.test}, {args.threads} threads, "
-              f"training paused: {bool(stopped)}")
+        print(f"{len(sources)} sentences from {args.test}, {args.threads} threads, training paused: {paused}")
         print(table)
         return 0
 
