@@ -331,16 +331,52 @@ class _Candidates:
 
     @classmethod
     def rank(cls, scores: np.ndarray, log_probs: np.ndarray, k: int, eos_id: int) -> _Candidates:
-        """scores (N,) float64 of the beams, log_probs (N, V) of their next token."""
-        sentences, vocab = len(scores) // k, log_probs.shape[1]
-        # float64 running scores: the float32 log-probs are promoted exactly.
-        candidates = (scores[:, None] + log_probs).reshape(sentences, k * vocab)
-        top = top_candidates(candidates, 2 * k)                               # (B', 2K)
-        top_scores = np.take_along_axis(candidates, top, axis=1)
-        top_tokens = top % vocab
-        return cls(scores=top_scores,
-                   rows=top // vocab + (np.arange(sentences) * k)[:, None],    # row of the beam extended
-                   tokens=top_tokens, possible=top_scores > -np.inf, is_eos=top_tokens == eos_id)
+        """scores (N,) float64 of the beams, log_probs (N, V) of their next token.
+
+        The 2K best of each sentence's K·V candidates `scores[row] + log_probs[row, token]`,
+        in `top_candidates`' order (sum descending, ties to the lower row, then the lower
+        token). Found from each row's own 2K best log-probs (float32, no (N, V) float64
+        sums): within a row the sum orders as the log-prob. Exact by a check, not by
+        assumption: where something a row left out could still reach the sentence's 2K-th
+        best sum (a tie, or fewer than 2K finite candidates), that sentence is ranked over
+        all its K·V candidates instead.
+        """
+        sentences, vocab, width = len(scores) // k, log_probs.shape[1], 2 * k
+        if vocab <= width:
+            return cls._of(*_rank_all(scores, log_probs, k, np.arange(sentences)), eos_id, k)
+        part = np.argpartition(log_probs, vocab - width - 1, axis=1)
+        # Each row's 2K best tokens, in token order (so ties keep the full ranking's order),
+        # and the best log-prob it leaves out.
+        kept = np.sort(part[:, vocab - width:], axis=1)                                    # (N, 2K)
+        left_out = np.take_along_axis(log_probs, part[:, vocab - width - 1:vocab - width], axis=1)[:, 0]
+        sums = (scores[:, None] + np.take_along_axis(log_probs, kept, axis=1)).reshape(sentences, k * width)
+        order = top_candidates(sums, width)                                                # (B', 2K)
+        top_scores = np.take_along_axis(sums, order, axis=1)
+        beam = order // width
+        rows = beam + (np.arange(sentences) * k)[:, None]
+        tokens = kept[rows, order % width]
+        redo = np.flatnonzero(~((scores + left_out).reshape(sentences, k).max(axis=1) < top_scores[:, -1]))
+        if len(redo):
+            top_scores[redo], beam[redo], tokens[redo] = _rank_all(scores, log_probs, k, redo)
+        return cls._of(top_scores, beam, tokens, eos_id, k)
+
+    @classmethod
+    def _of(cls, top_scores: np.ndarray, beam: np.ndarray, tokens: np.ndarray, eos_id: int, k: int) -> _Candidates:
+        """From (B', 2K) sums, beams within their sentence (0..K-1) and tokens."""
+        return cls(scores=top_scores, rows=beam + (np.arange(len(beam)) * k)[:, None],   # row of the beam extended
+                   tokens=tokens, possible=top_scores > -np.inf, is_eos=tokens == eos_id)
+
+
+def _rank_all(scores: np.ndarray, log_probs: np.ndarray, k: int,
+              sentences: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The 2K best of all K·V candidates of `sentences` (indices): sums, beams, tokens, each
+    (len(sentences), 2K)."""
+    vocab = log_probs.shape[1]
+    # float64 running scores: the float32 log-probs are promoted exactly.
+    candidates = (scores.reshape(-1, k)[sentences][:, :, None]
+                  + log_probs.reshape(-1, k, vocab)[sentences]).reshape(len(sentences), k * vocab)
+    top = top_candidates(candidates, 2 * k)
+    return np.take_along_axis(candidates, top, axis=1), top // vocab, top % vocab
 
 
 def _finish(top: _Candidates, log_probs: np.ndarray, beams: _Beams, trace: _Trace, step: int,

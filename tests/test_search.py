@@ -321,6 +321,29 @@ def test_top_candidates_equals_a_stable_full_sort(seed: int):
         assert np.array_equal(np.where(np.isfinite(values), actual, -1), np.where(np.isfinite(values), expected, -1))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_ranking_from_each_rows_best_equals_ranking_all_candidates(seed: int):
+    """`_Candidates.rank` picks from each row's 2K best log-probs; it must give what ranking
+    all K·V candidates of a sentence gives (`search._rank_all`), ties and -inf included."""
+    rng = np.random.default_rng(seed)
+    for k, vocab in ((1, 30), (2, 30), (4, 50), (3, 7)):
+        sentences = 40
+        # Few distinct values, so ties straddle every row's cut-off; dead beams and banned tokens.
+        log_probs = rng.integers(-8, 0, size=(sentences * k, vocab)).astype(np.float32)
+        log_probs[rng.random(log_probs.shape) < 0.2] = -np.inf
+        log_probs[:k, :] = -np.inf
+        log_probs[:k, 3] = -1.0                                     # only EOS left: fewer than 2K finite
+        scores = rng.integers(-5, 0, size=sentences * k).astype(np.float64)
+        scores[rng.random(scores.shape) < 0.1] = -np.inf
+        ranked = search._Candidates.rank(scores, log_probs, k, eos_id=3)
+        sums, beams, tokens = search._rank_all(scores, log_probs, k, np.arange(sentences))
+        finite = np.isfinite(sums)
+        assert np.array_equal(ranked.scores, sums)
+        assert np.array_equal(np.where(finite, ranked.rows, -1),
+                              np.where(finite, beams + (np.arange(sentences) * k)[:, None], -1))
+        assert np.array_equal(np.where(finite, ranked.tokens, -1), np.where(finite, tokens, -1))
+
+
 def test_beam_search_with_partial_top_k_equals_full_sort(tiny_model, monkeypatch):
     sentences = [[5, 9, 7, 11, 6, 14, EOS], [13, 8, EOS], [21, 4, 17, 10, EOS], [9, 7, 5, 5, 5, 5, 5, 5, EOS]]
     runs = []
