@@ -352,9 +352,8 @@ class _Candidates:
         sums = (scores[:, None] + np.take_along_axis(log_probs, kept, axis=1)).reshape(sentences, k * width)
         order = top_candidates(sums, width)                                                # (B', 2K)
         top_scores = np.take_along_axis(sums, order, axis=1)
-        beam = order // width
-        rows = beam + (np.arange(sentences) * k)[:, None]
-        tokens = kept[rows, order % width]
+        beam = order // width                                                              # within the sentence
+        tokens = kept[beam + (np.arange(sentences) * k)[:, None], order % width]
         redo = np.flatnonzero(~((scores + left_out).reshape(sentences, k).max(axis=1) < top_scores[:, -1]))
         if len(redo):
             top_scores[redo], beam[redo], tokens[redo] = _rank_all(scores, log_probs, k, redo)
