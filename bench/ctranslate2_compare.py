@@ -35,6 +35,7 @@ from tqdm import tqdm
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.inference import training_paused  # noqa: E402
 from data.tokenizer import Tokenizer  # noqa: E402
 from seq2seq.bundle import load_bundle_manifest  # noqa: E402
 from seq2seq.config import DecodeConfig, ModelConfig  # noqa: E402
@@ -206,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slices", type=int, default=4, help="turns the timed sentences are split into")
     parser.add_argument("--b1-sentences", type=int, default=16, help="sentences per slice timed at batch 1")
     parser.add_argument("--no-torch", action="store_true", help="leave our torch backend out")
+    parser.add_argument("--pause-training", action="store_true",
+                        help="SIGSTOP the training runs (as bench/inference.py does) while timing; always resumed")
     args = parser.parse_args(argv)
     try:
         import ctranslate2  # noqa: F401
@@ -246,8 +249,10 @@ def main(argv: list[str] | None = None) -> int:
         for system in systems.values():
             system.translate(sources[:2], DecodeConfig())          # warm-up
         identity = check_identity(systems, "crossalign ort fp32", sources[: args.check])
-        times = measure(systems, sources[: args.n], args.slices, args.b1_sentences)
-    print(f"{min(args.n, len(sources))} sentences from {args.test}, {args.threads} threads each")
+        with training_paused(args.pause_training) as paused:
+            times = measure(systems, sources[: args.n], args.slices, args.b1_sentences)
+    print(f"{min(args.n, len(sources))} sentences from {args.test}, {args.threads} threads each, "
+          f"training paused: {paused}")
     print("\n".join(identity))
     print(format_table(times, "ctranslate2 fp32"))
     return 0

@@ -21,6 +21,8 @@ machine hits every revision alike. Printed: greedy and beam-4 sentences/s at bat
 beam-4 p50/p99 latency at batch 1, with each revision's ratio to the first and to the one
 before it. `--pause-training` stops the processes listed in
 ~/.cache/crossalign/runs/TRAINING_PIDS (SIGSTOP) for the run and always resumes them.
+`--revision-bundle` runs the revisions on a given bundle instead, or with one bundle per
+revision each on its own (an exporter change: each bundle exported by its revision).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -215,16 +218,38 @@ def resume(pids: list[int]) -> None:
             os.kill(pid, signal.SIGCONT)
 
 
+@contextlib.contextmanager
+def training_paused(enabled: bool = True) -> Iterator[bool]:
+    """`pause_training` for the block (if `enabled`), always resumed, and resumed anyway after
+    PAUSE_LIMIT_S; yields whether anything was paused."""
+    stopped = pause_training() if enabled else []
+    # Never leave the training runs stopped for long, whatever happens here.
+    guard = threading.Timer(PAUSE_LIMIT_S, resume, (stopped,))
+    guard.daemon = True
+    guard.start()
+    try:
+        yield bool(stopped)
+    finally:
+        guard.cancel()
+        resume(stopped)
+
+
 def compare_revisions(names: list[str], sources: list[str], threads: int, slices: int,
-                      b1_sentences: int, bundle: Path | None = None, precision: str | None = None) -> str:
-    """Interleaved runs of every revision on the same sentences; returns the table."""
+                      b1_sentences: int, bundles: list[Path] | None = None, precision: str | None = None) -> str:
+    """Interleaved runs of every revision on the same sentences; returns the table. `bundles`:
+    one for every revision, or one per revision (an export change needs its own graphs)."""
+    bundles = bundles or []
+    if len(bundles) not in (0, 1, len(names)):
+        raise ValueError(f"{len(bundles)} bundles for {len(names)} revisions: give one, or one per revision")
     from tqdm import tqdm
 
     totals = {name: {label: {"sentences": 0, "seconds": 0.0, "latencies": []} for label, _, _ in REVISION_RUNS}
               for name in names}
     outputs: dict[str, dict[str, list]] = {name: {label: [] for label, _, _ in REVISION_RUNS} for name in names}
     with tempfile.TemporaryDirectory(prefix="crossalign-revisions-") as scratch:
-        revisions = [Revision(name, Path(scratch), threads, bundle, precision) for name in names]
+        revisions = [Revision(name, Path(scratch), threads,
+                              bundles[index if len(bundles) > 1 else 0] if bundles else None, precision)
+                     for index, name in enumerate(names)]
         try:
             size = -(-len(sources) // slices)
             work = [(start, label, beam, batch) for start in range(0, len(sources), size)
@@ -298,8 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slices", type=int, default=4, help="with --revisions: turns the sentences are split into")
     parser.add_argument("--b1-sentences", type=int, default=8,
                         help="with --revisions: sentences per slice for the batch-1 latency (default 8)")
-    parser.add_argument("--revision-bundle", type=Path, default=None,
-                        help="with --revisions: run every revision on this bundle instead of its own models/de-en")
+    parser.add_argument("--revision-bundle", type=Path, nargs="+", default=None,
+                        help="with --revisions: run every revision on this bundle instead of its own models/de-en, "
+                             "or each on its own (one bundle per revision, in order)")
     parser.add_argument("--precision", choices=PRECISIONS, default=None,
                         help="with --revisions: the graphs to run (default: the bundle's)")
     parser.add_argument("--pause-training", action="store_true",
@@ -310,19 +336,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.revisions:
         sources, _ = read_test(args.test, args.n)
-        stopped = pause_training() if args.pause_training else []
-        # Never leave the training runs stopped for long, whatever happens here.
-        guard = threading.Timer(PAUSE_LIMIT_S, resume, (stopped,))
-        guard.daemon = True
-        guard.start()
-        try:
+        with training_paused(args.pause_training) as paused:
             table = compare_revisions(args.revisions, sources, args.threads, args.slices, args.b1_sentences,
                                       args.revision_bundle, args.precision)
-        finally:
-            guard.cancel()
-            resume(stopped)
-        print(f"{len(sources)} sentences from {args.test}, {args.threads} threads, "
-              f"training paused: {bool(stopped)}")
+        print(f"{len(sources)} sentences from {args.test}, {args.threads} threads, training paused: {paused}")
         print(table)
         return 0
 

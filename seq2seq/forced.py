@@ -26,7 +26,7 @@ import numpy as np
 
 from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Token, align
 from seq2seq.quality import Evidence, SentenceQuality, assess_alignment
-from seq2seq.search import SearchBackend, TeacherForced, pad_batch
+from seq2seq.search import DecoderCache, SearchBackend, TeacherForced, pad_batch
 from seq2seq.translator import Translator
 
 
@@ -98,15 +98,14 @@ def teacher_force_by_steps(backend: SearchBackend, src_ids: np.ndarray, src_mask
     cache, exactly as the search computes it: for a backend that cannot run the decoder over
     a whole target at once (the scripted test backends). It has no self-attention to show.
     """
-    cross_k, cross_v = backend.encode(src_ids, src_mask)
+    cache = DecoderCache.start(*backend.encode(src_ids, src_mask))
     bos = np.full((src_ids.shape[0], 1), backend.bos_id, dtype=np.int64)
     tokens = np.concatenate([bos, tgt_ids.astype(np.int64)], axis=1)                     # (B, T+1)
-    past_k = past_v = None
     log_probs, cross = [], []
     for position in range(tokens.shape[1]):
-        out = backend.step(tokens[:, position:position + 1], cross_k, cross_v, src_mask, past_k, past_v, True)
+        out = backend.step(tokens[:, position:position + 1], src_mask, cache, True)
         assert out.cross_weights is not None
-        past_k, past_v = out.past_k, out.past_v
+        cache = out.cache
         log_probs.append(out.log_probs)
         cross.append(out.cross_weights)                                                  # (L, B, H, S)
     return TeacherForced(log_probs=np.stack(log_probs, axis=1), cross=np.stack(cross, axis=3),

@@ -15,9 +15,9 @@ layers, H heads, Dh head size, V vocabulary):
                     -> log_probs (N, T, V), per layer new_past_k_l, new_past_v_l (N, H, P+T, Dh),
                        cross_weights (L, N, H, T, S), self_weights (L, N, H, T, P+T)
 
-The search keeps the cross K/V and the cache stacked, (L, N, H, ·, Dh), as one array each;
-the graph takes and gives them per layer, so the backend binds per-layer views of the
-stacked arrays as inputs and has the graph write its per-layer outputs straight into the
+The search keeps the cross K/V and the cache stacked, (L, N, H, ·, Dh), as one array each
+(`seq2seq.search.DecoderCache`); the graph takes and gives them per layer, so the backend
+binds per-layer views of the stacked arrays as inputs and has the graph write its per-layer outputs straight into the
 slices of a stacked array (onnxruntime's I/O binding): no split, stack or copy around a step.
 """
 
@@ -31,7 +31,7 @@ import onnxruntime as ort
 
 from seq2seq.bundle import Bundle, BundleError
 from seq2seq.config import ModelConfig
-from seq2seq.search import StepOutput, TeacherForced
+from seq2seq.search import DecoderCache, StepOutput, TeacherForced
 
 ENCODER_OUTPUTS = ("cross_k", "cross_v", "self_weights")
 # The decoder's outputs as the backend returns them: the per-layer caches stacked (L, ...).
@@ -140,39 +140,38 @@ class OnnxBackend:
         cross_k, cross_v = self.encoder.run(["cross_k", "cross_v"], self._source_feed(src_ids, src_mask))
         return cross_k, cross_v
 
-    def step(self, tokens: np.ndarray, cross_k: np.ndarray, cross_v: np.ndarray, src_mask: np.ndarray,
-             past_k: np.ndarray | None, past_v: np.ndarray | None, need_attention: bool) -> StepOutput:
-        """tokens (N, 1) at position P; past_k/v (L, N, H, P, Dh) or None when P = 0.
+    def step(self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, need_attention: bool) -> StepOutput:
+        """tokens (N, 1) at position P = cache.past_length (see `SearchBackend.step`).
 
-        The first step feeds an empty (N, H, 0, Dh) past per layer: the graph concatenates
-        it with the new keys, and onnxruntime handles the zero-length axis (tested).
+        The first step feeds the empty (N, H, 0, Dh) past of `DecoderCache.start` per layer:
+        the graph concatenates it with the new keys, and onnxruntime handles the zero-length
+        axis (tested).
         """
         names = DECODER_OUTPUTS[:4] if need_attention else DECODER_OUTPUTS[:3]
-        out = self.run_decoder(tokens, cross_k, cross_v, src_mask, past_k, past_v, names)
-        return StepOutput(out["log_probs"][:, -1], out["new_past_k"], out["new_past_v"],
+        out = self.run_decoder(tokens, src_mask, cache, names)
+        return StepOutput(out["log_probs"][:, -1],
+                          DecoderCache(cache.cross_k, cache.cross_v, out["new_past_k"], out["new_past_v"]),
                           out["cross_weights"][:, :, :, -1] if need_attention else None)
 
-    def run_decoder(self, tokens: np.ndarray, cross_k: np.ndarray, cross_v: np.ndarray, src_mask: np.ndarray,
-                    past_k: np.ndarray | None, past_v: np.ndarray | None,
+    def run_decoder(self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache,
                     names: tuple[str, ...] = DECODER_OUTPUTS) -> dict[str, np.ndarray]:
         """One run of the decoder-step graph on stacked arrays; returns the outputs in `names`.
 
-        tokens (N, T), cross_k/v (L, N, H, S, Dh), src_mask (N, S), past_k/v (L, N, H, P, Dh)
-        or None (P = 0) -> log_probs (N, T, V), new_past_k/v (L, N, H, P+T, Dh),
+        tokens (N, T), src_mask (N, S), cache with cross K/V (L, N, H, S, Dh) and self K/V
+        (L, N, H, P, Dh) -> log_probs (N, T, V), new_past_k/v (L, N, H, P+T, Dh),
         cross_weights (L, N, H, T, S), self_weights (L, N, H, T, P+T). Every output is
         allocated here and written in place by the graph (I/O binding), the caches layer by
         layer into one stacked array, so nothing is copied or stacked after the run. At most
         `SMALL_STEP_ROWS` rows of int8 graphs run on one thread.
         """
-        layers, rows, heads, source, head_dim = cross_k.shape
-        new, past = tokens.shape[1], 0 if past_k is None else past_k.shape[3]
-        if past_k is None or past_v is None:
-            past_k = past_v = np.zeros((layers, rows, heads, 0, head_dim), dtype=np.float32)
+        layers, rows, heads, source, head_dim = cache.cross_k.shape
+        new, past = tokens.shape[1], cache.past_length
         # Held until the run ends: the binding points into these arrays' memory.
         inputs = {"tokens": np.ascontiguousarray(tokens, dtype=np.int64),
                   "src_mask": np.ascontiguousarray(src_mask, dtype=np.bool_)}
         stacked = {name: np.ascontiguousarray(value, dtype=np.float32) for name, value in
-                   (("cross_k", cross_k), ("cross_v", cross_v), ("past_k", past_k), ("past_v", past_v))}
+                   (("cross_k", cache.cross_k), ("cross_v", cache.cross_v), ("past_k", cache.self_k),
+                    ("past_v", cache.self_v))}
         session = self.small_decoder if rows <= SMALL_STEP_ROWS else self.decoder
         binding = session.io_binding()
         for name, value in inputs.items():
@@ -200,7 +199,7 @@ class OnnxBackend:
         cross_k, cross_v, encoder_self = self.encoder.run(list(ENCODER_OUTPUTS), self._source_feed(src_ids, src_mask))
         bos = np.full((target_ids.shape[0], 1), self.bos_id, dtype=np.int64)
         tokens = np.concatenate([bos, target_ids.astype(np.int64)], axis=1)
-        out = self.run_decoder(tokens, cross_k, cross_v, src_mask, None, None,
+        out = self.run_decoder(tokens, src_mask, DecoderCache.start(cross_k, cross_v),
                                ("log_probs", "cross_weights", "self_weights"))
         return TeacherForced(log_probs=out["log_probs"], cross=out["cross_weights"], encoder_self=encoder_self,
                              decoder_self=out["self_weights"])

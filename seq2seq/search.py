@@ -1,9 +1,10 @@
 """Beam search and greedy search over a small backend interface, in numpy.
 
 One implementation serves every backend (torch eager, onnxruntime): a backend only
-encodes a batch and runs one decoder step. Search owns the KV cache reordering and the
-per-hypothesis alignment buffers, so each hypothesis ends with the cross-attention of
-every layer and head for the exact token sequence it produced. Torch-free.
+encodes a batch and runs one decoder step. Search owns the KV cache (a `DecoderCache`
+value, passed to every step and returned by it) and its reordering, and the per-hypothesis
+alignment buffers, so each hypothesis ends with the cross-attention of every layer and head
+for the exact token sequence it produced. Torch-free.
 
 Shapes: B sentences, K beam size, N = B·K active rows, L decoder layers, H heads,
 S source length, P cached target length, V vocabulary.
@@ -21,11 +22,52 @@ from seq2seq.alignment import AlignmentOptions
 from seq2seq.config import DecodeConfig, ModelConfig
 
 
+@dataclass(frozen=True)
+class DecoderCache:
+    """What a decoder step reads besides its new tokens, and hands on to the next step: a
+    value passed in and returned, never kept by a backend (so one backend serves concurrent
+    searches). Every array is stacked over the decoder layers, layer l at index l; the ONNX
+    backend binds per-layer views of them, which copies nothing.
+
+    Shapes: L decoder layers, N rows, H heads, S source length, P cached target positions.
+    """
+
+    cross_k: np.ndarray                # (L, N, H, S, Dh) cross-attention keys, projected once per source
+    cross_v: np.ndarray                # (L, N, H, S, Dh)
+    self_k: np.ndarray                 # (L, N, H, P, Dh) self-attention keys of the P positions so far
+    self_v: np.ndarray                 # (L, N, H, P, Dh)
+
+    @classmethod
+    def start(cls, cross_k: np.ndarray, cross_v: np.ndarray) -> DecoderCache:
+        """The cache before the first step: cross K/V (L, N, H, S, Dh) from `encode`, P = 0."""
+        layers, rows, heads, _, head_dim = cross_k.shape
+        empty = np.zeros((layers, rows, heads, 0, head_dim), dtype=np.float32)
+        return cls(cross_k, cross_v, empty, empty)
+
+    @property
+    def past_length(self) -> int:
+        """P, the target positions already cached."""
+        return self.self_k.shape[3]
+
+    def reorder(self, rows: np.ndarray) -> DecoderCache:
+        """rows (N',) int: row i of the result continues row `rows[i]` (beam search: the
+        beams that go on, in their order; sentences that finished are left out).
+
+        The self K/V always follow. The cross K/V follow only when the number of rows
+        changes: the search moves a row only within its own sentence, whose K rows read one
+        source, so while no sentence leaves they are already right and are not copied
+        (fairseq's `reorder_incremental_state` skips its encoder-decoder attention the same way).
+        """
+        cross_k, cross_v = self.cross_k, self.cross_v
+        if len(rows) != cross_k.shape[1]:
+            cross_k, cross_v = select_rows(cross_k, rows), select_rows(cross_v, rows)
+        return DecoderCache(cross_k, cross_v, select_rows(self.self_k, rows), select_rows(self.self_v, rows))
+
+
 @dataclass
 class StepOutput:
     log_probs: np.ndarray              # (N, V) float32, log-softmax of the new position (the search edits it)
-    past_k: np.ndarray                 # (L, N, H, P+1, Dh) self-attention cache after this step
-    past_v: np.ndarray
+    cache: DecoderCache                # the cache after this step: self K/V (L, N, H, P+1, Dh)
     cross_weights: np.ndarray | None   # (L, N, H, S) cross-attention of the new position
 
 
@@ -57,9 +99,10 @@ class SearchBackend(Protocol):
         """src_ids (B, S) int64, src_mask (B, S) bool -> cross K and V, each (L, B, H, S, Dh)."""
         ...
 
-    def step(self, tokens: np.ndarray, cross_k: np.ndarray, cross_v: np.ndarray, src_mask: np.ndarray,
-             past_k: np.ndarray | None, past_v: np.ndarray | None, need_attention: bool) -> StepOutput:
-        """tokens (N, 1) int64 at position P; past_k/v (L, N, H, P, Dh) or None when P = 0."""
+    def step(self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, need_attention: bool) -> StepOutput:
+        """tokens (N, 1) int64 at position P = cache.past_length, src_mask (N, S) bool -> the
+        new position's log-probs, the cache extended by it, and its cross-attention
+        (L, N, H, S) when `need_attention`."""
         ...
 
     def teacher_force(self, src_ids: np.ndarray, src_mask: np.ndarray, tgt_ids: np.ndarray) -> TeacherForced:
@@ -179,8 +222,7 @@ def beam_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarra
     finished: list[list[Hypothesis]] = [[] for _ in range(len(src_ids))]
 
     for step in range(int(limits.max()) + 1):
-        out = backend.step(beams.tokens, beams.cross_k, beams.cross_v, beams.mask, beams.past_k, beams.past_v,
-                           need_attention)
+        out = backend.step(beams.tokens, beams.mask, beams.cache, need_attention)
         log_probs = _allowed(out.log_probs, backend, at_limit=np.repeat(limits[beams.active] <= step, k))
         trace.attention.append(out.cross_weights if config.return_attention else None)
         if beams.coverage is not None:
@@ -237,12 +279,9 @@ class _Beams:
     active: np.ndarray                # (B',) original index of each sentence in the batch
     tokens: np.ndarray                # (N, 1) int64, the input of the next step
     scores: np.ndarray                # (N,) float64 summed log-prob of each row
-    cross_k: np.ndarray               # (L, N, H, S, Dh)
-    cross_v: np.ndarray
+    cache: DecoderCache               # cross K/V (L, N, H, S, Dh), self K/V (L, N, H, P, Dh)
     mask: np.ndarray                  # (N, S) bool
     coverage: _Coverage | None
-    past_k: np.ndarray | None = None  # (L, N, H, P, Dh), None before the first step
-    past_v: np.ndarray | None = None
 
     @classmethod
     def start(cls, backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarray,
@@ -259,21 +298,21 @@ class _Beams:
             tokens=np.full((batch * k, 1), backend.bos_id, dtype=np.int64),
             # Only beam 0 is alive at the start, so the first step does not pick K copies of one token.
             scores=np.tile(np.array([0.0] + [-np.inf] * (k - 1)), batch),
-            cross_k=select_rows(cross_k, expand), cross_v=select_rows(cross_v, expand), mask=mask,
+            cache=DecoderCache.start(cross_k, cross_v).reorder(expand), mask=mask,
             coverage=_Coverage(backend.config, mask) if config.coverage_penalty else None)
 
     def advance(self, rows: np.ndarray, tokens: np.ndarray, scores: np.ndarray, out: StepOutput) -> None:
         """Next row i extends row `rows[i]` with `tokens[i]`, its summed log-prob now `scores[i]`."""
         self.tokens = tokens[:, None].astype(np.int64)
         self.scores = scores
-        self.past_k, self.past_v = select_rows(out.past_k, rows), select_rows(out.past_v, rows)
+        self.cache = out.cache.reorder(rows)      # drops the rows of sentences that finish
         if self.coverage is not None:
             self.coverage.select(rows)
 
     def leave(self, keep: np.ndarray) -> None:
-        """Sentences that finished leave the batch: keep (B',) bool; drop their encoder rows."""
+        """Sentences that finished leave the batch: keep (B',) bool; drop their rows (their
+        cache rows are already gone: `advance` took only the rows that go on)."""
         kept_rows = (np.flatnonzero(keep)[:, None] * self.k + np.arange(self.k)).reshape(-1)
-        self.cross_k, self.cross_v = select_rows(self.cross_k, kept_rows), select_rows(self.cross_v, kept_rows)
         self.mask = self.mask[kept_rows]
         if self.coverage is not None:
             self.coverage.counted = self.coverage.counted[kept_rows]
@@ -292,16 +331,51 @@ class _Candidates:
 
     @classmethod
     def rank(cls, scores: np.ndarray, log_probs: np.ndarray, k: int, eos_id: int) -> _Candidates:
-        """scores (N,) float64 of the beams, log_probs (N, V) of their next token."""
-        sentences, vocab = len(scores) // k, log_probs.shape[1]
-        # float64 running scores: the float32 log-probs are promoted exactly.
-        candidates = (scores[:, None] + log_probs).reshape(sentences, k * vocab)
-        top = top_candidates(candidates, 2 * k)                               # (B', 2K)
-        top_scores = np.take_along_axis(candidates, top, axis=1)
-        top_tokens = top % vocab
-        return cls(scores=top_scores,
-                   rows=top // vocab + (np.arange(sentences) * k)[:, None],    # row of the beam extended
-                   tokens=top_tokens, possible=top_scores > -np.inf, is_eos=top_tokens == eos_id)
+        """scores (N,) float64 of the beams, log_probs (N, V) of their next token.
+
+        The 2K best of each sentence's K·V candidates `scores[row] + log_probs[row, token]`,
+        in `top_candidates`' order (sum descending, ties to the lower row, then the lower
+        token). Found from each row's own 2K best log-probs (float32, no (N, V) float64
+        sums): within a row the sum orders as the log-prob. Exact by a check, not by
+        assumption: where something a row left out could still reach the sentence's 2K-th
+        best sum (a tie, or fewer than 2K finite candidates), that sentence is ranked over
+        all its K·V candidates instead.
+        """
+        sentences, vocab, width = len(scores) // k, log_probs.shape[1], 2 * k
+        if vocab <= width:
+            return cls._of(*_rank_all(scores, log_probs, k, np.arange(sentences)), eos_id, k)
+        part = np.argpartition(log_probs, vocab - width - 1, axis=1)
+        # Each row's 2K best tokens, in token order (so ties keep the full ranking's order),
+        # and the best log-prob it leaves out.
+        kept = np.sort(part[:, vocab - width:], axis=1)                                    # (N, 2K)
+        left_out = np.take_along_axis(log_probs, part[:, vocab - width - 1:vocab - width], axis=1)[:, 0]
+        sums = (scores[:, None] + np.take_along_axis(log_probs, kept, axis=1)).reshape(sentences, k * width)
+        order = top_candidates(sums, width)                                                # (B', 2K)
+        top_scores = np.take_along_axis(sums, order, axis=1)
+        beam = order // width                                                              # within the sentence
+        tokens = kept[beam + (np.arange(sentences) * k)[:, None], order % width]
+        redo = np.flatnonzero(~((scores + left_out).reshape(sentences, k).max(axis=1) < top_scores[:, -1]))
+        if len(redo):
+            top_scores[redo], beam[redo], tokens[redo] = _rank_all(scores, log_probs, k, redo)
+        return cls._of(top_scores, beam, tokens, eos_id, k)
+
+    @classmethod
+    def _of(cls, top_scores: np.ndarray, beam: np.ndarray, tokens: np.ndarray, eos_id: int, k: int) -> _Candidates:
+        """From (B', 2K) sums, beams within their sentence (0..K-1) and tokens."""
+        return cls(scores=top_scores, rows=beam + (np.arange(len(beam)) * k)[:, None],   # row of the beam extended
+                   tokens=tokens, possible=top_scores > -np.inf, is_eos=tokens == eos_id)
+
+
+def _rank_all(scores: np.ndarray, log_probs: np.ndarray, k: int,
+              sentences: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The 2K best of all K·V candidates of `sentences` (indices): sums, beams, tokens, each
+    (len(sentences), 2K)."""
+    vocab = log_probs.shape[1]
+    # float64 running scores: the float32 log-probs are promoted exactly.
+    candidates = (scores.reshape(-1, k)[sentences][:, :, None]
+                  + log_probs.reshape(-1, k, vocab)[sentences]).reshape(len(sentences), k * vocab)
+    top = top_candidates(candidates, 2 * k)
+    return np.take_along_axis(candidates, top, axis=1), top // vocab, top % vocab
 
 
 def _finish(top: _Candidates, log_probs: np.ndarray, beams: _Beams, trace: _Trace, step: int,

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from seq2seq.model import Transformer, load_model
-from seq2seq.search import StepOutput, TeacherForced
+from seq2seq.search import DecoderCache, StepOutput, TeacherForced
 
 
 class TorchBackend:
@@ -30,15 +30,17 @@ class TorchBackend:
         return encoded.cross_k.numpy(), encoded.cross_v.numpy()
 
     @torch.inference_mode()
-    def step(self, tokens: np.ndarray, cross_k: np.ndarray, cross_v: np.ndarray, src_mask: np.ndarray,
-             past_k: np.ndarray | None, past_v: np.ndarray | None, need_attention: bool) -> StepOutput:
+    def step(self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, need_attention: bool) -> StepOutput:
+        """tokens (N, 1) at position P = cache.past_length (see `SearchBackend.step`)."""
+        first = cache.past_length == 0             # decode's P = 0 is no past at all
         out = self.model.decode(
-            torch.from_numpy(np.ascontiguousarray(tokens)), torch.from_numpy(cross_k), torch.from_numpy(cross_v),
-            torch.from_numpy(src_mask),
-            None if past_k is None else torch.from_numpy(np.ascontiguousarray(past_k)),
-            None if past_v is None else torch.from_numpy(np.ascontiguousarray(past_v)),
+            torch.from_numpy(np.ascontiguousarray(tokens)), torch.from_numpy(cache.cross_k),
+            torch.from_numpy(cache.cross_v), torch.from_numpy(src_mask),
+            None if first else torch.from_numpy(np.ascontiguousarray(cache.self_k)),
+            None if first else torch.from_numpy(np.ascontiguousarray(cache.self_v)),
             need_cross_weights=need_attention)
-        return StepOutput(out.log_probs[:, -1].numpy(), out.self_k.numpy(), out.self_v.numpy(),
+        return StepOutput(out.log_probs[:, -1].numpy(),
+                          DecoderCache(cache.cross_k, cache.cross_v, out.self_k.numpy(), out.self_v.numpy()),
                           None if out.cross_weights is None else out.cross_weights[:, :, :, -1].numpy())
 
     @torch.inference_mode()

@@ -27,7 +27,7 @@ from seq2seq.config import DecodeConfig
 from seq2seq.loading import load_translator
 from seq2seq.model import load_model
 from seq2seq.onnx_backend import DECODER_OUTPUTS, OnnxBackend
-from seq2seq.search import beam_search, pad_batch
+from seq2seq.search import DecoderCache, beam_search, pad_batch
 from seq2seq.torch_backend import TorchBackend
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,7 +106,8 @@ def test_decoder_graph_matches_torch_for_every_shape(backends: tuple[TorchBacken
     past_k, past_v = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
 
     cross_k, cross_v, encoder_self = onnx_backend.encoder.run(None, {"src_ids": src_ids, "src_mask": src_mask})
-    outputs = list(onnx_backend.run_decoder(tokens, cross_k, cross_v, src_mask, past_k, past_v).values())
+    cache = DecoderCache(cross_k, cross_v, past_k, past_v)
+    outputs = list(onnx_backend.run_decoder(tokens, src_mask, cache).values())
     with torch.inference_mode():
         encoded = model.encode(torch.from_numpy(src_ids), torch.from_numpy(src_mask), need_weights=True)
         decoded = model.decode(torch.from_numpy(tokens), encoded.cross_k, encoded.cross_v, torch.from_numpy(src_mask),
@@ -136,6 +137,19 @@ def test_attention_maps_match_the_searched_alignment(tiny_bundle: Path) -> None:
     # Causal: no decoder position looks ahead; every row is a distribution.
     assert np.all(np.triu(maps["decoder_self"], k=1) == 0)
     np.testing.assert_allclose(maps["cross"].sum(-1), 1.0, atol=1e-5)
+
+
+def test_head_reshapes_have_constant_targets(tiny_bundle: Path) -> None:
+    """export/shapes.py: every Reshape target is a constant (no Shape -> Gather -> Concat chain
+    left to run per step); the parity tests above check that the outputs did not move."""
+    for name in ("encoder.onnx", "decoder_step.onnx"):
+        graph = onnx.load(str(tiny_bundle / name)).graph
+        constants = {tensor.name for tensor in graph.initializer}
+        reshapes = [node for node in graph.node if node.op_type == "Reshape"]
+        assert reshapes and all(node.input[1] in constants for node in reshapes), name
+    ops = [node.op_type for node in onnx.load(str(tiny_bundle / "decoder_step.onnx")).graph.node]
+    # What is left reads the past and new lengths, for the position slice and the causal mask.
+    assert ops.count("Shape") == 2
 
 
 def test_torch_backend_from_bundle_translates_identically(tiny_bundle: Path) -> None:

@@ -21,6 +21,7 @@ from seq2seq import search
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.model import key_padding_mask
 from seq2seq.search import (
+    DecoderCache,
     StepOutput,
     beam_search,
     coverage_penalty,
@@ -100,18 +101,18 @@ class ScriptedBackend:
         cross = np.broadcast_to(src_ids[None, :, None, :, None], (LAYERS, b, HEADS, s, 1)).astype(np.float32)
         return cross.copy(), cross.copy()
 
-    def step(self, tokens, cross_k, cross_v, src_mask, past_k, past_v, need_attention) -> StepOutput:
+    def step(self, tokens, src_mask, cache: DecoderCache, need_attention) -> StepOutput:
         self.calls += 1
         n, s = tokens.shape[0], src_mask.shape[1]
         new = np.broadcast_to(tokens[None, :, None, :, None], (LAYERS, n, HEADS, 1, 1)).astype(np.float32)
-        history = new if past_k is None else np.concatenate([past_k, new], axis=3)   # (L, N, H, P+1, 1)
+        history = np.concatenate([cache.self_k, new], axis=3)                      # (L, N, H, P+1, 1)
         log_probs = np.full((n, VOCAB), -np.inf, dtype=np.float32)
         weights = np.zeros((LAYERS, n, HEADS, s), dtype=np.float32)
         for row in range(n):
             generated = [int(t) for t in history[0, row, 0, :, 0]]
             assert generated[0] == BOS
             prefix = tuple(generated[1:])
-            sentence = int(cross_k[0, row, 0, 0, 0])
+            sentence = int(cache.cross_k[0, row, 0, 0, 0])
             table = TABLES[sentence].get(prefix, NO_EOS if sentence == 9 else DEFAULT)
             for token, p in table.items():
                 log_probs[row, token] = lp(p)
@@ -119,7 +120,8 @@ class ScriptedBackend:
                 for head in range(HEADS):
                     weights[layer, row, head] = [expected_attention(prefix, layer, head, j) for j in range(s)]
             weights[:, row] *= src_mask[row]  # padding gets no attention, as in the real model
-        return StepOutput(log_probs, history, history.copy(), weights if need_attention else None)
+        return StepOutput(log_probs, DecoderCache(cache.cross_k, cache.cross_v, history, history.copy()),
+                          weights if need_attention else None)
 
 
 def sources(*sentences: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -216,15 +218,15 @@ COVERAGE_ROWS = {(): [0.5, 0.5], (A,): [0.8, 0.2], (A, A): [0.1, 0.9]}
 class AttendingBackend(ScriptedBackend):
     """Sentence 8's log-probs, with cross weights that are real attention for the coverage."""
 
-    def step(self, tokens, cross_k, cross_v, src_mask, past_k, past_v, need_attention) -> StepOutput:
-        out = super().step(tokens, cross_k, cross_v, src_mask, past_k, past_v, need_attention)
+    def step(self, tokens, src_mask, cache: DecoderCache, need_attention) -> StepOutput:
+        out = super().step(tokens, src_mask, cache, need_attention)
         assert need_attention  # the coverage penalty needs the weights even when the caller does not
         n, s = src_mask.shape
         weights = np.zeros((LAYERS, n, HEADS, s), dtype=np.float32)
         for row in range(n):
             eos = int(src_mask[row].sum()) - 1
             weights[:, row, :, eos] = 1.0
-            prefix = tuple(int(t) for t in out.past_k[0, row, 0, 1:, 0])
+            prefix = tuple(int(t) for t in out.cache.self_k[0, row, 0, 1:, 0])
             weights[1, row, 2, :eos] = COVERAGE_ROWS.get(prefix, [0.5, 0.5]) + [0.0] * (eos - 2)
             weights[1, row, 2, eos] = 0.3
         out.cross_weights = weights
@@ -319,6 +321,29 @@ def test_top_candidates_equals_a_stable_full_sort(seed: int):
         assert np.array_equal(np.where(np.isfinite(values), actual, -1), np.where(np.isfinite(values), expected, -1))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_ranking_from_each_rows_best_equals_ranking_all_candidates(seed: int):
+    """`_Candidates.rank` picks from each row's 2K best log-probs; it must give what ranking
+    all K·V candidates of a sentence gives (`search._rank_all`), ties and -inf included."""
+    rng = np.random.default_rng(seed)
+    for k, vocab in ((1, 30), (2, 30), (4, 50), (3, 7)):
+        sentences = 40
+        # Few distinct values, so ties straddle every row's cut-off; dead beams and banned tokens.
+        log_probs = rng.integers(-8, 0, size=(sentences * k, vocab)).astype(np.float32)
+        log_probs[rng.random(log_probs.shape) < 0.2] = -np.inf
+        log_probs[:k, :] = -np.inf
+        log_probs[:k, 3] = -1.0                                     # only EOS left: fewer than 2K finite
+        scores = rng.integers(-5, 0, size=sentences * k).astype(np.float64)
+        scores[rng.random(scores.shape) < 0.1] = -np.inf
+        ranked = search._Candidates.rank(scores, log_probs, k, eos_id=3)
+        sums, beams, tokens = search._rank_all(scores, log_probs, k, np.arange(sentences))
+        finite = np.isfinite(sums)
+        assert np.array_equal(ranked.scores, sums)
+        assert np.array_equal(np.where(finite, ranked.rows, -1),
+                              np.where(finite, beams + (np.arange(sentences) * k)[:, None], -1))
+        assert np.array_equal(np.where(finite, ranked.tokens, -1), np.where(finite, tokens, -1))
+
+
 def test_beam_search_with_partial_top_k_equals_full_sort(tiny_model, monkeypatch):
     sentences = [[5, 9, 7, 11, 6, 14, EOS], [13, 8, EOS], [21, 4, 17, 10, EOS], [9, 7, 5, 5, 5, 5, 5, 5, EOS]]
     runs = []
@@ -334,6 +359,29 @@ def test_beam_search_with_partial_top_k_equals_full_sort(tiny_model, monkeypatch
                              for hyps in backend_hypotheses])
     half = len(runs) // 2
     assert runs[:half] == runs[half:]
+
+
+def test_cache_reorder_moves_self_kv_and_leaves_cross_kv_until_rows_leave():
+    """`DecoderCache.reorder`: the self K/V follow every reorder; the cross K/V, the same for
+    the beams of one sentence, are copied only when the row count changes; nothing is
+    copied when no row moves. The cache is a value: the original is never changed."""
+    layers, rows, heads, source, past = 2, 4, 1, 3, 2                     # 2 sentences x beam 2
+    cross = np.repeat(np.arange(2.0), 2)[None, :, None, None, None] * np.ones((layers, rows, heads, source, 1))
+    history = np.arange(rows, dtype=np.float32)[None, :, None, None, None] * np.ones((layers, rows, heads, past, 1))
+    cache = DecoderCache(cross, cross.copy(), history, history.copy())
+    assert cache.past_length == past
+
+    same = cache.reorder(np.arange(rows))
+    assert same.self_k is cache.self_k and same.cross_k is cache.cross_k
+    swapped = cache.reorder(np.array([1, 1, 2, 3]))                      # beam 1 of sentence 0 takes over
+    assert swapped.cross_k is cache.cross_k
+    assert swapped.self_k[0, :, 0, 0, 0].tolist() == [1, 1, 2, 3]
+    left = cache.reorder(np.array([3, 2]))                               # sentence 0 finished
+    assert left.cross_k.shape[1] == 2 and left.cross_k[0, :, 0, 0, 0].tolist() == [1, 1]
+    assert left.self_v[0, :, 0, 0, 0].tolist() == [3, 2]
+    assert cache.self_k[0, :, 0, 0, 0].tolist() == [0, 1, 2, 3]          # unchanged
+    start = DecoderCache.start(cross, cross)
+    assert start.past_length == 0 and start.self_k.shape == (layers, rows, heads, 0, 1)
 
 
 def test_pad_and_bos_are_never_generated():

@@ -25,7 +25,7 @@ from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.forced import teacher_force_by_steps
 from seq2seq.heatmap import FLAG_COLOUR
 from seq2seq.quality import QualityThresholds
-from seq2seq.search import StepOutput, TeacherForced
+from seq2seq.search import DecoderCache, StepOutput, TeacherForced
 from seq2seq.segment import split_sentences
 from seq2seq.translator import Translator
 from service.app import create_app
@@ -55,10 +55,10 @@ class EchoBackend:
         cross = np.broadcast_to(ids, (2, src_ids.shape[0], 2, src_ids.shape[1], 1)).copy()
         return cross, cross
 
-    def step(self, tokens, cross_k, cross_v, src_mask, past_k, past_v, need_attention) -> StepOutput:
-        rows, length = tokens.shape[0], cross_k.shape[3]
-        position = 0 if past_k is None else past_k.shape[3]
-        source = cross_k[0, :, 0, :, 0].astype(np.int64)                   # (N, S)
+    def step(self, tokens, src_mask, cache: DecoderCache, need_attention) -> StepOutput:
+        rows, length = tokens.shape[0], cache.cross_k.shape[3]
+        position = cache.past_length
+        source = cache.cross_k[0, :, 0, :, 0].astype(np.int64)             # (N, S)
         lengths = src_mask.sum(axis=1)
         probs = np.full((rows, self.vocab_size), 0.1 / (self.vocab_size - 1))
         attend = np.minimum(position, lengths - 1)
@@ -68,7 +68,8 @@ class EchoBackend:
         weights = np.zeros((2, rows, 2, length), dtype=np.float32)
         weights[:, np.arange(rows), :, attend] = 1.0
         past = np.zeros((2, rows, 2, position + 1, 1), dtype=np.float32)
-        return StepOutput(np.log(probs).astype(np.float32), past, past, weights if need_attention else None)
+        return StepOutput(np.log(probs).astype(np.float32), DecoderCache(cache.cross_k, cache.cross_v, past, past),
+                          weights if need_attention else None)
 
     def teacher_force(self, src_ids, src_mask, tgt_ids) -> TeacherForced:
         return teacher_force_by_steps(self, src_ids, src_mask, tgt_ids)
