@@ -50,12 +50,17 @@ def describe(layer: int, heads: tuple[int, ...], shift: bool) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--model", type=Path, required=True, help="model directory (bundle or training output)")
     parser.add_argument("--gold", type=Path, default=REPO / "data" / "gold" / "de-en.gold.tsv")
-    parser.add_argument("--backend", choices=("auto",) + BACKENDS, default="auto",
-                        help="auto: onnx for a bundle (bundle.json), else torch")
+    parser.add_argument(
+        "--backend",
+        choices=("auto",) + BACKENDS,
+        default="auto",
+        help="auto: onnx for a bundle (bundle.json), else torch",
+    )
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write every row as JSON here")
     args = parser.parse_args(argv)
@@ -70,10 +75,16 @@ def main(argv: list[str] | None = None) -> int:
     prepared = forced_attention(translator, [(pair.source, pair.target) for pair in gold])
     failed = [pair.line for pair, item in zip(gold, prepared) if isinstance(item, AlignmentError)]
     if failed:
-        print(f"warning: {len(failed)} gold pairs could not be aligned (lines {failed[:10]}); they count as "
-              "pairs without links", file=sys.stderr)
-    print(f"{args.model} ({backend}): {config.decoder_layers} decoder layers x {config.n_heads} heads; "
-          f"{len(gold)} gold pairs teacher-forced in {time.perf_counter() - started:.1f} s", flush=True)
+        print(
+            f"warning: {len(failed)} gold pairs could not be aligned (lines {failed[:10]}); they count as "
+            "pairs without links",
+            file=sys.stderr,
+        )
+    print(
+        f"{args.model} ({backend}): {config.decoder_layers} decoder layers x {config.n_heads} heads; "
+        f"{len(gold)} gold pairs teacher-forced in {time.perf_counter() - started:.1f} s",
+        flush=True,
+    )
 
     def score_source(layer: int, heads: tuple[int, ...], shift: bool) -> Score:
         options = AlignmentOptions("word", layer, heads, shift).resolve(config)
@@ -87,29 +98,47 @@ def main(argv: list[str] | None = None) -> int:
             hypotheses.append(set(maps.word.links))
         return score(hypotheses, gold)
 
-    rows = [(score_source(layer, heads, shift), layer, heads, shift)
-            for layer, heads, shift in candidates(config.decoder_layers, config.n_heads)]
+    rows = [
+        (score_source(layer, heads, shift), layer, heads, shift)
+        for layer, heads, shift in candidates(config.decoder_layers, config.n_heads)
+    ]
     rows.sort(key=lambda row: (row[0].aer, -row[0].recall))
 
     print(f"\n{'source':<26} {'AER':>6} {'prec':>6} {'recall':>6}")
     for result, layer, heads, shift in rows:
-        print(f"{describe(layer, heads, shift):<26} {100 * result.aer:6.1f} {100 * result.precision:6.1f} "
-              f"{100 * result.recall:6.1f}")
+        print(
+            f"{describe(layer, heads, shift):<26} {100 * result.aer:6.1f} {100 * result.precision:6.1f} "
+            f"{100 * result.recall:6.1f}"
+        )
     best, layer, heads, shift = rows[0]
-    current = score_source(config.resolved_alignment_layer, tuple(config.alignment_heads),
-                           config.alignment_step_shift)
+    current = score_source(config.resolved_alignment_layer, tuple(config.alignment_heads), config.alignment_step_shift)
     print(f"\nbest: {describe(layer, heads, shift).strip()}: {best}")
-    print(f"the model's current default (layer {config.resolved_alignment_layer}, heads "
-          f"{list(config.alignment_heads) or 'mean'}, {'step shift' if config.alignment_step_shift else 'no shift'}): "
-          f"AER {100 * current.aer:.1f}")
+    print(
+        f"the model's current default (layer {config.resolved_alignment_layer}, heads "
+        f"{list(config.alignment_heads) or 'mean'}, {'step shift' if config.alignment_step_shift else 'no shift'}): "
+        f"AER {100 * current.aer:.1f}"
+    )
     heads_flag = " ".join(map(str, heads)) if heads else "(no value: the mean of all heads)"
     print(f"as flags: --layer {layer} --heads {heads_flag}{' --step-shift' if shift else ''}")
     print(f"as ModelConfig: alignment_layer={layer}, alignment_heads={tuple(heads)}, alignment_step_shift={shift}")
     if args.json:
-        args.json.write_text(json.dumps([
-            {"layer": layer, "heads": list(heads) or "mean", "step_shift": shift, "aer": round(100 * r.aer, 2),
-             "precision": round(100 * r.precision, 2), "recall": round(100 * r.recall, 2)}
-            for r, layer, heads, shift in rows], indent=1) + "\n")
+        args.json.write_text(
+            json.dumps(
+                [
+                    {
+                        "layer": layer,
+                        "heads": list(heads) or "mean",
+                        "step_shift": shift,
+                        "aer": round(100 * r.aer, 2),
+                        "precision": round(100 * r.precision, 2),
+                        "recall": round(100 * r.recall, 2),
+                    }
+                    for r, layer, heads, shift in rows
+                ],
+                indent=1,
+            )
+            + "\n"
+        )
     return 0
 
 

@@ -36,15 +36,23 @@ class Row:
     beam: int
     workers: int
     lines: int
-    seconds: float            # translation time, start-up excluded
+    seconds: float  # translation time, start-up excluded
     startup: float
     target_tokens: int
 
     def cells(self) -> list[str]:
         rate = self.lines / self.seconds if self.seconds > 0 else float("nan")
         tokens = self.target_tokens / self.seconds if self.seconds > 0 else float("nan")
-        return [self.mode, str(self.beam), str(self.workers), str(self.lines), f"{self.seconds:.2f}",
-                f"{self.startup:.2f}", f"{rate:.1f}", f"{tokens:.0f}"]
+        return [
+            self.mode,
+            str(self.beam),
+            str(self.workers),
+            str(self.lines),
+            f"{self.seconds:.2f}",
+            f"{self.startup:.2f}",
+            f"{rate:.1f}",
+            f"{tokens:.0f}",
+        ]
 
 
 def read_sources(path: Path, count: int) -> list[str]:
@@ -62,12 +70,32 @@ def read_sources(path: Path, count: int) -> list[str]:
 
 def run_cli(args: argparse.Namespace, input_path: Path, output_path: Path, beam: int, workers: int) -> float:
     """Wall seconds of one `crossalign translate` run over `input_path`."""
-    command = [sys.executable, "-m", "seq2seq.cli", "translate", "-m", str(args.model), "--backend", args.backend,
-               "-i", str(input_path), "-o", str(output_path), "--beam-size", str(beam), "--workers", str(workers),
-               "--batch-size", str(args.batch_size), "--threads", str(args.threads)]
+    command = [
+        sys.executable,
+        "-m",
+        "seq2seq.cli",
+        "translate",
+        "-m",
+        str(args.model),
+        "--backend",
+        args.backend,
+        "-i",
+        str(input_path),
+        "-o",
+        str(output_path),
+        "--beam-size",
+        str(beam),
+        "--workers",
+        str(workers),
+        "--batch-size",
+        str(args.batch_size),
+        "--threads",
+        str(args.threads),
+    ]
     started = time.perf_counter()
-    finished = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    finished = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
     elapsed = time.perf_counter() - started
     if finished.returncode != 0:
         raise SystemExit(f"translate failed ({finished.returncode}):\n{finished.stderr}")
@@ -87,8 +115,9 @@ def bench_cli(args: argparse.Namespace, sources: list[str], tokenizer: Tokenizer
             translations = output.read_text(encoding="utf-8").splitlines()
             assert len(translations) == len(sources), "the CLI must write one line per input line"
             tokens = sum(len(ids) for ids in tokenizer.encode_batch(translations))
-            rows.append(Row("cli", beam, workers, len(sources), max(wall - startup[workers], 1e-9),
-                            startup[workers], tokens))
+            rows.append(
+                Row("cli", beam, workers, len(sources), max(wall - startup[workers], 1e-9), startup[workers], tokens)
+            )
             print(" | ".join(rows[-1].cells()), file=sys.stderr)
     return rows
 
@@ -127,8 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 4], help="beam sizes (default 1 4)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="CLI worker counts (default 1 2)")
     parser.add_argument("--batch-size", type=int, default=32, help="CLI --batch-size (default 32)")
-    parser.add_argument("--threads", type=int, default=0, help="inference threads (0 = default; the CLI shares "
-                                                                "the cores out between workers)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="inference threads (0 = default; the CLI shares the cores out between workers)",
+    )
     parser.add_argument("--no-loop", action="store_true", help="skip the plain-loop baseline")
     args = parser.parse_args(argv)
 
@@ -136,8 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     if not sources:
         parser.error(f"{args.test}: no source lines")
     tokenizer = Tokenizer(args.model / "spm.model")
-    print(f"{len(sources)} lines from {args.test}, model {args.model}, backend {args.backend}, "
-          f"{os.cpu_count()} CPUs", file=sys.stderr)
+    print(
+        f"{len(sources)} lines from {args.test}, model {args.model}, backend {args.backend}, {os.cpu_count()} CPUs",
+        file=sys.stderr,
+    )
     with tempfile.TemporaryDirectory(prefix="bench-batch-") as workdir:
         rows = bench_cli(args, sources, tokenizer, Path(workdir))
     if not args.no_loop:

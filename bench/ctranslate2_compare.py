@@ -59,11 +59,14 @@ def convert(bundle_dir: Path, out_dir: Path) -> Path:
         raise SystemExit("learned position tables are not mapped (the shipped model is sinusoidal)")
     weights = {k: v.float().numpy() for k, v in load_weights(bundle_dir / "model.pt").items()}
     spec = ctranslate2.specs.TransformerSpec.from_config(
-        (config.encoder_layers, config.decoder_layers), config.n_heads, pre_norm=True,
-        activation=ctranslate2.specs.Activation.RELU)
-    spec.config.layer_norm_epsilon = 1e-5                  # torch's LayerNorm default
+        (config.encoder_layers, config.decoder_layers),
+        config.n_heads,
+        pre_norm=True,
+        activation=ctranslate2.specs.Activation.RELU,
+    )
+    spec.config.layer_norm_epsilon = 1e-5  # torch's LayerNorm default
 
-    def linear(target, *names: str) -> None:               # one or several nn.Linear, fused on the output axis
+    def linear(target, *names: str) -> None:  # one or several nn.Linear, fused on the output axis
         target.weight = np.concatenate([weights[f"{n}.weight"] for n in names])
         target.bias = np.concatenate([weights[f"{n}.bias"] for n in names])
 
@@ -87,7 +90,7 @@ def convert(bundle_dir: Path, out_dir: Path) -> Path:
         self_attention_and_feed_forward(layer, f"encoder_layers.{i}")
     spec.decoder.embeddings.weight = embedding
     spec.decoder.position_encodings.encodings = table
-    spec.decoder.projection.weight = embedding             # tied output projection, no bias
+    spec.decoder.projection.weight = embedding  # tied output projection, no bias
     norm(spec.decoder.layer_norm, "decoder_norm")
     for i, layer in enumerate(spec.decoder.layer):
         prefix = f"decoder_layers.{i}"
@@ -101,7 +104,10 @@ def convert(bundle_dir: Path, out_dir: Path) -> Path:
     spec.register_source_vocabulary(pieces)
     spec.register_target_vocabulary(pieces)
     spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = (
-        pieces[config.unk_id], pieces[config.bos_id], pieces[config.eos_id])
+        pieces[config.unk_id],
+        pieces[config.bos_id],
+        pieces[config.eos_id],
+    )
     spec.validate()
     spec.optimize(quantization=None)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -115,22 +121,29 @@ class CTranslate2System:
     def __init__(self, model_dir: Path, tokenizer: Tokenizer, config: ModelConfig, compute_type: str, threads: int):
         import ctranslate2
 
-        self.translator = ctranslate2.Translator(str(model_dir), device="cpu", compute_type=compute_type,
-                                                 inter_threads=1, intra_threads=threads)
+        self.translator = ctranslate2.Translator(
+            str(model_dir), device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=threads
+        )
         self.tokenizer, self.config = tokenizer, config
         self.banned = [[tokenizer.sp.id_to_piece(config.pad_id)], [tokenizer.sp.id_to_piece(config.bos_id)]]
         self.eos = tokenizer.sp.id_to_piece(config.eos_id)
 
     def translate(self, texts: list[str], decode: DecodeConfig) -> list[list[int]]:
         sources = [self.tokenizer.sp.encode(t, out_type=str) + [self.eos] for t in texts]
-        limit = max(max_target_length(len(s), decode) for s in sources) + 1          # + EOS
+        limit = max(max_target_length(len(s), decode) for s in sources) + 1  # + EOS
         results = self.translator.translate_batch(
-            sources, beam_size=decode.beam_size, length_penalty=decode.length_penalty, max_batch_size=0,
-            max_decoding_length=limit, suppress_sequences=self.banned, return_attention=decode.return_attention)
+            sources,
+            beam_size=decode.beam_size,
+            length_penalty=decode.length_penalty,
+            max_batch_size=0,
+            max_decoding_length=limit,
+            suppress_sequences=self.banned,
+            return_attention=decode.return_attention,
+        )
         outputs = []
         for result in results:
             ids = [self.tokenizer.sp.piece_to_id(p) for p in result.hypotheses[0]]
-            self.tokenizer.sp.decode(ids)                  # detokenize, as our translator does
+            self.tokenizer.sp.decode(ids)  # detokenize, as our translator does
             outputs.append(ids)
         return outputs
 
@@ -146,16 +159,23 @@ class OurSystem:
 def check_identity(systems: dict, reference: str, sources: list[str]) -> list[str]:
     lines = []
     # No coverage penalty: CTranslate2's is computed differently, so both run the plain search.
-    for label, decode in (("greedy", DecodeConfig(beam_size=1, coverage_penalty=0.0)),
-                          ("beam 4, no length penalty", DecodeConfig(beam_size=4, length_penalty=0.0,
-                                                                     coverage_penalty=0.0))):
-        expected = [ids for first in range(0, len(sources), 32)
-                    for ids in systems[reference].translate(sources[first:first + 32], decode)]
+    for label, decode in (
+        ("greedy", DecodeConfig(beam_size=1, coverage_penalty=0.0)),
+        ("beam 4, no length penalty", DecodeConfig(beam_size=4, length_penalty=0.0, coverage_penalty=0.0)),
+    ):
+        expected = [
+            ids
+            for first in range(0, len(sources), 32)
+            for ids in systems[reference].translate(sources[first : first + 32], decode)
+        ]
         for name, system in systems.items():
             if name == reference:
                 continue
-            actual = [ids for first in range(0, len(sources), 32)
-                      for ids in system.translate(sources[first:first + 32], decode)]
+            actual = [
+                ids
+                for first in range(0, len(sources), 32)
+                for ids in system.translate(sources[first : first + 32], decode)
+            ]
             same = sum(a == b for a, b in zip(actual, expected))
             lines.append(f"{label:<26} {name:<18} {same:>4}/{len(sources)} token-identical to {reference}")
     return lines
@@ -167,13 +187,13 @@ def measure(systems: dict, sources: list[str], slices: int, b1_sentences: int) -
     work = [(start, run) for start in range(0, len(sources), size) for run in RUNS]
     names = list(systems)
     for turn, (start, (label, beam, batch)) in enumerate(tqdm(work, desc="slices", unit="slice")):
-        chunk = sources[start:start + size][: b1_sentences if batch == 1 else None]
+        chunk = sources[start : start + size][: b1_sentences if batch == 1 else None]
         decode = DecodeConfig(beam_size=beam, coverage_penalty=0.0)
-        for name in names[turn % len(names):] + names[:turn % len(names)]:
+        for name in names[turn % len(names) :] + names[: turn % len(names)]:
             for first in range(0, len(chunk), batch):
                 began = time.perf_counter()
-                systems[name].translate(chunk[first:first + batch], decode)
-                times[name][label].append((time.perf_counter() - began, len(chunk[first:first + batch])))
+                systems[name].translate(chunk[first : first + batch], decode)
+                times[name][label].append((time.perf_counter() - began, len(chunk[first : first + batch])))
     return times
 
 
@@ -184,21 +204,23 @@ def format_table(times: dict, reference: str) -> str:
     def p(name: str, q: int) -> float:
         return float(np.percentile([t for t, _ in times[name]["beam4 b1"]], q)) * 1000
 
-    header = (f"{'system':<18} {'greedy b32 sent/s':>20} {'beam4 b32 sent/s':>20} "
-              f"{'beam4 b1 p50 / p99 ms':>26}")
+    header = f"{'system':<18} {'greedy b32 sent/s':>20} {'beam4 b32 sent/s':>20} {'beam4 b1 p50 / p99 ms':>26}"
     lines = [header, "-" * len(header)]
     for name in times:
         greedy, beam = rate(name, "greedy b32"), rate(name, "beam4 b32")
-        lines.append(f"{name:<18} {greedy:9.1f} ({greedy / rate(reference, 'greedy b32'):4.2f}x) "
-                     f"{beam:9.1f} ({beam / rate(reference, 'beam4 b32'):4.2f}x) "
-                     f"{p(name, 50):7.1f} / {p(name, 99):5.0f} ({p(reference, 50) / p(name, 50):4.2f}x)")
+        lines.append(
+            f"{name:<18} {greedy:9.1f} ({greedy / rate(reference, 'greedy b32'):4.2f}x) "
+            f"{beam:9.1f} ({beam / rate(reference, 'beam4 b32'):4.2f}x) "
+            f"{p(name, 50):7.1f} / {p(name, 99):5.0f} ({p(reference, 50) / p(name, 50):4.2f}x)"
+        )
     lines.append(f"ratios: to {reference} (>1 = faster; for latency, its p50 over ours)")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     parser.add_argument("--bundle", type=Path, default=REPO / "models/de-en", help="bundle (default models/de-en)")
     parser.add_argument("--test", type=Path, required=True, help="test TSV: source<TAB>reference")
     parser.add_argument("--n", type=int, default=256, help="sentences to time (default 256)")
@@ -207,8 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slices", type=int, default=4, help="turns the timed sentences are split into")
     parser.add_argument("--b1-sentences", type=int, default=16, help="sentences per slice timed at batch 1")
     parser.add_argument("--no-torch", action="store_true", help="leave our torch backend out")
-    parser.add_argument("--pause-training", action="store_true",
-                        help="SIGSTOP the training runs (as bench/inference.py does) while timing; always resumed")
+    parser.add_argument(
+        "--pause-training",
+        action="store_true",
+        help="SIGSTOP the training runs (as bench/inference.py does) while timing; always resumed",
+    )
     args = parser.parse_args(argv)
     try:
         import ctranslate2  # noqa: F401
@@ -228,14 +253,19 @@ def main(argv: list[str] | None = None) -> int:
             "ctranslate2 fp32": CTranslate2System(model_dir, tokenizer, bundle.model_config, "float32", args.threads),
             "ctranslate2 int8": CTranslate2System(model_dir, tokenizer, bundle.model_config, "int8", args.threads),
         }
-        backends = {precision: OnnxBackend.from_bundle(bundle, precision, args.threads)
-                    for precision in bundle.precisions}
+        backends = {
+            precision: OnnxBackend.from_bundle(bundle, precision, args.threads) for precision in bundle.precisions
+        }
         if "int8" not in backends:
             from export.quantize import quantize_graphs  # the export's own int8 step
+
             files = quantize_graphs(bundle.directory, Path(scratch) / "int8")
-            backends["int8"] = OnnxBackend(Path(scratch) / "int8" / files["encoder"],
-                                           Path(scratch) / "int8" / files["decoder_step"], bundle.model_config,
-                                           args.threads)
+            backends["int8"] = OnnxBackend(
+                Path(scratch) / "int8" / files["encoder"],
+                Path(scratch) / "int8" / files["decoder_step"],
+                bundle.model_config,
+                args.threads,
+            )
         for precision, backend in backends.items():
             translator = Translator(backend, tokenizer, max_batch_tokens=sys.maxsize)
             systems[f"crossalign ort {precision}"] = OurSystem(translator)
@@ -243,16 +273,20 @@ def main(argv: list[str] | None = None) -> int:
             import torch
 
             from seq2seq.torch_backend import TorchBackend
+
             torch.set_num_threads(args.threads)
-            systems["crossalign torch"] = OurSystem(Translator(TorchBackend.from_directory(bundle.directory),
-                                                               tokenizer, max_batch_tokens=sys.maxsize))
+            systems["crossalign torch"] = OurSystem(
+                Translator(TorchBackend.from_directory(bundle.directory), tokenizer, max_batch_tokens=sys.maxsize)
+            )
         for system in systems.values():
-            system.translate(sources[:2], DecodeConfig())          # warm-up
+            system.translate(sources[:2], DecodeConfig())  # warm-up
         identity = check_identity(systems, "crossalign ort fp32", sources[: args.check])
         with training_paused(args.pause_training) as paused:
             times = measure(systems, sources[: args.n], args.slices, args.b1_sentences)
-    print(f"{min(args.n, len(sources))} sentences from {args.test}, {args.threads} threads each, "
-          f"training paused: {paused}")
+    print(
+        f"{min(args.n, len(sources))} sentences from {args.test}, {args.threads} threads each, "
+        f"training paused: {paused}"
+    )
     print("\n".join(identity))
     print(format_table(times, "ctranslate2 fp32"))
     return 0

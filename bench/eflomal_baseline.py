@@ -106,9 +106,16 @@ def build_shim(directory: Path) -> Path:
     return library
 
 
-def run_eflomal(sources: list[str], targets: list[str], directory: Path, seed: int, model: int,
-                n_samplers: int, null_prior: float, iterations: tuple[int, int, int]
-                ) -> tuple[list[set[Link]], list[set[Link]]]:
+def run_eflomal(
+    sources: list[str],
+    targets: list[str],
+    directory: Path,
+    seed: int,
+    model: int,
+    n_samplers: int,
+    null_prior: float,
+    iterations: tuple[int, int, int],
+) -> tuple[list[set[Link]], list[set[Link]]]:
     """Forward and reverse links, both as (source, target) index pairs, one set per pair."""
     import eflomal  # optional dependency: pip install eflomal
 
@@ -117,9 +124,30 @@ def run_eflomal(sources: list[str], targets: list[str], directory: Path, seed: i
         eflomal.Aligner().prepare_files(sources, source_out, targets, target_out, None, None)
     binary = Path(eflomal.__file__).parent / "bin" / "eflomal"
     forward_file, reverse_file = directory / "forward.pharaoh", directory / "reverse.pharaoh"
-    command = [str(binary), "-s", str(source_file), "-t", str(target_file), "-f", str(forward_file),
-               "-r", str(reverse_file), "-m", str(model), "-n", str(n_samplers), "-N", str(null_prior),
-               "-1", str(iterations[0]), "-2", str(iterations[1]), "-3", str(iterations[2]), "-q"]
+    command = [
+        str(binary),
+        "-s",
+        str(source_file),
+        "-t",
+        str(target_file),
+        "-f",
+        str(forward_file),
+        "-r",
+        str(reverse_file),
+        "-m",
+        str(model),
+        "-n",
+        str(n_samplers),
+        "-N",
+        str(null_prior),
+        "-1",
+        str(iterations[0]),
+        "-2",
+        str(iterations[1]),
+        "-3",
+        str(iterations[2]),
+        "-q",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if seed >= 0:
         env["LD_PRELOAD"] = str(build_shim(directory))
@@ -133,23 +161,41 @@ def report(name: str, hypotheses: Iterable[set[Link]], gold) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--train", type=Path, default=Path("work/ding8k/train.tsv"),
-                        help="prepared training corpus, source<TAB>target<TAB>kind")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "--train",
+        type=Path,
+        default=Path("work/ding8k/train.tsv"),
+        help="prepared training corpus, source<TAB>target<TAB>kind",
+    )
     parser.add_argument("--gold", type=Path, default=Path("data/gold/de-en.gold.tsv"))
-    parser.add_argument("--train-out", type=Path, default=None,
-                        help="also write the grow-diag-final links of every --train line here (Pharaoh)")
-    parser.add_argument("--gold-out", type=Path, default=None,
-                        help="also write the grow-diag-final links of the gold pairs here, to rescore with "
-                             "`python -m seq2seq.aer score`")
+    parser.add_argument(
+        "--train-out",
+        type=Path,
+        default=None,
+        help="also write the grow-diag-final links of every --train line here (Pharaoh)",
+    )
+    parser.add_argument(
+        "--gold-out",
+        type=Path,
+        default=None,
+        help="also write the grow-diag-final links of the gold pairs here, to rescore with "
+        "`python -m seq2seq.aer score`",
+    )
     parser.add_argument("--seed", type=int, default=1, help="eflomal's random seed; -1: from /dev/urandom")
     parser.add_argument("--model", type=int, default=3, choices=(1, 2, 3), help="1 IBM1, 2 +HMM, 3 +fertility")
-    parser.add_argument("--samplers", type=int, default=3,
-                        help="independent Gibbs samplers (eflomal's Aligner default)")
+    parser.add_argument(
+        "--samplers", type=int, default=3, help="independent Gibbs samplers (eflomal's Aligner default)"
+    )
     parser.add_argument("--null-prior", type=float, default=0.2)
-    parser.add_argument("--rel-iterations", type=float, default=1.0,
-                        help="iterations relative to eflomal's default for this corpus size")
+    parser.add_argument(
+        "--rel-iterations",
+        type=float,
+        default=1.0,
+        help="iterations relative to eflomal's default for this corpus size",
+    )
     args = parser.parse_args(argv)
 
     if shutil.which("cc") is None and args.seed >= 0:
@@ -160,13 +206,17 @@ def main(argv: list[str] | None = None) -> None:
     sources = [tokenize(source) for source, _ in pairs]
     targets = [tokenize(target) for _, target in pairs]
     iterations = default_iterations(len(pairs), args.rel_iterations)
-    print(f"eflomal model {args.model}, {args.samplers} samplers, iterations {iterations}, seed {args.seed}: "
-          f"{len(train)} training pairs + {len(gold)} gold pairs", flush=True)
+    print(
+        f"eflomal model {args.model}, {args.samplers} samplers, iterations {iterations}, seed {args.seed}: "
+        f"{len(train)} training pairs + {len(gold)} gold pairs",
+        flush=True,
+    )
 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="eflomal-") as tmp:
-        forward, reverse = run_eflomal(sources, targets, Path(tmp), args.seed, args.model, args.samplers,
-                                       args.null_prior, iterations)
+        forward, reverse = run_eflomal(
+            sources, targets, Path(tmp), args.seed, args.model, args.samplers, args.null_prior, iterations
+        )
     if len(forward) != len(pairs) or len(reverse) != len(pairs):
         sys.exit(f"eflomal returned {len(forward)}/{len(reverse)} alignments for {len(pairs)} pairs")
     symmetric = [grow_diag_final(f, r) for f, r in zip(forward, reverse)]

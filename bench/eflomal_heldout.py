@@ -31,13 +31,20 @@ from seq2seq.aer import grow_diag_final, write_pharaoh  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--train", type=Path, required=True, help="prepared corpus, source<TAB>target<TAB>kind")
-    parser.add_argument("--heldout", type=Path, nargs="+", required=True,
-                        help="source<TAB>target files to link (e.g. valid.tsv test.tsv)")
-    parser.add_argument("--out-dir", type=Path, required=True,
-                        help="writes eflomal.<stem>.pharaoh here for each --heldout file")
+    parser.add_argument(
+        "--heldout",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="source<TAB>target files to link (e.g. valid.tsv test.tsv)",
+    )
+    parser.add_argument(
+        "--out-dir", type=Path, required=True, help="writes eflomal.<stem>.pharaoh here for each --heldout file"
+    )
     parser.add_argument("--seed", type=int, default=1, help="eflomal's random seed (see eflomal_baseline.py)")
     args = parser.parse_args(argv)
 
@@ -45,20 +52,33 @@ def main(argv: list[str] | None = None) -> int:
     heldout = [read_train(path) for path in args.heldout]
     pairs = train + [pair for block in heldout for pair in block]
     iterations = default_iterations(len(pairs))
-    print(f"eflomal: {len(train)} training pairs + {sum(map(len, heldout))} held-out pairs, iterations "
-          f"{iterations}, seed {args.seed}", flush=True)
+    print(
+        f"eflomal: {len(train)} training pairs + {sum(map(len, heldout))} held-out pairs, iterations "
+        f"{iterations}, seed {args.seed}",
+        flush=True,
+    )
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="eflomal-") as tmp:
-        forward, reverse = run_eflomal([tokenize(s) for s, _ in pairs], [tokenize(t) for _, t in pairs], Path(tmp),
-                                       args.seed, 3, 3, 0.2, iterations)
+        forward, reverse = run_eflomal(
+            [tokenize(s) for s, _ in pairs],
+            [tokenize(t) for _, t in pairs],
+            Path(tmp),
+            args.seed,
+            3,
+            3,
+            0.2,
+            iterations,
+        )
     if len(forward) != len(pairs) or len(reverse) != len(pairs):
         sys.exit(f"eflomal returned {len(forward)}/{len(reverse)} alignments for {len(pairs)} pairs")
     print(f"aligned in {time.perf_counter() - started:.0f} s")
     start = len(train)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for path, block in zip(args.heldout, heldout):
-        links = [grow_diag_final(f, r) for f, r in zip(forward[start:start + len(block)],
-                                                       reverse[start:start + len(block)])]
+        links = [
+            grow_diag_final(f, r)
+            for f, r in zip(forward[start : start + len(block)], reverse[start : start + len(block)])
+        ]
         out = args.out_dir / f"eflomal.{path.stem}.pharaoh"
         write_pharaoh(out, links)
         print(f"wrote {len(links)} alignments of {path} to {out}")

@@ -62,8 +62,8 @@ class Row:
     beam: int
     batch: int
     sentences_per_s: float
-    tokens_per_s: float          # target tokens (EOS excluded) per second
-    p50_ms: float | None         # single-sentence latency, batch 1 only
+    tokens_per_s: float  # target tokens (EOS excluded) per second
+    p50_ms: float | None  # single-sentence latency, batch 1 only
     p99_ms: float | None
     bleu: float
 
@@ -83,15 +83,17 @@ def read_test(path: Path, n: int) -> tuple[list[str], list[str]]:
     return sources, references
 
 
-def build_backends(bundle_dir: Path, checkpoint: Path | None, systems: list[str], threads: int,
-                   scratch: Path) -> dict[str, object]:
+def build_backends(
+    bundle_dir: Path, checkpoint: Path | None, systems: list[str], threads: int, scratch: Path
+) -> dict[str, object]:
     bundle = load_bundle_manifest(bundle_dir)
     backends: dict[str, object] = {}
     if "torch" in systems:
         import torch
 
         from seq2seq.torch_backend import TorchBackend
-        torch.set_num_threads(threads)    # the same thread budget as onnxruntime, for a fair race
+
+        torch.set_num_threads(threads)  # the same thread budget as onnxruntime, for a fair race
         backends["torch"] = TorchBackend.from_directory(checkpoint or bundle.directory)
     if "onnx-fp32" in systems:
         backends["onnx-fp32"] = OnnxBackend.from_bundle(bundle, "fp32", threads)
@@ -100,10 +102,12 @@ def build_backends(bundle_dir: Path, checkpoint: Path | None, systems: list[str]
             backends["onnx-int8"] = OnnxBackend.from_bundle(bundle, "int8", threads)
         else:
             from export.quantize import quantize_graphs
+
             log.info("bundle has no int8 graphs: quantizing into %s", scratch)
             files = quantize_graphs(bundle.directory, scratch)
-            backends["onnx-int8"] = OnnxBackend(scratch / files["encoder"], scratch / files["decoder_step"],
-                                                bundle.model_config, threads)
+            backends["onnx-int8"] = OnnxBackend(
+                scratch / files["encoder"], scratch / files["decoder_step"], bundle.model_config, threads
+            )
     return backends
 
 
@@ -111,33 +115,41 @@ def run_one(translator: Translator, sources: list[str], references: list[str], b
     import sacrebleu
 
     config = DecodeConfig(beam_size=beam)
-    translator.translate_batch(sources[:2], config)            # warm-up: allocations, thread pools
+    translator.translate_batch(sources[:2], config)  # warm-up: allocations, thread pools
     outputs, latencies, tokens = [], [], 0
     start = time.perf_counter()
     for first in range(0, len(sources), batch):
         began = time.perf_counter()
-        results = translator.translate_batch(sources[first:first + batch], config)
+        results = translator.translate_batch(sources[first : first + batch], config)
         latencies.append(time.perf_counter() - began)
         outputs += [r.text for r in results]
         tokens += sum(len(r.target_ids) for r in results)
     elapsed = time.perf_counter() - start
     single = batch == 1
-    return Row(system="", beam=beam, batch=batch, sentences_per_s=len(sources) / elapsed,
-               tokens_per_s=tokens / elapsed,
-               p50_ms=float(np.percentile(latencies, 50) * 1000) if single else None,
-               p99_ms=float(np.percentile(latencies, 99) * 1000) if single else None,
-               bleu=sacrebleu.corpus_bleu(outputs, [references]).score)
+    return Row(
+        system="",
+        beam=beam,
+        batch=batch,
+        sentences_per_s=len(sources) / elapsed,
+        tokens_per_s=tokens / elapsed,
+        p50_ms=float(np.percentile(latencies, 50) * 1000) if single else None,
+        p99_ms=float(np.percentile(latencies, 99) * 1000) if single else None,
+        bleu=sacrebleu.corpus_bleu(outputs, [references]).score,
+    )
 
 
 def format_table(rows: list[Row]) -> str:
-    header = (f"{'system':<10} {'beam':>4} {'batch':>5} {'sent/s':>9} {'tok/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
-              f"{'BLEU':>6}")
+    header = (
+        f"{'system':<10} {'beam':>4} {'batch':>5} {'sent/s':>9} {'tok/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'BLEU':>6}"
+    )
     lines = [header, "-" * len(header)]
     for r in rows:
         p50 = f"{r.p50_ms:8.1f}" if r.p50_ms is not None else f"{'-':>8}"
         p99 = f"{r.p99_ms:8.1f}" if r.p99_ms is not None else f"{'-':>8}"
-        lines.append(f"{r.system:<10} {r.beam:>4} {r.batch:>5} {r.sentences_per_s:9.2f} {r.tokens_per_s:9.1f} "
-                     f"{p50} {p99} {r.bleu:6.2f}")
+        lines.append(
+            f"{r.system:<10} {r.beam:>4} {r.batch:>5} {r.sentences_per_s:9.2f} {r.tokens_per_s:9.1f} "
+            f"{p50} {p99} {r.bleu:6.2f}"
+        )
     return "\n".join(lines)
 
 
@@ -145,7 +157,7 @@ def format_table(rows: list[Row]) -> str:
 
 REPO = Path(__file__).resolve().parents[1]
 TRAINING_PIDS = Path("~/.cache/crossalign/runs/TRAINING_PIDS").expanduser()
-PAUSE_LIMIT_S = 330.0      # training runs are resumed after this even if the bench is still going
+PAUSE_LIMIT_S = 330.0  # training runs are resumed after this even if the bench is still going
 # (label, beam, batch): the columns of the lever table.
 REVISION_RUNS = (("greedy b32", 1, 32), ("beam4 b32", 4, 32), ("beam4 b1", 4, 1))
 
@@ -153,11 +165,13 @@ REVISION_RUNS = (("greedy b32", 1, 32), ("beam4 b32", 4, 32), ("beam4 b1", 4, 1)
 class Revision:
     """A commit extracted into `directory`, with a worker process running its code."""
 
-    def __init__(self, name: str, scratch: Path, threads: int, bundle: Path | None = None,
-                 precision: str | None = None):
+    def __init__(
+        self, name: str, scratch: Path, threads: int, bundle: Path | None = None, precision: str | None = None
+    ):
         self.name = name
-        commit = subprocess.run(["git", "rev-parse", "--short", name], cwd=REPO, check=True,
-                                capture_output=True, text=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", name], cwd=REPO, check=True, capture_output=True, text=True
+        ).stdout.strip()
         self.directory = scratch / commit
         if not self.directory.exists():
             self.directory.mkdir()
@@ -165,12 +179,20 @@ class Revision:
             subprocess.run(["tar", "-x", "-C", str(self.directory)], stdin=archive.stdout, check=True)
             archive.wait()
         # The worker is this checkout's, the code it times is the revision's (its cwd).
-        self.process = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent / "revision_worker.py"),
-                                         "--threads", str(threads),
-                                         *(["--bundle", str(bundle.resolve())] if bundle else []),
-                                         *(["--precision", precision] if precision else [])],
-                                        cwd=self.directory, text=True,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                str(Path(__file__).resolve().parent / "revision_worker.py"),
+                "--threads",
+                str(threads),
+                *(["--bundle", str(bundle.resolve())] if bundle else []),
+                *(["--precision", precision] if precision else []),
+            ],
+            cwd=self.directory,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
         self._read()
 
     def _read(self) -> dict:
@@ -234,8 +256,15 @@ def training_paused(enabled: bool = True) -> Iterator[bool]:
         resume(stopped)
 
 
-def compare_revisions(names: list[str], sources: list[str], threads: int, slices: int,
-                      b1_sentences: int, bundles: list[Path] | None = None, precision: str | None = None) -> str:
+def compare_revisions(
+    names: list[str],
+    sources: list[str],
+    threads: int,
+    slices: int,
+    b1_sentences: int,
+    bundles: list[Path] | None = None,
+    precision: str | None = None,
+) -> str:
     """Interleaved runs of every revision on the same sentences; returns the table. `bundles`:
     one for every revision, or one per revision (an export change needs its own graphs)."""
     bundles = bundles or []
@@ -243,23 +272,31 @@ def compare_revisions(names: list[str], sources: list[str], threads: int, slices
         raise ValueError(f"{len(bundles)} bundles for {len(names)} revisions: give one, or one per revision")
     from tqdm import tqdm
 
-    totals = {name: {label: {"sentences": 0, "seconds": 0.0, "latencies": []} for label, _, _ in REVISION_RUNS}
-              for name in names}
+    totals = {
+        name: {label: {"sentences": 0, "seconds": 0.0, "latencies": []} for label, _, _ in REVISION_RUNS}
+        for name in names
+    }
     outputs: dict[str, dict[str, list]] = {name: {label: [] for label, _, _ in REVISION_RUNS} for name in names}
     with tempfile.TemporaryDirectory(prefix="crossalign-revisions-") as scratch:
-        revisions = [Revision(name, Path(scratch), threads,
-                              bundles[index if len(bundles) > 1 else 0] if bundles else None, precision)
-                     for index, name in enumerate(names)]
+        revisions = [
+            Revision(
+                name, Path(scratch), threads, bundles[index if len(bundles) > 1 else 0] if bundles else None, precision
+            )
+            for index, name in enumerate(names)
+        ]
         try:
             size = -(-len(sources) // slices)
-            work = [(start, label, beam, batch) for start in range(0, len(sources), size)
-                    for label, beam, batch in REVISION_RUNS]
+            work = [
+                (start, label, beam, batch)
+                for start in range(0, len(sources), size)
+                for label, beam, batch in REVISION_RUNS
+            ]
             for turn, (start, label, beam, batch) in enumerate(tqdm(work, desc="slices", unit="slice")):
-                chunk = sources[start:start + size]
+                chunk = sources[start : start + size]
                 if batch == 1:
                     chunk = chunk[:b1_sentences]
                 # Rotate who goes first, so no revision always follows the same neighbour.
-                for revision in revisions[turn % len(revisions):] + revisions[:turn % len(revisions)]:
+                for revision in revisions[turn % len(revisions) :] + revisions[: turn % len(revisions)]:
                     answer = revision.run(chunk, beam, batch)
                     total = totals[revision.name][label]
                     total["sentences"] += len(chunk)
@@ -273,63 +310,110 @@ def compare_revisions(names: list[str], sources: list[str], threads: int, slices
 
 
 def format_revisions(names: list[str], totals: dict, outputs: dict) -> str:
-    header = f"{'revision':<12} {'greedy b32 sent/s':>22} {'beam4 b32 sent/s':>22} {'beam4 b1 p50 ms':>22} " \
-             f"{'b1 p99 ms':>9} {'same tokens':>11}"
+    header = (
+        f"{'revision':<12} {'greedy b32 sent/s':>22} {'beam4 b32 sent/s':>22} {'beam4 b1 p50 ms':>22} "
+        f"{'b1 p99 ms':>9} {'same tokens':>11}"
+    )
     lines = [header, "-" * len(header)]
     previous = None
     for name in names:
         cells = []
         for label, _, batch in REVISION_RUNS:
             total = totals[name][label]
-            value = (float(np.percentile(total["latencies"], 50)) * 1000 if batch == 1
-                     else total["sentences"] / total["seconds"])
+            value = (
+                float(np.percentile(total["latencies"], 50)) * 1000
+                if batch == 1
+                else total["sentences"] / total["seconds"]
+            )
             first = totals[names[0]][label]
-            base = (float(np.percentile(first["latencies"], 50)) * 1000 if batch == 1
-                    else first["sentences"] / first["seconds"])
+            base = (
+                float(np.percentile(first["latencies"], 50)) * 1000
+                if batch == 1
+                else first["sentences"] / first["seconds"]
+            )
             before = previous[label] if previous else value
             # Ratios read "x times better": rates divide, latencies divide the other way.
             vs_first, vs_before = (base / value, before / value) if batch == 1 else (value / base, value / before)
             cells.append(f"{value:8.1f} {vs_first:5.2f}x {vs_before:5.2f}x")
-        previous = {label: (float(np.percentile(totals[name][label]["latencies"], 50)) * 1000 if batch == 1
-                            else totals[name][label]["sentences"] / totals[name][label]["seconds"])
-                    for label, _, batch in REVISION_RUNS}
+        previous = {
+            label: (
+                float(np.percentile(totals[name][label]["latencies"], 50)) * 1000
+                if batch == 1
+                else totals[name][label]["sentences"] / totals[name][label]["seconds"]
+            )
+            for label, _, batch in REVISION_RUNS
+        }
         p99 = float(np.percentile(totals[name]["beam4 b1"]["latencies"], 99)) * 1000
-        same = sum(a == b for label, _, _ in REVISION_RUNS
-                   for a, b in zip(outputs[name][label], outputs[names[0]][label]))
+        same = sum(
+            a == b for label, _, _ in REVISION_RUNS for a, b in zip(outputs[name][label], outputs[names[0]][label])
+        )
         count = sum(len(outputs[name][label]) for label, _, _ in REVISION_RUNS)
         lines.append(f"{name:<12} " + " ".join(f"{c:>22}" for c in cells) + f" {p99:9.1f} {same:>5}/{count:<5}")
-    lines.append("cells: value, ratio to the first revision, ratio to the previous row (>1 = faster); "
-                 "same tokens: outputs identical to the first revision's")
+    lines.append(
+        "cells: value, ratio to the first revision, ratio to the previous row (>1 = faster); "
+        "same tokens: outputs identical to the first revision's"
+    )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--bundle", type=Path, default=Path("models/de-en"),
-                        help="bundle directory (default models/de-en)")
-    parser.add_argument("--checkpoint", type=Path, default=None,
-                        help="model directory for torch eager (default: the bundle's own config.json + model.pt)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
+    parser.add_argument(
+        "--bundle", type=Path, default=Path("models/de-en"), help="bundle directory (default models/de-en)"
+    )
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="model directory for torch eager (default: the bundle's own config.json + model.pt)",
+    )
     parser.add_argument("--test", type=Path, help="test TSV: source<TAB>reference[<TAB>kind]")
     parser.add_argument("--n", type=int, default=1000, help="sentences to translate (default 1000)")
-    parser.add_argument("--threads", type=int, default=default_threads(),
-                        help=f"intra-op threads for every system (default {default_threads()})")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=default_threads(),
+        help=f"intra-op threads for every system (default {default_threads()})",
+    )
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     parser.add_argument("--beams", nargs="+", type=int, default=[1, 4], help="beam sizes (default 1 4; 1 = greedy)")
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 32], help="sentences per call (default 1 32)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
-    parser.add_argument("--revisions", nargs="+", default=None, metavar="REV",
-                        help="compare these git revisions (each on its own code and models/de-en), interleaved")
+    parser.add_argument(
+        "--revisions",
+        nargs="+",
+        default=None,
+        metavar="REV",
+        help="compare these git revisions (each on its own code and models/de-en), interleaved",
+    )
     parser.add_argument("--slices", type=int, default=4, help="with --revisions: turns the sentences are split into")
-    parser.add_argument("--b1-sentences", type=int, default=8,
-                        help="with --revisions: sentences per slice for the batch-1 latency (default 8)")
-    parser.add_argument("--revision-bundle", type=Path, nargs="+", default=None,
-                        help="with --revisions: run every revision on this bundle instead of its own models/de-en, "
-                             "or each on its own (one bundle per revision, in order)")
-    parser.add_argument("--precision", choices=PRECISIONS, default=None,
-                        help="with --revisions: the graphs to run (default: the bundle's)")
-    parser.add_argument("--pause-training", action="store_true",
-                        help=f"SIGSTOP the pids in {TRAINING_PIDS} while measuring (always resumed)")
+    parser.add_argument(
+        "--b1-sentences",
+        type=int,
+        default=8,
+        help="with --revisions: sentences per slice for the batch-1 latency (default 8)",
+    )
+    parser.add_argument(
+        "--revision-bundle",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="with --revisions: run every revision on this bundle instead of its own models/de-en, "
+        "or each on its own (one bundle per revision, in order)",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=None,
+        help="with --revisions: the graphs to run (default: the bundle's)",
+    )
+    parser.add_argument(
+        "--pause-training",
+        action="store_true",
+        help=f"SIGSTOP the pids in {TRAINING_PIDS} while measuring (always resumed)",
+    )
     args = parser.parse_args(argv)
     if args.test is None:
         parser.error("--test is required")
@@ -337,8 +421,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.revisions:
         sources, _ = read_test(args.test, args.n)
         with training_paused(args.pause_training) as paused:
-            table = compare_revisions(args.revisions, sources, args.threads, args.slices, args.b1_sentences,
-                                      args.revision_bundle, args.precision)
+            table = compare_revisions(
+                args.revisions,
+                sources,
+                args.threads,
+                args.slices,
+                args.b1_sentences,
+                args.revision_bundle,
+                args.precision,
+            )
         print(f"{len(sources)} sentences from {args.test}, {args.threads} threads, training paused: {paused}")
         print(table)
         return 0

@@ -32,7 +32,7 @@ from seq2seq.alignment import words
 from seq2seq.quality import Detector, is_punctuation
 
 Links = set[tuple[int, int]]
-THRESHOLDS = np.round(np.arange(0.02, 2.001, 0.02), 2)      # coverage may exceed 1
+THRESHOLDS = np.round(np.arange(0.02, 2.001, 0.02), 2)  # coverage may exceed 1
 
 
 # --------------------------------------------------------------------------- planting
@@ -43,20 +43,21 @@ class Case:
     """One pair to align: intact, or damaged with the words the damage concerns."""
 
     split: str
-    kind: str                 # "intact", "omission" (truth: source words), "insertion" (truth: target words)
+    kind: str  # "intact", "omission" (truth: source words), "insertion" (truth: target words)
     source: str
     target: str
     truth: frozenset[int]
-    unlinked: frozenset[int] = frozenset()   # source words without any link in the original pair
-    pair: int = 0                            # index of the original pair in its split
+    unlinked: frozenset[int] = frozenset()  # source words without any link in the original pair
+    pair: int = 0  # index of the original pair in its split
 
 
 def content(tokens) -> list[int]:
     return [i for i, t in enumerate(tokens) if not is_punctuation(t.text)]
 
 
-def plant_omission(source: str, target: str, links: Links, rng: random.Random, tries: int = 20
-                   ) -> tuple[str, frozenset[int]] | None:
+def plant_omission(
+    source: str, target: str, links: Links, rng: random.Random, tries: int = 20
+) -> tuple[str, frozenset[int]] | None:
     """Delete 1-3 contiguous target words -> (damaged target, source words that lost their translation)."""
     source_words, target_words = words(source), words(target)
     kept_content = content(target_words)
@@ -73,7 +74,7 @@ def plant_omission(source: str, target: str, links: Links, rng: random.Random, t
         truth = frozenset(i for i in inside - outside if not is_punctuation(source_words[i].text))
         if not truth:
             continue
-        before, after = target[:target_words[start].start].rstrip(), target[target_words[span.stop - 1].end:].lstrip()
+        before, after = target[: target_words[start].start].rstrip(), target[target_words[span.stop - 1].end :].lstrip()
         joiner = "" if not before or not after or is_punctuation(after[0]) else " "
         damaged = before + joiner + after
         if not before and damaged[:1].islower() and target[:1].isupper():
@@ -85,8 +86,9 @@ def plant_omission(source: str, target: str, links: Links, rng: random.Random, t
     return None
 
 
-def plant_insertion(target: str, pool: list[str], rng: random.Random, tries: int = 20
-                    ) -> tuple[str, frozenset[int]] | None:
+def plant_insertion(
+    target: str, pool: list[str], rng: random.Random, tries: int = 20
+) -> tuple[str, frozenset[int]] | None:
     """Insert 1-2 words of other references before a word -> (damaged target, inserted target words)."""
     target_words = words(target)
     for _ in range(tries):
@@ -99,7 +101,7 @@ def plant_insertion(target: str, pool: list[str], rng: random.Random, tries: int
         inserted = [rng.choice(pool) for _ in range(rng.choice((1, 2)))]
         damaged = target[:at] + " ".join(inserted) + " " + target[at:]
         got = [t.text for t in words(damaged)]
-        if got[position:position + len(inserted)] != inserted or len(got) != len(target_words) + len(inserted):
+        if got[position : position + len(inserted)] != inserted or len(got) != len(target_words) + len(inserted):
             continue
         return damaged, frozenset(range(position, position + len(inserted)))
     return None
@@ -130,9 +132,9 @@ class Scored:
     """One aligned case under one signal: a value per word and the words that count."""
 
     case: Case
-    values: np.ndarray        # per source word (omission) or per target word (insertion)
-    candidates: list[int]     # word indices that are scored (not punctuation, not unlinked)
-    unlinked: list[int] = field(default_factory=list)   # not punctuation, but left out of the scoring
+    values: np.ndarray  # per source word (omission) or per target word (insertion)
+    candidates: list[int]  # word indices that are scored (not punctuation, not unlinked)
+    unlinked: list[int] = field(default_factory=list)  # not punctuation, but left out of the scoring
 
 
 def prf(flags: list[set[int]], truths: list[frozenset[int]]) -> tuple[float, float, float]:
@@ -146,16 +148,24 @@ def prf(flags: list[set[int]], truths: list[frozenset[int]]) -> tuple[float, flo
 def flag_below(items: list[Scored], threshold: float, above: bool = False, unlinked: bool = False) -> list[set[int]]:
     """Per item, the scored words whose value is below (or above) `threshold`; with
     `unlinked`, the unlinked words too."""
-    return [{i for i in item.candidates + (item.unlinked if unlinked else [])
-             if (item.values[i] > threshold if above else item.values[i] < threshold)} for item in items]
+    return [
+        {
+            i
+            for i in item.candidates + (item.unlinked if unlinked else [])
+            if (item.values[i] > threshold if above else item.values[i] < threshold)
+        }
+        for item in items
+    ]
 
 
 def rank_baseline(items: list[Scored], total: int, above: bool = False, unlinked: bool = False) -> list[set[int]]:
     """Flag `total` words: in every sentence the lowest-valued ones, the same share of each sentence."""
     ranked = []
     for n, item in enumerate(items):
-        order = sorted(item.candidates + (item.unlinked if unlinked else []),
-                       key=lambda i: -item.values[i] if above else item.values[i])
+        order = sorted(
+            item.candidates + (item.unlinked if unlinked else []),
+            key=lambda i: -item.values[i] if above else item.values[i],
+        )
         ranked += [((rank + 0.5) / len(order), n, i) for rank, i in enumerate(order)]
     ranked.sort()
     out: list[set[int]] = [set() for _ in items]
@@ -181,6 +191,7 @@ def best_threshold(items: list[Scored], above: bool = False, grid: np.ndarray = 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
     """Spearman's ρ: Pearson correlation of the ranks, ties given their mean rank."""
+
     def ranks(values: np.ndarray) -> np.ndarray:
         order = np.argsort(values, kind="stable")
         ranked = np.empty(len(values))
@@ -188,6 +199,7 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
         _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
         sums = np.bincount(inverse, weights=ranked)
         return (sums / counts)[inverse]
+
     return float(np.corrcoef(ranks(np.asarray(x, float)), ranks(np.asarray(y, float)))[0, 1])
 
 
@@ -223,10 +235,12 @@ def fit_detector(items: list[tuple[dict[str, np.ndarray], Scored]], features: tu
         return None
     mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-9
     w = logistic_regression((x - mean) / scale, y)
-    weights = w[1:] / scale                                   # in raw feature units
+    weights = w[1:] / scale  # in raw feature units
     bias = float(w[0] - weights @ mean)
-    logits = [Scored(item.case, bias + np.stack([table[n] for n in features], axis=1) @ weights, item.candidates)
-              for table, item in items]
+    logits = [
+        Scored(item.case, bias + np.stack([table[n] for n in features], axis=1) @ weights, item.candidates)
+        for table, item in items
+    ]
     grid = np.unique(np.quantile(np.concatenate([s.values[s.candidates] for s in logits]), np.linspace(0, 1, 201)))
     threshold, _ = best_threshold(logits, above=True, grid=grid)
     return Detector(features, tuple(round(float(v), 5) for v in weights), round(bias, 5), round(threshold, 5))

@@ -106,8 +106,9 @@ def decoder_sha256(model: Path) -> str | None:
     return json.loads(manifest.read_text())["files"].get("decoder_step.onnx", {}).get("sha256")
 
 
-def translate_split(translator, split: str, pairs: list[tuple[str, str]], config: DecodeConfig,
-                    cache: Path | None, key: str) -> list[dict]:
+def translate_split(
+    translator, split: str, pairs: list[tuple[str, str]], config: DecodeConfig, cache: Path | None, key: str
+) -> list[dict]:
     """Per pair: the translation, its mean token log-prob and its word map from the default source."""
     path = None
     if cache is not None:
@@ -118,16 +119,18 @@ def translate_split(translator, split: str, pairs: list[tuple[str, str]], config
     records = []
     batch = 32
     for start in tqdm(range(0, len(pairs), batch), desc=f"translate {split}", unit="batch", file=sys.stderr):
-        chunk = pairs[start:start + batch]
+        chunk = pairs[start : start + batch]
         for (source, _), result in zip(chunk, translator.translate_batch([s for s, _ in chunk], config)):
             alignment = translator.align(source, result)
-            records.append({
-                "hypothesis": result.text,
-                "mean_log_prob": result.mean_log_prob,
-                "source_words": [t.text for t in alignment.source_tokens],
-                "target_words": [t.text for t in alignment.target_tokens],
-                "matrix": np.round(alignment.matrix, 5).tolist(),
-            })
+            records.append(
+                {
+                    "hypothesis": result.text,
+                    "mean_log_prob": result.mean_log_prob,
+                    "source_words": [t.text for t in alignment.source_tokens],
+                    "target_words": [t.text for t in alignment.target_tokens],
+                    "matrix": np.round(alignment.matrix, 5).tolist(),
+                }
+            )
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(records))
@@ -135,19 +138,25 @@ def translate_split(translator, split: str, pairs: list[tuple[str, str]], config
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--model", type=Path, required=True, help="release bundle directory (onnxruntime backend)")
-    parser.add_argument("--data", type=Path, default=Path.home() / ".cache/crossalign/data/ding8k",
-                        help="prepared data: valid.tsv, test.tsv and eflomal.{valid,test}.pharaoh")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=Path.home() / ".cache/crossalign/data/ding8k",
+        help="prepared data: valid.tsv, test.tsv and eflomal.{valid,test}.pharaoh",
+    )
     parser.add_argument("--gold", type=Path, default=REPO / "data/gold/de-en.gold.tsv")
     parser.add_argument("--limit", type=int, default=0, help="use only the first N pairs of valid and test")
     parser.add_argument("--no-test", action="store_true", help="skip the test split")
     parser.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size)
     parser.add_argument("--seed", type=int, default=1, help="seed of the planted damage")
     parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache/crossalign/quality",
-                        help="translations cached here")
+    parser.add_argument(
+        "--cache", type=Path, default=Path.home() / ".cache/crossalign/quality", help="translations cached here"
+    )
     parser.add_argument("--save", type=Path, help="write the chosen thresholds here (the model's quality.json)")
     parser.add_argument("--json", type=Path, help="also write every figure as JSON here")
     return parser.parse_args(argv)
@@ -167,7 +176,7 @@ def read_splits(args: argparse.Namespace) -> Splits:
         if len(links) != len(pairs):
             raise SystemExit(f"{links_file}: {len(links)} lines for {len(pairs)} pairs")
         if args.limit:
-            pairs, links = pairs[:args.limit], links[:args.limit]
+            pairs, links = pairs[: args.limit], links[: args.limit]
         splits[name] = (pairs, links)
     gold = read_gold(args.gold)
     splits["gold"] = ([(g.source, g.target) for g in gold], [set(g.possible) for g in gold])
@@ -200,7 +209,7 @@ class Signals:
         self.cases, self.prepared, self.config = [c for c, _ in pairs], [p for _, p in pairs], config
         self.own = AlignmentOptions().resolve(config)
         self.memo: dict = {}
-        self.features = []                   # per case: (per source word, per target word) feature tables
+        self.features = []  # per case: (per source word, per target word) feature tables
         for case, (attention, source_pieces, target_pieces, token_log_probs) in zip(self.cases, self.prepared):
             maps = align(attention, case.source, source_pieces, case.target, target_pieces, self.own)
             self.features.append(word_features(maps, Evidence(attention, token_log_probs, self.own)))
@@ -208,19 +217,27 @@ class Signals:
     def maps(self, source) -> list:
         if source not in self.memo:
             options = AlignmentOptions("word", *source).resolve(self.config)
-            self.memo[source] = [align(attention, case.source, sp, case.target, tp, options).word
-                                 for case, (attention, sp, tp, _) in zip(self.cases, self.prepared)]
+            self.memo[source] = [
+                align(attention, case.source, sp, case.target, tp, options).word
+                for case, (attention, sp, tp, _) in zip(self.cases, self.prepared)
+            ]
         return self.memo[source]
 
     def coverage(self, source) -> list[Scored]:
         """Source-word coverage of the intact and omission cases."""
-        return [scored(case, source_coverage(word.matrix), word.source_tokens)
-                for case, word in zip(self.cases, self.maps(source)) if case.kind in ("intact", "omission")]
+        return [
+            scored(case, source_coverage(word.matrix), word.source_tokens)
+            for case, word in zip(self.cases, self.maps(source))
+            if case.kind in ("intact", "omission")
+        ]
 
     def per_target(self, source, signal) -> list[Scored]:
         """A target-word signal (target_peak, target_entropy) of the intact and insertion cases."""
-        return [scored(case, signal(word.matrix), word.target_tokens)
-                for case, word in zip(self.cases, self.maps(source)) if case.kind in ("intact", "insertion")]
+        return [
+            scored(case, signal(word.matrix), word.target_tokens)
+            for case, word in zip(self.cases, self.maps(source))
+            if case.kind in ("intact", "insertion")
+        ]
 
     def tables(self, side: int) -> list[tuple[dict, Case]]:
         """(feature table, case) of the cases that side (0: source, 1: target) is scored on."""
@@ -229,12 +246,16 @@ class Signals:
 
     def detector(self, side: int, detector: Detector) -> list[Scored]:
         """The logits of `detector` on every case of that side."""
-        return [scored(case, detector.logits(table), words(case.source if side == 0 else case.target))
-                for table, case in self.tables(side)]
+        return [
+            scored(case, detector.logits(table), words(case.source if side == 0 else case.target))
+            for table, case in self.tables(side)
+        ]
 
     def feature(self, side: int, name: str) -> list[Scored]:
-        return [scored(case, table[name], words(case.source if side == 0 else case.target))
-                for table, case in self.tables(side)]
+        return [
+            scored(case, table[name], words(case.source if side == 0 else case.target))
+            for table, case in self.tables(side)
+        ]
 
 
 def describe(source) -> str:
@@ -246,8 +267,9 @@ def select(items: list[Scored], split: str, kind: str) -> list[Scored]:
     return [i for i in items if i.case.split == split and i.case.kind == kind]
 
 
-def evaluate_split(items: list[Scored], split: str, kind: str, threshold: float, above: bool,
-                   baseline: list[Scored]) -> dict:
+def evaluate_split(
+    items: list[Scored], split: str, kind: str, threshold: float, above: bool, baseline: list[Scored]
+) -> dict:
     """Flags at `threshold` on the `kind` cases of `split` against the planted truth, the
     rank baseline (lowest `baseline` values) with as many flags, the same two counting
     unlinked source words, and the false alarms on the split's intact pairs."""
@@ -260,26 +282,50 @@ def evaluate_split(items: list[Scored], split: str, kind: str, threshold: float,
     f1_all = prf(flags_all, truths)[2]
     bf1_all = prf(rank_baseline(ranked, sum(map(len, flags_all)), unlinked=True), truths)[2]
     alarms = false_alarms(select(items, split, "intact"), threshold, above)
-    return {"threshold": threshold, "split": split, "pairs": len(damaged), "precision": p, "recall": r, "f1": f1,
-            "baseline_precision": bp, "baseline_recall": br, "baseline_f1": bf1,
-            "f1_counting_unlinked": f1_all, "baseline_f1_counting_unlinked": bf1_all,
-            "intact_flags_per_100_words": alarms}
+    return {
+        "threshold": threshold,
+        "split": split,
+        "pairs": len(damaged),
+        "precision": p,
+        "recall": r,
+        "f1": f1,
+        "baseline_precision": bp,
+        "baseline_recall": br,
+        "baseline_f1": bf1,
+        "f1_counting_unlinked": f1_all,
+        "baseline_f1_counting_unlinked": bf1_all,
+        "intact_flags_per_100_words": alarms,
+    }
 
 
-HEADER = (f"{'signal':<26} {'rule':<17} {'split':<10} {'pairs':>5} {'P':>6} {'R':>6} {'F1':>6} "
-          f"{'base P':>7} {'base R':>7} {'base F1':>7} {'F1/base, unlinked counted':>26} {'intact flags/100w':>18}")
+HEADER = (
+    f"{'signal':<26} {'rule':<17} {'split':<10} {'pairs':>5} {'P':>6} {'R':>6} {'F1':>6} "
+    f"{'base P':>7} {'base R':>7} {'base F1':>7} {'F1/base, unlinked counted':>26} {'intact flags/100w':>18}"
+)
 
 
 def print_row(name: str, rule: str, row: dict) -> None:
     unlinked = f"{100 * row['f1_counting_unlinked']:.1f} / {100 * row['baseline_f1_counting_unlinked']:.1f}"
-    print(f"{name:<26} {rule:<17} {row['split']:<10} {row['pairs']:>5} "
-          f"{100 * row['precision']:6.1f} {100 * row['recall']:6.1f} {100 * row['f1']:6.1f} "
-          f"{100 * row['baseline_precision']:7.1f} {100 * row['baseline_recall']:7.1f} "
-          f"{100 * row['baseline_f1']:7.1f} {unlinked:>26} {row['intact_flags_per_100_words']:18.1f}")
+    print(
+        f"{name:<26} {rule:<17} {row['split']:<10} {row['pairs']:>5} "
+        f"{100 * row['precision']:6.1f} {100 * row['recall']:6.1f} {100 * row['f1']:6.1f} "
+        f"{100 * row['baseline_precision']:7.1f} {100 * row['baseline_recall']:7.1f} "
+        f"{100 * row['baseline_f1']:7.1f} {unlinked:>26} {row['intact_flags_per_100_words']:18.1f}"
+    )
 
 
-def score_rows(report: dict, signal: str, name: str, rule: str, items: list[Scored], kind: str, threshold: float,
-               above: bool, baseline: list[Scored], names: list[str]) -> None:
+def score_rows(
+    report: dict,
+    signal: str,
+    name: str,
+    rule: str,
+    items: list[Scored],
+    kind: str,
+    threshold: float,
+    above: bool,
+    baseline: list[Scored],
+    names: list[str],
+) -> None:
     for split in names:
         row = evaluate_split(items, split, kind, threshold, above, baseline)
         print_row(name, rule, row)
@@ -288,10 +334,14 @@ def score_rows(report: dict, signal: str, name: str, rule: str, items: list[Scor
 
 def sweep(items: list[Scored], intact: list[Scored], label: str) -> None:
     """Precision, recall, F1 and false alarms of a range of thresholds (the operating points)."""
-    print(f"  operating points on {FIT} ({label}):  " + "  ".join(
-        f"{t:.2f}: P {100 * p:.0f} R {100 * r:.0f} F1 {100 * f:.0f} intact {false_alarms(intact, t):.0f}/100w"
-        for t in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
-        for p, r, f in [prf(flag_below(items, t), [i.case.truth for i in items])]))
+    print(
+        f"  operating points on {FIT} ({label}):  "
+        + "  ".join(
+            f"{t:.2f}: P {100 * p:.0f} R {100 * r:.0f} F1 {100 * f:.0f} intact {false_alarms(intact, t):.0f}/100w"
+            for t in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
+            for p, r, f in [prf(flag_below(items, t), [i.case.truth for i in items])]
+        )
+    )
 
 
 def print_detector(name: str, detector: Detector | None) -> None:
@@ -305,20 +355,33 @@ def print_detector(name: str, detector: Detector | None) -> None:
 # --------------------------------------------------------------------------- the reports
 
 
-def report_untranslated(signals: Signals, sources: list, names: list[str], report: dict
-                        ) -> tuple[float, Detector | None]:
+def report_untranslated(
+    signals: Signals, sources: list, names: list[str], report: dict
+) -> tuple[float, Detector | None]:
     """untranslated: coverage < t per alignment source, and the detector; thresholds and
     weights fitted on FIT. Returns the own source's threshold and the detector."""
     own = signals.coverage(sources[0])
-    print(f"\nuntranslated: planted omissions; thresholds and detector fitted on {FIT}; baseline = as many flags "
-          "on each sentence's lowest-coverage words (the model's alignment source)")
+    print(
+        f"\nuntranslated: planted omissions; thresholds and detector fitted on {FIT}; baseline = as many flags "
+        "on each sentence's lowest-coverage words (the model's alignment source)"
+    )
     print(HEADER)
     chosen = 0.0
     for source in sources:
         items = signals.coverage(source)
         threshold, _ = best_threshold(select(items, FIT, "omission"))
-        score_rows(report, "untranslated", describe(source), f"coverage < {threshold:.2f}", items, "omission",
-                   threshold, False, own, names)
+        score_rows(
+            report,
+            "untranslated",
+            describe(source),
+            f"coverage < {threshold:.2f}",
+            items,
+            "omission",
+            threshold,
+            False,
+            own,
+            names,
+        )
         if source == sources[0]:
             chosen = threshold
     detector = report_detector(signals, 0, own, names, report)
@@ -327,17 +390,34 @@ def report_untranslated(signals: Signals, sources: list, names: list[str], repor
     return chosen, detector
 
 
-def report_detector(signals: Signals, side: int, baseline: list[Scored], names: list[str], report: dict
-                    ) -> Detector | None:
+def report_detector(
+    signals: Signals, side: int, baseline: list[Scored], names: list[str], report: dict
+) -> Detector | None:
     """Fit the detector of one side (0: untranslated on omissions, 1: ungrounded on
     insertions) over all its features on FIT and score it on every split."""
     signal, kind = ("untranslated", "omission") if side == 0 else ("ungrounded", "insertion")
     features = feature_names(signals.config.decoder_layers)[side]
-    detector = fit_detector([(table, item) for (table, case), item in zip(signals.tables(side), baseline)
-                             if case.split == FIT and case.kind == kind], features)
+    detector = fit_detector(
+        [
+            (table, item)
+            for (table, case), item in zip(signals.tables(side), baseline)
+            if case.split == FIT and case.kind == kind
+        ],
+        features,
+    )
     if detector is not None:
-        score_rows(report, signal, f"detector ({len(features)} features)", f"logit > {detector.threshold:.2f}",
-                   signals.detector(side, detector), kind, detector.threshold, True, baseline, names)
+        score_rows(
+            report,
+            signal,
+            f"detector ({len(features)} features)",
+            f"logit > {detector.threshold:.2f}",
+            signals.detector(side, detector),
+            kind,
+            detector.threshold,
+            True,
+            baseline,
+            names,
+        )
     return detector
 
 
@@ -345,32 +425,39 @@ def report_ungrounded(signals: Signals, source, names: list[str], report: dict) 
     """ungrounded: peak < t, entropy > t, decoder surprise > t and the detector, on planted
     insertions. Returns the peak threshold and the detector."""
     peak = signals.per_target(source, target_peak)
-    print(f"\nungrounded: planted insertions; thresholds and detector fitted on {FIT}; baseline = as many flags "
-          "on each sentence's lowest-peak words")
+    print(
+        f"\nungrounded: planted insertions; thresholds and detector fitted on {FIT}; baseline = as many flags "
+        "on each sentence's lowest-peak words"
+    )
     print(HEADER)
     chosen = 0.0
     for name, items, above, rule, grid in (
-            ("peak", peak, False, "peak <", None),
-            ("entropy", signals.per_target(source, target_entropy), True, "entropy >", None),
-            ("decoder surprise", signals.feature(1, "surprise"), True, "-log p >", np.arange(0.5, 15.01, 0.25))):
+        ("peak", peak, False, "peak <", None),
+        ("entropy", signals.per_target(source, target_entropy), True, "entropy >", None),
+        ("decoder surprise", signals.feature(1, "surprise"), True, "-log p >", np.arange(0.5, 15.01, 0.25)),
+    ):
         threshold, _ = best_threshold(select(items, FIT, "insertion"), above, *(() if grid is None else (grid,)))
-        score_rows(report, "ungrounded", name, f"{rule} {threshold:.2f}", items, "insertion", threshold, above,
-                   peak, names)
+        score_rows(
+            report, "ungrounded", name, f"{rule} {threshold:.2f}", items, "insertion", threshold, above, peak, names
+        )
         chosen = threshold if name == "peak" else chosen
     detector = report_detector(signals, 1, peak, names, report)
     print_detector("ungrounded", detector)
     return chosen, detector
 
 
-def report_confidence(translator, args: argparse.Namespace, splits: Splits, names: list[str],
-                      report: dict) -> tuple[np.ndarray, float]:
+def report_confidence(
+    translator, args: argparse.Namespace, splits: Splits, names: list[str], report: dict
+) -> tuple[np.ndarray, float]:
     """Fit the confidence weights on valid against sentence chrF and score every split;
     returns the weights and the expected length ratio (reference / source words on valid)."""
     decode = DecodeConfig(beam_size=args.beam_size)
     import sacrebleu
 
-    translated = {name: translate_split(translator, name, pairs, decode, args.cache, model_key(args.model))
-                  for name, (pairs, _) in splits.items()}
+    translated = {
+        name: translate_split(translator, name, pairs, decode, args.cache, model_key(args.model))
+        for name, (pairs, _) in splits.items()
+    }
     valid_pairs = splits["valid"][0]
     reference_words = sum(sum(not is_punctuation(t.text) for t in words(r)) for _, r in valid_pairs)
     source_words = sum(sum(not is_punctuation(t.text) for t in words(s)) for s, _ in valid_pairs)
@@ -380,26 +467,42 @@ def report_confidence(translator, args: argparse.Namespace, splits: Splits, name
         rows, chrf = [], []
         for record, (_, reference) in zip(translated[name], splits[name][0]):
             coverage = source_coverage(np.array(record["matrix"]).reshape(len(record["target_words"]), -1))
-            rows.append(confidence_features(record["mean_log_prob"], coverage,
-                                            record["source_words"], record["target_words"], expected_ratio))
+            rows.append(
+                confidence_features(
+                    record["mean_log_prob"], coverage, record["source_words"], record["target_words"], expected_ratio
+                )
+            )
             chrf.append(sacrebleu.sentence_chrf(record["hypothesis"], [reference]).score / 100)
         return np.array(rows), np.array(chrf)
 
     x_valid, y_valid = features_and_chrf("valid")
     weights, *_ = np.linalg.lstsq(x_valid, y_valid, rcond=None)
-    print(f"\nconfidence vs sentence chrF (Spearman's rho; beam {args.beam_size}); weights fitted on valid: "
-          f"bias {weights[0]:.3f}, log-prob {weights[1]:.3f}, coverage {weights[2]:.3f}, length {weights[3]:.3f}; "
-          f"expected length ratio {expected_ratio:.3f}")
-    print(f"{'split':<6} {'pairs':>5} {'log-prob alone':>15} {'coverage alone':>15} {'length alone':>13} "
-          f"{'confidence':>11} {'mean conf':>10} {'mean chrF':>10}")
+    print(
+        f"\nconfidence vs sentence chrF (Spearman's rho; beam {args.beam_size}); weights fitted on valid: "
+        f"bias {weights[0]:.3f}, log-prob {weights[1]:.3f}, coverage {weights[2]:.3f}, length {weights[3]:.3f}; "
+        f"expected length ratio {expected_ratio:.3f}"
+    )
+    print(
+        f"{'split':<6} {'pairs':>5} {'log-prob alone':>15} {'coverage alone':>15} {'length alone':>13} "
+        f"{'confidence':>11} {'mean conf':>10} {'mean chrF':>10}"
+    )
     for name in names:
         x, y = features_and_chrf(name) if name != "valid" else (x_valid, y_valid)
         confidence = np.clip(x @ weights, 0.0, 1.0)
-        row = {"split": name, "pairs": len(y), "log_prob": spearman(x[:, 1], y), "coverage": spearman(x[:, 2], y),
-               "length": spearman(x[:, 3], y), "confidence": spearman(confidence, y),
-               "mean_confidence": float(confidence.mean()), "mean_chrf": float(y.mean())}
-        print(f"{name:<6} {len(y):>5} {row['log_prob']:15.3f} {row['coverage']:15.3f} {row['length']:13.3f} "
-              f"{row['confidence']:11.3f} {row['mean_confidence']:10.3f} {row['mean_chrf']:10.3f}")
+        row = {
+            "split": name,
+            "pairs": len(y),
+            "log_prob": spearman(x[:, 1], y),
+            "coverage": spearman(x[:, 2], y),
+            "length": spearman(x[:, 3], y),
+            "confidence": spearman(confidence, y),
+            "mean_confidence": float(confidence.mean()),
+            "mean_chrf": float(y.mean()),
+        }
+        print(
+            f"{name:<6} {len(y):>5} {row['log_prob']:15.3f} {row['coverage']:15.3f} {row['length']:13.3f} "
+            f"{row['confidence']:11.3f} {row['mean_confidence']:10.3f} {row['mean_chrf']:10.3f}"
+        )
         report.setdefault("confidence", []).append(row)
     return weights, expected_ratio
 
@@ -417,36 +520,46 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     prepared = forced_attention(translator, [(c.source, c.target) for c in cases])
     signals = Signals(cases, prepared, config)
-    print(f"{args.model}: {len(cases)} pairs teacher-forced in {time.perf_counter() - started:.0f} s "
-          f"(seed {args.seed})", flush=True)
-    sources = [(layer, heads, shift)] + [(n, (), s) for n in range(config.decoder_layers) for s in (False, True)
-                                         if (n, (), s) != (layer, heads, shift)]
+    print(
+        f"{args.model}: {len(cases)} pairs teacher-forced in {time.perf_counter() - started:.0f} s (seed {args.seed})",
+        flush=True,
+    )
+    sources = [(layer, heads, shift)] + [
+        (n, (), s) for n in range(config.decoder_layers) for s in (False, True) if (n, (), s) != (layer, heads, shift)
+    ]
     report: dict = {"model": str(args.model), "seed": args.seed, "signals": {}}
     names = [n for n in (HELD, "test", "gold") if n in {c.split for c in cases}]
     coverage, untranslated = report_untranslated(signals, sources, names, report)
     peak, ungrounded = report_ungrounded(signals, sources[0], names, report)
 
     # ---------------------------------------------------------------- confidence
-    weights, expected_ratio = report_confidence(translator, args, splits, [n for n in ("valid", "test", "gold")
-                                                                             if n in splits], report)
+    weights, expected_ratio = report_confidence(
+        translator, args, splits, [n for n in ("valid", "test", "gold") if n in splits], report
+    )
     thresholds = QualityThresholds(
-        untranslated_coverage=coverage, ungrounded_peak=peak,
+        untranslated_coverage=coverage,
+        ungrounded_peak=peak,
         expected_length_ratio=round(expected_ratio, 4),
         confidence_weights=tuple(round(float(w), 4) for w in weights),
-        chosen_on={"split": str(args.data / "valid.tsv").replace(str(Path.home()), "~"),
-                   "pairs": len(splits["valid"][0]),
-                   "flags_fitted_on": "valid pairs with an even index",
-                   "fit_pairs": len({c.pair for c in cases if c.split == FIT}),
-                   "seed": args.seed, "decoder_sha256": decoder_sha256(args.model),
-                   "beam_size": args.beam_size, "alignment": {"layer": layer, "heads": list(heads),
-                                                             "step_shift": shift},
-                   "by": "bench/quality_signals.py"},
-        untranslated=untranslated, ungrounded=ungrounded)
+        chosen_on={
+            "split": str(args.data / "valid.tsv").replace(str(Path.home()), "~"),
+            "pairs": len(splits["valid"][0]),
+            "flags_fitted_on": "valid pairs with an even index",
+            "fit_pairs": len({c.pair for c in cases if c.split == FIT}),
+            "seed": args.seed,
+            "decoder_sha256": decoder_sha256(args.model),
+            "beam_size": args.beam_size,
+            "alignment": {"layer": layer, "heads": list(heads), "step_shift": shift},
+            "by": "bench/quality_signals.py",
+        },
+        untranslated=untranslated,
+        ungrounded=ungrounded,
+    )
     print("\nthresholds:", json.dumps(thresholds.to_dict()))
     if args.save:
         thresholds.save(args.save)
         if (args.save.parent / BUNDLE_FILE).is_file():
-            set_quality_file(args.save.parent, args.save.name)      # listed and hashed in bundle.json
+            set_quality_file(args.save.parent, args.save.name)  # listed and hashed in bundle.json
         print(f"wrote {args.save}")
     if args.json:
         args.json.write_text(json.dumps(report | {"thresholds": thresholds.to_dict()}, indent=1) + "\n")

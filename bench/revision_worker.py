@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.getcwd())           # the revision's code, not this checkout's
+sys.path.insert(0, os.getcwd())  # the revision's code, not this checkout's
 
 from seq2seq.config import DecodeConfig  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
@@ -32,7 +32,7 @@ def main() -> int:
     args = parser.parse_args()
     translator = load_translator(args.bundle, "onnx", threads=args.threads, precision=args.precision)
     translator.max_batch_tokens = sys.maxsize  # the batch size under test is the only split
-    translator.translate_batch(["Guten Morgen!", "Das Haus ist klein."], DecodeConfig(beam_size=4))   # warm-up
+    translator.translate_batch(["Guten Morgen!", "Das Haus ist klein."], DecodeConfig(beam_size=4))  # warm-up
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         request = json.loads(line)
@@ -40,7 +40,7 @@ def main() -> int:
         latencies, outputs = [], []
         for first in range(0, len(sources), batch):
             began = time.perf_counter()
-            results = translator.translate_batch(sources[first:first + batch], config)
+            results = translator.translate_batch(sources[first : first + batch], config)
             latencies.append(time.perf_counter() - began)
             outputs += [r.target_ids for r in results]
         print(json.dumps({"seconds": sum(latencies), "latencies": latencies, "outputs": outputs}), flush=True)

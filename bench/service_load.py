@@ -47,10 +47,30 @@ def free_port() -> int:
 
 def start_server(models: Path, window_ms: float, threads: int) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    env = {**os.environ, "CROSSALIGN_BATCH_WINDOW_MS": str(window_ms), "CROSSALIGN_THREADS": str(threads),
-           "CROSSALIGN_RATE_LIMIT": "0", "CROSSALIGN_API_KEYS": ""}
-    process = subprocess.Popen([sys.executable, "-m", "service.serve", "--models", str(models), "--host",
-                                "127.0.0.1", "--port", str(port), "--log-level", "warning"], cwd=REPO, env=env)
+    env = {
+        **os.environ,
+        "CROSSALIGN_BATCH_WINDOW_MS": str(window_ms),
+        "CROSSALIGN_THREADS": str(threads),
+        "CROSSALIGN_RATE_LIMIT": "0",
+        "CROSSALIGN_API_KEYS": "",
+    }
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "service.serve",
+            "--models",
+            str(models),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        cwd=REPO,
+        env=env,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -68,8 +88,8 @@ def start_server(models: Path, window_ms: float, threads: int) -> tuple[subproce
 async def load(url: str, concurrency: int, requests: int) -> dict[str, float]:
     latencies: list[float] = []
     counter = iter(range(requests))
-    async with httpx.AsyncClient(base_url=url, timeout=120,
-                                 limits=httpx.Limits(max_connections=concurrency)) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_connections=concurrency)) as client:
+
         async def worker() -> None:
             for index in counter:
                 body = {"q": SENTENCES[index % len(SENTENCES)], "source": "de", "target": "en"}
@@ -83,8 +103,13 @@ async def load(url: str, concurrency: int, requests: int) -> dict[str, float]:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - start
     values = np.array(latencies) * 1000
-    return {"concurrency": concurrency, "requests": requests, "throughput_rps": round(requests / elapsed, 1),
-            "p50_ms": round(float(np.percentile(values, 50)), 1), "p99_ms": round(float(np.percentile(values, 99)), 1)}
+    return {
+        "concurrency": concurrency,
+        "requests": requests,
+        "throughput_rps": round(requests / elapsed, 1),
+        "p50_ms": round(float(np.percentile(values, 50)), 1),
+        "p99_ms": round(float(np.percentile(values, 99)), 1),
+    }
 
 
 def main() -> int:
@@ -104,16 +129,21 @@ def main() -> int:
             for concurrency in args.concurrency:
                 row = {"batching": mode, **asyncio.run(load(url, concurrency, args.requests))}
                 results.append(row)
-                print(f"batching {mode:3}  c={concurrency:<3} {row['throughput_rps']:8.1f} req/s   "
-                      f"p50 {row['p50_ms']:7.1f} ms   p99 {row['p99_ms']:7.1f} ms", flush=True)
+                print(
+                    f"batching {mode:3}  c={concurrency:<3} {row['throughput_rps']:8.1f} req/s   "
+                    f"p50 {row['p50_ms']:7.1f} ms   p99 {row['p99_ms']:7.1f} ms",
+                    flush=True,
+                )
         finally:
             process.terminate()
             process.wait(timeout=30)
     by = {(r["batching"], r["concurrency"]): r for r in results}
     top = max(args.concurrency)
     if ("on", top) in by and ("off", top) in by:
-        print(f"batching speed-up at concurrency {top}: "
-              f"{by['on', top]['throughput_rps'] / by['off', top]['throughput_rps']:.2f}x")
+        print(
+            f"batching speed-up at concurrency {top}: "
+            f"{by['on', top]['throughput_rps'] / by['off', top]['throughput_rps']:.2f}x"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

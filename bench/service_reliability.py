@@ -64,13 +64,19 @@ def mixed(url: str, rounds: int) -> dict:
             connection.connect()
         sockets = [connection.sock for connection in connections]
 
-        def send(index: int, barrier: threading.Barrier, path: str = path, template: str = template,
-                 connections: list = connections) -> int:
+        def send(
+            index: int,
+            barrier: threading.Barrier,
+            path: str = path,
+            template: str = template,
+            connections: list = connections,
+        ) -> int:
             text = BAD_TEXT if index == 11 else json.dumps(SENTENCES[index % len(SENTENCES)])
             barrier.wait()
             try:
-                connections[index].request("POST", path, template.format(text=text),
-                                           {"Content-Type": "application/json"})
+                connections[index].request(
+                    "POST", path, template.format(text=text), {"Content-Type": "application/json"}
+                )
                 response = connections[index].getresponse()
                 response.read()
                 return response.status
@@ -90,8 +96,15 @@ def mixed(url: str, rounds: int) -> dict:
         for connection in connections:
             connection.close()
     total = rounds * len(ROUTES)
-    return {"part": "mixed", "good_requests": total * 11, "good_200": good_ok, "server_errors": errors,
-            "dropped_connections": dropped, "bad_requests": total, "bad_400": bad_rejected}
+    return {
+        "part": "mixed",
+        "good_requests": total * 11,
+        "good_200": good_ok,
+        "server_errors": errors,
+        "dropped_connections": dropped,
+        "bad_requests": total,
+        "bad_400": bad_rejected,
+    }
 
 
 def chunked(url: str, pid: int, megabytes: int) -> dict:
@@ -101,8 +114,10 @@ def chunked(url: str, pid: int, megabytes: int) -> dict:
     start = time.perf_counter()
     sent = 0
     with socket.create_connection((host, int(port)), timeout=60) as sock:
-        sock.sendall(b"POST /translate HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-                     b"Transfer-Encoding: chunked\r\n\r\n")
+        sock.sendall(
+            b"POST /translate HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
         try:
             while sent < megabytes * 1_000_000:
                 sock.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
@@ -112,9 +127,15 @@ def chunked(url: str, pid: int, megabytes: int) -> dict:
         except OSError:
             pass
         answer = sock.recv(4096)
-    return {"part": "chunked", "sent_mb": round(sent / 1e6), "status": answer.split(b" ", 2)[1].decode(),
-            "rss_before_mb": round(before, 1), "rss_peak_mb": round(peak, 1),
-            "growth_mb": round(peak - before, 1), "seconds": round(time.perf_counter() - start, 2)}
+    return {
+        "part": "chunked",
+        "sent_mb": round(sent / 1e6),
+        "status": answer.split(b" ", 2)[1].decode(),
+        "rss_before_mb": round(before, 1),
+        "rss_peak_mb": round(peak, 1),
+        "growth_mb": round(peak - before, 1),
+        "seconds": round(time.perf_counter() - start, 2),
+    }
 
 
 def maximal_texts(test: Path | None) -> list[str]:
@@ -145,34 +166,69 @@ def starvation(url: str, test: Path | None) -> dict:
         heavies = [pool.submit(heavy) for _ in range(4)]
         time.sleep(0.5)
         sent = time.monotonic()
-        small = httpx.post(url + "/translate", json={"q": "Das Haus ist klein.", "source": "de", "target": "en"},
-                           timeout=600)
+        small = httpx.post(
+            url + "/translate", json={"q": "Das Haus ist klein.", "source": "de", "target": "en"}, timeout=600
+        )
         latency = time.monotonic() - sent
         statuses = [h.result() for h in heavies]
-    return {"part": "starvation", "heavy_texts": len(texts), "heavy_characters": sum(map(len, texts)),
-            "small_status": small.status_code, "small_latency_s": round(latency, 2),
-            "heavy_statuses": statuses, "heavy_done_s": [round(s, 1) for s in sorted(heavy_seconds)]}
+    return {
+        "part": "starvation",
+        "heavy_texts": len(texts),
+        "heavy_characters": sum(map(len, texts)),
+        "small_status": small.status_code,
+        "small_latency_s": round(latency, 2),
+        "heavy_statuses": statuses,
+        "heavy_done_s": [round(s, 1) for s in sorted(heavy_seconds)],
+    }
 
 
 def schemathesis(url: str, examples: int, seed: int) -> dict:
-    command = [str(Path(sys.executable).parent / "schemathesis"), "--config-file",
-               str(REPO / "tests" / "schemathesis.toml"), "--no-color", "run", f"{url}/openapi.json",
-               "--checks", "all", "--phases", "examples,coverage,fuzzing", "--max-examples", str(examples),
-               "--seed", str(seed), "--workers", "1", "--request-timeout", "120"]
+    command = [
+        str(Path(sys.executable).parent / "schemathesis"),
+        "--config-file",
+        str(REPO / "tests" / "schemathesis.toml"),
+        "--no-color",
+        "run",
+        f"{url}/openapi.json",
+        "--checks",
+        "all",
+        "--phases",
+        "examples,coverage,fuzzing",
+        "--max-examples",
+        str(examples),
+        "--seed",
+        str(seed),
+        "--workers",
+        "1",
+        "--request-timeout",
+        "120",
+    ]
     start = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True)
     summary = [line.strip() for line in result.stdout.splitlines() if "generated" in line or "found" in line]
-    return {"part": "schemathesis", "exit_status": result.returncode, "summary": summary[-2:] or result.stdout[-500:],
-            "seconds": round(time.perf_counter() - start, 1)}
+    return {
+        "part": "schemathesis",
+        "exit_status": result.returncode,
+        "summary": summary[-2:] or result.stdout[-500:],
+        "seconds": round(time.perf_counter() - start, 1),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=Path, default=Path("models"), help="model bundles to serve (default models)")
-    parser.add_argument("--test", type=Path, help="source<TAB>target file for the maximal requests' texts "
-                                                 "(default: a few built-in sentences)")
-    parser.add_argument("--parts", nargs="+", default=["mixed", "chunked", "starvation", "schemathesis"],
-                        choices=["mixed", "chunked", "starvation", "schemathesis"], help="what to measure")
+    parser.add_argument(
+        "--test",
+        type=Path,
+        help="source<TAB>target file for the maximal requests' texts (default: a few built-in sentences)",
+    )
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        default=["mixed", "chunked", "starvation", "schemathesis"],
+        choices=["mixed", "chunked", "starvation", "schemathesis"],
+        help="what to measure",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="mixed: rounds per route (default 3)")
     parser.add_argument("--megabytes", type=int, default=200, help="chunked: body size (default 200)")
     parser.add_argument("--examples", type=int, default=20, help="schemathesis: examples per operation (default 20)")

@@ -78,8 +78,10 @@ def main() -> None:
     }
     for name, config in variants.items():
         result = run(config, args.max_tokens, args.length, args.steps)
-        print(f"{name:<34}{result['batch']:>6}{result['target_tokens_per_s']:>11,.0f}"
-              f"{result['flops_per_s'] / 1e9:>9.1f}{result['flops_per_s'] / peak:>7.1%}")
+        print(
+            f"{name:<34}{result['batch']:>6}{result['target_tokens_per_s']:>11,.0f}"
+            f"{result['flops_per_s'] / 1e9:>9.1f}{result['flops_per_s'] / peak:>7.1%}"
+        )
 
 
 if __name__ == "__main__":

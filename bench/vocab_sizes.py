@@ -32,8 +32,10 @@ def main() -> None:
             sources = tokenizer.encode_batch([p.source for p in valid])
             targets = tokenizer.encode_batch([p.target for p in valid])
             unknown = sum(ids.count(UNK_ID) for ids in sources + targets)
-            print(f"{size:>10} {sum(map(len, sources)) / len(valid):>14.2f} "
-                  f"{sum(map(len, targets)) / len(valid):>14.2f} {unknown:>6}")
+            print(
+                f"{size:>10} {sum(map(len, sources)) / len(valid):>14.2f} "
+                f"{sum(map(len, targets)) / len(valid):>14.2f} {unknown:>6}"
+            )
 
 
 if __name__ == "__main__":

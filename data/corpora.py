@@ -72,9 +72,7 @@ _ANNOTATIONS = [  # (opening character, pattern): the character gates the regex,
 ]
 # Placeholders for valency slots; they never occur in real sentences. Ding writes the
 # possessive "sb.'s", whose "'s" goes with the placeholder.
-_PLACEHOLDERS = re.compile(
-    r"(?<![\w.])(etw|jd|jdm|jdn|jds|sth|sb|sb's|sbs)\.(?:'s)?(?!\w)|(?<!\w)(sb's|one's)(?!\w)"
-)
+_PLACEHOLDERS = re.compile(r"(?<![\w.])(etw|jd|jdm|jdn|jds|sth|sb|sb's|sbs)\.(?:'s)?(?!\w)|(?<!\w)(sb's|one's)(?!\w)")
 # "sheer/pure" -> "sheer": Ding writes interchangeable words with a slash.
 _SLASH_WORDS = re.compile(r"(\w[\w'-]*)(?:/[\w'-]+)+")
 _SPACED_SLASH = re.compile(r"\s/\s")
@@ -121,9 +119,12 @@ def clean_ding_text(text: str) -> str:
 
 def is_sentence(text: str) -> bool:
     """A Ding example sentence: capitalised, ends like a sentence, at least three words."""
-    return bool(text) and (text[0].isupper() or text[0] in "\"'„»0123456789") and bool(
-        _SENTENCE_END.search(text)
-    ) and len(text.split()) >= 3
+    return (
+        bool(text)
+        and (text[0].isupper() or text[0] in "\"'„»0123456789")
+        and bool(_SENTENCE_END.search(text))
+        and len(text.split()) >= 3
+    )
 
 
 def _alternatives(sub_entry: str) -> list[str]:
@@ -168,11 +169,13 @@ def find_ding(explicit: Path | None = None, cache_dir: Path | None = None) -> Pa
     if shutil.which("apt-get") and shutil.which("dpkg"):
         cache_dir.mkdir(parents=True, exist_ok=True)
         try:
-            subprocess.run(["apt-get", "download", "trans-de-en"], cwd=cache_dir, check=True,
-                           capture_output=True, timeout=300)
+            subprocess.run(
+                ["apt-get", "download", "trans-de-en"], cwd=cache_dir, check=True, capture_output=True, timeout=300
+            )
             deb = sorted(cache_dir.glob("trans-de-en_*.deb"))[-1]
-            subprocess.run(["dpkg", "-x", str(deb), str(cache_dir / "root")], check=True,
-                           capture_output=True, timeout=300)
+            subprocess.run(
+                ["dpkg", "-x", str(deb), str(cache_dir / "root")], check=True, capture_output=True, timeout=300
+            )
         except (subprocess.SubprocessError, IndexError, OSError):
             pass
         if cached.is_file():
@@ -213,7 +216,8 @@ class _open_text:
                 yield number, raw.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise CorpusError(
-                    f"{self.path}:{number}: invalid UTF-8 ({error.reason} at byte {error.start})") from None
+                    f"{self.path}:{number}: invalid UTF-8 ({error.reason} at byte {error.start})"
+                ) from None
 
     def __exit__(self, *exc: object) -> None:
         self._file.close()

@@ -35,9 +35,17 @@ def read_pairs(path: Path) -> list[Pair]:
     return pairs
 
 
-def prepare(out: Path, corpus: str = "ding", vocab_size: int = 8000, max_phrases: int | None = 200_000,
-            test_size: int = 1600, valid_size: int = 1100, seed: int = 1, ding_path: Path | None = None,
-            tokenizer_model: Path | None = None) -> dict:
+def prepare(
+    out: Path,
+    corpus: str = "ding",
+    vocab_size: int = 8000,
+    max_phrases: int | None = 200_000,
+    test_size: int = 1600,
+    valid_size: int = 1100,
+    seed: int = 1,
+    ding_path: Path | None = None,
+    tokenizer_model: Path | None = None,
+) -> dict:
     """Write train/valid/test TSVs, `spm.model` and `manifest.json` into `out`.
 
     `tokenizer_model` reuses an existing SentencePiece model instead of training one: what
@@ -73,10 +81,13 @@ def prepare(out: Path, corpus: str = "ding", vocab_size: int = 8000, max_phrases
         spm_texts = [t for p in train for t in (p.source, p.target)]
         tokenizer = Tokenizer(train_sentencepiece(spm_texts, out / "spm", vocab_size=vocab_size))
     sample = list(splits.valid)[:1000]
-    tokens_per_sentence = sum(len(tokenizer.encode(p.source)) + len(tokenizer.encode(p.target))
-                              for p in sample) / max(2 * len(sample), 1)
-    counts = {name: dict(Counter(p.kind for p in pairs)) | {"total": len(pairs)}
-              for name, pairs in (("train", train), ("valid", splits.valid), ("test", splits.test))}
+    tokens_per_sentence = sum(len(tokenizer.encode(p.source)) + len(tokenizer.encode(p.target)) for p in sample) / max(
+        2 * len(sample), 1
+    )
+    counts = {
+        name: dict(Counter(p.kind for p in pairs)) | {"total": len(pairs)}
+        for name, pairs in (("train", train), ("valid", splits.valid), ("test", splits.test))
+    }
     manifest = {
         "corpus": corpus,
         "inputs": [{"path": str(p), "sha256": sha256_file(p)} for p in inputs],
@@ -84,11 +95,18 @@ def prepare(out: Path, corpus: str = "ding", vocab_size: int = 8000, max_phrases
         "counts": counts,
         "filters": {"max_chars": 300, "max_length_ratio": 3.0, "max_phrases": max_phrases},
         "split": {"method": "sha256 of casefolded NFC source", "test_size": test_size, "valid_size": valid_size},
-        "tokenizer": {"file": "spm.model", "sha256": sha256_file(out / "spm.model"),
-                      "reused_from": str(tokenizer_model) if tokenizer_model else None,
-                      "vocab_size": vocab_size, "type": "unigram",
-                      "pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3,
-                      "valid_tokens_per_sentence": round(tokens_per_sentence, 2)},
+        "tokenizer": {
+            "file": "spm.model",
+            "sha256": sha256_file(out / "spm.model"),
+            "reused_from": str(tokenizer_model) if tokenizer_model else None,
+            "vocab_size": vocab_size,
+            "type": "unigram",
+            "pad_id": 0,
+            "unk_id": 1,
+            "bos_id": 2,
+            "eos_id": 3,
+            "valid_tokens_per_sentence": round(tokens_per_sentence, 2),
+        },
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     log.info("wrote %s: %s", out, json.dumps(counts))
@@ -99,25 +117,54 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # The defaults are prepare()'s own, so the library and the command line cannot drift.
     default = {name: parameter.default for name, parameter in inspect.signature(prepare).parameters.items()}
     parser.add_argument("--out", type=Path, required=True, help="output directory")
-    parser.add_argument("--corpus", default=default["corpus"],
-                        help=f"ding | tsv:PATH | moses:SRC,TGT (default: {default['corpus']})")
+    parser.add_argument(
+        "--corpus", default=default["corpus"], help=f"ding | tsv:PATH | moses:SRC,TGT (default: {default['corpus']})"
+    )
     parser.add_argument("--ding-path", type=Path, default=None, help="explicit path to the Ding de-en file")
-    parser.add_argument("--vocab-size", type=int, default=default["vocab_size"],
-                        help=f"joint SentencePiece vocabulary (default {default['vocab_size']})")
-    parser.add_argument("--max-phrases", type=int, default=default["max_phrases"],
-                        help=f"dictionary phrase pairs mixed into train, -1 for all (default {default['max_phrases']})")
-    parser.add_argument("--test-size", type=int, default=default["test_size"],
-                        help=f"held-out test sentences (default {default['test_size']})")
-    parser.add_argument("--valid-size", type=int, default=default["valid_size"],
-                        help=f"held-out validation sentences (default {default['valid_size']})")
+    parser.add_argument(
+        "--vocab-size",
+        type=int,
+        default=default["vocab_size"],
+        help=f"joint SentencePiece vocabulary (default {default['vocab_size']})",
+    )
+    parser.add_argument(
+        "--max-phrases",
+        type=int,
+        default=default["max_phrases"],
+        help=f"dictionary phrase pairs mixed into train, -1 for all (default {default['max_phrases']})",
+    )
+    parser.add_argument(
+        "--test-size",
+        type=int,
+        default=default["test_size"],
+        help=f"held-out test sentences (default {default['test_size']})",
+    )
+    parser.add_argument(
+        "--valid-size",
+        type=int,
+        default=default["valid_size"],
+        help=f"held-out validation sentences (default {default['valid_size']})",
+    )
     parser.add_argument("--seed", type=int, default=default["seed"])
-    parser.add_argument("--tokenizer", type=Path, default=None, metavar="SPM_MODEL",
-                        help="reuse this SentencePiece model instead of training one (e.g. models/de-en/spm.model, "
-                             "to continue training or fine-tune that model with --init-from)")
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        metavar="SPM_MODEL",
+        help="reuse this SentencePiece model instead of training one (e.g. models/de-en/spm.model, "
+        "to continue training or fine-tune that model with --init-from)",
+    )
 
 
 def main(args: argparse.Namespace) -> None:
-    prepare(args.out, corpus=args.corpus, vocab_size=args.vocab_size,
-            max_phrases=None if args.max_phrases < 0 else args.max_phrases,
-            test_size=args.test_size, valid_size=args.valid_size, seed=args.seed, ding_path=args.ding_path,
-            tokenizer_model=args.tokenizer)
+    prepare(
+        args.out,
+        corpus=args.corpus,
+        vocab_size=args.vocab_size,
+        max_phrases=None if args.max_phrases < 0 else args.max_phrases,
+        test_size=args.test_size,
+        valid_size=args.valid_size,
+        seed=args.seed,
+        ding_path=args.ding_path,
+        tokenizer_model=args.tokenizer,
+    )

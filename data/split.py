@@ -28,8 +28,9 @@ class Splits:
     test: list[Pair] = field(default_factory=list)
 
 
-def split_pairs(pairs: Iterable[Pair], test_size: int = 1600, valid_size: int = 1100,
-                max_held_out_fraction: float = 0.25) -> Splits:
+def split_pairs(
+    pairs: Iterable[Pair], test_size: int = 1600, valid_size: int = 1100, max_held_out_fraction: float = 0.25
+) -> Splits:
     """Split deduplicated pairs; `*_size` are targets in sentence *sources*.
 
     Thresholds on the hash are set so the expected counts hit the targets; on small

@@ -15,8 +15,13 @@ import sentencepiece as spm
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 
-def train_sentencepiece(texts: Iterable[str], model_prefix: Path, vocab_size: int = 8000,
-                        model_type: str = "unigram", seed_sentences: int = 2_000_000) -> Path:
+def train_sentencepiece(
+    texts: Iterable[str],
+    model_prefix: Path,
+    vocab_size: int = 8000,
+    model_type: str = "unigram",
+    seed_sentences: int = 2_000_000,
+) -> Path:
     """Train a joint SentencePiece model on `texts`; returns the `.model` path."""
     buffer = io.StringIO()
     for text in texts:
@@ -29,10 +34,15 @@ def train_sentencepiece(texts: Iterable[str], model_prefix: Path, vocab_size: in
         vocab_size=vocab_size,
         model_type=model_type,
         character_coverage=1.0,  # German umlauts and ß must never be <unk>
-        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-        input_sentence_size=seed_sentences, shuffle_input_sentence=True,
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        input_sentence_size=seed_sentences,
+        shuffle_input_sentence=True,
         normalization_rule_name="nmt_nfkc",
-        num_threads=2, minloglevel=2,
+        num_threads=2,
+        minloglevel=2,
     )
     return model_prefix.with_suffix(".model")
 
@@ -44,7 +54,11 @@ class Tokenizer:
         self.model_path = Path(model_path)
         self.sp = spm.SentencePieceProcessor(model_file=str(self.model_path))
         assert (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id()) == (
-            PAD_ID, UNK_ID, BOS_ID, EOS_ID), f"{model_path}: special ids are not pad/unk/bos/eos = 0/1/2/3"
+            PAD_ID,
+            UNK_ID,
+            BOS_ID,
+            EOS_ID,
+        ), f"{model_path}: special ids are not pad/unk/bos/eos = 0/1/2/3"
 
     @property
     def vocab_size(self) -> int:

@@ -124,17 +124,20 @@ class DecoderStepGraph(nn.Module):
         """tokens (N, T), src_mask (N, S), then per layer l: cross_k_l, cross_v_l (N, H, S, Dh),
         past_k_l, past_v_l (N, H, P, Dh) -> log_probs (N, T, V), new_past_k_l and new_past_v_l
         (N, H, P+T, Dh) per layer, cross_weights (L, N, H, T, S), self_weights (L, N, H, T, P+T)."""
-        cross_k, cross_v, past_k, past_v = (states[i * self.layers:(i + 1) * self.layers] for i in range(4))
-        out = self.model.decode(tokens, cross_k, cross_v, src_mask, past_k, past_v,
-                                need_cross_weights=True, need_self_weights=True)
+        cross_k, cross_v, past_k, past_v = (states[i * self.layers : (i + 1) * self.layers] for i in range(4))
+        out = self.model.decode(
+            tokens, cross_k, cross_v, src_mask, past_k, past_v, need_cross_weights=True, need_self_weights=True
+        )
         return (out.log_probs, *out.layer_k, *out.layer_v, out.cross_weights, out.self_weights)
 
 
 ENCODER_IO = {
     "inputs": {"src_ids": ("batch", "source"), "src_mask": ("batch", "source")},
-    "outputs": {"cross_k": ("decoder_layers", "batch", "heads", "source", "head_dim"),
-                "cross_v": ("decoder_layers", "batch", "heads", "source", "head_dim"),
-                "self_weights": ("encoder_layers", "batch", "heads", "source", "source")},
+    "outputs": {
+        "cross_k": ("decoder_layers", "batch", "heads", "source", "head_dim"),
+        "cross_v": ("decoder_layers", "batch", "heads", "source", "head_dim"),
+        "self_weights": ("encoder_layers", "batch", "heads", "source", "source"),
+    },
 }
 
 
@@ -143,8 +146,10 @@ _FIXED_AXES = {"decoder_layers", "encoder_layers", "heads", "head_dim", "vocab"}
 
 def _dynamic_axes(io: dict[str, dict[str, tuple[str, ...]]]) -> dict[str, dict[int, str]]:
     names = {**io["inputs"], **io["outputs"]}
-    return {name: {axis: label for axis, label in enumerate(labels) if label not in _FIXED_AXES}
-            for name, labels in names.items()}
+    return {
+        name: {axis: label for axis, label in enumerate(labels) if label not in _FIXED_AXES}
+        for name, labels in names.items()
+    }
 
 
 def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET) -> dict[str, str]:
@@ -164,8 +169,12 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET)
     files = GRAPH_FILES["fp32"]
     jobs = [
         (EncoderGraph(model), (src_ids, src_mask), files["encoder"], ENCODER_IO),
-        (DecoderStepGraph(model), (tokens, src_mask, *encoded.cross_k, *encoded.cross_v, *past, *past),
-         files["decoder_step"], decoder_io(layers)),
+        (
+            DecoderStepGraph(model),
+            (tokens, src_mask, *encoded.cross_k, *encoded.cross_v, *past, *past),
+            files["decoder_step"],
+            decoder_io(layers),
+        ),
     ]
     for module, example, name, io in jobs:
         log.info("exporting %s", name)
@@ -176,13 +185,21 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET)
             # proven by the parity check; switch when torch drops it.
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
             warnings.simplefilter("ignore", DeprecationWarning)
-            torch.onnx.export(module, example, str(out_dir / name), dynamo=False, opset_version=opset,
-                              input_names=list(io["inputs"]), output_names=list(io["outputs"]),
-                              # No constant folding: it would store the tied output
-                              # projection as a second, transposed copy of the embedding
-                              # (8 MB at the release size). onnxruntime folds the Transpose
-                              # in memory when the session loads, so runtime is the same.
-                              dynamic_axes=_dynamic_axes(io), do_constant_folding=False)
+            torch.onnx.export(
+                module,
+                example,
+                str(out_dir / name),
+                dynamo=False,
+                opset_version=opset,
+                input_names=list(io["inputs"]),
+                output_names=list(io["outputs"]),
+                # No constant folding: it would store the tied output
+                # projection as a second, transposed copy of the embedding
+                # (8 MB at the release size). onnxruntime folds the Transpose
+                # in memory when the session loads, so runtime is the same.
+                dynamic_axes=_dynamic_axes(io),
+                do_constant_folding=False,
+            )
         _fold_shapes(out_dir / name)
     return dict(files)
 
@@ -196,8 +213,7 @@ def _fold_shapes(path: Path) -> None:
     before = len(graph.graph.node)
     folded = fold_reshape_targets(graph)
     onnx.save(graph, str(path))
-    log.info("%s: %d Reshape targets made constant, %d -> %d nodes", path.name, folded, before,
-             len(graph.graph.node))
+    log.info("%s: %d Reshape targets made constant, %d -> %d nodes", path.name, folded, before, len(graph.graph.node))
 
 
 # --------------------------------------------------------------------------- load, validate
@@ -211,12 +227,13 @@ class LoadedCheckpoint:
     model: Transformer | None = None
     tokenizer: Tokenizer | None = None
     data_manifest_path: Path | None = None
-    data_manifest: dict[str, Any] | None = None      # its parsed content
+    data_manifest: dict[str, Any] | None = None  # its parsed content
     problems: list[str] = field(default_factory=list)
 
 
-def load_checkpoint(checkpoint_dir: Path, tokenizer_path: Path | None = None,
-                    data_manifest: Path | None = None) -> LoadedCheckpoint:
+def load_checkpoint(
+    checkpoint_dir: Path, tokenizer_path: Path | None = None, data_manifest: Path | None = None
+) -> LoadedCheckpoint:
     """Load what can be loaded; failures become problems for `validate`, not exceptions."""
     checkpoint_dir = Path(checkpoint_dir)
     loaded = LoadedCheckpoint(checkpoint_dir, Path(tokenizer_path or checkpoint_dir / TOKENIZER_FILE))
@@ -232,8 +249,9 @@ def load_checkpoint(checkpoint_dir: Path, tokenizer_path: Path | None = None,
         try:
             loaded.model = load_model(checkpoint_dir)
         except (RuntimeError, ValueError, OSError, KeyError) as error:
-            loaded.problems.append(f"{checkpoint_dir / WEIGHTS_FILE}: does not load into the config's model: "
-                                   f"{str(error).splitlines()[0]}")
+            loaded.problems.append(
+                f"{checkpoint_dir / WEIGHTS_FILE}: does not load into the config's model: {str(error).splitlines()[0]}"
+            )
     if not loaded.tokenizer_path.is_file():
         loaded.problems.append(f"{loaded.tokenizer_path}: tokenizer missing (pass --tokenizer)")
     else:
@@ -258,20 +276,31 @@ def validate(loaded: LoadedCheckpoint, out_dir: Path, opset: int = DEFAULT_OPSET
         problems.append(f"opset {opset}: need >= 17 (LayerNormalization)")
     if config is not None and tokenizer is not None:
         if tokenizer.vocab_size != config.vocab_size:
-            problems.append(f"{loaded.tokenizer_path}: {tokenizer.vocab_size} pieces, but the model's "
-                            f"vocab_size is {config.vocab_size}")
+            problems.append(
+                f"{loaded.tokenizer_path}: {tokenizer.vocab_size} pieces, but the model's "
+                f"vocab_size is {config.vocab_size}"
+            )
         sp = tokenizer.sp
-        for name, expected in (("pad", config.pad_id), ("unk", config.unk_id), ("bos", config.bos_id),
-                               ("eos", config.eos_id)):
+        for name, expected in (
+            ("pad", config.pad_id),
+            ("unk", config.unk_id),
+            ("bos", config.bos_id),
+            ("eos", config.eos_id),
+        ):
             actual = getattr(sp, f"{name}_id")()
             if actual != expected:
                 problems.append(f"{loaded.tokenizer_path}: {name} id {actual}, the model's is {expected}")
     if model is not None:
-        bad = [name for name, tensor in model.state_dict().items()
-               if tensor.is_floating_point() and not torch.isfinite(tensor).all()]
+        bad = [
+            name
+            for name, tensor in model.state_dict().items()
+            if tensor.is_floating_point() and not torch.isfinite(tensor).all()
+        ]
         if bad:
-            problems.append(f"{loaded.checkpoint_dir / WEIGHTS_FILE}: non-finite values in {', '.join(bad[:5])}"
-                            + (f" and {len(bad) - 5} more" if len(bad) > 5 else ""))
+            problems.append(
+                f"{loaded.checkpoint_dir / WEIGHTS_FILE}: non-finite values in {', '.join(bad[:5])}"
+                + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+            )
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         if not (out_dir / BUNDLE_FILE).is_file():
@@ -289,20 +318,24 @@ def validate(loaded: LoadedCheckpoint, out_dir: Path, opset: int = DEFAULT_OPSET
 @dataclass
 class ParityReport:
     sentences: int
-    max_log_prob_diff: float = 0.0        # teacher-forced log-probs, every position
-    max_cross_weight_diff: float = 0.0    # cross-attention, every layer/head, forced and searched
+    max_log_prob_diff: float = 0.0  # teacher-forced log-probs, every position
+    max_cross_weight_diff: float = 0.0  # cross-attention, every layer/head, forced and searched
     max_cross_kv_diff: float = 0.0
     max_score_diff: float = 0.0
-    token_agreement: dict[str, float] = field(default_factory=dict)   # "greedy"/"beam4" -> fraction identical
+    token_agreement: dict[str, float] = field(default_factory=dict)  # "greedy"/"beam4" -> fraction identical
     problems: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "problems"}
 
 
-def check_parity(bundle_dir: Path, sentences: list[str] | tuple[str, ...] = PARITY_SENTENCES,
-                 precision: str = "fp32", tolerance: float = PARITY_TOLERANCE,
-                 reference: Transformer | None = None) -> ParityReport:
+def check_parity(
+    bundle_dir: Path,
+    sentences: list[str] | tuple[str, ...] = PARITY_SENTENCES,
+    precision: str = "fp32",
+    tolerance: float = PARITY_TOLERANCE,
+    reference: Transformer | None = None,
+) -> ParityReport:
     """Compare the bundle's ONNX graphs with torch eager on `sentences`.
 
     Checks greedy and beam-4 tokens (identical), the searched alignment maps and scores, the
@@ -326,14 +359,16 @@ def check_parity(bundle_dir: Path, sentences: list[str] | tuple[str, ...] = PARI
         same = 0
         for sentence, e, a in zip(sentences, expected, actual):
             if e.target_ids != a.target_ids:
-                report.problems.append(f"{label}: tokens differ for {sentence!r}: torch {e.target_ids} "
-                                       f"onnx {a.target_ids}")
+                report.problems.append(
+                    f"{label}: tokens differ for {sentence!r}: torch {e.target_ids} onnx {a.target_ids}"
+                )
                 continue
             same += 1
             report.max_score_diff = max(report.max_score_diff, abs(e.score - a.score))
             if e.attention is not None and a.attention is not None:
-                report.max_cross_weight_diff = max(report.max_cross_weight_diff,
-                                                   float(np.abs(e.attention - a.attention).max()))
+                report.max_cross_weight_diff = max(
+                    report.max_cross_weight_diff, float(np.abs(e.attention - a.attention).max())
+                )
         report.token_agreement[label] = same / max(1, len(sentences))
 
     # Teacher forcing through the whole decoder graph (T > 1, empty past) on torch's greedy output.
@@ -345,8 +380,13 @@ def check_parity(bundle_dir: Path, sentences: list[str] | tuple[str, ...] = PARI
     with torch.inference_mode():
         encoded = model.encode(torch.from_numpy(src_ids), torch.from_numpy(src_mask))
         bos = torch.full((len(sentences), 1), model.config.bos_id, dtype=torch.long)
-        decoded = model.decode(torch.cat([bos, torch.from_numpy(tgt_ids)], dim=1), encoded.cross_k, encoded.cross_v,
-                               torch.from_numpy(src_mask), need_cross_weights=True)
+        decoded = model.decode(
+            torch.cat([bos, torch.from_numpy(tgt_ids)], dim=1),
+            encoded.cross_k,
+            encoded.cross_v,
+            torch.from_numpy(src_mask),
+            need_cross_weights=True,
+        )
     cross_k, _ = backend.encode(src_ids, src_mask)
     report.max_cross_kv_diff = float(np.abs(cross_k - encoded.cross_k.numpy()).max())
     # Rows up to each target's own length + 1 (the EOS step); later rows read padding.
@@ -358,7 +398,7 @@ def check_parity(bundle_dir: Path, sentences: list[str] | tuple[str, ...] = PARI
 
     for name in ("max_log_prob_diff", "max_cross_weight_diff", "max_cross_kv_diff", "max_score_diff"):
         value = getattr(report, name)
-        if not value <= tolerance:           # also catches NaN
+        if not value <= tolerance:  # also catches NaN
             report.problems.append(f"{name} = {value:.2e} exceeds {tolerance:.0e}")
     return report
 
@@ -382,9 +422,16 @@ def portable_path(path: Path) -> str:
         return Path(path).name
 
 
-def export_model(checkpoint_dir: Path, out_dir: Path, precisions: tuple[str, ...] = ("fp32",),
-                 tokenizer: Path | None = None, data_manifest: Path | None = None, opset: int = DEFAULT_OPSET,
-                 force: bool = False, parity_sentences: list[str] | None = None) -> ExportResult:
+def export_model(
+    checkpoint_dir: Path,
+    out_dir: Path,
+    precisions: tuple[str, ...] = ("fp32",),
+    tokenizer: Path | None = None,
+    data_manifest: Path | None = None,
+    opset: int = DEFAULT_OPSET,
+    force: bool = False,
+    parity_sentences: list[str] | None = None,
+) -> ExportResult:
     """Checkpoint directory (config.json, model.pt, spm.model) -> verified bundle in `out_dir`.
 
     load -> validate (raises ExportError listing every problem) -> write (to a staging
@@ -405,14 +452,18 @@ def export_model(checkpoint_dir: Path, out_dir: Path, precisions: tuple[str, ...
     try:
         write_bundle(loaded, staging, "int8" in precisions, opset)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)   # nothing worth inspecting in a half-written bundle
+        shutil.rmtree(staging, ignore_errors=True)  # nothing worth inspecting in a half-written bundle
         raise
-    parity = run_parity_checks(staging, loaded.model, parity_sentences or list(PARITY_SENTENCES),  # type: ignore[arg-type]
-                               "int8" in precisions)
+    parity = run_parity_checks(
+        staging,
+        loaded.model,
+        parity_sentences or list(PARITY_SENTENCES),  # type: ignore[arg-type]
+        "int8" in precisions,
+    )
     keep_graphs(staging, precisions)
 
     if out_dir.exists():
-        shutil.rmtree(out_dir)           # validate() allowed this only for an existing bundle with force
+        shutil.rmtree(out_dir)  # validate() allowed this only for an existing bundle with force
     staging.replace(out_dir)
     log.info("wrote %s (default precision %s)", out_dir, precisions[0])
     return ExportResult(out_dir, precisions[0], parity)
@@ -423,7 +474,7 @@ def write_bundle(loaded: LoadedCheckpoint, directory: Path, int8: bool, opset: i
     assert loaded.model is not None and loaded.config is not None, "validate() first"
     umask = os.umask(0)
     os.umask(umask)
-    directory.chmod(0o777 & ~umask)      # mkdtemp makes it private; a bundle is meant to be read
+    directory.chmod(0o777 & ~umask)  # mkdtemp makes it private; a bundle is meant to be read
     save_config(loaded.config, directory / CONFIG_FILE)
     # The bundle keeps the torch weights in float16 (half the size, no measurable quality
     # change at this model size). The model is rounded to those values *before* the graphs
@@ -433,8 +484,13 @@ def write_bundle(loaded: LoadedCheckpoint, directory: Path, int8: bool, opset: i
         for tensor in loaded.model.state_dict().values():
             if tensor.is_floating_point():
                 tensor.copy_(tensor.half().float())
-    torch.save({name: tensor.half() if tensor.is_floating_point() else tensor
-                for name, tensor in loaded.model.state_dict().items()}, directory / WEIGHTS_FILE)
+    torch.save(
+        {
+            name: tensor.half() if tensor.is_floating_point() else tensor
+            for name, tensor in loaded.model.state_dict().items()
+        },
+        directory / WEIGHTS_FILE,
+    )
     shutil.copyfile(loaded.tokenizer_path, directory / TOKENIZER_FILE)
     files = [CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE]
     if loaded.data_manifest_path is not None:
@@ -455,9 +511,17 @@ def write_bundle(loaded: LoadedCheckpoint, directory: Path, int8: bool, opset: i
         "exporter": _versions(),
         "source_checkpoint": portable_path(loaded.checkpoint_dir),
     }
-    write_bundle_manifest(directory, model_config=loaded.config, tokenizer_file=TOKENIZER_FILE, graphs=graphs,
-                          precision=precision, files=files, data_manifest=loaded.data_manifest,
-                          quality_file=quality_file, extra=extra)
+    write_bundle_manifest(
+        directory,
+        model_config=loaded.config,
+        tokenizer_file=TOKENIZER_FILE,
+        graphs=graphs,
+        precision=precision,
+        files=files,
+        data_manifest=loaded.data_manifest,
+        quality_file=quality_file,
+        extra=extra,
+    )
     return precision
 
 
@@ -466,18 +530,23 @@ def run_parity_checks(directory: Path, model: Transformer, sentences: list[str],
     log.info("parity check: onnxruntime fp32 vs torch on %d sentences", len(sentences))
     fp32 = check_parity(directory, sentences, "fp32", reference=model)
     if fp32.problems:
-        raise ParityError(f"{directory}: the fp32 graphs disagree with torch (bundle left there for "
-                          f"inspection):\n  - " + "\n  - ".join(fp32.problems))
+        raise ParityError(
+            f"{directory}: the fp32 graphs disagree with torch (bundle left there for "
+            f"inspection):\n  - " + "\n  - ".join(fp32.problems)
+        )
     log.info("fp32 parity: %s", fp32.as_dict())
     parity = {"fp32": fp32.as_dict()}
     if int8:
         quantized = check_parity(directory, sentences, "int8", tolerance=float("inf"), reference=model)
         parity["int8"] = quantized.as_dict()
-        log.info("int8 vs torch: tokens identical for %s of the sentences, max log-prob diff %.3f",
-                 quantized.token_agreement, quantized.max_log_prob_diff)
+        log.info(
+            "int8 vs torch: tokens identical for %s of the sentences, max log-prob diff %.3f",
+            quantized.token_agreement,
+            quantized.max_log_prob_diff,
+        )
     manifest_path = directory / BUNDLE_FILE
     manifest = json.loads(manifest_path.read_text())
-    manifest["parity"] = parity                 # bundle.json is not hashed: adding to it is safe
+    manifest["parity"] = parity  # bundle.json is not hashed: adding to it is safe
     manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     return parity
 
@@ -485,4 +554,5 @@ def run_parity_checks(directory: Path, model: Transformer, sentences: list[str],
 def _versions() -> dict[str, str]:
     import onnx
     import onnxruntime
+
     return {"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}

@@ -14,8 +14,10 @@ import json
 from pathlib import Path
 
 QUALITY_LABELS = {
-    "test_bleu_beam4": "BLEU, beam 4", "test_chrf_beam4": "chrF, beam 4",
-    "test_bleu_greedy": "BLEU, greedy", "test_chrf_greedy": "chrF, greedy",
+    "test_bleu_beam4": "BLEU, beam 4",
+    "test_chrf_beam4": "chrF, beam 4",
+    "test_bleu_greedy": "BLEU, greedy",
+    "test_chrf_greedy": "chrF, greedy",
     "test_length_ratio_beam4": "length ratio (hypothesis / reference), beam 4",
     "gold_bleu_beam4": "BLEU on the 162 everyday gold sentences, beam 4",
     "gold_chrf_beam4": "chrF on the 162 everyday gold sentences, beam 4",
@@ -40,8 +42,14 @@ def joined_history(runs: list[Path]) -> list[dict]:
         step_offset = joined[-1]["step"] if joined else 0
         minute_offset = joined[-1]["minutes"] if joined else 0.0
         for entry in read_history(run):
-            joined.append(entry | {"step": entry["step"] + step_offset, "stage": stage,
-                                   "minutes": round(entry["minutes"] + minute_offset, 2)})
+            joined.append(
+                entry
+                | {
+                    "step": entry["step"] + step_offset,
+                    "stage": stage,
+                    "minutes": round(entry["minutes"] + minute_offset, 2),
+                }
+            )
     return joined
 
 
@@ -58,15 +66,29 @@ def plot_curve(history: list[dict], out: Path) -> None:
     loss_axis.set_xlabel("step")
     loss_axis.set_ylabel("loss per target token")
     bleu_axis = loss_axis.twinx()
-    bleu_axis.plot(steps, [h.get("valid_bleu", 0) for h in history], label="valid BLEU (greedy)", color="#2ca02c",
-                   marker="o", markersize=3)
+    bleu_axis.plot(
+        steps,
+        [h.get("valid_bleu", 0) for h in history],
+        label="valid BLEU (greedy)",
+        color="#2ca02c",
+        marker="o",
+        markersize=3,
+    )
     bleu_axis.set_ylabel("BLEU")
     lines = loss_axis.get_lines() + bleu_axis.get_lines()
     for before, after in zip(history, history[1:]):
         if after.get("stage", 1) != before.get("stage", 1):
             loss_axis.axvline(before["step"], color="#888888", linestyle=":", linewidth=1)
-            loss_axis.annotate(f"stage {after['stage']}", (before["step"], loss_axis.get_ylim()[1]), fontsize=8,
-                               color="#555555", ha="left", va="top", xytext=(3, -3), textcoords="offset points")
+            loss_axis.annotate(
+                f"stage {after['stage']}",
+                (before["step"], loss_axis.get_ylim()[1]),
+                fontsize=8,
+                color="#555555",
+                ha="left",
+                va="top",
+                xytext=(3, -3),
+                textcoords="offset points",
+            )
     loss_axis.legend(lines, [line.get_label() for line in lines], loc="center right", fontsize=8)
     loss_axis.set_title("crossalign de-en training curve")
     fig.tight_layout()
@@ -77,13 +99,22 @@ def plot_curve(history: list[dict], out: Path) -> None:
 def guided_line(train_config: dict, config: dict) -> str:
     if not train_config.get("guided_alignment"):
         return ""
-    return (f"\n- Guided alignment (Garg et al. 2019): head {train_config['guided_head']} of decoder layer "
-            f"{config['alignment_layer']} supervised with eflomal's grow-diag-final links of the training corpus "
-            f"(`{Path(train_config['guided_alignment']).name}`), loss weight {train_config['guided_weight']}.")
+    return (
+        f"\n- Guided alignment (Garg et al. 2019): head {train_config['guided_head']} of decoder layer "
+        f"{config['alignment_layer']} supervised with eflomal's grow-diag-final links of the training corpus "
+        f"(`{Path(train_config['guided_alignment']).name}`), loss weight {train_config['guided_weight']}."
+    )
 
 
-def write_card(bundle: Path, run: Path, data: Path, metrics: dict, command: str, notes: str = "",
-               earlier_runs: tuple[Path, ...] = ()) -> Path:
+def write_card(
+    bundle: Path,
+    run: Path,
+    data: Path,
+    metrics: dict,
+    command: str,
+    notes: str = "",
+    earlier_runs: tuple[Path, ...] = (),
+) -> Path:
     """Write `bundle/MODEL_CARD.md` and `bundle/training_curve.png`; returns the card's path.
 
     The curve joins `earlier_runs` (oldest first) and `run`, the stages of one model.
@@ -93,9 +124,15 @@ def write_card(bundle: Path, run: Path, data: Path, metrics: dict, command: str,
     config = json.loads((bundle / "config.json").read_text())
     train_config = json.loads((run / "train_config.json").read_text())
     manifest = json.loads((data / "manifest.json").read_text())
-    card = (INTRODUCTION + quality_section(metrics, manifest) + model_section(config)
-            + training_section(history, train_config, config, manifest, command) + notes_section(notes)
-            + data_section(manifest) + limitations_section(train_config))
+    card = (
+        INTRODUCTION
+        + quality_section(metrics, manifest)
+        + model_section(config)
+        + training_section(history, train_config, config, manifest, command)
+        + notes_section(notes)
+        + data_section(manifest)
+        + limitations_section(train_config)
+    )
     path = bundle / "MODEL_CARD.md"
     path.write_text(card)
     return path
@@ -113,8 +150,10 @@ def decoding_line(metrics: dict) -> str:
     decoding = metrics.get("decoding")
     if not decoding:
         return ""
-    return (f"\nDecoding: beam {decoding['beam_size']}, length penalty {decoding['length_penalty']} "
-            "(chosen on the valid split; the release script's `valid_length_penalty.jsonl`).\n")
+    return (
+        f"\nDecoding: beam {decoding['beam_size']}, length penalty {decoding['length_penalty']} "
+        "(chosen on the valid split; the release script's `valid_length_penalty.jsonl`).\n"
+    )
 
 
 def precision_line(metrics: dict) -> str:
@@ -122,22 +161,24 @@ def precision_line(metrics: dict) -> str:
     fp32 = metrics.get("fp32")
     if metrics.get("graphs") != "int8" or not fp32:
         return ""
-    return (f"\nThe bundle serves **int8 graphs** (dynamic quantization of the MatMul weights), and the "
-            f"figures above are theirs. The fp32 graphs of the same weights measure test BLEU "
-            f"{fp32['test_bleu_beam4']} / chrF {fp32['test_chrf_beam4']} (greedy {fp32['test_bleu_greedy']} / "
-            f"{fp32['test_chrf_greedy']}), gold BLEU {fp32['gold_bleu_beam4']} / chrF {fp32['gold_chrf_beam4']}, "
-            f"gold AER {fp32['gold_aer_default_map']}; int8 ships because it loses at most 0.3 test BLEU and is "
-            "faster (README, inference speed). Only one precision fits the bundle budget; "
-            "`crossalign export models/de-en --in-place --graphs int8 fp32` rebuilds the fp32 graphs from "
-            "model.pt (needs torch).\n")
+    return (
+        f"\nThe bundle serves **int8 graphs** (dynamic quantization of the MatMul weights), and the "
+        f"figures above are theirs. The fp32 graphs of the same weights measure test BLEU "
+        f"{fp32['test_bleu_beam4']} / chrF {fp32['test_chrf_beam4']} (greedy {fp32['test_bleu_greedy']} / "
+        f"{fp32['test_chrf_greedy']}), gold BLEU {fp32['gold_bleu_beam4']} / chrF {fp32['gold_chrf_beam4']}, "
+        f"gold AER {fp32['gold_aer_default_map']}; int8 ships because it loses at most 0.3 test BLEU and is "
+        "faster (README, inference speed). Only one precision fits the bundle budget; "
+        "`crossalign export models/de-en --in-place --graphs int8 fp32` rebuilds the fp32 graphs from "
+        "model.pt (needs torch).\n"
+    )
 
 
 def quality_section(metrics: dict, manifest: dict) -> str:
-    quality_rows = "\n".join(
-        f"| {label} | {metrics[key]} |" for key, label in QUALITY_LABELS.items() if key in metrics)
+    quality_rows = "\n".join(f"| {label} | {metrics[key]} |" for key, label in QUALITY_LABELS.items() if key in metrics)
     signatures = "\n".join(
-        f"{name}: {metrics[name]}" for name in ("bleu_signature", "chrf_signature") if name in metrics)
-    return f"""## Measured quality (held-out test split, {metrics.get('test_sentences', manifest['counts']['test']['total'])} sentences)
+        f"{name}: {metrics[name]}" for name in ("bleu_signature", "chrf_signature") if name in metrics
+    )
+    return f"""## Measured quality (held-out test split, {metrics.get("test_sentences", manifest["counts"]["test"]["total"])} sentences)
 
 | metric | value |
 |---|---|
@@ -164,11 +205,11 @@ def model_section(config: dict) -> str:
     return f"""## Model
 
 - Encoder–decoder transformer, pre-LN, sinusoidal positions, tied embeddings:
-  d_model {config['d_model']}, {config['n_heads']} heads, d_ff {config['d_ff']},
-  {config['encoder_layers']} encoder + {config['decoder_layers']} decoder layers, vocabulary {config['vocab_size']}
+  d_model {config["d_model"]}, {config["n_heads"]} heads, d_ff {config["d_ff"]},
+  {config["encoder_layers"]} encoder + {config["decoder_layers"]} decoder layers, vocabulary {config["vocab_size"]}
   (joint SentencePiece unigram).
-- Default alignment source: decoder layer {config['alignment_layer']} (from the end when negative),
-  heads {config['alignment_heads'] or 'mean of all'}{", read with the step shift (the row where the target token is the decoder input, Chen et al. 2020)" if config.get('alignment_step_shift') else ""}.
+- Default alignment source: decoder layer {config["alignment_layer"]} (from the end when negative),
+  heads {config["alignment_heads"] or "mean of all"}{", read with the step shift (the row where the target token is the decoder input, Chen et al. 2020)" if config.get("alignment_step_shift") else ""}.
 
 """
 
@@ -189,17 +230,18 @@ def training_section(history: list[dict], train_config: dict, config: dict, mani
     last = history[-1]
     rows = "\n".join(
         f"| {h['stage']} | {h['step']} | {h['epoch']} | {h['minutes']} | {h['train_loss']} | {h['valid_loss']} | {h.get('valid_bleu', '')} | {h['tokens_per_s']} |"
-        for h in history)
+        for h in history
+    )
     return f"""## Training
 
-- Data: {manifest['corpus']} — {manifest['counts']['train'].get('sentence', 0)} sentence pairs
-  {data_mix(train_config)} {manifest['counts']['train'].get('phrase', 0)} dictionary phrase pairs.
-- {last['step']} steps{f" in {last['stage']} stages (each later stage starts from the previous stage's weights with a fresh optimizer: `--init-from`)" if last['stage'] > 1 else ""}, {last['minutes']} minutes on a 2-core CPU
-  ({last['tokens_per_s']} target tokens/s in the last window). {"Last stage: " if last['stage'] > 1 else ""}{last['epoch'] + 1} epochs; AdamW (betas {train_config['betas']}),
-  peak lr {train_config['lr']}, {train_config['warmup_steps']} warmup steps then inverse-sqrt decay,
-  label smoothing {train_config['label_smoothing']}, dropout {config['dropout']}, word dropout {train_config.get('word_dropout', 0)},
-  {train_config['max_tokens']} tokens per batch;
-  {"the final weights are the last checkpoint" if train_config['average_last'] == 1 else f"the final weights average the last {train_config['average_last']} checkpoints"}.{guided_line(train_config, config)}
+- Data: {manifest["corpus"]} — {manifest["counts"]["train"].get("sentence", 0)} sentence pairs
+  {data_mix(train_config)} {manifest["counts"]["train"].get("phrase", 0)} dictionary phrase pairs.
+- {last["step"]} steps{f" in {last['stage']} stages (each later stage starts from the previous stage's weights with a fresh optimizer: `--init-from`)" if last["stage"] > 1 else ""}, {last["minutes"]} minutes on a 2-core CPU
+  ({last["tokens_per_s"]} target tokens/s in the last window). {"Last stage: " if last["stage"] > 1 else ""}{last["epoch"] + 1} epochs; AdamW (betas {train_config["betas"]}),
+  peak lr {train_config["lr"]}, {train_config["warmup_steps"]} warmup steps then inverse-sqrt decay,
+  label smoothing {train_config["label_smoothing"]}, dropout {config["dropout"]}, word dropout {train_config.get("word_dropout", 0)},
+  {train_config["max_tokens"]} tokens per batch;
+  {"the final weights are the last checkpoint" if train_config["average_last"] == 1 else f"the final weights average the last {train_config['average_last']} checkpoints"}.{guided_line(train_config, config)}
 - Reproduce:
 
 ```bash
@@ -225,8 +267,8 @@ def notes_section(notes: str) -> str:
 def data_section(manifest: dict) -> str:
     return f"""## Data and license
 
-- Corpus: {manifest['license']}.
-- Input sha256: {', '.join(i['sha256'][:16] + '…' for i in manifest['inputs'])}.
+- Corpus: {manifest["license"]}.
+- Input sha256: {", ".join(i["sha256"][:16] + "…" for i in manifest["inputs"])}.
 - The model is trained on GPL-2+ data; we distribute it under the same license (GPL-2.0-or-later).
 
 """
@@ -244,14 +286,20 @@ def limitations_section(train_config: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description="Write MODEL_CARD.md and training_curve.png into a bundle.")
     parser.add_argument("--bundle", type=Path, required=True)
-    parser.add_argument("--run", type=Path, required=True,
-                        help="training output dir (history.jsonl, train_config.json)")
+    parser.add_argument(
+        "--run", type=Path, required=True, help="training output dir (history.jsonl, train_config.json)"
+    )
     parser.add_argument("--data", type=Path, required=True, help="prepared data dir (manifest.json)")
     parser.add_argument("--metrics", type=Path, nargs="+", required=True, help="JSON files of measured metrics, merged")
     parser.add_argument("--command", required=True, help="the command that reproduces training")
     parser.add_argument("--notes", type=Path, help="Markdown with what was tried and chosen, included as is")
-    parser.add_argument("--earlier-run", type=Path, action="append", default=[],
-                        help="a run that --run continues (--init-from), oldest first; its curve comes first")
+    parser.add_argument(
+        "--earlier-run",
+        type=Path,
+        action="append",
+        default=[],
+        help="a run that --run continues (--init-from), oldest first; its curve comes first",
+    )
     args = parser.parse_args()
     metrics: dict = {}
     for path in args.metrics:

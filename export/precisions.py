@@ -11,8 +11,9 @@ from seq2seq.bundle import BUNDLE_FILE, PRECISIONS, replace_graphs, write_manife
 
 
 def precision_problems(precisions: tuple[str, ...]) -> list[str]:
-    problems = [f"unknown precision {p!r} (choose from {', '.join(PRECISIONS)})" for p in precisions
-                if p not in PRECISIONS]
+    problems = [
+        f"unknown precision {p!r} (choose from {', '.join(PRECISIONS)})" for p in precisions if p not in PRECISIONS
+    ]
     if not precisions or len(set(precisions)) != len(precisions):
         problems.append(f"graph precisions {list(precisions)}: name each once, the default first")
     return problems

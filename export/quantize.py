@@ -31,7 +31,7 @@ def fold_weight_transposes(graph: Any) -> int:
     from onnx import numpy_helper
 
     initializers = {tensor.name: tensor for tensor in graph.initializer}
-    folded: dict[str, str] = {}                   # Transpose output -> new initializer name
+    folded: dict[str, str] = {}  # Transpose output -> new initializer name
     keep = []
     for node in graph.node:
         if node.op_type != "Transpose" or node.input[0] not in initializers:
@@ -86,8 +86,13 @@ def quantize_graphs(source_dir: Path, out_dir: Path) -> dict[str, str]:
                 folded = Path(scratch) / f"{role}.folded.onnx"
                 onnx.save(model, str(folded))
                 log.info("quantizing %s (%d weight transposes folded)", name, count)
-                quantize_dynamic(folded, out_dir / name, op_types_to_quantize=["MatMul"],
-                                 weight_type=QuantType.QInt8, per_channel=False)
+                quantize_dynamic(
+                    folded,
+                    out_dir / name,
+                    op_types_to_quantize=["MatMul"],
+                    weight_type=QuantType.QInt8,
+                    per_channel=False,
+                )
     finally:
         root.setLevel(level)
     return dict(GRAPH_FILES["int8"])

@@ -26,8 +26,9 @@ from seq2seq.bundle import load_bundle_manifest, replace_graphs, write_manifest
 log = logging.getLogger("crossalign.export")
 
 
-def regraph_bundle(bundle_dir: Path, precisions: tuple[str, ...], opset: int = DEFAULT_OPSET,
-                   parity_sentences: list[str] | None = None) -> ExportResult:
+def regraph_bundle(
+    bundle_dir: Path, precisions: tuple[str, ...], opset: int = DEFAULT_OPSET, parity_sentences: list[str] | None = None
+) -> ExportResult:
     """Give an existing bundle exactly the graphs of `precisions` (the first its default),
     rebuilt from its own model.pt, in place (`crossalign export DIR --in-place --graphs ...`).
 
@@ -40,10 +41,11 @@ def regraph_bundle(bundle_dir: Path, precisions: tuple[str, ...], opset: int = D
     graph files no longer listed are removed.
     """
     bundle_dir = Path(bundle_dir)
-    problems = precision_problems(precisions) + ([f"opset {opset}: need >= 17 (LayerNormalization)"]
-                                                   if opset < 17 else [])
+    problems = precision_problems(precisions) + (
+        [f"opset {opset}: need >= 17 (LayerNormalization)"] if opset < 17 else []
+    )
     if not problems:
-        bundle = load_bundle_manifest(bundle_dir)     # verified: the weights are the shipped ones
+        bundle = load_bundle_manifest(bundle_dir)  # verified: the weights are the shipped ones
         loaded = load_checkpoint(bundle_dir, bundle.tokenizer_path)
         problems = loaded.problems
     if problems:
@@ -55,14 +57,15 @@ def regraph_bundle(bundle_dir: Path, precisions: tuple[str, ...], opset: int = D
         if "int8" in precisions:
             graphs["int8"] = quantize_graphs(staging, staging)
         old_graphs = {name for files in bundle.manifest["graphs"].values() for name in files.values()}
-        for name in set(bundle.manifest["files"]) - old_graphs:   # a bundle to check: the same other files
+        for name in set(bundle.manifest["files"]) - old_graphs:  # a bundle to check: the same other files
             try:
                 os.link(bundle_dir / name, staging / name)
-            except OSError:                           # a file system without hard links
+            except OSError:  # a file system without hard links
                 shutil.copyfile(bundle_dir / name, staging / name)
         write_manifest(staging, replace_graphs(bundle.manifest, staging, graphs, precisions[0]))
-        parity = run_parity_checks(staging, loaded.model, parity_sentences or list(PARITY_SENTENCES),
-                                   "int8" in precisions)
+        parity = run_parity_checks(
+            staging, loaded.model, parity_sentences or list(PARITY_SENTENCES), "int8" in precisions
+        )
         manifest = keep_graphs(staging, precisions)
         kept = {name for files in manifest["graphs"].values() for name in files.values()}
         for name in kept:

@@ -47,10 +47,11 @@ def _fold_round(model: Any) -> int:
     shapes: dict[str, list[Dim]] = {}
     for value in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
         dims = value.type.tensor_type.shape.dim
-        shapes[value.name] = [d.dim_value if d.HasField("dim_value") else d.dim_param or (value.name, axis)
-                              for axis, d in enumerate(dims)]
+        shapes[value.name] = [
+            d.dim_value if d.HasField("dim_value") else d.dim_param or (value.name, axis) for axis, d in enumerate(dims)
+        ]
     constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-    values: dict[str, list[Dim]] = {}            # small int tensors, element by element
+    values: dict[str, list[Dim]] = {}  # small int tensors, element by element
 
     def known(name: str) -> list[Dim] | None:
         if name in values:
@@ -78,8 +79,12 @@ def _fold_round(model: Any) -> int:
             out = [d for i in ins for d in i]  # type: ignore[union-attr]
         elif node.op_type == "Mul" and all(i is not None and len(i) == 1 and isinstance(i[0], int) for i in ins):
             out = [int(np.prod([i[0] for i in ins]))]  # type: ignore[index]
-        elif node.op_type == "Reshape" and node.input[1] not in constants and ins[1] is not None \
-                and node.input[0] in shapes:
+        elif (
+            node.op_type == "Reshape"
+            and node.input[1] not in constants
+            and ins[1] is not None
+            and node.input[0] in shapes
+        ):
             target = _constant_target(ins[1], shapes[node.input[0]])
             if target is not None:
                 name = f"{node.output[0]}.target"

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from seq2seq.alignment import words
 
-Link = tuple[int, int]                     # (source word index, target word index)
+Link = tuple[int, int]  # (source word index, target word index)
 
 _GOLD_LINK = re.compile(r"(\d+)([-?])(\d+)")
 _PHARAOH_LINK = re.compile(r"(\d+)-(\d+)")
@@ -44,8 +44,8 @@ class GoldPair:
     source: str
     target: str
     sure: frozenset[Link]
-    possible: frozenset[Link]              # includes every sure link (P ⊇ S)
-    line: int                              # 1-based line number in the gold file
+    possible: frozenset[Link]  # includes every sure link (P ⊇ S)
+    line: int  # 1-based line number in the gold file
 
     @property
     def source_words(self) -> list[str]:
@@ -61,15 +61,17 @@ class Score:
     precision: float
     recall: float
     aer: float
-    hypothesis_links: int                  # |A|
-    sure_links: int                        # |S|
-    possible_links: int                    # |P|, sure included
-    hits_sure: int                         # |A ∩ S|
-    hits_possible: int                     # |A ∩ P|
+    hypothesis_links: int  # |A|
+    sure_links: int  # |S|
+    possible_links: int  # |P|, sure included
+    hits_sure: int  # |A ∩ S|
+    hits_possible: int  # |A ∩ P|
 
     def __str__(self) -> str:
-        return (f"AER {100 * self.aer:.1f}  precision {100 * self.precision:.1f}  recall {100 * self.recall:.1f}"
-                f"  (|A| {self.hypothesis_links}, |S| {self.sure_links}, |P| {self.possible_links})")
+        return (
+            f"AER {100 * self.aer:.1f}  precision {100 * self.precision:.1f}  recall {100 * self.recall:.1f}"
+            f"  (|A| {self.hypothesis_links}, |S| {self.sure_links}, |P| {self.possible_links})"
+        )
 
 
 def read_gold(path: str | Path) -> list[GoldPair]:
@@ -98,8 +100,9 @@ def read_gold(path: str | Path) -> list[GoldPair]:
                     raise AlignmentFormatError(f"{where}: not a gold link (i-j sure, i?j possible): {item!r}")
                 link = (int(match.group(1)), int(match.group(3)))
                 if link[0] >= n_source or link[1] >= n_target:
-                    raise AlignmentFormatError(f"{where}: link {item} out of range: the source has {n_source} "
-                                               f"words, the target {n_target}")
+                    raise AlignmentFormatError(
+                        f"{where}: link {item} out of range: the source has {n_source} words, the target {n_target}"
+                    )
                 (sure if match.group(2) == "-" else possible_only).add(link)
             if not sure and not possible_only:
                 raise AlignmentFormatError(f"{where}: no links")
@@ -181,16 +184,19 @@ def grow_diag_final(forward: Iterable[Link], backward: Iterable[Link]) -> set[Li
         return sorted(links, key=lambda link: (link[1], link[0]))
 
     added = True
-    while added:                                          # grow-diag
+    while added:  # grow-diag
         added = False
         for i, j in order(alignment):
             for di, dj in _NEIGHBOURS:
                 new = (i + di, j + dj)
-                if new in union and new not in alignment and (
-                        new[0] not in aligned_source or new[1] not in aligned_target):
+                if (
+                    new in union
+                    and new not in alignment
+                    and (new[0] not in aligned_source or new[1] not in aligned_target)
+                ):
                     add(new)
                     added = True
-    for directional in (forward, backward):               # final
+    for directional in (forward, backward):  # final
         for link in order(directional):
             if link not in alignment and (link[0] not in aligned_source or link[1] not in aligned_target):
                 add(link)
@@ -200,10 +206,11 @@ def grow_diag_final(forward: Iterable[Link], backward: Iterable[Link]) -> set[Li
 def show(pair: GoldPair) -> str:
     """The gold links of one pair as words, sure `=` and possible `~`, for review."""
     source, target = pair.source_words, pair.target_words
-    items = [f"{source[i]}{'=' if (i, j) in pair.sure else '~'}{target[j]}"
-             for i, j in sorted(pair.possible)]
-    unaligned = ([w for i, w in enumerate(source) if all(link[0] != i for link in pair.possible)],
-                 [w for j, w in enumerate(target) if all(link[1] != j for link in pair.possible)])
+    items = [f"{source[i]}{'=' if (i, j) in pair.sure else '~'}{target[j]}" for i, j in sorted(pair.possible)]
+    unaligned = (
+        [w for i, w in enumerate(source) if all(link[0] != i for link in pair.possible)],
+        [w for j, w in enumerate(target) if all(link[1] != j for link in pair.possible)],
+    )
     lines = [f"{pair.line}: {pair.source}", f"   {pair.target}", "   " + "  ".join(items)]
     if unaligned[0] or unaligned[1]:
         lines.append(f"   unaligned: source {unaligned[0]} target {unaligned[1]}")

@@ -46,8 +46,8 @@ SPACE_MARK = "▁"
 @dataclass(frozen=True)
 class Token:
     text: str
-    start: int   # character offset into the text, inclusive
-    end: int     # exclusive
+    start: int  # character offset into the text, inclusive
+    end: int  # exclusive
 
 
 def words(text: str) -> list[Token]:
@@ -79,10 +79,11 @@ def projection(pieces: list[Token], units: list[Token]) -> np.ndarray:
     """
     if not pieces or not units:
         return np.zeros((len(pieces), len(units)), dtype=np.float64)
-    piece_spans = np.array([(p.start, p.end) for p in pieces], dtype=np.float64)        # (P, 2)
-    unit_spans = np.array([(u.start, u.end) for u in units], dtype=np.float64)          # (U, 2)
-    overlap = (np.minimum(piece_spans[:, 1:], unit_spans[:, 1]) -
-               np.maximum(piece_spans[:, :1], unit_spans[:, 0]))                       # (P, U) characters shared
+    piece_spans = np.array([(p.start, p.end) for p in pieces], dtype=np.float64)  # (P, 2)
+    unit_spans = np.array([(u.start, u.end) for u in units], dtype=np.float64)  # (U, 2)
+    overlap = np.minimum(piece_spans[:, 1:], unit_spans[:, 1]) - np.maximum(
+        piece_spans[:, :1], unit_spans[:, 0]
+    )  # (P, U) characters shared
     return normalize_rows(np.clip(overlap, 0.0, None))
 
 
@@ -96,17 +97,17 @@ def subword_map(attention: np.ndarray, layer: int, heads: tuple[int, ...] = (), 
 
     T target pieces (EOS row removed), S source pieces (EOS column removed).
     """
-    per_layer = attention[layer]                                      # (H, T+1, S+1)
+    per_layer = attention[layer]  # (H, T+1, S+1)
     mean = per_layer[list(heads)].mean(axis=0) if heads else per_layer.mean(axis=0)
-    rows = mean[1:] if step_shift else mean[:-1]                      # (T, S+1)
+    rows = mean[1:] if step_shift else mean[:-1]  # (T, S+1)
     return normalize_rows(rows[:, :-1].astype(np.float64))
 
 
 def word_map(sub_map: np.ndarray, source_projection: np.ndarray, target_projection: np.ndarray) -> np.ndarray:
     """(T, S) subword map -> (Tw, Sw) word map: sum over source pieces, mean over target pieces."""
-    to_source_words = sub_map @ source_projection                     # (T, Sw): summed
+    to_source_words = sub_map @ source_projection  # (T, Sw): summed
     weights = target_projection / np.maximum(target_projection.sum(axis=0, keepdims=True), 1e-12)
-    return normalize_rows(weights.T @ to_source_words)                # (Tw, Sw): averaged
+    return normalize_rows(weights.T @ to_source_words)  # (Tw, Sw): averaged
 
 
 def hard_links(matrix: np.ndarray, threshold: float = 0.0) -> list[tuple[int, int]]:
@@ -135,13 +136,13 @@ def from_pharaoh(text: str) -> list[tuple[int, int]]:
 
 @dataclass
 class Alignment:
-    level: str                               # "subword" or "word"
-    source_tokens: list[Token]               # columns
-    target_tokens: list[Token]               # rows
-    matrix: np.ndarray                       # (rows, columns), each row sums to 1
-    links: list[tuple[int, int]]             # (source index, target index)
+    level: str  # "subword" or "word"
+    source_tokens: list[Token]  # columns
+    target_tokens: list[Token]  # rows
+    matrix: np.ndarray  # (rows, columns), each row sums to 1
+    links: list[tuple[int, int]]  # (source index, target index)
     layer: int
-    heads: tuple[int, ...]                   # () = mean of all heads
+    heads: tuple[int, ...]  # () = mean of all heads
     step_shift: bool
 
     @property
@@ -177,11 +178,11 @@ class AlignmentOptions:
     `alignment_step_shift`); `resolve` applies those defaults and validates, once.
     """
 
-    level: str = "word"                        # "word" or "subword": the map a caller asked for
-    layer: int | None = None                   # decoder layer; negative counts from the end
-    heads: tuple[int, ...] | None = None       # heads to average; () = the mean of all heads
-    step_shift: bool | None = None             # read where the target token is the decoder input
-    threshold: float = 0.0                     # a hard link needs at least this weight
+    level: str = "word"  # "word" or "subword": the map a caller asked for
+    layer: int | None = None  # decoder layer; negative counts from the end
+    heads: tuple[int, ...] | None = None  # heads to average; () = the mean of all heads
+    step_shift: bool | None = None  # read where the target token is the decoder input
+    threshold: float = 0.0  # a hard link needs at least this weight
 
     def resolve(self, config: ModelConfig) -> AlignmentOptions:
         """These options with the model's defaults filled in, layer 0-based; raises
@@ -193,8 +194,10 @@ class AlignmentOptions:
         if self.level not in LEVELS:
             problems.append(f"level must be 'word' or 'subword', not {self.level!r}")
         if not -layers <= layer < layers:
-            problems.append(f"layer {layer} is out of range: the model has {layers} decoder layers "
-                            f"(0..{layers - 1}, or negative from the end)")
+            problems.append(
+                f"layer {layer} is out of range: the model has {layers} decoder layers "
+                f"(0..{layers - 1}, or negative from the end)"
+            )
         if any(not 0 <= h < n_heads for h in heads):
             problems.append(f"heads {list(heads)} out of range: the model has {n_heads} heads (0..{n_heads - 1})")
         if problems:
@@ -207,9 +210,9 @@ class AlignmentOptions:
 class Alignments:
     """The maps of one translation read with one set of options, at both levels."""
 
-    subword: Alignment                       # rows = target pieces, columns = source pieces
-    word: Alignment                          # rows = target words, columns = source words
-    level: str = "word"                      # the level that was asked for
+    subword: Alignment  # rows = target pieces, columns = source pieces
+    word: Alignment  # rows = target words, columns = source words
+    level: str = "word"  # the level that was asked for
 
     def at(self, level: str) -> Alignment:
         return self.word if level == "word" else self.subword
@@ -220,8 +223,11 @@ class Alignments:
 
     def shifted(self, source_offset: int, target_offset: int) -> Alignments:
         """Both maps with token offsets moved by the sentence's position in a longer text."""
-        return Alignments(concat([(self.subword, source_offset, target_offset)]),
-                          concat([(self.word, source_offset, target_offset)]), self.level)
+        return Alignments(
+            concat([(self.subword, source_offset, target_offset)]),
+            concat([(self.word, source_offset, target_offset)]),
+            self.level,
+        )
 
 
 def visible(piece: Token, text: str) -> Token:
@@ -230,11 +236,17 @@ def visible(piece: Token, text: str) -> Token:
     start = piece.start
     while start < piece.end and text[start].isspace():
         start += 1
-    return Token(text[start:piece.end] or piece.text, start, piece.end)
+    return Token(text[start : piece.end] or piece.text, start, piece.end)
 
 
-def align(attention: np.ndarray, source_text: str, source_pieces: list[Token], target_text: str,
-          target_pieces: list[Token], options: AlignmentOptions) -> Alignments:
+def align(
+    attention: np.ndarray,
+    source_text: str,
+    source_pieces: list[Token],
+    target_text: str,
+    target_pieces: list[Token],
+    options: AlignmentOptions,
+) -> Alignments:
     """Build the alignment of one translation, at both levels, by the rule above.
 
     attention (L, H, T+1, S+1) from the search or from teacher forcing; `source_pieces` and
@@ -245,21 +257,23 @@ def align(attention: np.ndarray, source_text: str, source_pieces: list[Token], t
     if options.layer is None or options.heads is None or options.step_shift is None:
         raise AlignmentError("alignment options must be resolved against the model first")
     layer, heads, shift = options.layer, options.heads, options.step_shift
-    sub = subword_map(attention, layer, heads, shift)                                    # (T, S)
+    sub = subword_map(attention, layer, heads, shift)  # (T, S)
     source_pieces = [visible(p, source_text) for p in source_pieces]
     target_pieces = [visible(p, target_text) for p in target_pieces]
     source_words, target_words = words(source_text), words(target_text)
     matrix = word_map(sub, projection(source_pieces, source_words), projection(target_pieces, target_words))
     return Alignments(
-        subword=Alignment("subword", source_pieces, target_pieces, sub, hard_links(sub, options.threshold),
-                          layer, heads, shift),
-        word=Alignment("word", source_words, target_words, matrix, hard_links(matrix, options.threshold),
-                       layer, heads, shift),
-        level=options.level)
+        subword=Alignment(
+            "subword", source_pieces, target_pieces, sub, hard_links(sub, options.threshold), layer, heads, shift
+        ),
+        word=Alignment(
+            "word", source_words, target_words, matrix, hard_links(matrix, options.threshold), layer, heads, shift
+        ),
+        level=options.level,
+    )
 
 
-def concat(parts: Sequence[tuple[Alignment, int, int]], options: AlignmentOptions = AlignmentOptions()
-           ) -> Alignment:
+def concat(parts: Sequence[tuple[Alignment, int, int]], options: AlignmentOptions = AlignmentOptions()) -> Alignment:
     """Per-sentence alignments -> one block-diagonal alignment of the whole text.
 
     parts: (alignment, source offset of its sentence, target offset of its translation).
@@ -268,8 +282,16 @@ def concat(parts: Sequence[tuple[Alignment, int, int]], options: AlignmentOption
     parts: an empty map labelled with `options` (resolved).
     """
     if not parts:
-        return Alignment(options.level, [], [], np.zeros((0, 0)), [], options.layer or 0, options.heads or (),
-                         bool(options.step_shift))
+        return Alignment(
+            options.level,
+            [],
+            [],
+            np.zeros((0, 0)),
+            [],
+            options.layer or 0,
+            options.heads or (),
+            bool(options.step_shift),
+        )
     first = parts[0][0]
     rows = sum(a.matrix.shape[0] for a, _, _ in parts)
     columns = sum(a.matrix.shape[1] for a, _, _ in parts)
@@ -280,11 +302,14 @@ def concat(parts: Sequence[tuple[Alignment, int, int]], options: AlignmentOption
     for alignment, source_offset, target_offset in parts:
         row, column = len(target_tokens), len(source_tokens)
         height, width = alignment.matrix.shape
-        matrix[row:row + height, column:column + width] = alignment.matrix
+        matrix[row : row + height, column : column + width] = alignment.matrix
         links += [(i + column, j + row) for i, j in alignment.links]
-        source_tokens += [Token(t.text, t.start + source_offset, t.end + source_offset)
-                          for t in alignment.source_tokens]
-        target_tokens += [Token(t.text, t.start + target_offset, t.end + target_offset)
-                          for t in alignment.target_tokens]
-    return Alignment(first.level, source_tokens, target_tokens, matrix, sorted(links), first.layer, first.heads,
-                     first.step_shift)
+        source_tokens += [
+            Token(t.text, t.start + source_offset, t.end + source_offset) for t in alignment.source_tokens
+        ]
+        target_tokens += [
+            Token(t.text, t.start + target_offset, t.end + target_offset) for t in alignment.target_tokens
+        ]
+    return Alignment(
+        first.level, source_tokens, target_tokens, matrix, sorted(links), first.layer, first.heads, first.step_shift
+    )

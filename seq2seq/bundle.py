@@ -69,7 +69,7 @@ class Bundle:
     directory: Path
     manifest: dict[str, Any]
     model_config: ModelConfig
-    precisions: tuple[str, ...] = field(default=())   # graph precisions present, e.g. ("fp32", "int8")
+    precisions: tuple[str, ...] = field(default=())  # graph precisions present, e.g. ("fp32", "int8")
 
     @property
     def default_precision(self) -> str:
@@ -94,16 +94,27 @@ class Bundle:
         if graphs is None:
             carried = [self.default_precision, *(p for p in self.precisions if p != self.default_precision)]
             command = REBUILD_COMMAND.format(directory=self.directory, graphs=" ".join((*carried, precision)))
-            raise BundleError(f"{self.directory}: no {precision} graphs in this bundle (it has "
-                              f"{', '.join(self.precisions) or 'none'}); build them from its model.pt with "
-                              f"`{command}`")
+            raise BundleError(
+                f"{self.directory}: no {precision} graphs in this bundle (it has "
+                f"{', '.join(self.precisions) or 'none'}); build them from its model.pt with "
+                f"`{command}`"
+            )
         return self.directory / graphs["encoder"], self.directory / graphs["decoder_step"]
 
 
-def write_bundle_manifest(directory: Path, *, model_config: ModelConfig, tokenizer_file: str,
-                          graphs: dict[str, dict[str, str]], precision: str, files: list[str],
-                          data_manifest: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
-                          quality_file: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def write_bundle_manifest(
+    directory: Path,
+    *,
+    model_config: ModelConfig,
+    tokenizer_file: str,
+    graphs: dict[str, dict[str, str]],
+    precision: str,
+    files: list[str],
+    data_manifest: dict[str, Any] | None = None,
+    metrics: dict[str, Any] | None = None,
+    quality_file: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Hash `files` (names inside `directory`) and write `directory/bundle.json`; returns it.
 
     graphs maps precision -> {"encoder": file, "decoder_step": file}; `precision` names the
@@ -131,8 +142,11 @@ def write_bundle_manifest(directory: Path, *, model_config: ModelConfig, tokeniz
         "graphs": graphs,
         # The alignment the product shows by default: decoder layer (resolved to 0-based) and
         # heads (empty = the mean of all heads), from ModelConfig.alignment_layer/heads.
-        "alignment": {"layer": model_config.resolved_alignment_layer, "heads": list(model_config.alignment_heads),
-                      "step_shift": model_config.alignment_step_shift},
+        "alignment": {
+            "layer": model_config.resolved_alignment_layer,
+            "heads": list(model_config.alignment_heads),
+            "step_shift": model_config.alignment_step_shift,
+        },
         "quality": quality_file,
         "metrics": dict(metrics or {}),
         "data": data_manifest,
@@ -144,8 +158,9 @@ def write_bundle_manifest(directory: Path, *, model_config: ModelConfig, tokeniz
     return manifest
 
 
-def replace_graphs(manifest: dict[str, Any], directory: Path, graphs: dict[str, dict[str, str]],
-                   precision: str) -> dict[str, Any]:
+def replace_graphs(
+    manifest: dict[str, Any], directory: Path, graphs: dict[str, dict[str, str]], precision: str
+) -> dict[str, Any]:
     """A copy of `manifest` whose bundle carries exactly `graphs` (precision -> role -> file,
     files inside `directory`, hashed here) with `precision` the default; the other files'
     entries and every other key (metrics, data, quality) are kept."""
@@ -155,8 +170,12 @@ def replace_graphs(manifest: dict[str, Any], directory: Path, graphs: dict[str, 
     new = {name for files in graphs.values() for name in files.values()}
     files = {name: entry for name, entry in manifest["files"].items() if name not in old}
     files.update({name: file_entry(Path(directory) / name) for name in new})
-    return {**manifest, "precision": precision, "graphs": {p: dict(graphs[p]) for p in PRECISIONS if p in graphs},
-            "files": dict(sorted(files.items()))}
+    return {
+        **manifest,
+        "precision": precision,
+        "graphs": {p: dict(graphs[p]) for p in PRECISIONS if p in graphs},
+        "files": dict(sorted(files.items())),
+    }
 
 
 def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
@@ -181,8 +200,10 @@ def load_bundle_manifest(directory: Path, verify: bool = True) -> Bundle:
     if manifest.get("format") != FORMAT:
         problems.append(f"{BUNDLE_FILE}: format is {manifest.get('format')!r}, expected {FORMAT!r}")
     elif manifest.get("format_version", 0) > FORMAT_VERSION:
-        problems.append(f"{BUNDLE_FILE}: format_version {manifest['format_version']} is newer than "
-                        f"this code understands ({FORMAT_VERSION})")
+        problems.append(
+            f"{BUNDLE_FILE}: format_version {manifest['format_version']} is newer than "
+            f"this code understands ({FORMAT_VERSION})"
+        )
     for key in ("model_config", "tokenizer", "graphs", "precision", "files"):
         if key not in manifest:
             problems.append(f"{BUNDLE_FILE}: no {key!r} entry")
@@ -234,7 +255,7 @@ def _verify_files(directory: Path, files: dict[str, dict[str, Any]]) -> list[str
             problems.append(f"{name}: missing")
             continue
         size = path.stat().st_size
-        if size != entry.get("bytes", size):    # cheap check first: truncated downloads
+        if size != entry.get("bytes", size):  # cheap check first: truncated downloads
             problems.append(f"{name}: corrupted ({size} bytes, expected {entry['bytes']})")
             continue
         digest = sha256_file(path)

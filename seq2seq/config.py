@@ -18,19 +18,20 @@ from typing import Any, TypeVar
 from seq2seq.alignment import AlignmentOptions
 
 T = TypeVar("T")
-CONFIG_FILE = "config.json"   # a model directory's ModelConfig, beside every checkpoint and export
+CONFIG_FILE = "config.json"  # a model directory's ModelConfig, beside every checkpoint and export
+
 
 @dataclass(frozen=True)
 class ModelConfig:
-    vocab_size: int = 8000          # joint SentencePiece vocabulary, shared by both languages
-    d_model: int = 256              # residual width
-    n_heads: int = 4                # d_model / n_heads = 64: the head size that trains well small
-    d_ff: int = 1024                # feed-forward inner width, 4 x d_model as in Vaswani et al.
-    encoder_layers: int = 4         # the encoder runs once per sentence: depth is cheap there
-    decoder_layers: int = 3         # decoding runs the decoder once per token: keep it shallow
-    dropout: float = 0.1            # residual and embedding dropout
+    vocab_size: int = 8000  # joint SentencePiece vocabulary, shared by both languages
+    d_model: int = 256  # residual width
+    n_heads: int = 4  # d_model / n_heads = 64: the head size that trains well small
+    d_ff: int = 1024  # feed-forward inner width, 4 x d_model as in Vaswani et al.
+    encoder_layers: int = 4  # the encoder runs once per sentence: depth is cheap there
+    decoder_layers: int = 3  # decoding runs the decoder once per token: keep it shallow
+    dropout: float = 0.1  # residual and embedding dropout
     attention_dropout: float = 0.0  # on attention weights; 0 keeps the alignment maps clean
-    max_positions: int = 256        # longest source or target in subwords
+    max_positions: int = 256  # longest source or target in subwords
     learned_positions: bool = False  # sinusoidal by default: extrapolates and has no weights
     pad_id: int = 0
     unk_id: int = 1
@@ -68,22 +69,23 @@ class ModelConfig:
     def resolved_alignment_layer(self) -> int:
         return self.alignment_layer % self.decoder_layers
 
+
 @dataclass(frozen=True)
 class TrainConfig:
-    data_dir: str = "work/data"          # output of `crossalign data prepare`
+    data_dir: str = "work/data"  # output of `crossalign data prepare`
     # The run directory (checkpoints, logs, config.json). Long runs live outside the checkout,
     # so a later session on the same machine resumes them; `~` is expanded.
     out_dir: str = "~/.cache/crossalign/runs/default"
-    max_tokens: int = 6000               # tokens per batch (source + target, padded)
-    max_steps: int = 20000               # optimizer steps; the run stops at the first of steps/minutes
-    max_minutes: float = 0.0             # stop after this wall time (0 = no limit)
-    lr: float = 1e-3                     # peak learning rate
-    warmup_steps: int = 1000             # linear warmup, then inverse-sqrt decay (Vaswani et al.)
-    weight_decay: float = 0.01           # AdamW decoupled weight decay
+    max_tokens: int = 6000  # tokens per batch (source + target, padded)
+    max_steps: int = 20000  # optimizer steps; the run stops at the first of steps/minutes
+    max_minutes: float = 0.0  # stop after this wall time (0 = no limit)
+    lr: float = 1e-3  # peak learning rate
+    warmup_steps: int = 1000  # linear warmup, then inverse-sqrt decay (Vaswani et al.)
+    weight_decay: float = 0.01  # AdamW decoupled weight decay
     betas: tuple[float, float] = (0.9, 0.98)  # AdamW betas (Vaswani et al.)
-    label_smoothing: float = 0.1         # mass spread over the vocabulary (Szegedy et al.)
-    clip_norm: float = 1.0               # clip the global gradient norm to this
-    sentence_upsample: int = 1           # repeat sentence pairs in each epoch (phrases once)
+    label_smoothing: float = 0.1  # mass spread over the vocabulary (Szegedy et al.)
+    clip_norm: float = 1.0  # clip the global gradient norm to this
+    sentence_upsample: int = 1  # repeat sentence pairs in each epoch (phrases once)
     # Share of each epoch's target tokens taken from dictionary phrase pairs, drawn afresh
     # each epoch from the whole phrase pool (deterministic in seed and epoch), so a large
     # pool adds vocabulary without drowning the sentences; 0 = every phrase once per epoch.
@@ -91,13 +93,13 @@ class TrainConfig:
     # Replace this fraction of source and decoder-input tokens by <unk> (word dropout,
     # Sennrich & Zhang 2019): a regulariser for small corpora; targets are never changed.
     word_dropout: float = 0.0
-    valid_every: int = 1000              # steps between validation (loss + BLEU)
-    valid_bleu_sentences: int = 500      # greedy-decode this many valid sentences for BLEU (-1 = all, 0 = none)
-    save_every: int = 1000               # steps between checkpoints (resume points)
-    keep_checkpoints: int = 5            # older checkpoints are deleted (best.pt, the best valid BLEU, is kept apart)
-    average_last: int = 5                # average the last N checkpoints into the final model
-    seed: int = 1                        # initialisation, batch order and dropout
-    threads: int = 0                     # torch intra-op threads, 0 = torch's default
+    valid_every: int = 1000  # steps between validation (loss + BLEU)
+    valid_bleu_sentences: int = 500  # greedy-decode this many valid sentences for BLEU (-1 = all, 0 = none)
+    save_every: int = 1000  # steps between checkpoints (resume points)
+    keep_checkpoints: int = 5  # older checkpoints are deleted (best.pt, the best valid BLEU, is kept apart)
+    average_last: int = 5  # average the last N checkpoints into the final model
+    seed: int = 1  # initialisation, batch order and dropout
+    threads: int = 0  # torch intra-op threads, 0 = torch's default
     # Where training runs: "cpu", "cuda" or "cuda:N". Checkpoints are device-free, so a run
     # started on a GPU resumes on the CPU and back. Validation BLEU decodes on a CPU copy.
     device: str = "cpu"
@@ -115,8 +117,8 @@ class TrainConfig:
     # `guided_head` of ModelConfig.alignment_layer, and a new run records it as the model's
     # alignment head, so the product reads the supervised head by default.
     guided_alignment: str = ""
-    guided_weight: float = 0.05          # λ of Garg et al.: loss = translation + λ · alignment
-    guided_head: int = 0                 # which head of the alignment layer is supervised
+    guided_weight: float = 0.05  # λ of Garg et al.: loss = translation + λ · alignment
+    guided_head: int = 0  # which head of the alignment layer is supervised
     # Supervise the row where the target piece is the decoder *input* (the step after it
     # was produced, Chen et al. 2020) rather than the row that predicts it: the head then
     # aligns a word it has seen instead of guessing the next one. A new run records it as
@@ -145,6 +147,7 @@ class TrainConfig:
     def run_dir(self) -> Path:
         return Path(self.out_dir).expanduser()
 
+
 @dataclass(frozen=True)
 class DecodeConfig:
     beam_size: int = 4
@@ -157,7 +160,7 @@ class DecodeConfig:
     # from the model's alignment head (Wu et al. 2016); 0 = off. 0.2 was tuned on valid
     # (README, "Coverage-aware beam search"): BLEU 7.78 -> 8.10, length ratio 0.876 -> 0.948.
     coverage_penalty: float = 0.2
-    max_length_ratio: float = 2.0        # max target length = ratio * source length + 10
+    max_length_ratio: float = 2.0  # max target length = ratio * source length + 10
     max_length_extra: int = 10
     return_attention: bool = True
     # The alignment map to build in the same pass as each translation (it needs the
@@ -172,19 +175,24 @@ class DecodeConfig:
         if self.alignment is not None and not self.return_attention:
             raise ValueError("an alignment needs the attention: set return_attention")
 
+
 def to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
+
 
 def from_dict(cls: type[T], values: dict[str, Any]) -> T:
     """Build `cls` from a dict, ignoring unknown keys (newer files) and converting lists."""
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in names})
 
+
 def save_config(config: Any, path: Path) -> None:
     Path(path).write_text(json.dumps(to_dict(config), indent=2) + "\n")
 
+
 def load_config(cls: type[T], path: Path) -> T:
     return from_dict(cls, json.loads(Path(path).read_text()))
+
 
 def field_comments(cls: type) -> dict[str, str]:
     """Each field's comment in the class source (trailing, or the block just above it): the
@@ -221,17 +229,18 @@ def dataclass_arguments(parser: Any, cls: type, skip: tuple[str, ...] = ()) -> N
         shown = list(default) if isinstance(default, tuple) else default
         text = f"{about} (default {shown!r})" if about else f"(default {shown!r})"
         if isinstance(default, bool):
-            parser.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=default,
-                                metavar="BOOL", help=text)
+            parser.add_argument(
+                flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=default, metavar="BOOL", help=text
+            )
         elif isinstance(default, tuple):
             kind = type(default[0]) if default else int
             parser.add_argument(flag, type=kind, nargs="*", default=default, help=text)
         else:
             parser.add_argument(flag, type=type(default), default=default, help=text)
 
+
 def from_arguments(cls: type[T], args: Any, **overrides: Any) -> T:
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     values = {n: getattr(args, n) for n in names if hasattr(args, n)}
     values.update(overrides)
     return cls(**values)
-

@@ -40,9 +40,9 @@ class ForcedAlignment:
 
     source: str
     target: str
-    word: Alignment                          # rows = target words, columns = source words
-    alignment: Alignment                     # the requested level (the same object when level="word")
-    quality: SentenceQuality                 # from the maps and the decoder's log-probs of the target
+    word: Alignment  # rows = target words, columns = source words
+    alignment: Alignment  # the requested level (the same object when level="word")
+    quality: SentenceQuality  # from the maps and the decoder's log-probs of the target
 
     @property
     def links(self) -> list[tuple[int, int]]:
@@ -53,11 +53,15 @@ class ForcedAlignment:
         """The JSON record of `crossalign align --format jsonl` and of `POST /v1/align`."""
         spans = lambda tokens: [{"text": t.text, "start": t.start, "end": t.end} for t in tokens]  # noqa: E731
         record = {
-            "source": self.source, "target": self.target,
-            "source_words": spans(self.word.source_tokens), "target_words": spans(self.word.target_tokens),
+            "source": self.source,
+            "target": self.target,
+            "source_words": spans(self.word.source_tokens),
+            "target_words": spans(self.word.target_tokens),
             "word_alignment": self.word.pharaoh,
             "matrix": np.round(self.word.matrix, decimals).tolist(),
-            "layer": self.word.layer, "heads": list(self.word.heads) or "mean", "step_shift": self.word.step_shift,
+            "layer": self.word.layer,
+            "heads": list(self.word.heads) or "mean",
+            "step_shift": self.word.step_shift,
             "quality": self.quality.to_dict(decimals),
         }
         if self.alignment is not self.word:
@@ -68,8 +72,9 @@ class ForcedAlignment:
 # --------------------------------------------------------------------------- attention
 
 
-def teacher_forced_attention(backend: SearchBackend, sources: Sequence[Sequence[int]],
-                             targets: Sequence[Sequence[int]]) -> list[tuple[np.ndarray, np.ndarray]]:
+def teacher_forced_attention(
+    backend: SearchBackend, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """Cross-attention of given translations, one (L, H, T+1, S+1) float array per pair, and
     from the same decoder run the log-prob of each target piece, (T+1,) float64 (EOS last).
 
@@ -82,34 +87,37 @@ def teacher_forced_attention(backend: SearchBackend, sources: Sequence[Sequence[
     src_ids, src_mask = pad_batch([list(s) for s in sources], backend.pad_id)
     tgt_ids, _ = pad_batch([list(t) for t in targets], backend.pad_id)
     forced = backend.teacher_force(src_ids, src_mask, tgt_ids)
-    cross = forced.cross                                                                 # (L, B, H, T+1, S)
+    cross = forced.cross  # (L, B, H, T+1, S)
     out = []
     for row, (s, t) in enumerate(zip(sources, targets)):
-        produced = [*t, backend.eos_id]                                                  # step i produced piece i
-        log_prob = forced.log_probs[row, np.arange(len(produced)), produced]             # (T+1,)
-        out.append((np.asarray(cross[:, row, :, : len(t) + 1, : len(s)], dtype=np.float32),
-                    log_prob.astype(np.float64)))
+        produced = [*t, backend.eos_id]  # step i produced piece i
+        log_prob = forced.log_probs[row, np.arange(len(produced)), produced]  # (T+1,)
+        out.append(
+            (np.asarray(cross[:, row, :, : len(t) + 1, : len(s)], dtype=np.float32), log_prob.astype(np.float64))
+        )
     return out
 
 
-def teacher_force_by_steps(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarray,
-                           tgt_ids: np.ndarray) -> TeacherForced:
+def teacher_force_by_steps(
+    backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarray, tgt_ids: np.ndarray
+) -> TeacherForced:
     """Teacher forcing through `encode` and `step` alone, one position at a time with the KV
     cache, exactly as the search computes it: for a backend that cannot run the decoder over
     a whole target at once (the scripted test backends). It has no self-attention to show.
     """
     cache = DecoderCache.start(*backend.encode(src_ids, src_mask))
     bos = np.full((src_ids.shape[0], 1), backend.bos_id, dtype=np.int64)
-    tokens = np.concatenate([bos, tgt_ids.astype(np.int64)], axis=1)                     # (B, T+1)
+    tokens = np.concatenate([bos, tgt_ids.astype(np.int64)], axis=1)  # (B, T+1)
     log_probs, cross = [], []
     for position in range(tokens.shape[1]):
-        out = backend.step(tokens[:, position:position + 1], src_mask, cache, True)
+        out = backend.step(tokens[:, position : position + 1], src_mask, cache, True)
         assert out.cross_weights is not None
         cache = out.cache
         log_probs.append(out.log_probs)
-        cross.append(out.cross_weights)                                                  # (L, B, H, S)
-    return TeacherForced(log_probs=np.stack(log_probs, axis=1), cross=np.stack(cross, axis=3),
-                         encoder_self=None, decoder_self=None)
+        cross.append(out.cross_weights)  # (L, B, H, S)
+    return TeacherForced(
+        log_probs=np.stack(log_probs, axis=1), cross=np.stack(cross, axis=3), encoder_self=None, decoder_self=None
+    )
 
 
 # --------------------------------------------------------------------------- the map
@@ -125,15 +133,16 @@ def _pieces(translator: Translator, text: str) -> tuple[list[int], list[Token]]:
 Prepared = tuple[np.ndarray, list[Token], list[Token], np.ndarray]
 
 
-def forced_attention(translator: Translator, pairs: Sequence[tuple[str, str]], max_batch_tokens: int = 4096
-                     ) -> list[Prepared | AlignmentError]:
+def forced_attention(
+    translator: Translator, pairs: Sequence[tuple[str, str]], max_batch_tokens: int = 4096
+) -> list[Prepared | AlignmentError]:
     """Per pair: its teacher-forced attention and pieces, or why it cannot be aligned.
 
     The raw material of `align_given`, and of scoring many alignment sources from one
     forward pass (bench/alignment_sources.py: `seq2seq.alignment.align` with any options).
     Pairs are batched by length, at most `max_batch_tokens` padded tokens per batch.
     """
-    source_limit = translator.max_source_tokens                # already <= max_positions
+    source_limit = translator.max_source_tokens  # already <= max_positions
     target_limit = translator.max_positions
     results: list[Prepared | AlignmentError | None] = [None] * len(pairs)
     todo: list[tuple[int, list[int], list[Token], list[int], list[Token]]] = []
@@ -146,15 +155,15 @@ def forced_attention(translator: Translator, pairs: Sequence[tuple[str, str]], m
         if len(source_ids) + 1 > source_limit or len(target_ids) + 1 > target_limit:
             results[index] = AlignmentError(
                 f"too long: {len(source_ids)} source and {len(target_ids)} target pieces (the model takes at "
-                f"most {source_limit - 1} and {target_limit - 1})")
+                f"most {source_limit - 1} and {target_limit - 1})"
+            )
             continue
         todo.append((index, source_ids + [translator.backend.eos_id], source_pieces, target_ids, target_pieces))
-    todo.sort(key=lambda item: (len(item[3]), len(item[1])))    # similar lengths share a batch
+    todo.sort(key=lambda item: (len(item[3]), len(item[1])))  # similar lengths share a batch
     start = 0
     while start < len(todo):
         end = start + 1
-        while end < len(todo) and (end - start + 1) * max(len(todo[end][1]), len(todo[end][3]) + 1) \
-                <= max_batch_tokens:
+        while end < len(todo) and (end - start + 1) * max(len(todo[end][1]), len(todo[end][3]) + 1) <= max_batch_tokens:
             end += 1
         for index, prepared in _attend(translator.backend, todo[start:end]):
             results[index] = prepared
@@ -162,8 +171,9 @@ def forced_attention(translator: Translator, pairs: Sequence[tuple[str, str]], m
     return [r for r in results if r is not None]
 
 
-def _attend(backend: SearchBackend, chunk: list[tuple[int, list[int], list[Token], list[int], list[Token]]]
-            ) -> list[tuple[int, Prepared | AlignmentError]]:
+def _attend(
+    backend: SearchBackend, chunk: list[tuple[int, list[int], list[Token], list[int], list[Token]]]
+) -> list[tuple[int, Prepared | AlignmentError]]:
     """One batch through the model; if it fails, pair by pair, so only the guilty pair fails
     (as the service's scheduler retries a failed batch request by request)."""
     try:
@@ -172,13 +182,18 @@ def _attend(backend: SearchBackend, chunk: list[tuple[int, list[int], list[Token
         if len(chunk) == 1:
             return [(chunk[0][0], AlignmentFailed(f"alignment failed: {type(error).__name__}: {error}"))]
         return [result for item in chunk for result in _attend(backend, [item])]
-    return [(index, (attention, source_pieces, target_pieces, token_log_probs))
-            for (index, _, source_pieces, _, target_pieces), (attention, token_log_probs) in zip(chunk, attentions)]
+    return [
+        (index, (attention, source_pieces, target_pieces, token_log_probs))
+        for (index, _, source_pieces, _, target_pieces), (attention, token_log_probs) in zip(chunk, attentions)
+    ]
 
 
-def align_given(translator: Translator, pairs: Sequence[tuple[str, str]],
-                options: AlignmentOptions = AlignmentOptions(), max_batch_tokens: int = 4096
-                ) -> list[ForcedAlignment | AlignmentError]:
+def align_given(
+    translator: Translator,
+    pairs: Sequence[tuple[str, str]],
+    options: AlignmentOptions = AlignmentOptions(),
+    max_batch_tokens: int = 4096,
+) -> list[ForcedAlignment | AlignmentError]:
     """Align given (source, target) pairs; one result per pair, in order.
 
     Options the model cannot satisfy raise AlignmentError at once; a pair that cannot be
@@ -192,23 +207,40 @@ def align_given(translator: Translator, pairs: Sequence[tuple[str, str]],
             continue
         attention, source_pieces, target_pieces, token_log_probs = prepared
         maps = align(attention, source, source_pieces, target, target_pieces, resolved)
-        quality = assess_alignment(maps, float(token_log_probs.mean()), translator.quality,
-                                   Evidence(attention, token_log_probs, translator.own_source))
+        quality = assess_alignment(
+            maps,
+            float(token_log_probs.mean()),
+            translator.quality,
+            Evidence(attention, token_log_probs, translator.own_source),
+        )
         results.append(ForcedAlignment(source, target, maps.word, maps.requested, quality))
     return results
 
 
-def align_pairs(translator: Translator, pairs: Sequence[tuple[str, str]], level: str = "word",
-                layer: int | None = None, heads: tuple[int, ...] | None = None, step_shift: bool | None = None,
-                max_batch_tokens: int = 4096) -> list[ForcedAlignment | AlignmentError]:
+def align_pairs(
+    translator: Translator,
+    pairs: Sequence[tuple[str, str]],
+    level: str = "word",
+    layer: int | None = None,
+    heads: tuple[int, ...] | None = None,
+    step_shift: bool | None = None,
+    max_batch_tokens: int = 4096,
+) -> list[ForcedAlignment | AlignmentError]:
     """`align_given` with the options spelled out; None = the model's alignment source
     (heads () = the mean of all heads)."""
     options = AlignmentOptions(level, layer, None if heads is None else tuple(heads), step_shift)
     return align_given(translator, pairs, options, max_batch_tokens)
 
 
-def align_pair(translator: Translator, source: str, target: str, level: str = "word", layer: int | None = None,
-               heads: tuple[int, ...] | None = None, step_shift: bool | None = None) -> ForcedAlignment:
+def align_pair(
+    translator: Translator,
+    source: str,
+    target: str,
+    level: str = "word",
+    layer: int | None = None,
+    heads: tuple[int, ...] | None = None,
+    step_shift: bool | None = None,
+) -> ForcedAlignment:
     """Align one given pair; raises AlignmentError when it cannot be aligned."""
     result = align_pairs(translator, [(source, target)], level, layer, heads, step_shift)[0]
     if isinstance(result, AlignmentError):

@@ -38,13 +38,14 @@ from seq2seq.train_data import Example
 class GuidedAlignment:
     """Word links of the training lines, and the attention rows they ask of the head."""
 
-    def __init__(self, path: Path, pairs: list[Pair], lines: list[int], tokenizer: Tokenizer,
-                 step_shift: bool = True):
+    def __init__(self, path: Path, pairs: list[Pair], lines: list[int], tokenizer: Tokenizer, step_shift: bool = True):
         self.links = read_pharaoh(path)
         self.step_shift = step_shift
         if len(self.links) != len(pairs):
-            raise ValueError(f"{path}: {len(self.links)} alignment lines for {len(pairs)} training lines; the "
-                             "Pharaoh file must have one line per line of train.tsv")
+            raise ValueError(
+                f"{path}: {len(self.links)} alignment lines for {len(pairs)} training lines; the "
+                "Pharaoh file must have one line per line of train.tsv"
+            )
         self.pairs, self.lines, self.tokenizer = pairs, lines, tokenizer
 
     def distribution(self, line: int, n_source: int, n_target: int) -> np.ndarray | None:
@@ -57,14 +58,14 @@ class GuidedAlignment:
             if len(names) != expected:
                 return None
             pieces.append(projection([Token(n, s, e) for n, (s, e) in zip(names, offsets)], words(text)) > 0)
-        source_of, target_of = pieces                                   # (S, Sw), (T, Tw) bool
-        linked = np.zeros((target_of.shape[1], source_of.shape[1]), dtype=bool)   # (Tw, Sw)
+        source_of, target_of = pieces  # (S, Sw), (T, Tw) bool
+        linked = np.zeros((target_of.shape[1], source_of.shape[1]), dtype=bool)  # (Tw, Sw)
         for i, j in self.links[line]:
             if i < linked.shape[1] and j < linked.shape[0]:
                 linked[j, i] = True
         # piece t -> its words -> their linked source words -> those words' pieces
-        rows = (target_of.astype(np.int64) @ linked.astype(np.int64)) > 0         # (T, Sw)
-        mass = (rows.astype(np.int64) @ source_of.T.astype(np.int64)) > 0         # (T, S)
+        rows = (target_of.astype(np.int64) @ linked.astype(np.int64)) > 0  # (T, Sw)
+        mass = (rows.astype(np.int64) @ source_of.T.astype(np.int64)) > 0  # (T, S)
         gold = np.zeros((n_target, n_source + 1), dtype=np.float32)
         counts = mass.sum(axis=1, keepdims=True)
         gold[:, :n_source] = np.divide(mass, counts, out=np.zeros(mass.shape), where=counts > 0)
@@ -80,8 +81,8 @@ class GuidedAlignment:
             source, target = examples[index]
             found = self.distribution(self.lines[index], len(source) - 1, len(target))
             if found is not None:
-                first = 1 if self.step_shift else 0     # decoder position 0 reads BOS
-                gold[row, first: first + len(target), : len(source)] = found
+                first = 1 if self.step_shift else 0  # decoder position 0 reads BOS
+                gold[row, first : first + len(target), : len(source)] = found
         return torch.from_numpy(gold)
 
 
@@ -102,10 +103,16 @@ class GuidedForward(torch.nn.Module):
         pad_id = self.model.config.pad_id
         src_key_mask = key_padding_mask(src_ids, pad_id)
         encoded = self.model.encode(src_ids, src_key_mask)
-        out = self.model.decode(tgt_in_ids, encoded.cross_k, encoded.cross_v, src_key_mask,
-                                tgt_key_mask=key_padding_mask(tgt_in_ids, pad_id), need_cross_weights=True,
-                                cross_weight_layers=(self.layer,))
-        return out.log_probs, out.cross_weights[0][:, self.head]        # (L=1, B, H, T, S) -> (B, T, S)
+        out = self.model.decode(
+            tgt_in_ids,
+            encoded.cross_k,
+            encoded.cross_v,
+            src_key_mask,
+            tgt_key_mask=key_padding_mask(tgt_in_ids, pad_id),
+            need_cross_weights=True,
+            cross_weight_layers=(self.layer,),
+        )
+        return out.log_probs, out.cross_weights[0][:, self.head]  # (L=1, B, H, T, S) -> (B, T, S)
 
 
 def guided_loss(weights: torch.Tensor, gold: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -114,6 +121,6 @@ def guided_loss(weights: torch.Tensor, gold: torch.Tensor) -> tuple[torch.Tensor
     weights and gold (B, T, S). Masked columns have a = 0 and g = 0: the clamp keeps
     0 · log 0 at 0 instead of NaN.
     """
-    supervised = gold.sum(dim=-1) > 0                                   # (B, T)
-    entropy = -(gold * weights.clamp_min(1e-9).log()).sum(dim=-1)       # (B, T)
+    supervised = gold.sum(dim=-1) > 0  # (B, T)
+    entropy = -(gold * weights.clamp_min(1e-9).log()).sum(dim=-1)  # (B, T)
     return entropy[supervised].sum(), int(supervised.sum())

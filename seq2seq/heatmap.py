@@ -27,7 +27,7 @@ from seq2seq.alignment import Alignment  # noqa: E402
 
 FORMATS = {"png": "image/png", "svg": "image/svg+xml"}
 DPI = 100
-CELL = 0.28          # inches per token
+CELL = 0.28  # inches per token
 CAPTION_CHAR_PX = 7.0  # a caption character at font size 8 is at most this wide, in pixels (DejaVu Sans)
 FLAG_COLOUR = "#e67e00"
 FLAG_LEGEND = "orange, dashed: untranslated source word (little attention) / ungrounded target word (no clear source)"
@@ -48,21 +48,29 @@ def _parts(alignment: Any) -> tuple[list[str], list[str], list[list[float]], lis
         matrix, layer, heads = alignment.matrix, alignment.layer, alignment.heads
         links = [(int(i), int(j)) for i, j in (p.split("-") for p in alignment.links.split())]
     heads_text = "mean of heads" if heads == "mean" else "heads " + ",".join(map(str, heads))
-    shift_text = (", step-shifted (rows read where the target token is the decoder input)"
-                  if alignment.step_shift else "")
+    shift_text = (
+        ", step-shifted (rows read where the target token is the decoder input)" if alignment.step_shift else ""
+    )
     return source, target, matrix, links, f"{alignment.level} alignment, layer {layer}, {heads_text}{shift_text}"
 
 
 def default_size(n_source: int, n_target: int) -> tuple[int, int]:
     """(width, height) in pixels that fit the labels of an n_source x n_target map."""
-    width = 2.4 + CELL * max(n_source, 4) + 1.0      # target labels + cells + colour bar
-    height = 1.8 + CELL * max(n_target, 4) + 0.6    # source labels + cells + caption
+    width = 2.4 + CELL * max(n_source, 4) + 1.0  # target labels + cells + colour bar
+    height = 1.8 + CELL * max(n_target, 4) + 0.6  # source labels + cells + caption
     return int(round(width * DPI)), int(round(height * DPI))
 
 
-def render_heatmap(alignment: Any, fmt: str = "png", width: int | None = None, height: int | None = None,
-                   title: str | None = None, axis_labels: tuple[str, str] = ("source", "target"),
-                   untranslated: Sequence[int] = (), ungrounded: Sequence[int] = ()) -> bytes:
+def render_heatmap(
+    alignment: Any,
+    fmt: str = "png",
+    width: int | None = None,
+    height: int | None = None,
+    title: str | None = None,
+    axis_labels: tuple[str, str] = ("source", "target"),
+    untranslated: Sequence[int] = (),
+    ungrounded: Sequence[int] = (),
+) -> bytes:
     """The heatmap of `alignment` (seq2seq.alignment.Alignment or seq2seq.records.AlignmentMap).
 
     `width`/`height` in pixels (default: fitted to the token counts). `axis_labels` name the
@@ -86,11 +94,17 @@ def render_heatmap(alignment: Any, fmt: str = "png", width: int | None = None, h
             for i, j in links:  # i = source column, j = target row
                 axes.add_patch(Rectangle((i - 0.5, j - 0.5), 1, 1, fill=False, edgecolor="#d62728", linewidth=1.5))
             for i in untranslated:
-                axes.add_patch(Rectangle((i - 0.5, -0.5), 1, len(target), fill=False, edgecolor=FLAG_COLOUR,
-                                         linewidth=2, linestyle="--"))
+                axes.add_patch(
+                    Rectangle(
+                        (i - 0.5, -0.5), 1, len(target), fill=False, edgecolor=FLAG_COLOUR, linewidth=2, linestyle="--"
+                    )
+                )
             for j in ungrounded:
-                axes.add_patch(Rectangle((-0.5, j - 0.5), len(source), 1, fill=False, edgecolor=FLAG_COLOUR,
-                                         linewidth=2, linestyle="--"))
+                axes.add_patch(
+                    Rectangle(
+                        (-0.5, j - 0.5), len(source), 1, fill=False, edgecolor=FLAG_COLOUR, linewidth=2, linestyle="--"
+                    )
+                )
             figure.colorbar(image, ax=axes, fraction=0.05, pad=0.02, label="attention weight")
         else:
             axes.text(0.5, 0.5, "empty alignment", ha="center", va="center", transform=axes.transAxes)
@@ -112,12 +126,22 @@ def render_heatmap(alignment: Any, fmt: str = "png", width: int | None = None, h
         # The flags' legend is a line of its own, wrapped on its own.
         lines = [title or caption] + ([FLAG_LEGEND] if untranslated or ungrounded else [])
         columns = max(24, int(width / CAPTION_CHAR_PX))
-        figure.supxlabel("\n".join(textwrap.fill(line, width=columns) for line in lines),
-                         x=0.01, ha="left", multialignment="left", fontsize=8, parse_math=False)
+        figure.supxlabel(
+            "\n".join(textwrap.fill(line, width=columns) for line in lines),
+            x=0.01,
+            ha="left",
+            multialignment="left",
+            fontsize=8,
+            parse_math=False,
+        )
         buffer = io.BytesIO()
         # No timestamp or version in the file: the same map downloads as the same bytes.
-        figure.savefig(buffer, format=fmt, dpi=DPI,
-                       metadata={"Software": None} if fmt == "png" else {"Date": None, "Creator": None})
+        figure.savefig(
+            buffer,
+            format=fmt,
+            dpi=DPI,
+            metadata={"Software": None} if fmt == "png" else {"Date": None, "Creator": None},
+        )
     return buffer.getvalue()
 
 

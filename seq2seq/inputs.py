@@ -28,8 +28,9 @@ SURROGATES = re.compile(r"[\ud800-\udfff]")
 # a lone surrogate, and reject a pattern that names them (the rule holds all the same).
 _ALLOWED = r"[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]"
 TEXT_PATTERN = rf"^{_ALLOWED}*[^\s\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]{_ALLOWED}*$"
-TEXT_RULES = ("not empty or only whitespace; no control characters except TAB, LF, CR; "
-              "no lone surrogates (\\ud800-\\udfff)")
+TEXT_RULES = (
+    "not empty or only whitespace; no control characters except TAB, LF, CR; no lone surrogates (\\ud800-\\udfff)"
+)
 
 
 def text_problem(text: str, max_chars: int | None = None) -> str | None:
@@ -43,13 +44,14 @@ def text_problem(text: str, max_chars: int | None = None) -> str | None:
         return f"text too long: {len(text)} characters (limit {max_chars})"
     bad = SURROGATES.search(text)
     if bad:
-        return (f"lone surrogate U+{ord(bad.group()):04X} at column {bad.start() + 1} "
-                "(not a character; the text is not valid Unicode)")
+        return (
+            f"lone surrogate U+{ord(bad.group()):04X} at column {bad.start() + 1} "
+            "(not a character; the text is not valid Unicode)"
+        )
     bad = CONTROL_CHARACTERS.search(text)
     if bad:
         return f"control character U+{ord(bad.group()):04X} at column {bad.start() + 1}"
     return None
-
 
 
 def printable(text: str) -> str:

@@ -22,12 +22,18 @@ from seq2seq.search import SearchBackend
 from seq2seq.translator import Translator
 
 BACKENDS = ("onnx", "torch")
-DEFAULT_BACKEND = "onnx"           # serving never needs torch
+DEFAULT_BACKEND = "onnx"  # serving never needs torch
 
 
-def load_translator(model_dir: Path | str, backend: str = DEFAULT_BACKEND, threads: int = 0,
-                    precision: str | None = None, verify: bool = True, max_source_tokens: int = 250,
-                    max_batch_tokens: int = 4096) -> Translator:
+def load_translator(
+    model_dir: Path | str,
+    backend: str = DEFAULT_BACKEND,
+    threads: int = 0,
+    precision: str | None = None,
+    verify: bool = True,
+    max_source_tokens: int = 250,
+    max_batch_tokens: int = 4096,
+) -> Translator:
     """The shared `Translator` over the chosen backend.
 
     backend "onnx" runs the bundle's graphs of `precision` ("fp32" or "int8"; None: the
@@ -41,15 +47,17 @@ def load_translator(model_dir: Path | str, backend: str = DEFAULT_BACKEND, threa
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     if precision is not None and backend != "onnx":
-        raise ValueError(f"a precision ({precision}) chooses the onnx backend's graphs; the {backend} backend "
-                         "runs model.pt")
+        raise ValueError(
+            f"a precision ({precision}) chooses the onnx backend's graphs; the {backend} backend runs model.pt"
+        )
     if not model_dir.is_dir():
         raise FileNotFoundError(f"{model_dir}: no such model directory")
     search_backend: SearchBackend
     if backend == "onnx":
         if not (model_dir / BUNDLE_FILE).is_file():
-            raise FileNotFoundError(f"{model_dir}: no {BUNDLE_FILE}; export the model with `crossalign export` "
-                                    "or use --backend torch")
+            raise FileNotFoundError(
+                f"{model_dir}: no {BUNDLE_FILE}; export the model with `crossalign export` or use --backend torch"
+            )
         bundle = load_bundle_manifest(model_dir, verify=verify)
         search_backend = OnnxBackend.from_bundle(bundle, precision, threads or None)
         tokenizer_path = bundle.tokenizer_path
@@ -63,5 +71,5 @@ def load_translator(model_dir: Path | str, backend: str = DEFAULT_BACKEND, threa
             torch.set_num_threads(threads)
         search_backend = TorchBackend.from_directory(model_dir)
         tokenizer_path = model_dir / "spm.model"
-        quality = QualityThresholds.load(model_dir)             # defaults when it has none
+        quality = QualityThresholds.load(model_dir)  # defaults when it has none
     return Translator(search_backend, Tokenizer(tokenizer_path), max_source_tokens, max_batch_tokens, quality)

@@ -45,8 +45,9 @@ def causal_mask(query_length: int, key_length: int, device: torch.device | None 
 # --------------------------------------------------------------------------- attention
 
 
-def scaled_dot_product(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, need_weights: bool,
-                       dropout_p: float = 0.0) -> tuple[Tensor, Tensor | None]:
+def scaled_dot_product(
+    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, need_weights: bool, dropout_p: float = 0.0
+) -> tuple[Tensor, Tensor | None]:
     """softmax(QKᵀ/√d_k) V with disallowed scores set to −∞ before the softmax.
 
     q (B, H, T, Dh), k and v (B, H, S, Dh), allowed broadcastable to (B, H, T, S).
@@ -56,10 +57,10 @@ def scaled_dot_product(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, need_we
     if not need_weights:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
         return out, None
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))          # (B, H, T, S)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, T, S)
     scores = scores.masked_fill(~allowed, float("-inf"))
     weights = scores.softmax(dim=-1)
-    out = F.dropout(weights, dropout_p, training=dropout_p > 0) @ v    # (B, H, T, Dh)
+    out = F.dropout(weights, dropout_p, training=dropout_p > 0) @ v  # (B, H, T, Dh)
     return out, weights
 
 
@@ -87,16 +88,18 @@ class MultiHeadAttention(nn.Module):
         """(B, S, D) -> keys and values, each (B, H, S, Dh)."""
         return self._split_heads(self.w_k(x)), self._split_heads(self.w_v(x))
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor,
-               need_weights: bool) -> tuple[Tensor, Tensor | None]:
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
         """Projected q/k/v -> output (B, T, D) after W_O, weights (B, H, T, S) | None."""
         dropout_p = self.attention_dropout if self.training else 0.0
         context, weights = scaled_dot_product(q, k, v, allowed, need_weights, dropout_p)
         b, h, t, dh = context.shape
         return self.w_o(context.transpose(1, 2).reshape(b, t, h * dh)), weights
 
-    def forward(self, x: Tensor, context: Tensor, allowed: Tensor,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, x: Tensor, context: Tensor, allowed: Tensor, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
         """Queries from x (B, T, D), keys/values from context (B, S, D)."""
         k, v = self.project_key_value(context)
         return self.attend(self.project_query(x), k, v, allowed, need_weights)
@@ -143,9 +146,18 @@ class DecoderLayer(nn.Module):
         self.feed_forward = FeedForward(config.d_model, config.d_ff, config.dropout)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: Tensor, past_k: Tensor | None, past_v: Tensor | None, self_allowed: Tensor,
-                cross_k: Tensor, cross_v: Tensor, cross_allowed: Tensor, need_self_weights: bool,
-                need_cross_weights: bool) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
+    def forward(
+        self,
+        x: Tensor,
+        past_k: Tensor | None,
+        past_v: Tensor | None,
+        self_allowed: Tensor,
+        cross_k: Tensor,
+        cross_v: Tensor,
+        cross_allowed: Tensor,
+        need_self_weights: bool,
+        need_cross_weights: bool,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
         """One decoder layer over T new positions.
 
         x (B, T, D); past_k/v (B, H, P, Dh) or None; self_allowed (B|1, 1, T, P+T) causal
@@ -158,7 +170,8 @@ class DecoderLayer(nn.Module):
         k = k_new if past_k is None else torch.cat([past_k, k_new], dim=2)
         v = v_new if past_v is None else torch.cat([past_v, v_new], dim=2)
         attended, self_weights = self.self_attention.attend(
-            self.self_attention.project_query(h), k, v, self_allowed, need_self_weights)
+            self.self_attention.project_query(h), k, v, self_allowed, need_self_weights
+        )
         x = x + self.dropout(attended)
         q = self.cross_attention.project_query(self.cross_attention_norm(x))
         attended, cross_weights = self.cross_attention.attend(q, cross_k, cross_v, cross_allowed, need_cross_weights)
@@ -182,19 +195,19 @@ def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
 
 @dataclass
 class EncoderOutput:
-    memory: Tensor                       # (B, S, D) final encoder states
-    cross_k: Tensor                      # (L, B, H, S, Dh) cross-attention keys, every decoder layer
-    cross_v: Tensor                      # (L, B, H, S, Dh)
-    self_weights: list[Tensor] | None    # per encoder layer (B, H, S, S), when asked for
+    memory: Tensor  # (B, S, D) final encoder states
+    cross_k: Tensor  # (L, B, H, S, Dh) cross-attention keys, every decoder layer
+    cross_v: Tensor  # (L, B, H, S, Dh)
+    self_weights: list[Tensor] | None  # per encoder layer (B, H, S, S), when asked for
 
 
 @dataclass
 class DecoderOutput:
-    log_probs: Tensor                    # (B, T, V) log-softmax over the vocabulary
-    layer_k: list[Tensor]                # per decoder layer (B, H, P+T, Dh): the KV cache for the next step
+    log_probs: Tensor  # (B, T, V) log-softmax over the vocabulary
+    layer_k: list[Tensor]  # per decoder layer (B, H, P+T, Dh): the KV cache for the next step
     layer_v: list[Tensor]
-    cross_weights: Tensor | None         # (L, B, H, T, S): the alignment maps, when asked for
-    self_weights: Tensor | None          # (L, B, H, T, P+T), when asked for
+    cross_weights: Tensor | None  # (L, B, H, T, S): the alignment maps, when asked for
+    self_weights: Tensor | None  # (L, B, H, T, P+T), when asked for
 
     # The cache per layer is what the decoder-step graph passes in and out (stacking it
     # would copy all of it every step); stacked is what the torch callers want.
@@ -214,7 +227,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = config
         self.embedding = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_id)
-        nn.init.normal_(self.embedding.weight, std=config.d_model ** -0.5)
+        nn.init.normal_(self.embedding.weight, std=config.d_model**-0.5)
         if config.learned_positions:
             self.positions = nn.Parameter(torch.randn(config.max_positions, config.d_model) * 0.02)
         else:
@@ -228,7 +241,7 @@ class Transformer(nn.Module):
 
     def embed(self, ids: Tensor, start: int | Tensor = 0) -> Tensor:
         """(B, T) ids at absolute positions start..start+T-1 -> (B, T, D)."""
-        positions = self.positions[start:start + ids.size(1)]
+        positions = self.positions[start : start + ids.size(1)]
         return self.embedding_dropout(self.embedding(ids) * math.sqrt(self.config.d_model) + positions)
 
     def encode(self, src_ids: Tensor, src_key_mask: Tensor, need_weights: bool = False) -> EncoderOutput:
@@ -237,21 +250,28 @@ class Transformer(nn.Module):
         Also projects the memory into every decoder layer's cross-attention keys and
         values, once per source, so decoding steps never recompute them.
         """
-        allowed = src_key_mask[:, None, None, :]                    # (B, 1, 1, S)
+        allowed = src_key_mask[:, None, None, :]  # (B, 1, 1, S)
         x, self_weights = self.embed(src_ids), []
         for layer in self.encoder_layers:
             x, weights = layer(x, allowed, need_weights)
             self_weights.append(weights)
         memory = self.encoder_norm(x)
         keys, values = zip(*(layer.cross_attention.project_key_value(memory) for layer in self.decoder_layers))
-        return EncoderOutput(memory, torch.stack(keys), torch.stack(values),
-                             self_weights if need_weights else None)
+        return EncoderOutput(memory, torch.stack(keys), torch.stack(values), self_weights if need_weights else None)
 
-    def decode(self, tgt_ids: Tensor, cross_k: Tensor | Sequence[Tensor], cross_v: Tensor | Sequence[Tensor],
-               src_key_mask: Tensor, past_k: Tensor | Sequence[Tensor] | None = None,
-               past_v: Tensor | Sequence[Tensor] | None = None, tgt_key_mask: Tensor | None = None,
-               need_cross_weights: bool = False, need_self_weights: bool = False,
-               cross_weight_layers: tuple[int, ...] | None = None) -> DecoderOutput:
+    def decode(
+        self,
+        tgt_ids: Tensor,
+        cross_k: Tensor | Sequence[Tensor],
+        cross_v: Tensor | Sequence[Tensor],
+        src_key_mask: Tensor,
+        past_k: Tensor | Sequence[Tensor] | None = None,
+        past_v: Tensor | Sequence[Tensor] | None = None,
+        tgt_key_mask: Tensor | None = None,
+        need_cross_weights: bool = False,
+        need_self_weights: bool = False,
+        cross_weight_layers: tuple[int, ...] | None = None,
+    ) -> DecoderOutput:
         """Run the decoder over T new target positions after P cached ones.
 
         tgt_ids (B, T); cross_k/v (L, B, H, S, Dh); src_key_mask (B, S); past_k/v
@@ -265,35 +285,51 @@ class Transformer(nn.Module):
         """
         past_length = 0 if past_k is None else past_k[0].size(2)
         t = tgt_ids.size(1)
-        self_allowed = causal_mask(t, past_length + t, tgt_ids.device)[None, None]   # (1, 1, T, P+T)
+        self_allowed = causal_mask(t, past_length + t, tgt_ids.device)[None, None]  # (1, 1, T, P+T)
         if tgt_key_mask is not None:
             self_allowed = self_allowed & tgt_key_mask[:, None, None, :]
-        cross_allowed = src_key_mask[:, None, None, :]                               # (B, 1, 1, S)
+        cross_allowed = src_key_mask[:, None, None, :]  # (B, 1, 1, S)
         x = self.embed(tgt_ids, past_length)
         keys, values, cross_weights, self_weights = [], [], [], []
         for index, layer in enumerate(self.decoder_layers):
             want_cross = need_cross_weights and (cross_weight_layers is None or index in cross_weight_layers)
             x, k, v, s_w, c_w = layer(
-                x, None if past_k is None else past_k[index], None if past_v is None else past_v[index],
-                self_allowed, cross_k[index], cross_v[index], cross_allowed, need_self_weights, want_cross)
+                x,
+                None if past_k is None else past_k[index],
+                None if past_v is None else past_v[index],
+                self_allowed,
+                cross_k[index],
+                cross_v[index],
+                cross_allowed,
+                need_self_weights,
+                want_cross,
+            )
             keys.append(k)
             values.append(v)
             if want_cross:
                 cross_weights.append(c_w)
             if need_self_weights:
                 self_weights.append(s_w)
-        logits = self.decoder_norm(x) @ self.embedding.weight.t()                    # (B, T, V)
+        logits = self.decoder_norm(x) @ self.embedding.weight.t()  # (B, T, V)
         return DecoderOutput(
-            logits.log_softmax(dim=-1), keys, values,
+            logits.log_softmax(dim=-1),
+            keys,
+            values,
             torch.stack(cross_weights) if cross_weights else None,
-            torch.stack(self_weights) if self_weights else None)
+            torch.stack(self_weights) if self_weights else None,
+        )
 
     def forward(self, src_ids: Tensor, tgt_in_ids: Tensor) -> Tensor:
         """Teacher-forced training pass: (B, S), (B, T) -> log-probs (B, T, V)."""
         src_key_mask = key_padding_mask(src_ids, self.config.pad_id)
         encoded = self.encode(src_ids, src_key_mask)
-        return self.decode(tgt_in_ids, encoded.cross_k, encoded.cross_v, src_key_mask,
-                           tgt_key_mask=key_padding_mask(tgt_in_ids, self.config.pad_id)).log_probs
+        return self.decode(
+            tgt_in_ids,
+            encoded.cross_k,
+            encoded.cross_v,
+            src_key_mask,
+            tgt_key_mask=key_padding_mask(tgt_in_ids, self.config.pad_id),
+        ).log_probs
 
     def num_parameters(self, non_embedding: bool = False) -> int:
         total = sum(p.numel() for p in self.parameters())
@@ -319,7 +355,8 @@ def load_model(directory: Path, map_location: str = "cpu") -> Transformer:
     for name in (CONFIG_FILE, WEIGHTS_FILE):
         if not (directory / name).is_file():
             raise FileNotFoundError(
-                f"{directory / name}: missing; a model directory holds {CONFIG_FILE} and {WEIGHTS_FILE}")
+                f"{directory / name}: missing; a model directory holds {CONFIG_FILE} and {WEIGHTS_FILE}"
+            )
     model = Transformer(load_config(ModelConfig, directory / CONFIG_FILE))
     model.load_state_dict(load_weights(directory / WEIGHTS_FILE, map_location))
     return model.eval()

@@ -53,17 +53,26 @@ def decoder_io(layers: int) -> dict[str, dict[str, tuple[str, ...]]]:
     The one declaration of the interface: the exporter names the graph's tensors from it and
     this backend checks a bundle's graph against it.
     """
+
     def per_layer(prefix: str, length: str) -> dict[str, tuple[str, ...]]:
         return {f"{prefix}_{layer}": ("rows", "heads", length, "head_dim") for layer in range(layers)}
 
     return {
-        "inputs": {"tokens": ("rows", "new"), "src_mask": ("rows", "source"),
-                   **per_layer("cross_k", "source"), **per_layer("cross_v", "source"),
-                   **per_layer("past_k", "past"), **per_layer("past_v", "past")},
-        "outputs": {"log_probs": ("rows", "new", "vocab"),
-                    **per_layer("new_past_k", "past+new"), **per_layer("new_past_v", "past+new"),
-                    "cross_weights": ("decoder_layers", "rows", "heads", "new", "source"),
-                    "self_weights": ("decoder_layers", "rows", "heads", "new", "past+new")},
+        "inputs": {
+            "tokens": ("rows", "new"),
+            "src_mask": ("rows", "source"),
+            **per_layer("cross_k", "source"),
+            **per_layer("cross_v", "source"),
+            **per_layer("past_k", "past"),
+            **per_layer("past_v", "past"),
+        },
+        "outputs": {
+            "log_probs": ("rows", "new", "vocab"),
+            **per_layer("new_past_k", "past+new"),
+            **per_layer("new_past_v", "past+new"),
+            "cross_weights": ("decoder_layers", "rows", "heads", "new", "source"),
+            "self_weights": ("decoder_layers", "rows", "heads", "new", "past+new"),
+        },
     }
 
 
@@ -100,7 +109,7 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.log_severity_level = 3                     # errors only: no per-session chatter
+    options.log_severity_level = 3  # errors only: no per-session chatter
     return options
 
 
@@ -111,22 +120,33 @@ class OnnxBackend:
     one backend serves concurrent requests: `InferenceSession.run` is thread-safe.
     """
 
-    def __init__(self, encoder_path: Path, decoder_path: Path, config: ModelConfig, threads: int | None = None,
-                 precision: str = "fp32"):
+    def __init__(
+        self,
+        encoder_path: Path,
+        decoder_path: Path,
+        config: ModelConfig,
+        threads: int | None = None,
+        precision: str = "fp32",
+    ):
         self.config = config
-        self.precision = precision                   # which graphs these are: "fp32" or "int8"
+        self.precision = precision  # which graphs these are: "fp32" or "int8"
         self.bos_id, self.eos_id, self.pad_id = config.bos_id, config.eos_id, config.pad_id
         options = session_options(threads)
         providers = ["CPUExecutionProvider"]
         self.encoder = ort.InferenceSession(str(encoder_path), options, providers=providers)
         self.decoder = ort.InferenceSession(str(decoder_path), options, providers=providers)
-        self.small_decoder = self.decoder if options.intra_op_num_threads == 1 or precision != "int8" else \
-            ort.InferenceSession(str(decoder_path), session_options(1), providers=providers)
+        self.small_decoder = (
+            self.decoder
+            if options.intra_op_num_threads == 1 or precision != "int8"
+            else ort.InferenceSession(str(decoder_path), session_options(1), providers=providers)
+        )
         expected = list(decoder_io(config.decoder_layers)["inputs"])
         found = [graph_input.name for graph_input in self.decoder.get_inputs()]
         if found != expected:
-            raise BundleError(f"{decoder_path}: decoder inputs {found}, this version expects {expected} "
-                              "(per-layer caches); re-export the bundle with `crossalign export`")
+            raise BundleError(
+                f"{decoder_path}: decoder inputs {found}, this version expects {expected} "
+                "(per-layer caches); re-export the bundle with `crossalign export`"
+            )
 
     @classmethod
     def from_bundle(cls, bundle: Bundle, precision: str | None = None, threads: int | None = None) -> OnnxBackend:
@@ -149,12 +169,15 @@ class OnnxBackend:
         """
         names = DECODER_OUTPUTS[:4] if need_attention else DECODER_OUTPUTS[:3]
         out = self.run_decoder(tokens, src_mask, cache, names)
-        return StepOutput(out["log_probs"][:, -1],
-                          DecoderCache(cache.cross_k, cache.cross_v, out["new_past_k"], out["new_past_v"]),
-                          out["cross_weights"][:, :, :, -1] if need_attention else None)
+        return StepOutput(
+            out["log_probs"][:, -1],
+            DecoderCache(cache.cross_k, cache.cross_v, out["new_past_k"], out["new_past_v"]),
+            out["cross_weights"][:, :, :, -1] if need_attention else None,
+        )
 
-    def run_decoder(self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache,
-                    names: tuple[str, ...] = DECODER_OUTPUTS) -> dict[str, np.ndarray]:
+    def run_decoder(
+        self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, names: tuple[str, ...] = DECODER_OUTPUTS
+    ) -> dict[str, np.ndarray]:
         """One run of the decoder-step graph on stacked arrays; returns the outputs in `names`.
 
         tokens (N, T), src_mask (N, S), cache with cross K/V (L, N, H, S, Dh) and self K/V
@@ -167,27 +190,38 @@ class OnnxBackend:
         layers, rows, heads, source, head_dim = cache.cross_k.shape
         new, past = tokens.shape[1], cache.past_length
         # Held until the run ends: the binding points into these arrays' memory.
-        inputs = {"tokens": np.ascontiguousarray(tokens, dtype=np.int64),
-                  "src_mask": np.ascontiguousarray(src_mask, dtype=np.bool_)}
-        stacked = {name: np.ascontiguousarray(value, dtype=np.float32) for name, value in
-                   (("cross_k", cache.cross_k), ("cross_v", cache.cross_v), ("past_k", cache.self_k),
-                    ("past_v", cache.self_v))}
+        inputs = {
+            "tokens": np.ascontiguousarray(tokens, dtype=np.int64),
+            "src_mask": np.ascontiguousarray(src_mask, dtype=np.bool_),
+        }
+        stacked = {
+            name: np.ascontiguousarray(value, dtype=np.float32)
+            for name, value in (
+                ("cross_k", cache.cross_k),
+                ("cross_v", cache.cross_v),
+                ("past_k", cache.self_k),
+                ("past_v", cache.self_v),
+            )
+        }
         session = self.small_decoder if rows <= SMALL_STEP_ROWS else self.decoder
         binding = session.io_binding()
         for name, value in inputs.items():
             binding.bind_cpu_input(name, value)
         for name, value in stacked.items():
             for layer in range(layers):
-                binding.bind_cpu_input(f"{name}_{layer}", value[layer])      # a view: no copy
-        shapes = {"log_probs": (rows, new, self.config.vocab_size),
-                  "new_past_k": (layers, rows, heads, past + new, head_dim),
-                  "new_past_v": (layers, rows, heads, past + new, head_dim),
-                  "cross_weights": (layers, rows, heads, new, source),
-                  "self_weights": (layers, rows, heads, new, past + new)}
+                binding.bind_cpu_input(f"{name}_{layer}", value[layer])  # a view: no copy
+        shapes = {
+            "log_probs": (rows, new, self.config.vocab_size),
+            "new_past_k": (layers, rows, heads, past + new, head_dim),
+            "new_past_v": (layers, rows, heads, past + new, head_dim),
+            "cross_weights": (layers, rows, heads, new, source),
+            "self_weights": (layers, rows, heads, new, past + new),
+        }
         outputs = {name: np.empty(shapes[name], dtype=np.float32) for name in names}
         for name, array in outputs.items():
-            for graph_name, part in ([(f"{name}_{layer}", array[layer]) for layer in range(layers)]
-                                     if name in PER_LAYER else [(name, array)]):
+            for graph_name, part in (
+                [(f"{name}_{layer}", array[layer]) for layer in range(layers)] if name in PER_LAYER else [(name, array)]
+            ):
                 binding.bind_output(graph_name, "cpu", 0, np.float32, list(part.shape), part.ctypes.data)
         session.run_with_iobinding(binding)
         return outputs
@@ -199,12 +233,18 @@ class OnnxBackend:
         cross_k, cross_v, encoder_self = self.encoder.run(list(ENCODER_OUTPUTS), self._source_feed(src_ids, src_mask))
         bos = np.full((target_ids.shape[0], 1), self.bos_id, dtype=np.int64)
         tokens = np.concatenate([bos, target_ids.astype(np.int64)], axis=1)
-        out = self.run_decoder(tokens, src_mask, DecoderCache.start(cross_k, cross_v),
-                               ("log_probs", "cross_weights", "self_weights"))
-        return TeacherForced(log_probs=out["log_probs"], cross=out["cross_weights"], encoder_self=encoder_self,
-                             decoder_self=out["self_weights"])
+        out = self.run_decoder(
+            tokens, src_mask, DecoderCache.start(cross_k, cross_v), ("log_probs", "cross_weights", "self_weights")
+        )
+        return TeacherForced(
+            log_probs=out["log_probs"],
+            cross=out["cross_weights"],
+            encoder_self=encoder_self,
+            decoder_self=out["self_weights"],
+        )
 
     def _source_feed(self, src_ids: np.ndarray, src_mask: np.ndarray) -> dict[str, np.ndarray]:
-        return {"src_ids": np.ascontiguousarray(src_ids, dtype=np.int64),
-                "src_mask": np.ascontiguousarray(src_mask, dtype=np.bool_)}
-
+        return {
+            "src_ids": np.ascontiguousarray(src_ids, dtype=np.int64),
+            "src_mask": np.ascontiguousarray(src_mask, dtype=np.bool_),
+        }

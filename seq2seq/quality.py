@@ -95,13 +95,13 @@ def target_entropy(matrix: np.ndarray) -> np.ndarray:
     matrix = np.asarray(matrix, dtype=np.float64)
     if matrix.shape[1] < 2:
         return np.zeros(matrix.shape[0])
-    logs = np.log(np.where(matrix > 0, matrix, 1.0))                 # 0 · log 0 = 0
+    logs = np.log(np.where(matrix > 0, matrix, 1.0))  # 0 · log 0 = 0
     return np.clip(-(matrix * logs).sum(axis=1) / math.log(matrix.shape[1]), 0.0, 1.0)
 
 
 # --------------------------------------------------------------------------- learned flags
 
-COVERAGE_FLOOR = 0.05     # coverages enter the detector as log(c + floor): a word receiving 0 is not -inf
+COVERAGE_FLOOR = 0.05  # coverages enter the detector as log(c + floor): a word receiving 0 is not -inf
 
 
 @dataclass(frozen=True)
@@ -110,22 +110,28 @@ class Evidence:
     material of the learned flags. The translator has it from the search, forced alignment
     from the teacher-forced run; nothing is computed twice."""
 
-    attention: np.ndarray          # (L, H, T+1, S+1) cross-attention, as `TranslationResult.attention`
-    token_log_probs: np.ndarray    # (T+1,) log-prob of each produced piece, EOS last
-    own_source: AlignmentOptions   # the model's own alignment source (resolved): the detectors read its map
+    attention: np.ndarray  # (L, H, T+1, S+1) cross-attention, as `TranslationResult.attention`
+    token_log_probs: np.ndarray  # (T+1,) log-prob of each produced piece, EOS last
+    own_source: AlignmentOptions  # the model's own alignment source (resolved): the detectors read its map
 
     def __post_init__(self) -> None:
         if np.shape(self.token_log_probs) != (np.shape(self.attention)[2],):
-            raise ValueError(f"evidence: {np.shape(self.token_log_probs)} token log-probs for "
-                             f"{np.shape(self.attention)[2]} decoder steps")
+            raise ValueError(
+                f"evidence: {np.shape(self.token_log_probs)} token log-probs for "
+                f"{np.shape(self.attention)[2]} decoder steps"
+            )
 
 
 def feature_names(decoder_layers: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The names `word_features` computes for a model with `decoder_layers` layers: (per
     source word, per target word)."""
     layers = range(decoder_layers)
-    source = ("log_coverage",) + tuple(f"log_coverage_layer{n}" for n in layers) \
-        + tuple(f"log_coverage_layer{n}_output" for n in layers) + tuple(f"attended_surprise_layer{n}" for n in layers)
+    source = (
+        ("log_coverage",)
+        + tuple(f"log_coverage_layer{n}" for n in layers)
+        + tuple(f"log_coverage_layer{n}_output" for n in layers)
+        + tuple(f"attended_surprise_layer{n}" for n in layers)
+    )
     return source, ("surprise", "surprise_max", "peak", "entropy")
 
 
@@ -143,24 +149,24 @@ def word_features(alignments: Alignments, evidence: Evidence) -> tuple[dict[str,
     `surprise_max`, and the `peak` and `entropy` of its row in the model's own map.
     """
     source_pieces, target_pieces = alignments.subword.source_tokens, alignments.subword.target_tokens
-    to_source_words = projection(source_pieces, alignments.word.source_tokens)            # (S, Sw)
-    to_target_words = projection(target_pieces, alignments.word.target_tokens)            # (T, Tw)
+    to_source_words = projection(source_pieces, alignments.word.source_tokens)  # (S, Sw)
+    to_target_words = projection(target_pieces, alignments.word.target_tokens)  # (T, Tw)
     attention = np.asarray(evidence.attention, dtype=np.float64)
-    surprise = -np.asarray(evidence.token_log_probs, dtype=np.float64)[:len(target_pieces)]   # (T,) EOS dropped
+    surprise = -np.asarray(evidence.token_log_probs, dtype=np.float64)[: len(target_pieces)]  # (T,) EOS dropped
     own = evidence.own_source
 
     def words_map(layer: int, heads: tuple[int, ...], input_steps: bool) -> np.ndarray:
         return word_map(subword_map(attention, layer, heads, input_steps), to_source_words, to_target_words)
 
-    own_map = words_map(own.layer or 0, own.heads or (), bool(own.step_shift))            # (Tw, Sw)
+    own_map = words_map(own.layer or 0, own.heads or (), bool(own.step_shift))  # (Tw, Sw)
     source = {"log_coverage": np.log(source_coverage(own_map) + COVERAGE_FLOOR)}
     for n in range(attention.shape[0]):
         source[f"log_coverage_layer{n}"] = np.log(source_coverage(words_map(n, (), True)) + COVERAGE_FLOOR)
         source[f"log_coverage_layer{n}_output"] = np.log(source_coverage(words_map(n, (), False)) + COVERAGE_FLOOR)
     for n in range(attention.shape[0]):
-        attended = subword_map(attention, n, (), False) @ to_source_words                # (T, Sw)
+        attended = subword_map(attention, n, (), False) @ to_source_words  # (T, Sw)
         source[f"attended_surprise_layer{n}"] = surprise @ attended / np.maximum(attended.sum(axis=0), 1e-6)
-    pieces_of = to_target_words > 0                                                       # (T, Tw)
+    pieces_of = to_target_words > 0  # (T, Tw)
     share = to_target_words / np.maximum(to_target_words.sum(axis=0, keepdims=True), 1e-12)
     target = {
         "surprise": share.T @ surprise,
@@ -195,13 +201,21 @@ class Detector:
         return self.bias + columns @ np.asarray(self.weights, dtype=np.float64)
 
     def to_dict(self) -> dict:
-        return {"features": list(self.features), "weights": list(self.weights), "bias": self.bias,
-                "threshold": self.threshold}
+        return {
+            "features": list(self.features),
+            "weights": list(self.weights),
+            "bias": self.bias,
+            "threshold": self.threshold,
+        }
 
     @classmethod
     def from_dict(cls, values: dict) -> Detector:
-        return cls(tuple(values["features"]), tuple(float(w) for w in values["weights"]), float(values["bias"]),
-                   float(values["threshold"]))
+        return cls(
+            tuple(values["features"]),
+            tuple(float(w) for w in values["weights"]),
+            float(values["bias"]),
+            float(values["threshold"]),
+        )
 
 
 # --------------------------------------------------------------------------- thresholds
@@ -211,12 +225,12 @@ class Detector:
 class QualityThresholds:
     """A model's flag detectors, fallback thresholds and confidence weights, chosen on its valid split."""
 
-    untranslated_coverage: float = 0.25   # without a detector: a source word receiving less mass is untranslated
-    ungrounded_peak: float = 0.3          # without a detector: a target word peaking lower is ungrounded
-    expected_length_ratio: float = 1.0    # target words per source word of the valid references
+    untranslated_coverage: float = 0.25  # without a detector: a source word receiving less mass is untranslated
+    ungrounded_peak: float = 0.3  # without a detector: a target word peaking lower is ungrounded
+    expected_length_ratio: float = 1.0  # target words per source word of the valid references
     # confidence = clip(bias + w_lp · mean log-prob + w_cov · coverage + w_len · length misfit, 0, 1)
     confidence_weights: tuple[float, float, float, float] = (0.5, 0.1, 0.2, 0.2)
-    chosen_on: dict = field(default_factory=dict)   # provenance: data, counts, the figures they reached
+    chosen_on: dict = field(default_factory=dict)  # provenance: data, counts, the figures they reached
     untranslated: Detector | None = None  # the learned flags (None: the thresholds above)
     ungrounded: Detector | None = None
 
@@ -230,12 +244,16 @@ class QualityThresholds:
         """Raise ValueError if a detector reads a feature a model of `decoder_layers` layers lacks
         (a quality.json of another architecture): at load, not at the first request."""
         source, target = feature_names(decoder_layers)
-        for name, detector, known in (("untranslated", self.untranslated, source),
-                                      ("ungrounded", self.ungrounded, target)):
+        for name, detector, known in (
+            ("untranslated", self.untranslated, source),
+            ("ungrounded", self.ungrounded, target),
+        ):
             unknown = [] if detector is None else [f for f in detector.features if f not in known]
             if unknown:
-                raise ValueError(f"quality.json: the {name} detector reads {', '.join(unknown)}, which a "
-                                 f"{decoder_layers}-layer decoder does not produce")
+                raise ValueError(
+                    f"quality.json: the {name} detector reads {', '.join(unknown)}, which a "
+                    f"{decoder_layers}-layer decoder does not produce"
+                )
 
     def to_dict(self) -> dict:
         values = asdict(self) | {"confidence_weights": list(self.confidence_weights)}
@@ -247,8 +265,15 @@ class QualityThresholds:
     @classmethod
     def from_dict(cls, values: dict) -> QualityThresholds:
         """From `to_dict` (or an older file without detectors: they stay None, the thresholds apply)."""
-        names = {"untranslated_coverage", "ungrounded_peak", "expected_length_ratio", "confidence_weights",
-                 "untranslated", "ungrounded", "chosen_on"}
+        names = {
+            "untranslated_coverage",
+            "ungrounded_peak",
+            "expected_length_ratio",
+            "confidence_weights",
+            "untranslated",
+            "ungrounded",
+            "chosen_on",
+        }
         kept = {k: v for k, v in values.items() if k in names}
         if "confidence_weights" in kept:
             kept["confidence_weights"] = tuple(float(w) for w in kept["confidence_weights"])
@@ -287,36 +312,51 @@ def length_misfit(source_words: Sequence[str], target_words: Sequence[str], expe
     return -abs(math.log((target + 1) / (source + 1) / expected_ratio))
 
 
-def confidence_features(mean_log_prob: float, coverage: np.ndarray, source_words: Sequence[str],
-                        target_words: Sequence[str], expected_ratio: float) -> np.ndarray:
+def confidence_features(
+    mean_log_prob: float,
+    coverage: np.ndarray,
+    source_words: Sequence[str],
+    target_words: Sequence[str],
+    expected_ratio: float,
+) -> np.ndarray:
     """(4,) [1, mean log-prob per token, sentence coverage, length misfit]: the confidence inputs."""
-    return np.array([1.0, mean_log_prob, sentence_coverage(coverage, source_words),
-                     length_misfit(source_words, target_words, expected_ratio)])
+    return np.array(
+        [
+            1.0,
+            mean_log_prob,
+            sentence_coverage(coverage, source_words),
+            length_misfit(source_words, target_words, expected_ratio),
+        ]
+    )
 
 
 @dataclass
 class SentenceQuality:
     """The quality block of one translation (API, batch records, explorer)."""
 
-    source_coverage: list[float]          # per source word
-    untranslated: list[int]               # indices of source words flagged untranslated
-    target_peak: list[float]              # per target word
-    target_entropy: list[float]           # per target word, 0..1
-    ungrounded: list[int]                 # indices of target words flagged ungrounded
-    coverage: float                       # sentence coverage, 0..1
-    length_ratio: float                   # target words / source words (punctuation not counted)
-    mean_log_prob: float | None           # per target token, EOS included; None when not known
-    confidence: float | None              # 0..1, about the sentence chrF / 100; None without log-prob
-    target_surprise: list[float] | None = None   # per target word, -log p (mean over pieces); None when not known
+    source_coverage: list[float]  # per source word
+    untranslated: list[int]  # indices of source words flagged untranslated
+    target_peak: list[float]  # per target word
+    target_entropy: list[float]  # per target word, 0..1
+    ungrounded: list[int]  # indices of target words flagged ungrounded
+    coverage: float  # sentence coverage, 0..1
+    length_ratio: float  # target words / source words (punctuation not counted)
+    mean_log_prob: float | None  # per target token, EOS included; None when not known
+    confidence: float | None  # 0..1, about the sentence chrF / 100; None without log-prob
+    target_surprise: list[float] | None = None  # per target word, -log p (mean over pieces); None when not known
 
     def to_dict(self, decimals: int = 4) -> dict:
         rounded = lambda values: [round(float(v), decimals) for v in values]  # noqa: E731
         maybe = lambda value: None if value is None else round(float(value), decimals)  # noqa: E731
         return {
-            "source_coverage": rounded(self.source_coverage), "untranslated": list(self.untranslated),
-            "target_peak": rounded(self.target_peak), "target_entropy": rounded(self.target_entropy),
-            "ungrounded": list(self.ungrounded), "coverage": round(self.coverage, decimals),
-            "length_ratio": round(self.length_ratio, decimals), "mean_log_prob": maybe(self.mean_log_prob),
+            "source_coverage": rounded(self.source_coverage),
+            "untranslated": list(self.untranslated),
+            "target_peak": rounded(self.target_peak),
+            "target_entropy": rounded(self.target_entropy),
+            "ungrounded": list(self.ungrounded),
+            "coverage": round(self.coverage, decimals),
+            "length_ratio": round(self.length_ratio, decimals),
+            "mean_log_prob": maybe(self.mean_log_prob),
             "confidence": maybe(self.confidence),
             "target_surprise": None if self.target_surprise is None else rounded(self.target_surprise),
         }
@@ -360,9 +400,12 @@ def flag_high(scores: np.ndarray, words: Sequence[str], threshold: float) -> lis
     return [i for i, (v, w) in enumerate(zip(scores, words)) if v > threshold and not is_punctuation(w)]
 
 
-def assess_alignment(alignments: Alignments, mean_log_prob: float | None,
-                     thresholds: QualityThresholds = QualityThresholds(), evidence: Evidence | None = None
-                     ) -> SentenceQuality:
+def assess_alignment(
+    alignments: Alignments,
+    mean_log_prob: float | None,
+    thresholds: QualityThresholds = QualityThresholds(),
+    evidence: Evidence | None = None,
+) -> SentenceQuality:
     """The quality block of one translation from its maps (`Alignments`, read with the options
     a caller asked for) and, when known, the model's `Evidence` behind them: what the
     translator and forced alignment fill in the same pass as the map.
@@ -376,9 +419,14 @@ def assess_alignment(alignments: Alignments, mean_log_prob: float | None,
     return assess(word.matrix, source_words, target_words, mean_log_prob, thresholds, features)
 
 
-def assess(matrix: np.ndarray, source_words: Sequence[str], target_words: Sequence[str],
-           mean_log_prob: float | None = None, thresholds: QualityThresholds = QualityThresholds(),
-           features: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None) -> SentenceQuality:
+def assess(
+    matrix: np.ndarray,
+    source_words: Sequence[str],
+    target_words: Sequence[str],
+    mean_log_prob: float | None = None,
+    thresholds: QualityThresholds = QualityThresholds(),
+    features: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None,
+) -> SentenceQuality:
     """Every signal of one translation from its (T, S) word alignment map.
 
     source_words (S,) and target_words (T,) are the words labelling the columns and rows;
@@ -389,23 +437,27 @@ def assess(matrix: np.ndarray, source_words: Sequence[str], target_words: Sequen
     """
     matrix = np.asarray(matrix, dtype=np.float64)
     if matrix.shape != (len(target_words), len(source_words)):
-        raise ValueError(f"map of shape {matrix.shape} for {len(target_words)} target and "
-                         f"{len(source_words)} source words")
+        raise ValueError(
+            f"map of shape {matrix.shape} for {len(target_words)} target and {len(source_words)} source words"
+        )
     coverage, peak = source_coverage(matrix), target_peak(matrix)
     confidence = None
     if mean_log_prob is not None:
-        inputs = confidence_features(mean_log_prob, coverage, source_words, target_words,
-                                     thresholds.expected_length_ratio)
+        inputs = confidence_features(
+            mean_log_prob, coverage, source_words, target_words, thresholds.expected_length_ratio
+        )
         confidence = float(np.clip(inputs @ np.array(thresholds.confidence_weights), 0.0, 1.0))
     source_features, target_features = features if features is not None else (None, None)
     if source_features is not None and thresholds.untranslated is not None:
-        untranslated = flag_high(thresholds.untranslated.logits(source_features), source_words,
-                                 thresholds.untranslated.threshold)
+        untranslated = flag_high(
+            thresholds.untranslated.logits(source_features), source_words, thresholds.untranslated.threshold
+        )
     else:
         untranslated = flag_low(coverage, source_words, thresholds.untranslated_coverage)
     if target_features is not None and thresholds.ungrounded is not None:
-        ungrounded = flag_high(thresholds.ungrounded.logits(target_features), target_words,
-                               thresholds.ungrounded.threshold)
+        ungrounded = flag_high(
+            thresholds.ungrounded.logits(target_features), target_words, thresholds.ungrounded.threshold
+        )
     else:
         ungrounded = flag_low(peak, target_words, thresholds.ungrounded_peak)
     source = sum(not is_punctuation(w) for w in source_words)

@@ -41,24 +41,33 @@ class Quality(BaseModel):
     quality.json). Word indices refer to `alignment.source_tokens` / `target_tokens` at word
     level (`source_words` / `target_words` of /v1/translate)."""
 
-    source_coverage: list[float] = Field(description="per source word: attention mass it received "
-                                                     "(0 = no target word drew on it, ~1 = one word's worth)")
-    untranslated: list[int] = Field(description="source words probably left out of the translation (the model's "
-                                                "detector over coverage and decoder surprise, or its coverage "
-                                                "threshold)")
+    source_coverage: list[float] = Field(
+        description="per source word: attention mass it received (0 = no target word drew on it, ~1 = one word's worth)"
+    )
+    untranslated: list[int] = Field(
+        description="source words probably left out of the translation (the model's "
+        "detector over coverage and decoder surprise, or its coverage "
+        "threshold)"
+    )
     target_peak: list[float] = Field(description="per target word: its largest weight on one source word")
-    target_entropy: list[float] = Field(description="per target word: entropy of its row / log(source words), "
-                                                    "0 = one source word, 1 = spread evenly")
-    ungrounded: list[int] = Field(description="target words probably not drawn from the source (the model's "
-                                              "detector over decoder surprise and attention, or its peak "
-                                              "threshold)")
+    target_entropy: list[float] = Field(
+        description="per target word: entropy of its row / log(source words), 0 = one source word, 1 = spread evenly"
+    )
+    ungrounded: list[int] = Field(
+        description="target words probably not drawn from the source (the model's "
+        "detector over decoder surprise and attention, or its peak "
+        "threshold)"
+    )
     coverage: float = Field(description="mean over source words (punctuation excepted) of min(coverage, 1), 0..1")
     length_ratio: float = Field(description="target words / source words, punctuation not counted")
     mean_log_prob: float | None = Field(description="log-probability per target token, EOS included, <= 0")
-    confidence: float | None = Field(description="0..1, an estimate of the sentence chrF / 100 from log-prob, "
-                                                 "coverage and length (fitted on the model's valid split)")
-    target_surprise: list[float] | None = Field(None, description="per target word: -log p under the decoder "
-                                                                  "(mean over its pieces); null when not known")
+    confidence: float | None = Field(
+        description="0..1, an estimate of the sentence chrF / 100 from log-prob, "
+        "coverage and length (fitted on the model's valid split)"
+    )
+    target_surprise: list[float] | None = Field(
+        None, description="per target word: -log p under the decoder (mean over its pieces); null when not known"
+    )
 
     @classmethod
     def from_quality(cls, quality: SentenceQuality, decimals: int = 4) -> Quality:
@@ -74,13 +83,18 @@ class AlignedTranslation(BaseModel):
     source_tokens: list[TokenSpan] | None = Field(None, description="SentencePiece pieces of the source")
     target_tokens: list[TokenSpan] | None = Field(None, description="SentencePiece pieces of the translation")
     source_words: list[TokenSpan] | None = Field(
-        None, description="source words: whitespace tokens with punctuation split off")
+        None, description="source words: whitespace tokens with punctuation split off"
+    )
     target_words: list[TokenSpan] | None = Field(None, description="translation words")
-    word_links: str | None = Field(None, description="hard word links, Pharaoh 'i-j' (i = source word, "
-                                                     "j = target word), whatever the alignment's level")
+    word_links: str | None = Field(
+        None,
+        description="hard word links, Pharaoh 'i-j' (i = source word, j = target word), whatever the alignment's level",
+    )
     alternatives: list[AlignedTranslation] = Field(
-        default_factory=list, description="n-best alternatives after the best, each with its own alignment; "
-                                          "their target offsets refer to their own text")
+        default_factory=list,
+        description="n-best alternatives after the best, each with its own alignment; "
+        "their target offsets refer to their own text",
+    )
 
 
 class AlignedSentence(AlignedTranslation):
@@ -106,13 +120,17 @@ class TextTranslation(BaseModel):
     target: str
     sentences: list[AlignedSentence]
     alternatives: list[Hypothesis] = Field(
-        default_factory=list, description="n-best alternatives of the whole text (k-th of every sentence)")
+        default_factory=list, description="n-best alternatives of the whole text (k-th of every sentence)"
+    )
 
 
 def aligned_translation(result: TranslationResult, alignment: Alignment | None) -> AlignedTranslation:
-    return AlignedTranslation(text=result.text, score=round(result.score, 4),
-                              alignment=None if alignment is None else AlignmentMap.from_alignment(alignment),
-                              quality=None if result.quality is None else Quality.from_quality(result.quality))
+    return AlignedTranslation(
+        text=result.text,
+        score=round(result.score, 4),
+        alignment=None if alignment is None else AlignmentMap.from_alignment(alignment),
+        quality=None if result.quality is None else Quality.from_quality(result.quality),
+    )
 
 
 class TranslationRecord(AlignedTranslation):
@@ -127,6 +145,8 @@ class TranslationRecord(AlignedTranslation):
     source: str = Field(description="the input text (undecodable bytes shown as U+FFFD)")
     score: float | None = Field(None, description="length-normalised log-probability; absent when `error` is set")
     sentences: list[TokenSpan] | None = Field(
-        None, description="the sentences a long line was split into and translated one by one; "
-                          "alignment offsets still refer to the whole line and the joined translation")
+        None,
+        description="the sentences a long line was split into and translated one by one; "
+        "alignment offsets still refer to the whole line and the joined translation",
+    )
     error: str | None = Field(None, description="why the line was not translated")

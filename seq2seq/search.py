@@ -32,10 +32,10 @@ class DecoderCache:
     Shapes: L decoder layers, N rows, H heads, S source length, P cached target positions.
     """
 
-    cross_k: np.ndarray                # (L, N, H, S, Dh) cross-attention keys, projected once per source
-    cross_v: np.ndarray                # (L, N, H, S, Dh)
-    self_k: np.ndarray                 # (L, N, H, P, Dh) self-attention keys of the P positions so far
-    self_v: np.ndarray                 # (L, N, H, P, Dh)
+    cross_k: np.ndarray  # (L, N, H, S, Dh) cross-attention keys, projected once per source
+    cross_v: np.ndarray  # (L, N, H, S, Dh)
+    self_k: np.ndarray  # (L, N, H, P, Dh) self-attention keys of the P positions so far
+    self_v: np.ndarray  # (L, N, H, P, Dh)
 
     @classmethod
     def start(cls, cross_k: np.ndarray, cross_v: np.ndarray) -> DecoderCache:
@@ -66,9 +66,9 @@ class DecoderCache:
 
 @dataclass
 class StepOutput:
-    log_probs: np.ndarray              # (N, V) float32, log-softmax of the new position (the search edits it)
-    cache: DecoderCache                # the cache after this step: self K/V (L, N, H, P+1, Dh)
-    cross_weights: np.ndarray | None   # (L, N, H, S) cross-attention of the new position
+    log_probs: np.ndarray  # (N, V) float32, log-softmax of the new position (the search edits it)
+    cache: DecoderCache  # the cache after this step: self K/V (L, N, H, P+1, Dh)
+    cross_weights: np.ndarray | None  # (L, N, H, S) cross-attention of the new position
 
 
 @dataclass
@@ -79,11 +79,11 @@ class TeacherForced:
     produced target piece t (the last row produced EOS), as in `TranslationResult.attention`.
     """
 
-    log_probs: np.ndarray                # (B, T+1, V)
-    cross: np.ndarray                    # (L, B, H, T+1, S)
+    log_probs: np.ndarray  # (B, T+1, V)
+    cross: np.ndarray  # (L, B, H, T+1, S)
     # Self-attention, None from a backend that can only step (the scripted test backends).
-    encoder_self: np.ndarray | None      # (E, B, H, S, S)
-    decoder_self: np.ndarray | None      # (L, B, H, T+1, T+1), causal: zero above the diagonal
+    encoder_self: np.ndarray | None  # (E, B, H, S, S)
+    decoder_self: np.ndarray | None  # (L, B, H, T+1, T+1), causal: zero above the diagonal
 
 
 class SearchBackend(Protocol):
@@ -113,9 +113,9 @@ class SearchBackend(Protocol):
 
 @dataclass
 class Hypothesis:
-    tokens: list[int]                  # generated ids, without BOS and EOS
-    score: float                       # length-normalised log-probability (ranks the n-best)
-    log_prob: float                    # raw sum of token log-probs, EOS included
+    tokens: list[int]  # generated ids, without BOS and EOS
+    score: float  # length-normalised log-probability (ranks the n-best)
+    log_prob: float  # raw sum of token log-probs, EOS included
     # (L, H, len(tokens) + 1, S): row i is the decoder step that produced token i; the last
     # row is the step that produced EOS. Columns are source positions, source EOS included.
     attention: np.ndarray | None = None
@@ -173,15 +173,16 @@ def top_candidates(candidates: np.ndarray, count: int) -> np.ndarray:
     rows, width = candidates.shape
     if count >= width:
         return np.argsort(-candidates, axis=1, kind="stable")
-    best = np.argpartition(candidates, width - count, axis=1)[:, width - count:]
+    best = np.argpartition(candidates, width - count, axis=1)[:, width - count :]
     values = np.take_along_axis(candidates, best, axis=1)
     # argpartition picks arbitrarily among entries equal to the cut-off value; the stable
     # sort takes the lowest indices. Rows where some equal entry was left out (rare: real
     # log-probs rarely tie) are redone with the full sort. At -inf nothing is ever used.
     cutoff = values.min(axis=1, keepdims=True)
-    tied = (np.count_nonzero(candidates == cutoff, axis=1) > np.count_nonzero(values == cutoff, axis=1)) \
-        & np.isfinite(cutoff[:, 0])
-    order = np.lexsort((best, -values), axis=1)            # by value descending, then by index
+    tied = (np.count_nonzero(candidates == cutoff, axis=1) > np.count_nonzero(values == cutoff, axis=1)) & np.isfinite(
+        cutoff[:, 0]
+    )
+    order = np.lexsort((best, -values), axis=1)  # by value descending, then by index
     best = np.take_along_axis(best, order, axis=1)
     for row in np.flatnonzero(tied):
         best[row] = np.argsort(-candidates[row], kind="stable")[:count]
@@ -200,8 +201,13 @@ def select_rows(states: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return np.take(states, rows, axis=1)
 
 
-def beam_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarray,
-                config: DecodeConfig = DecodeConfig(), max_positions: int | None = None) -> list[list[Hypothesis]]:
+def beam_search(
+    backend: SearchBackend,
+    src_ids: np.ndarray,
+    src_mask: np.ndarray,
+    config: DecodeConfig = DecodeConfig(),
+    max_positions: int | None = None,
+) -> list[list[Hypothesis]]:
     """Translate a padded batch; returns `config.n_best` hypotheses per sentence, best first.
 
     src_ids (B, S) int64 with EOS at the end of each sentence, src_mask (B, S) bool.
@@ -230,11 +236,11 @@ def beam_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarra
         top = _Candidates.rank(beams.scores, log_probs, k, backend.eos_id)
         _finish(top, log_probs, beams, trace, step, config, backend.eos_id, finished)
         going_on = top.possible & ~top.is_eos
-        going_on &= np.cumsum(going_on, axis=1) <= k                          # the K best that go on
+        going_on &= np.cumsum(going_on, axis=1) <= k  # the K best that go on
         keep = (going_on.sum(axis=1) == k) & np.array([len(finished[s]) < k for s in beams.active])
         if not keep.any():
             break
-        chosen = going_on & keep[:, None]                                     # row-major: by sentence, then rank
+        chosen = going_on & keep[:, None]  # row-major: by sentence, then rank
         rows, next_tokens = top.rows[chosen], top.tokens[chosen]
         trace.select(rows, next_tokens, log_probs[rows, next_tokens])
         beams.advance(rows, next_tokens, top.scores[chosen], out)
@@ -276,16 +282,15 @@ class _Beams:
     N = B'·K), and everything reordered with them."""
 
     k: int
-    active: np.ndarray                # (B',) original index of each sentence in the batch
-    tokens: np.ndarray                # (N, 1) int64, the input of the next step
-    scores: np.ndarray                # (N,) float64 summed log-prob of each row
-    cache: DecoderCache               # cross K/V (L, N, H, S, Dh), self K/V (L, N, H, P, Dh)
-    mask: np.ndarray                  # (N, S) bool
+    active: np.ndarray  # (B',) original index of each sentence in the batch
+    tokens: np.ndarray  # (N, 1) int64, the input of the next step
+    scores: np.ndarray  # (N,) float64 summed log-prob of each row
+    cache: DecoderCache  # cross K/V (L, N, H, S, Dh), self K/V (L, N, H, P, Dh)
+    mask: np.ndarray  # (N, S) bool
     coverage: _Coverage | None
 
     @classmethod
-    def start(cls, backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarray,
-              config: DecodeConfig) -> _Beams:
+    def start(cls, backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarray, config: DecodeConfig) -> _Beams:
         """Encode the batch and open K beams per sentence, each at BOS."""
         batch, k = src_ids.shape[0], config.beam_size
         cross_k, cross_v = backend.encode(src_ids, src_mask)
@@ -294,18 +299,21 @@ class _Beams:
         expand = np.repeat(np.arange(batch), k)
         mask = src_mask[expand]
         return cls(
-            k=k, active=np.arange(batch),
+            k=k,
+            active=np.arange(batch),
             tokens=np.full((batch * k, 1), backend.bos_id, dtype=np.int64),
             # Only beam 0 is alive at the start, so the first step does not pick K copies of one token.
             scores=np.tile(np.array([0.0] + [-np.inf] * (k - 1)), batch),
-            cache=DecoderCache.start(cross_k, cross_v).reorder(expand), mask=mask,
-            coverage=_Coverage(backend.config, mask) if config.coverage_penalty else None)
+            cache=DecoderCache.start(cross_k, cross_v).reorder(expand),
+            mask=mask,
+            coverage=_Coverage(backend.config, mask) if config.coverage_penalty else None,
+        )
 
     def advance(self, rows: np.ndarray, tokens: np.ndarray, scores: np.ndarray, out: StepOutput) -> None:
         """Next row i extends row `rows[i]` with `tokens[i]`, its summed log-prob now `scores[i]`."""
         self.tokens = tokens[:, None].astype(np.int64)
         self.scores = scores
-        self.cache = out.cache.reorder(rows)      # drops the rows of sentences that finish
+        self.cache = out.cache.reorder(rows)  # drops the rows of sentences that finish
         if self.coverage is not None:
             self.coverage.select(rows)
 
@@ -323,11 +331,11 @@ class _Beams:
 class _Candidates:
     """The 2K best continuations of each sentence still decoding, best first: each (B', 2K)."""
 
-    scores: np.ndarray     # float64 summed log-prob
-    rows: np.ndarray       # the beam row each extends
-    tokens: np.ndarray     # the token it appends
-    possible: np.ndarray   # bool: its score is finite
-    is_eos: np.ndarray     # bool: it appends EOS
+    scores: np.ndarray  # float64 summed log-prob
+    rows: np.ndarray  # the beam row each extends
+    tokens: np.ndarray  # the token it appends
+    possible: np.ndarray  # bool: its score is finite
+    is_eos: np.ndarray  # bool: it appends EOS
 
     @classmethod
     def rank(cls, scores: np.ndarray, log_probs: np.ndarray, k: int, eos_id: int) -> _Candidates:
@@ -347,12 +355,12 @@ class _Candidates:
         part = np.argpartition(log_probs, vocab - width - 1, axis=1)
         # Each row's 2K best tokens, in token order (so ties keep the full ranking's order),
         # and the best log-prob it leaves out.
-        kept = np.sort(part[:, vocab - width:], axis=1)                                    # (N, 2K)
-        left_out = np.take_along_axis(log_probs, part[:, vocab - width - 1:vocab - width], axis=1)[:, 0]
+        kept = np.sort(part[:, vocab - width :], axis=1)  # (N, 2K)
+        left_out = np.take_along_axis(log_probs, part[:, vocab - width - 1 : vocab - width], axis=1)[:, 0]
         sums = (scores[:, None] + np.take_along_axis(log_probs, kept, axis=1)).reshape(sentences, k * width)
-        order = top_candidates(sums, width)                                                # (B', 2K)
+        order = top_candidates(sums, width)  # (B', 2K)
         top_scores = np.take_along_axis(sums, order, axis=1)
-        beam = order // width                                                              # within the sentence
+        beam = order // width  # within the sentence
         tokens = kept[beam + (np.arange(sentences) * k)[:, None], order % width]
         redo = np.flatnonzero(~((scores + left_out).reshape(sentences, k).max(axis=1) < top_scores[:, -1]))
         if len(redo):
@@ -362,24 +370,39 @@ class _Candidates:
     @classmethod
     def _of(cls, top_scores: np.ndarray, beam: np.ndarray, tokens: np.ndarray, eos_id: int, k: int) -> _Candidates:
         """From (B', 2K) sums, beams within their sentence (0..K-1) and tokens."""
-        return cls(scores=top_scores, rows=beam + (np.arange(len(beam)) * k)[:, None],   # row of the beam extended
-                   tokens=tokens, possible=top_scores > -np.inf, is_eos=tokens == eos_id)
+        return cls(
+            scores=top_scores,
+            rows=beam + (np.arange(len(beam)) * k)[:, None],  # row of the beam extended
+            tokens=tokens,
+            possible=top_scores > -np.inf,
+            is_eos=tokens == eos_id,
+        )
 
 
-def _rank_all(scores: np.ndarray, log_probs: np.ndarray, k: int,
-              sentences: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _rank_all(
+    scores: np.ndarray, log_probs: np.ndarray, k: int, sentences: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The 2K best of all K·V candidates of `sentences` (indices): sums, beams, tokens, each
     (len(sentences), 2K)."""
     vocab = log_probs.shape[1]
     # float64 running scores: the float32 log-probs are promoted exactly.
-    candidates = (scores.reshape(-1, k)[sentences][:, :, None]
-                  + log_probs.reshape(-1, k, vocab)[sentences]).reshape(len(sentences), k * vocab)
+    candidates = (scores.reshape(-1, k)[sentences][:, :, None] + log_probs.reshape(-1, k, vocab)[sentences]).reshape(
+        len(sentences), k * vocab
+    )
     top = top_candidates(candidates, 2 * k)
     return np.take_along_axis(candidates, top, axis=1), top // vocab, top % vocab
 
 
-def _finish(top: _Candidates, log_probs: np.ndarray, beams: _Beams, trace: _Trace, step: int,
-            config: DecodeConfig, eos_id: int, finished: list[list[Hypothesis]]) -> None:
+def _finish(
+    top: _Candidates,
+    log_probs: np.ndarray,
+    beams: _Beams,
+    trace: _Trace,
+    step: int,
+    config: DecodeConfig,
+    eos_id: int,
+    finished: list[list[Hypothesis]],
+) -> None:
     """Add to `finished` the hypotheses that end with EOS at `step`, up to K per sentence."""
     k = beams.k
     # An EOS ranked K or lower was beaten by K continuations that are still open, any of
@@ -391,9 +414,17 @@ def _finish(top: _Candidates, log_probs: np.ndarray, beams: _Beams, trace: _Trac
         sentence = beams.active[i]
         if len(finished[sentence]) < k:
             row = int(top.rows[i, rank])
-            finished[sentence].append(_hypothesis(
-                trace, step, row, float(top.scores[i, rank]), float(log_probs[row, eos_id]), config,
-                None if beams.coverage is None else beams.coverage.finished(row)))
+            finished[sentence].append(
+                _hypothesis(
+                    trace,
+                    step,
+                    row,
+                    float(top.scores[i, rank]),
+                    float(log_probs[row, eos_id]),
+                    config,
+                    None if beams.coverage is None else beams.coverage.finished(row),
+                )
+            )
 
 
 class _Trace:
@@ -402,10 +433,10 @@ class _Trace:
     growing per-hypothesis history is copied when the beams reorder (that is O(T²))."""
 
     def __init__(self) -> None:
-        self.attention: list[np.ndarray | None] = []   # step t: (L, N_t, H, S) cross weights of its rows
-        self.parents: list[np.ndarray] = []            # step t: (N_t+1,) the row each next row extends
-        self.tokens: list[np.ndarray] = []             # step t: (N_t+1,) the token it appended
-        self.log_probs: list[np.ndarray] = []          # step t: (N_t+1,) that token's log-prob
+        self.attention: list[np.ndarray | None] = []  # step t: (L, N_t, H, S) cross weights of its rows
+        self.parents: list[np.ndarray] = []  # step t: (N_t+1,) the row each next row extends
+        self.tokens: list[np.ndarray] = []  # step t: (N_t+1,) the token it appended
+        self.log_probs: list[np.ndarray] = []  # step t: (N_t+1,) that token's log-prob
 
     def select(self, parents: np.ndarray, tokens: np.ndarray, log_probs: np.ndarray) -> None:
         self.parents.append(parents)
@@ -440,12 +471,12 @@ class _Coverage:
         # Real source pieces without the EOS (the last real one): (N, S) bool.
         self.counted = mask.copy()
         self.counted[np.arange(len(mask)), mask.sum(axis=1) - 1] = False
-        self.received = np.zeros(mask.shape)                  # (N, S) before the current step
-        self.after = self.received                            # (N, S) with it, where it counts
+        self.received = np.zeros(mask.shape)  # (N, S) before the current step
+        self.after = self.received  # (N, S) with it, where it counts
 
     def read(self, step: int, cross_weights: np.ndarray) -> None:
         """cross_weights (L, N, H, S) of this step."""
-        current = cross_weights[self.layer][:, self.heads].mean(axis=1, dtype=np.float64)   # (N, S)
+        current = cross_weights[self.layer][:, self.heads].mean(axis=1, dtype=np.float64)  # (N, S)
         # A shifted map has no row for the BOS step; an unshifted one none for the EOS step.
         self.after = self.received + current if step > 0 or not self.shift else self.received
 
@@ -458,18 +489,31 @@ class _Coverage:
         self.received = self.after[rows]
 
 
-def _hypothesis(trace: _Trace, step: int, row: int, total: float, eos_log_prob: float,
-                config: DecodeConfig, coverage: np.ndarray | None) -> Hypothesis:
+def _hypothesis(
+    trace: _Trace,
+    step: int,
+    row: int,
+    total: float,
+    eos_log_prob: float,
+    config: DecodeConfig,
+    coverage: np.ndarray | None,
+) -> Hypothesis:
     """The hypothesis that `row` ends with EOS at `step`, with summed log-prob `total` and,
     when the score needs it, `coverage` (S',)."""
     generated, token_log_probs, attention = trace.backtrack(step, row)
-    length = len(generated) + 1                       # EOS counts as a produced token
-    return Hypothesis(tokens=generated, score=hypothesis_score(total, length, config, coverage), log_prob=total,
-                      attention=attention, token_log_probs=token_log_probs + [eos_log_prob])
+    length = len(generated) + 1  # EOS counts as a produced token
+    return Hypothesis(
+        tokens=generated,
+        score=hypothesis_score(total, length, config, coverage),
+        log_prob=total,
+        attention=attention,
+        token_log_probs=token_log_probs + [eos_log_prob],
+    )
 
 
-def greedy_search(backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarray,
-                  config: DecodeConfig = DecodeConfig()) -> list[Hypothesis]:
+def greedy_search(
+    backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarray, config: DecodeConfig = DecodeConfig()
+) -> list[Hypothesis]:
     """Greedy decoding: beam search with one beam, one hypothesis per sentence."""
     greedy = dataclasses.replace(config, beam_size=1, n_best=1)
     return [hyps[0] for hyps in beam_search(backend, src_ids, src_mask, greedy)]

@@ -24,14 +24,90 @@ import re
 
 # Lower-cased, without the final period. German first, then the English ones that a German
 # text quotes often. A missed abbreviation only costs one needless split.
-ABBREVIATIONS = frozenset([
-    "abb", "abs", "abt", "adr", "allg", "anm", "apr", "art", "aug", "bd", "bzw", "bsp", "ca", "chr", "dez",
-    "di", "dipl", "do", "dr", "evtl", "etc", "fa", "feb", "fr", "frl", "ggf", "hr", "hrsg", "inkl", "jan", "jh",
-    "jr", "jul", "jun", "kap", "kl", "max", "mi", "min", "mio", "mo", "mrd", "mr", "mrs", "ms", "nov", "nr",
-    "okt", "prof", "s", "sa", "so", "sep", "sept", "st", "str", "tel", "usw", "u.a", "u.ä", "vgl", "vs", "z.b",
-    "z.t", "d.h", "o.ä", "u.u", "i.d.r", "e.v", "bzw", "evtl", "e.g", "i.e", "ca", "co", "corp", "inc", "ltd",
-    "no", "vol",
-])
+ABBREVIATIONS = frozenset(
+    [
+        "abb",
+        "abs",
+        "abt",
+        "adr",
+        "allg",
+        "anm",
+        "apr",
+        "art",
+        "aug",
+        "bd",
+        "bzw",
+        "bsp",
+        "ca",
+        "chr",
+        "dez",
+        "di",
+        "dipl",
+        "do",
+        "dr",
+        "evtl",
+        "etc",
+        "fa",
+        "feb",
+        "fr",
+        "frl",
+        "ggf",
+        "hr",
+        "hrsg",
+        "inkl",
+        "jan",
+        "jh",
+        "jr",
+        "jul",
+        "jun",
+        "kap",
+        "kl",
+        "max",
+        "mi",
+        "min",
+        "mio",
+        "mo",
+        "mrd",
+        "mr",
+        "mrs",
+        "ms",
+        "nov",
+        "nr",
+        "okt",
+        "prof",
+        "s",
+        "sa",
+        "so",
+        "sep",
+        "sept",
+        "st",
+        "str",
+        "tel",
+        "usw",
+        "u.a",
+        "u.ä",
+        "vgl",
+        "vs",
+        "z.b",
+        "z.t",
+        "d.h",
+        "o.ä",
+        "u.u",
+        "i.d.r",
+        "e.v",
+        "bzw",
+        "evtl",
+        "e.g",
+        "i.e",
+        "ca",
+        "co",
+        "corp",
+        "inc",
+        "ltd",
+        "no",
+        "vol",
+    ]
+)
 
 # End punctuation, then closing quotes/brackets, then the whitespace that separates.
 _BOUNDARY = re.compile(r"[.!?…]+[\"'”’»«)\]]*(?=\s)")
@@ -52,15 +128,15 @@ def _ends_sentence(text: str, match: re.Match[str]) -> bool:
     if after is None:
         return False
     first = text[after.end() - 1]
-    if not (first.isupper() or first.isdigit() or after.group().strip()[:1] in "\"'„“‚‘»«([" ):
+    if not (first.isupper() or first.isdigit() or after.group().strip()[:1] in "\"'„“‚‘»«(["):
         return False
     if match.group()[0] != ".":
-        return True                                 # ! ? … always end a sentence
+        return True  # ! ? … always end a sentence
     word = _previous_word(text, match.start())
     if not word:
         return True
     if word.isdigit() or (len(word) == 1 and word.isalpha()):
-        return False                                # "am 3. Mai", "A. Merkel"
+        return False  # "am 3. Mai", "A. Merkel"
     return word.lower().rstrip(".") not in ABBREVIATIONS
 
 
@@ -75,7 +151,7 @@ def _trimmed(text: str, start: int, end: int) -> tuple[int, int] | None:
 def _cut_long(text: str, start: int, end: int, max_chars: int) -> list[tuple[int, int]]:
     spans = []
     while end - start > max_chars:
-        window = text[start:start + max_chars]
+        window = text[start : start + max_chars]
         cut = max(window.rfind(mark) for mark in ";:,")
         if cut <= 0:
             cut = window.rfind(" ")

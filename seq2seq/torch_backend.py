@@ -32,16 +32,21 @@ class TorchBackend:
     @torch.inference_mode()
     def step(self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, need_attention: bool) -> StepOutput:
         """tokens (N, 1) at position P = cache.past_length (see `SearchBackend.step`)."""
-        first = cache.past_length == 0             # decode's P = 0 is no past at all
+        first = cache.past_length == 0  # decode's P = 0 is no past at all
         out = self.model.decode(
-            torch.from_numpy(np.ascontiguousarray(tokens)), torch.from_numpy(cache.cross_k),
-            torch.from_numpy(cache.cross_v), torch.from_numpy(src_mask),
+            torch.from_numpy(np.ascontiguousarray(tokens)),
+            torch.from_numpy(cache.cross_k),
+            torch.from_numpy(cache.cross_v),
+            torch.from_numpy(src_mask),
             None if first else torch.from_numpy(np.ascontiguousarray(cache.self_k)),
             None if first else torch.from_numpy(np.ascontiguousarray(cache.self_v)),
-            need_cross_weights=need_attention)
-        return StepOutput(out.log_probs[:, -1].numpy(),
-                          DecoderCache(cache.cross_k, cache.cross_v, out.self_k.numpy(), out.self_v.numpy()),
-                          None if out.cross_weights is None else out.cross_weights[:, :, :, -1].numpy())
+            need_cross_weights=need_attention,
+        )
+        return StepOutput(
+            out.log_probs[:, -1].numpy(),
+            DecoderCache(cache.cross_k, cache.cross_v, out.self_k.numpy(), out.self_v.numpy()),
+            None if out.cross_weights is None else out.cross_weights[:, :, :, -1].numpy(),
+        )
 
     @torch.inference_mode()
     def teacher_force(self, src_ids: np.ndarray, src_mask: np.ndarray, tgt_ids: np.ndarray) -> TeacherForced:
@@ -50,10 +55,20 @@ class TorchBackend:
         mask = torch.from_numpy(src_mask)
         encoded = self.model.encode(torch.from_numpy(src_ids), mask, need_weights=True)
         bos = np.full((tgt_ids.shape[0], 1), self.bos_id, dtype=np.int64)
-        tokens = torch.from_numpy(np.concatenate([bos, tgt_ids.astype(np.int64)], axis=1))     # (B, T+1)
-        out = self.model.decode(tokens, encoded.cross_k, encoded.cross_v, mask, tgt_key_mask=tokens != self.pad_id,
-                                need_cross_weights=True, need_self_weights=True)
+        tokens = torch.from_numpy(np.concatenate([bos, tgt_ids.astype(np.int64)], axis=1))  # (B, T+1)
+        out = self.model.decode(
+            tokens,
+            encoded.cross_k,
+            encoded.cross_v,
+            mask,
+            tgt_key_mask=tokens != self.pad_id,
+            need_cross_weights=True,
+            need_self_weights=True,
+        )
         assert encoded.self_weights is not None and out.cross_weights is not None and out.self_weights is not None
-        return TeacherForced(log_probs=out.log_probs.float().numpy(), cross=out.cross_weights.float().numpy(),
-                             encoder_self=torch.stack(encoded.self_weights).float().numpy(),
-                             decoder_self=out.self_weights.float().numpy())
+        return TeacherForced(
+            log_probs=out.log_probs.float().numpy(),
+            cross=out.cross_weights.float().numpy(),
+            encoder_self=torch.stack(encoded.self_weights).float().numpy(),
+            decoder_self=out.self_weights.float().numpy(),
+        )

@@ -56,8 +56,9 @@ def learning_rate(step: int, config: TrainConfig) -> float:
     return config.lr * min(step / config.warmup_steps, math.sqrt(config.warmup_steps / step))
 
 
-def smoothed_loss(log_probs: torch.Tensor, target: torch.Tensor, smoothing: float,
-                  pad_id: int) -> tuple[torch.Tensor, int]:
+def smoothed_loss(
+    log_probs: torch.Tensor, target: torch.Tensor, smoothing: float, pad_id: int
+) -> tuple[torch.Tensor, int]:
     """Label-smoothed NLL summed over non-pad tokens; log_probs (B, T, V), target (B, T)."""
     mask = target != pad_id
     nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
@@ -77,14 +78,21 @@ def list_checkpoints(out_dir: Path) -> list[Path]:
     return sorted((out_dir / "checkpoints").glob("step*.pt"))
 
 
-def save_checkpoint(out_dir: Path, model: Transformer, optimizer: torch.optim.Optimizer, state: dict,
-                    keep: int) -> Path:
+def save_checkpoint(
+    out_dir: Path, model: Transformer, optimizer: torch.optim.Optimizer, state: dict, keep: int
+) -> Path:
     path = checkpoint_path(out_dir, state["step"])
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
-        "model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state,
-        "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None},
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "state": state,
+        "rng": {
+            "torch": torch.get_rng_state(),
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
+        },
     }
     tmp = path.with_suffix(".tmp")
     torch.save(payload, tmp)
@@ -116,9 +124,11 @@ def initial_config(model_dir: Path, data_dir: Path, requested: ModelConfig | Non
         if not (model_dir / name).is_file():
             raise FileNotFoundError(f"--init-from {model_dir}: no {name}; give a release bundle or a run's final/")
     if (model_dir / "spm.model").read_bytes() != (data_dir / "spm.model").read_bytes():
-        raise ValueError(f"--init-from {model_dir}: its spm.model differs from {data_dir / 'spm.model'}; the "
-                         f"token ids would not match (prepare the data with `crossalign data prepare --tokenizer "
-                         f"{model_dir / 'spm.model'}`, or start from scratch)")
+        raise ValueError(
+            f"--init-from {model_dir}: its spm.model differs from {data_dir / 'spm.model'}; the "
+            f"token ids would not match (prepare the data with `crossalign data prepare --tokenizer "
+            f"{model_dir / 'spm.model'}`, or start from scratch)"
+        )
     config = load_config(ModelConfig, model_dir / "config.json")
     if requested is not None:
         config = replace(config, **{name: getattr(requested, name) for name in REGULARISATION_FIELDS})
@@ -198,9 +208,9 @@ class TrainingData:
 
     tokenizer: Tokenizer
     examples: list[Example]
-    phrases: list[bool]                       # per example: a dictionary phrase pair
+    phrases: list[bool]  # per example: a dictionary phrase pair
     valid_examples: list[Example]
-    bleu_pairs: list[Pair]                    # validation pairs translated for BLEU
+    bleu_pairs: list[Pair]  # validation pairs translated for BLEU
     guided: GuidedAlignment | None = None
 
 
@@ -208,12 +218,12 @@ class TrainingData:
 class Window:
     """Running sums since the last validation: what the progress bar and history report."""
 
-    tokens: int = 0                           # target tokens on all ranks
+    tokens: int = 0  # target tokens on all ranks
     start: float = field(default_factory=time.time)
-    loss: float = 0.0                         # this rank's summed translation loss ...
-    loss_tokens: int = 0                      # ... over this many tokens
-    guided: float = 0.0                       # summed guided-alignment loss ...
-    guided_rows: int = 0                      # ... over this many supervised rows
+    loss: float = 0.0  # this rank's summed translation loss ...
+    loss_tokens: int = 0  # ... over this many tokens
+    guided: float = 0.0  # summed guided-alignment loss ...
+    guided_rows: int = 0  # ... over this many supervised rows
 
     def train_loss(self) -> float:
         return self.loss / max(self.loss_tokens, 1)
@@ -231,9 +241,9 @@ class Run:
 
     config: TrainConfig
     model: Transformer
-    forward: torch.nn.Module                  # the model or GuidedForward, wrapped in DDP when distributed
+    forward: torch.nn.Module  # the model or GuidedForward, wrapped in DDP when distributed
     optimizer: torch.optim.Optimizer
-    state: dict                               # step, epoch, batch_in_epoch, history, elapsed, best_bleu
+    state: dict  # step, epoch, batch_in_epoch, history, elapsed, best_bleu
     data: TrainingData
     out_dir: Path
     data_dir: Path
@@ -249,8 +259,14 @@ def init_distributed() -> tuple[bool, int, int]:
     return (True, dist.get_rank(), dist.get_world_size()) if distributed else (False, 0, 1)
 
 
-def run_model_config(train_config: TrainConfig, model_config: ModelConfig, out_dir: Path, data_dir: Path,
-                     resumed: bool, initial: Path | None) -> ModelConfig:
+def run_model_config(
+    train_config: TrainConfig,
+    model_config: ModelConfig,
+    out_dir: Path,
+    data_dir: Path,
+    resumed: bool,
+    initial: Path | None,
+) -> ModelConfig:
     """The architecture of this run: fixed by its first start, else the initial model's or
     the command line's; guided alignment makes its head the model's alignment source."""
     if resumed:
@@ -259,8 +275,11 @@ def run_model_config(train_config: TrainConfig, model_config: ModelConfig, out_d
         model_config = initial_config(initial, data_dir, model_config)
     if train_config.guided_alignment and (initial is not None or not model_config.alignment_heads):
         # The supervised head becomes the model's alignment source (config.json travels with it).
-        model_config = replace(model_config, alignment_heads=(train_config.guided_head,),
-                               alignment_step_shift=train_config.guided_step_shift)
+        model_config = replace(
+            model_config,
+            alignment_heads=(train_config.guided_head,),
+            alignment_step_shift=train_config.guided_step_shift,
+        )
     return model_config
 
 
@@ -268,8 +287,11 @@ def check_guided_head(train_config: TrainConfig, model_config: ModelConfig) -> N
     if not 0 <= train_config.guided_head < model_config.n_heads:
         raise ValueError(f"guided_head {train_config.guided_head} outside 0..{model_config.n_heads - 1}")
     if train_config.guided_head not in model_config.alignment_heads:
-        log.warning("guided head %d is not among the model's alignment heads %s", train_config.guided_head,
-                    list(model_config.alignment_heads))
+        log.warning(
+            "guided head %d is not among the model's alignment heads %s",
+            train_config.guided_head,
+            list(model_config.alignment_heads),
+        )
 
 
 def restore_checkpoint(path: Path, model: Transformer, optimizer: torch.optim.Optimizer) -> dict:
@@ -285,20 +307,32 @@ def restore_checkpoint(path: Path, model: Transformer, optimizer: torch.optim.Op
     return payload["state"]
 
 
-def load_training_data(train_config: TrainConfig, model_config: ModelConfig, data_dir: Path,
-                       tokenizer: Tokenizer) -> TrainingData:
+def load_training_data(
+    train_config: TrainConfig, model_config: ModelConfig, data_dir: Path, tokenizer: Tokenizer
+) -> TrainingData:
     max_length = model_config.max_positions
     lines: list[int] = []
     phrases: list[bool] = []
-    examples = load_examples(data_dir / "train.tsv", tokenizer, max_length, train_config.sentence_upsample, lines,
-                             phrases)
+    examples = load_examples(
+        data_dir / "train.tsv", tokenizer, max_length, train_config.sentence_upsample, lines, phrases
+    )
     guided = None
     if train_config.guided_alignment:
-        guided = GuidedAlignment(Path(train_config.guided_alignment), read_pairs(data_dir / "train.tsv"), lines,
-                                 tokenizer, train_config.guided_step_shift)
-        log.info("guided alignment: head %d of layer %d, weight %g, step shift %s, links from %s",
-                 train_config.guided_head, model_config.resolved_alignment_layer, train_config.guided_weight,
-                 train_config.guided_step_shift, train_config.guided_alignment)
+        guided = GuidedAlignment(
+            Path(train_config.guided_alignment),
+            read_pairs(data_dir / "train.tsv"),
+            lines,
+            tokenizer,
+            train_config.guided_step_shift,
+        )
+        log.info(
+            "guided alignment: head %d of layer %d, weight %g, step shift %s, links from %s",
+            train_config.guided_head,
+            model_config.resolved_alignment_layer,
+            train_config.guided_weight,
+            train_config.guided_step_shift,
+            train_config.guided_alignment,
+        )
     valid_pairs = read_pairs(data_dir / "valid.tsv")
     valid_examples = load_examples(data_dir / "valid.tsv", tokenizer, max_length)
     bleu_count = train_config.valid_bleu_sentences
@@ -317,8 +351,14 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
     tokenizer = Tokenizer(data_dir / "spm.model")
     checkpoints = list_checkpoints(out_dir) if resume else []
     initial = None if checkpoints or not train_config.init_from else Path(train_config.init_from)
-    model_config = run_model_config(train_config, replace(model_config, vocab_size=tokenizer.vocab_size), out_dir,
-                                    data_dir, bool(checkpoints), initial)
+    model_config = run_model_config(
+        train_config,
+        replace(model_config, vocab_size=tokenizer.vocab_size),
+        out_dir,
+        data_dir,
+        bool(checkpoints),
+        initial,
+    )
     if train_config.guided_alignment:
         check_guided_head(train_config, model_config)
     random.seed(train_config.seed)
@@ -329,15 +369,22 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
         model.load_state_dict(load_weights(initial / "model.pt"))
         log.info("initialised from %s (%s)", initial, model_config)
     model.to(train_config.device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=train_config.lr, betas=train_config.betas,
-                                  weight_decay=train_config.weight_decay)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=train_config.lr, betas=train_config.betas, weight_decay=train_config.weight_decay
+    )
     state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "history": [], "elapsed": 0.0}
     if checkpoints:
         state = restore_checkpoint(checkpoints[-1], model, optimizer)
-        log.info("resumed %s: step %d, epoch %d at batch %d, %.1f minutes trained, learning rate %.2e; "
-                 "optimizer moments, data order and the torch/python/numpy RNGs restored", checkpoints[-1],
-                 state["step"], state["epoch"], state["batch_in_epoch"], state["elapsed"] / 60,
-                 learning_rate(state["step"] + 1, train_config))
+        log.info(
+            "resumed %s: step %d, epoch %d at batch %d, %.1f minutes trained, learning rate %.2e; "
+            "optimizer moments, data order and the torch/python/numpy RNGs restored",
+            checkpoints[-1],
+            state["step"],
+            state["epoch"],
+            state["batch_in_epoch"],
+            state["elapsed"] / 60,
+            learning_rate(state["step"] + 1, train_config),
+        )
     if is_main_process():
         save_config(model_config, out_dir / "config.json")
         save_config(train_config, out_dir / "train_config.json")
@@ -348,8 +395,12 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
         forward = torch.nn.parallel.DistributedDataParallel(forward)
 
     data = load_training_data(train_config, model_config, data_dir, tokenizer)
-    log.info("model: %.2fM parameters; %d training examples; %d valid", model.num_parameters() / 1e6,
-             len(data.examples), len(data.valid_examples))
+    log.info(
+        "model: %.2fM parameters; %d training examples; %d valid",
+        model.num_parameters() / 1e6,
+        len(data.examples),
+        len(data.valid_examples),
+    )
     run = Run(train_config, model, forward, optimizer, state, data, out_dir, data_dir, rank, world)
     train_loop(run, distributed)
     final_dir = out_dir / "final"
@@ -367,15 +418,23 @@ def train_loop(run: Run, distributed: bool) -> None:
     run.model.train()
     start_time = time.time() - state["elapsed"]
     deadline = start_time + config.max_minutes * 60 if config.max_minutes else math.inf
-    progress = tqdm(total=config.max_steps, initial=state["step"], disable=not is_main_process(),
-                    desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
+    progress = tqdm(
+        total=config.max_steps,
+        initial=state["step"],
+        disable=not is_main_process(),
+        desc="train",
+        unit="step",
+        dynamic_ncols=True,
+        file=sys.stderr,
+    )
     window = Window()
     stop = state["step"] >= config.max_steps  # resuming a finished run trains no further
     while not stop:
-        epoch_indices = epoch_examples(run.data.examples, run.data.phrases, config.phrase_share, config.seed,
-                                       state["epoch"])
+        epoch_indices = epoch_examples(
+            run.data.examples, run.data.phrases, config.phrase_share, config.seed, state["epoch"]
+        )
         batches = make_batches(run.data.examples, config.max_tokens, config.seed, state["epoch"], epoch_indices)
-        batches = batches[len(batches) % world:] if world > 1 else batches  # equal count per rank
+        batches = batches[len(batches) % world :] if world > 1 else batches  # equal count per rank
         while state["batch_in_epoch"] < len(batches) // world:
             indices = batches[state["batch_in_epoch"] * world + run.rank]
             state["batch_in_epoch"] += 1
@@ -444,21 +503,35 @@ def train_step(run: Run, indices: list[int], step: int, window: Window) -> float
 
 def show_progress(progress: tqdm, run: Run, window: Window, step: int, grad_norm: float) -> None:
     guided = {"align": f"{window.guided_loss():.3f}"} if run.data.guided is not None else {}
-    progress.set_postfix(loss=f"{window.train_loss():.3f}", tok_s=f"{window.tokens_per_s():,.0f}",
-                         lr=f"{learning_rate(step, run.config):.2e}", gnorm=f"{grad_norm:.2f}", **guided)
+    progress.set_postfix(
+        loss=f"{window.train_loss():.3f}",
+        tok_s=f"{window.tokens_per_s():,.0f}",
+        lr=f"{learning_rate(step, run.config):.2e}",
+        gnorm=f"{grad_norm:.2f}",
+        **guided,
+    )
 
 
 def validate(run: Run, window: Window, step: int, start_time: float, progress: tqdm) -> None:
     """Validation loss and BLEU into the history; a new best BLEU is kept as `best/`."""
     state, data = run.state, run.data
-    entry = {"step": step, "epoch": state["epoch"], "minutes": round((time.time() - start_time) / 60, 2),
-             "train_loss": round(window.train_loss(), 4), "tokens_per_s": round(window.tokens_per_s()),
-             "valid_loss": round(validation_loss(run.model, data.valid_examples, run.config), 4)}
+    entry = {
+        "step": step,
+        "epoch": state["epoch"],
+        "minutes": round((time.time() - start_time) / 60, 2),
+        "train_loss": round(window.train_loss(), 4),
+        "tokens_per_s": round(window.tokens_per_s()),
+        "valid_loss": round(validation_loss(run.model, data.valid_examples, run.config), 4),
+    }
     if data.guided is not None:
         entry["guided_loss"] = round(window.guided_loss(), 4)
     if data.bleu_pairs:
-        entry["valid_bleu"] = round(validation_bleu(run.model, data.tokenizer, [p.source for p in data.bleu_pairs],
-                                                    [p.target for p in data.bleu_pairs]), 2)
+        entry["valid_bleu"] = round(
+            validation_bleu(
+                run.model, data.tokenizer, [p.source for p in data.bleu_pairs], [p.target for p in data.bleu_pairs]
+            ),
+            2,
+        )
     state["history"].append(entry)
     progress.write(json.dumps(entry))
     record_history(run.out_dir, entry)
@@ -469,10 +542,13 @@ def validate(run: Run, window: Window, step: int, start_time: float, progress: t
 
 def write_final(run: Run, final_dir: Path) -> None:
     """The average of the last checkpoints as a model directory, with its tokenizer and history."""
-    paths = list_checkpoints(run.out_dir)[-run.config.average_last:]
+    paths = list_checkpoints(run.out_dir)[-run.config.average_last :]
     final = Transformer(run.model.config)
-    final.load_state_dict(average_checkpoints(paths) if len(paths) > 1 else
-                          torch.load(paths[-1], map_location="cpu", weights_only=False)["model"])
+    final.load_state_dict(
+        average_checkpoints(paths)
+        if len(paths) > 1
+        else torch.load(paths[-1], map_location="cpu", weights_only=False)["model"]
+    )
     save_model(final, final_dir)
     (final_dir / "spm.model").write_bytes((run.data_dir / "spm.model").read_bytes())
     (final_dir / "history.json").write_text(json.dumps(run.state["history"], indent=1) + "\n")
@@ -482,8 +558,11 @@ def write_final(run: Run, final_dir: Path) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     dataclass_arguments(parser.add_argument_group("training (TrainConfig)"), TrainConfig)
-    dataclass_arguments(parser.add_argument_group("model (ModelConfig)"), ModelConfig,
-                        skip=("vocab_size", "pad_id", "unk_id", "bos_id", "eos_id", "alignment_heads"))
+    dataclass_arguments(
+        parser.add_argument_group("model (ModelConfig)"),
+        ModelConfig,
+        skip=("vocab_size", "pad_id", "unk_id", "bos_id", "eos_id", "alignment_heads"),
+    )
     parser.add_argument("--no-resume", action="store_true", help="ignore checkpoints in --out-dir")
 
 

@@ -19,8 +19,14 @@ from seq2seq.config import ModelConfig
 Example = tuple[list[int], list[int]]  # (source ids + EOS, target ids), no BOS/EOS on target
 
 
-def load_examples(path: Path, tokenizer: Tokenizer, max_length: int, upsample_sentences: int = 1,
-                  lines: list[int] | None = None, phrases: list[bool] | None = None) -> list[Example]:
+def load_examples(
+    path: Path,
+    tokenizer: Tokenizer,
+    max_length: int,
+    upsample_sentences: int = 1,
+    lines: list[int] | None = None,
+    phrases: list[bool] | None = None,
+) -> list[Example]:
     """Tokenize a split; sentence pairs are repeated `upsample_sentences` times.
 
     Empty and over-long pairs are dropped, so examples and lines of `path` do not
@@ -64,8 +70,9 @@ def epoch_examples(examples: list[Example], phrases: list[bool], share: float, s
     return sentences + chosen
 
 
-def make_batches(examples: list[Example], max_tokens: int, seed: int, epoch: int,
-                 indices: list[int] | None = None) -> list[list[int]]:
+def make_batches(
+    examples: list[Example], max_tokens: int, seed: int, epoch: int, indices: list[int] | None = None
+) -> list[list[int]]:
     """Length-bucketed batches of example indices, at most `max_tokens` padded tokens each.
 
     Sort by (target, source) length within a shuffled order so padding is small, cut into

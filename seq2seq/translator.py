@@ -19,14 +19,14 @@ from seq2seq.search import Hypothesis, SearchBackend, beam_search, pad_batch
 
 @dataclass
 class TranslationResult:
-    text: str                                  # detokenized translation
-    score: float                               # length-normalised log-probability
-    source_tokens: list[str]                   # SentencePiece pieces of the source, EOS excluded
-    target_tokens: list[str]                   # pieces of the translation, EOS excluded
+    text: str  # detokenized translation
+    score: float  # length-normalised log-probability
+    source_tokens: list[str]  # SentencePiece pieces of the source, EOS excluded
+    target_tokens: list[str]  # pieces of the translation, EOS excluded
     source_ids: list[int] = field(default_factory=list)
     target_ids: list[int] = field(default_factory=list)
-    log_prob: float = 0.0                      # summed token log-probs, EOS included (unpenalised)
-    token_log_probs: list[float] = field(default_factory=list)   # (T+1,) per produced piece, EOS last
+    log_prob: float = 0.0  # summed token log-probs, EOS included (unpenalised)
+    token_log_probs: list[float] = field(default_factory=list)  # (T+1,) per produced piece, EOS last
     # (L, H, T+1, S+1): cross-attention of every layer/head; rows = target steps (last =
     # the step that emitted EOS), columns = source pieces plus the source EOS.
     attention: np.ndarray | None = None
@@ -48,13 +48,19 @@ class Translator:
     `quality` holds the model's detectors and thresholds (its `quality.json`) for the quality
     block each aligned translation carries; raises ValueError if they do not fit the model."""
 
-    def __init__(self, backend: SearchBackend, tokenizer: Tokenizer, max_source_tokens: int = 250,
-                 max_batch_tokens: int = 4096, quality: QualityThresholds = QualityThresholds()):
+    def __init__(
+        self,
+        backend: SearchBackend,
+        tokenizer: Tokenizer,
+        max_source_tokens: int = 250,
+        max_batch_tokens: int = 4096,
+        quality: QualityThresholds = QualityThresholds(),
+    ):
         self.backend, self.tokenizer = backend, tokenizer
         self.config: ModelConfig = backend.config
         quality.check(self.config.decoder_layers)
         self.quality = quality
-        self.own_source = AlignmentOptions().resolve(self.config)   # the map the quality detectors read
+        self.own_source = AlignmentOptions().resolve(self.config)  # the map the quality detectors read
         self.max_positions = self.config.max_positions
         self.max_source_tokens = min(max_source_tokens, self.max_positions)
         self.max_batch_tokens = max_batch_tokens
@@ -79,13 +85,16 @@ class Translator:
         while start < len(order):
             # Grow the chunk while (longest source) x (sentences) x (beams) stays in budget.
             end = start + 1
-            while end < len(order) and len(encoded[order[end]]) * (end - start + 1) * config.beam_size \
-                    <= self.max_batch_tokens:
+            while (
+                end < len(order)
+                and len(encoded[order[end]]) * (end - start + 1) * config.beam_size <= self.max_batch_tokens
+            ):
                 end += 1
             chunk = order[start:end]
             src_ids, src_mask = pad_batch([encoded[i] for i in chunk], self.backend.pad_id)
-            for index, hypotheses in zip(chunk, beam_search(self.backend, src_ids, src_mask, config,
-                                                                     self.max_positions)):
+            for index, hypotheses in zip(
+                chunk, beam_search(self.backend, src_ids, src_mask, config, self.max_positions)
+            ):
                 results[index] = self._result(encoded[index], hypotheses)
                 if options is not None:
                     self._fill_alignments(texts[index], results[index], options)
@@ -95,8 +104,15 @@ class Translator:
     def translate(self, text: str, config: DecodeConfig = DecodeConfig()) -> TranslationResult:
         return self.translate_batch([text], config)[0]
 
-    def align(self, source_text: str, result: TranslationResult, level: str = "word", layer: int | None = None,
-              heads: tuple[int, ...] | None = None, step_shift: bool | None = None) -> Alignment:
+    def align(
+        self,
+        source_text: str,
+        result: TranslationResult,
+        level: str = "word",
+        layer: int | None = None,
+        heads: tuple[int, ...] | None = None,
+        step_shift: bool | None = None,
+    ) -> Alignment:
         """The alignment map of `result`, the translation of `source_text`, read with other
         options than it was translated with (see seq2seq.alignment).
 
@@ -105,8 +121,13 @@ class Translator:
         options = AlignmentOptions(level, layer, None if heads is None else tuple(heads), step_shift)
         return self.alignments(source_text, result, options.resolve(self.config)).requested
 
-    def alignments(self, source_text: str, result: TranslationResult, options: AlignmentOptions,
-                   source_pieces: list[Token] | None = None) -> Alignments:
+    def alignments(
+        self,
+        source_text: str,
+        result: TranslationResult,
+        options: AlignmentOptions,
+        source_pieces: list[Token] | None = None,
+    ) -> Alignments:
         """Both maps of `result` with resolved `options`; `source_pieces` (with offsets into
         `source_text`) saves tokenizing the source again."""
         if result.attention is None:
@@ -121,10 +142,11 @@ class Translator:
         pieces = self.source_pieces(source_text, len(result.source_ids))
         for hypothesis in [result, *result.alternatives]:
             hypothesis.alignment = self.alignments(source_text, hypothesis, options, pieces)
-            assert hypothesis.attention is not None                 # alignments() raised otherwise
+            assert hypothesis.attention is not None  # alignments() raised otherwise
             evidence = Evidence(hypothesis.attention, np.asarray(hypothesis.token_log_probs), self.own_source)
-            hypothesis.quality = assess_alignment(hypothesis.alignment, hypothesis.mean_log_prob, self.quality,
-                                                  evidence)
+            hypothesis.quality = assess_alignment(
+                hypothesis.alignment, hypothesis.mean_log_prob, self.quality, evidence
+            )
 
     def _result(self, source_ids: list[int], hypotheses: list[Hypothesis]) -> TranslationResult:
         made = [self._one(source_ids, h) for h in hypotheses]

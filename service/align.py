@@ -25,7 +25,6 @@ router = APIRouter(prefix="/v1", tags=["native"], route_class=CheckedRoute)
 
 
 class TranslationPair(JSONRequest):
-
     text: str = Field(description="the source text")
     translation: str = Field(description="its translation, to be aligned as given")
 
@@ -35,8 +34,9 @@ class GivenPairs(JSONRequest):
 
     text: str | None = Field(None, description="one source text (with `translation`), or use `pairs`")
     translation: str | None = Field(None, description="the translation of `text`")
-    pairs: list[TranslationPair] | None = Field(None, description="several pairs, aligned as one batch",
-                                                json_schema_extra={"minItems": 1})
+    pairs: list[TranslationPair] | None = Field(
+        None, description="several pairs, aligned as one batch", json_schema_extra={"minItems": 1}
+    )
     source: Source
     target: Target
 
@@ -71,8 +71,10 @@ class PairAlignment(BaseModel):
     heads: list[int] | Literal["mean"]
     step_shift: bool
     subword_alignment: AlignmentMap | None = Field(None, description="the subword map (level=subword)")
-    quality: Quality = Field(description="quality signals of the given translation: source words it left "
-                                         "untranslated, target words not grounded in the source, a confidence")
+    quality: Quality = Field(
+        description="quality signals of the given translation: source words it left "
+        "untranslated, target words not grounded in the source, a confidence"
+    )
 
 
 class AlignResponse(BaseModel):
@@ -88,9 +90,11 @@ def align(body: AlignRequest, ctx: RequestContext = Depends(get_context)) -> Ali
     if not items:
         raise APIError(400, "Invalid request: pairs is empty")
     prefixes = [f"pairs[{index}]." for index in range(len(items))] if body.pairs is not None else [""]
-    ctx.check_texts([text for item in items for text in (item.text, item.translation)],
-                    labels=[prefix + name for prefix in prefixes for name in ("text", "translation")],
-                    items=len(items))
+    ctx.check_texts(
+        [text for item in items for text in (item.text, item.translation)],
+        labels=[prefix + name for prefix in prefixes for name in ("text", "translation")],
+        items=len(items),
+    )
     model, _ = ctx.resolve_pair(body.source, body.target, [item.text for item in items])
     options = ctx.resolve_alignment(model, body.options())
     # Scheduled as a translation is: the work cap, the queue bound, the fair turns, the timeout.

@@ -57,8 +57,11 @@ class Health(BaseModel):
 def health(ctx: RequestContext = Depends(get_context)) -> Health:
     engine = ctx.engine
     failed = [FailedModel(name=name, error=error) for name, error in sorted(engine.failed.items())]
-    return Health(status="degraded" if failed else "ok", failed=failed,
-                  models=[ModelStatus(name=m.name, source=m.source, target=m.target) for m in engine.models.values()])
+    return Health(
+        status="degraded" if failed else "ok",
+        failed=failed,
+        models=[ModelStatus(name=m.name, source=m.source, target=m.target) for m in engine.models.values()],
+    )
 
 
 @ops.get("/metrics", response_class=Response, summary="Prometheus metrics")
@@ -138,7 +141,8 @@ class ErrorBoundary:
             log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
             if not started:
                 await _error(500, f"internal error ({type(error).__name__}); the request was not completed")(
-                    scope, receive, send)
+                    scope, receive, send
+                )
 
 
 class BodyTooLarge(HTTPException):
@@ -166,12 +170,16 @@ class SizeLimitMiddleware:
         header_bytes = sum(len(name) + len(value) + 4 for name, value in scope.get("headers", ()))
         if header_bytes > self.max_header_bytes:
             await _error(431, f"request headers exceed the limit of {self.max_header_bytes} bytes")(
-                scope, receive, send)
+                scope, receive, send
+            )
             return
         length = dict(scope.get("headers", ())).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            response = (_error(413, f"request body exceeds the limit of {self.max_bytes} bytes") if length.isdigit()
-                        else _error(400, "invalid Content-Length header"))
+            response = (
+                _error(413, f"request body exceeds the limit of {self.max_bytes} bytes")
+                if length.isdigit()
+                else _error(400, "invalid Content-Length header")
+            )
             await response(scope, receive, send)
             return
         received = 0
@@ -196,10 +204,16 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        loaded = engine or load_engine(settings.models, settings.threads, settings.batch_window_ms / 1000,
-                                       settings.max_batch_sentences, on_batch=metrics_.observe_batch,
-                                       max_rows=settings.max_batch_rows, max_queue_work=settings.max_queue_work,
-                                       precision=settings.precision or None)
+        loaded = engine or load_engine(
+            settings.models,
+            settings.threads,
+            settings.batch_window_ms / 1000,
+            settings.max_batch_sentences,
+            on_batch=metrics_.observe_batch,
+            max_rows=settings.max_batch_rows,
+            max_queue_work=settings.max_queue_work,
+            precision=settings.precision or None,
+        )
         app.state.engine = loaded
         # Load the language identifier in the background: the first "auto" request need not wait.
         languages = frozenset(lang for pair in loaded.models for lang in pair)
@@ -210,9 +224,15 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
             app.state.engine = None
             loaded.close()
 
-    app = FastAPI(title="crossalign", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  description="German-English translation with cross-attention alignment maps. "
-                              "LibreTranslate-compatible routes plus a native API with alignments and heatmaps.")
+    app = FastAPI(
+        title="crossalign",
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        description="German-English translation with cross-attention alignment maps. "
+        "LibreTranslate-compatible routes plus a native API with alignments and heatmaps.",
+    )
     app.state.metrics = metrics_
     app.state.access = Access(settings.api_key_set, settings.rate_limit)
     app.state.engine = None
@@ -220,10 +240,15 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
     install_error_handlers(app)
     app.add_middleware(ErrorBoundary)  # first added = innermost: it sees route errors before Starlette's
     if settings.cors_origin_list:
-        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origin_list, allow_methods=["GET", "POST"],
-                           allow_headers=["Authorization", "Content-Type", "X-API-Key"])
-    app.add_middleware(SizeLimitMiddleware, max_bytes=settings.max_body_bytes,
-                       max_header_bytes=settings.max_header_bytes)
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origin_list,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "X-API-Key"],
+        )
+    app.add_middleware(
+        SizeLimitMiddleware, max_bytes=settings.max_body_bytes, max_header_bytes=settings.max_header_bytes
+    )
     app.add_middleware(MetricsMiddleware, metrics=metrics_)
     app.include_router(libre.router)
     app.include_router(native.router)

@@ -62,11 +62,11 @@ page = APIRouter(include_in_schema=False)
 class SentenceMaps:
     """All attention weights of one translated sentence (batch axis removed)."""
 
-    source_pieces: list[str]      # S pieces, without </s>
-    target_pieces: list[str]      # T pieces, without </s>
-    encoder: np.ndarray           # (E, H, S+1, S+1)
-    decoder: np.ndarray           # (L, H, T+1, T+1)
-    cross: np.ndarray             # (L, H, T+1, S+1)
+    source_pieces: list[str]  # S pieces, without </s>
+    target_pieces: list[str]  # T pieces, without </s>
+    encoder: np.ndarray  # (E, H, S+1, S+1)
+    decoder: np.ndarray  # (L, H, T+1, T+1)
+    cross: np.ndarray  # (L, H, T+1, S+1)
 
     @property
     def encoder_tokens(self) -> list[str]:
@@ -83,25 +83,30 @@ class SentenceMaps:
 
 def sentence_maps(backend: SearchBackend, result: TranslationResult) -> SentenceMaps:
     """Teacher-force `<s>` + the translation of `result` and keep every layer's weights."""
-    src_ids = np.array([[*result.source_ids, backend.eos_id]], dtype=np.int64)      # (1, S+1)
-    target_ids = np.array([result.target_ids], dtype=np.int64).reshape(1, -1)       # (1, T)
+    src_ids = np.array([[*result.source_ids, backend.eos_id]], dtype=np.int64)  # (1, S+1)
+    target_ids = np.array([result.target_ids], dtype=np.int64).reshape(1, -1)  # (1, T)
     maps = backend.teacher_force(src_ids, np.ones_like(src_ids, dtype=np.bool_), target_ids)
     if maps.encoder_self is None or maps.decoder_self is None:
         raise APIError(501, "this model's backend does not expose its attention maps")
-    return SentenceMaps(result.source_tokens, result.target_tokens, maps.encoder_self[:, 0],
-                        maps.decoder_self[:, 0], maps.cross[:, 0])
+    return SentenceMaps(
+        result.source_tokens, result.target_tokens, maps.encoder_self[:, 0], maps.decoder_self[:, 0], maps.cross[:, 0]
+    )
 
 
 def check_layer(kind: str, layer: int, layers: int) -> int:
     """`layer` (negative counts from the end) as 0-based, or a 400 naming the range."""
     if not -layers <= layer < layers:
-        raise APIError(400, f"layer {layer} is out of range: the model has {layers} {kind} layers "
-                            f"(0..{layers - 1}, or negative from the end)")
+        raise APIError(
+            400,
+            f"layer {layer} is out of range: the model has {layers} {kind} layers "
+            f"(0..{layers - 1}, or negative from the end)",
+        )
     return layer % layers
 
 
-def self_attention_alignment(model: ServedModel, translated: TranslatedText, kind: Kind,
-                             layer: int | None, heads: tuple[int, ...]) -> Alignment:
+def self_attention_alignment(
+    model: ServedModel, translated: TranslatedText, kind: Kind, layer: int | None, heads: tuple[int, ...]
+) -> Alignment:
     """An encoder or decoder self-attention map of a whole text, shaped as an `Alignment`
     for seq2seq.heatmap: columns = keys, rows = queries, sentences block-diagonal, no links.
 
@@ -111,13 +116,19 @@ def self_attention_alignment(model: ServedModel, translated: TranslatedText, kin
     parts = []
     for result in translated.results:
         maps = sentence_maps(backend, result)
-        weights, tokens = (maps.encoder, maps.encoder_tokens) if kind == "encoder" else \
-            (maps.decoder, maps.decoder_inputs)
+        weights, tokens = (
+            (maps.encoder, maps.encoder_tokens) if kind == "encoder" else (maps.decoder, maps.decoder_inputs)
+        )
         index = check_layer(kind, -1 if layer is None else layer, weights.shape[0])
-        chosen = weights[index][list(heads)] if heads else weights[index]               # (h, Q, K)
+        chosen = weights[index][list(heads)] if heads else weights[index]  # (h, Q, K)
         labels = [Token(t, 0, 0) for t in tokens]
-        parts.append((Alignment("subword", labels, labels, chosen.mean(axis=0).astype(np.float64), [], index,
-                                heads, False), 0, 0))
+        parts.append(
+            (
+                Alignment("subword", labels, labels, chosen.mean(axis=0).astype(np.float64), [], index, heads, False),
+                0,
+                0,
+            )
+        )
     return concat(parts, AlignmentOptions("subword", parts[0][0].layer if parts else 0, heads, False))
 
 
@@ -128,20 +139,26 @@ class AttentionMaps(BaseModel):
     rows: list[str] = Field(description="the query token of each row")
     columns: list[str] = Field(description="the key token of each column")
     weights: list[list[list[list[float]]]] = Field(
-        description="(layers, heads, rows, columns) softmax weights; every row sums to 1")
+        description="(layers, heads, rows, columns) softmax weights; every row sums to 1"
+    )
 
 
 class AlignmentMaps(BaseModel):
     source_tokens: list[TokenSpan] = Field(description="columns; offsets into the whole input text")
-    target_tokens: list[TokenSpan] = Field(description="rows: the target tokens the decoder steps produced; "
-                                                       "offsets into the whole translation")
-    head_sets: list[list[int]] = Field(description="the heads averaged along the second axis of `matrices` and "
-                                                   "`links`: each single head, then [] = the mean of all heads")
+    target_tokens: list[TokenSpan] = Field(
+        description="rows: the target tokens the decoder steps produced; offsets into the whole translation"
+    )
+    head_sets: list[list[int]] = Field(
+        description="the heads averaged along the second axis of `matrices` and "
+        "`links`: each single head, then [] = the mean of all heads"
+    )
     matrices: list[list[list[list[float]]]] = Field(
         description="(decoder layers, head sets, rows, columns): the alignment rule applied to that layer and "
-                    "head set; rows sum to 1")
-    links: list[list[str]] = Field(description="hard links per (layer, head set), Pharaoh 'i-j' "
-                                               "(i = source token, j = target token)")
+        "head set; rows sum to 1"
+    )
+    links: list[list[str]] = Field(
+        description="hard links per (layer, head set), Pharaoh 'i-j' (i = source token, j = target token)"
+    )
 
 
 class SentenceAttention(BaseModel):
@@ -154,13 +171,18 @@ class SentenceAttention(BaseModel):
     target_end: int
     outputs: list[str] = Field(description="what each decoder row predicted: the translation pieces, then </s>")
     encoder: AttentionMaps = Field(description="rows = columns = source pieces + </s>; unmasked")
-    decoder: AttentionMaps = Field(description="rows = columns = <s> + translation pieces; causal "
-                                               "(zero above the diagonal)")
-    cross: AttentionMaps = Field(description="rows = <s> + translation pieces (decoder inputs), "
-                                             "columns = source pieces + </s>; unmasked")
+    decoder: AttentionMaps = Field(
+        description="rows = columns = <s> + translation pieces; causal (zero above the diagonal)"
+    )
+    cross: AttentionMaps = Field(
+        description="rows = <s> + translation pieces (decoder inputs), columns = source pieces + </s>; unmasked"
+    )
     alignment: dict[Literal["word", "subword"], AlignmentMaps]
-    quality: Quality | None = Field(None, description="quality signals of the model's own word alignment (its "
-                                                      "layer and heads); word indices of `alignment.word`")
+    quality: Quality | None = Field(
+        None,
+        description="quality signals of the model's own word alignment (its "
+        "layer and heads); word indices of `alignment.word`",
+    )
 
 
 class AttentionResponse(BaseModel):
@@ -174,8 +196,11 @@ class AttentionResponse(BaseModel):
     n_heads: int
     alignment_layer: int = Field(description="the decoder layer the model's alignment is read from (0-based)")
     alignment_heads: list[int] = Field(description="the heads it averages ([] = all)")
-    alignment_step_shift: bool = Field(False, description="whether the model's maps (and every map in `alignment`) "
-                                                          "are read where the target token is the decoder input")
+    alignment_step_shift: bool = Field(
+        False,
+        description="whether the model's maps (and every map in `alignment`) "
+        "are read where the target token is the decoder input",
+    )
     sentences: list[SentenceAttention]
 
 
@@ -187,59 +212,90 @@ def _spans(tokens: list[Token]) -> list[TokenSpan]:
     return [TokenSpan(text=t.text, start=t.start, end=t.end) for t in tokens]
 
 
-def alignment_maps(translator: Translator, source: str, result: TranslationResult,
-                   offsets: tuple[int, int]) -> dict[str, AlignmentMaps]:
+def alignment_maps(
+    translator: Translator, source: str, result: TranslationResult, offsets: tuple[int, int]
+) -> dict[str, AlignmentMaps]:
     """The alignment of every (layer, head set) of `result` at both levels, by the rule
     /v1/translate uses, read with the model's step shift."""
     config = translator.config
     head_sets = [(h,) for h in range(config.n_heads)] + [()]
     pieces = translator.source_pieces(source, len(result.source_ids))
-    found = [[translator.alignments(source, result, AlignmentOptions("word", layer, heads).resolve(config), pieces)
-              .shifted(*offsets) for heads in head_sets] for layer in range(config.decoder_layers)]
+    found = [
+        [
+            translator.alignments(
+                source, result, AlignmentOptions("word", layer, heads).resolve(config), pieces
+            ).shifted(*offsets)
+            for heads in head_sets
+        ]
+        for layer in range(config.decoder_layers)
+    ]
     maps = {}
     for level in ("word", "subword"):
         grid = [[a.at(level) for a in row] for row in found]
         first = grid[0][0]
         maps[level] = AlignmentMaps(
-            source_tokens=_spans(first.source_tokens), target_tokens=_spans(first.target_tokens),
+            source_tokens=_spans(first.source_tokens),
+            target_tokens=_spans(first.target_tokens),
             head_sets=[list(h) for h in head_sets],
             matrices=[[np.round(a.matrix, DECIMALS).tolist() for a in row] for row in grid],
-            links=[[a.pharaoh for a in row] for row in grid])
+            links=[[a.pharaoh for a in row] for row in grid],
+        )
     return maps
 
 
 def attention_response(model: ServedModel, translated: TranslatedText, max_tokens: int) -> AttentionResponse:
     translator, config = model.translator, model.config
     sentences, encoder_layers = [], 0
-    for (start, end), (target_start, target_end), result in zip(translated.spans, translated.target_spans,
-                                                               translated.results):
+    for (start, end), (target_start, target_end), result in zip(
+        translated.spans, translated.target_spans, translated.results
+    ):
         if max(len(result.source_ids), len(result.target_ids)) + 1 > max_tokens:
-            raise APIError(400, f"a sentence has {len(result.source_ids)} source and {len(result.target_ids)} "
-                                f"target tokens; the explorer shows at most {max_tokens - 1} per sentence")
+            raise APIError(
+                400,
+                f"a sentence has {len(result.source_ids)} source and {len(result.target_ids)} "
+                f"target tokens; the explorer shows at most {max_tokens - 1} per sentence",
+            )
         maps = sentence_maps(translator.backend, result)
         encoder_layers = maps.encoder.shape[0]
         source = translated.source[start:end]
         alignment = alignment_maps(translator, source, result, (start, target_start))
-        sentences.append(SentenceAttention(
-            source=source, translation=result.text, score=round(result.score, 4), source_start=start,
-            source_end=end, target_start=target_start, target_end=target_end, outputs=maps.decoder_outputs,
-            encoder=_maps(maps.encoder_tokens, maps.encoder_tokens, maps.encoder),
-            decoder=_maps(maps.decoder_inputs, maps.decoder_inputs, maps.decoder),
-            cross=_maps(maps.decoder_inputs, maps.encoder_tokens, maps.cross),
-            alignment=alignment, quality=None if result.quality is None else Quality.from_quality(result.quality)))
-    return AttentionResponse(text=translated.source, translation=translated.text, source=model.source,
-                             target=model.target, model=model.name, encoder_layers=encoder_layers,
-                             decoder_layers=config.decoder_layers, n_heads=config.n_heads,
-                             alignment_layer=config.resolved_alignment_layer,
-                             alignment_heads=list(config.alignment_heads),
-                             alignment_step_shift=config.alignment_step_shift, sentences=sentences)
+        sentences.append(
+            SentenceAttention(
+                source=source,
+                translation=result.text,
+                score=round(result.score, 4),
+                source_start=start,
+                source_end=end,
+                target_start=target_start,
+                target_end=target_end,
+                outputs=maps.decoder_outputs,
+                encoder=_maps(maps.encoder_tokens, maps.encoder_tokens, maps.encoder),
+                decoder=_maps(maps.decoder_inputs, maps.decoder_inputs, maps.decoder),
+                cross=_maps(maps.decoder_inputs, maps.encoder_tokens, maps.cross),
+                alignment=alignment,
+                quality=None if result.quality is None else Quality.from_quality(result.quality),
+            )
+        )
+    return AttentionResponse(
+        text=translated.source,
+        translation=translated.text,
+        source=model.source,
+        target=model.target,
+        model=model.name,
+        encoder_layers=encoder_layers,
+        decoder_layers=config.decoder_layers,
+        n_heads=config.n_heads,
+        alignment_layer=config.resolved_alignment_layer,
+        alignment_heads=list(config.alignment_heads),
+        alignment_step_shift=config.alignment_step_shift,
+        sentences=sentences,
+    )
 
 
 # --------------------------------------------------------------------------- routes
 
 
 class AttentionRequest(JSONRequest):
-
     text: str = Field(description="the text to translate and explore")
     source: Source
     target: Target
@@ -262,8 +318,9 @@ def attention_for(body: AttentionRequest, ctx: RequestContext) -> AttentionRespo
     ctx.check_texts([body.text], "text")
     model, _ = ctx.resolve_pair(body.source, body.target, [body.text])
     # The model's own word map is built with the translation, for its quality signals.
-    config = ctx.decode_config(body.beam_size, 1, attention=True,
-                               alignment=ctx.resolve_alignment(model, AlignmentOptions()))
+    config = ctx.decode_config(
+        body.beam_size, 1, attention=True, alignment=ctx.resolve_alignment(model, AlignmentOptions())
+    )
     translated = ctx.translate(model, [body.text], config)[0]
     return attention_response(model, translated, ctx.settings.heatmap_max_tokens)
 
@@ -277,10 +334,12 @@ def attention(body: AttentionRequest, ctx: RequestContext = Depends(get_context)
 
 
 @router.get("/attention", response_model=AttentionResponse, summary="Every attention map of a translation (GET)")
-def attention_get(query: Annotated[AttentionQuery, Query()], ctx: RequestContext = Depends(get_context)
-                  ) -> AttentionResponse:
-    return attention_for(AttentionRequest(text=query.q, source=query.source, target=query.target,
-                                          beam_size=query.beam_size), ctx)
+def attention_get(
+    query: Annotated[AttentionQuery, Query()], ctx: RequestContext = Depends(get_context)
+) -> AttentionResponse:
+    return attention_for(
+        AttentionRequest(text=query.q, source=query.source, target=query.target, beam_size=query.beam_size), ctx
+    )
 
 
 @page.get("/")

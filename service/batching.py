@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 log = logging.getLogger("crossalign.service")
-Item = str | tuple[str, ...]       # a sentence to translate, or a (source, translation) pair to align
+Item = str | tuple[str, ...]  # a sentence to translate, or a (source, translation) pair to align
 
 
 class Job(Protocol):
@@ -56,7 +56,7 @@ class Job(Protocol):
     def beam_size(self) -> int: ...
 
 
-RunBatch = Callable[[list[Any], Any], list[Any]]   # (items, job) -> one result per item, in order
+RunBatch = Callable[[list[Any], Any], list[Any]]  # (items, job) -> one result per item, in order
 
 
 def work_units(items: Sequence[Item], beam_size: int) -> int:
@@ -83,9 +83,9 @@ class _Request:
     future: Future = field(default_factory=Future)
     results: list[Any] = field(default_factory=list)
     arrived: float = field(default_factory=time.monotonic)
-    served: float = 0.0    # when it last had a sentence dealt; 0 = never
-    next: int = 0          # the first sentence not yet dealt into a batch
-    done: int = 0          # sentences with a result
+    served: float = 0.0  # when it last had a sentence dealt; 0 = never
+    next: int = 0  # the first sentence not yet dealt into a batch
+    done: int = 0  # sentences with a result
     dropped: bool = False  # failed or cancelled: its remaining sentences are skipped
 
 
@@ -97,9 +97,16 @@ class _Piece:
 
 
 class MicroBatcher:
-    def __init__(self, run: RunBatch, window_s: float, max_sentences: int,
-                 on_batch: Callable[[int], None] | None = None, name: str = "model",
-                 max_rows: int = 0, max_queue_work: int = 0):
+    def __init__(
+        self,
+        run: RunBatch,
+        window_s: float,
+        max_sentences: int,
+        on_batch: Callable[[int], None] | None = None,
+        name: str = "model",
+        max_rows: int = 0,
+        max_queue_work: int = 0,
+    ):
         """`max_rows`: beam rows (sentences x beam size) per model call, 0 = no limit beyond
         `max_sentences`; `max_queue_work`: work units queued or running, 0 = unbounded."""
         self.run, self.window_s, self.max_sentences = run, window_s, max_sentences
@@ -108,7 +115,7 @@ class MicroBatcher:
         # client -> its unfinished requests, in turn order (both rotate as turns are taken).
         self._clients: OrderedDict[str, deque[_Request]] = OrderedDict()
         self._queued_work = 0
-        self._work_per_second = 0.0   # moving average over recent calls, for Retry-After
+        self._work_per_second = 0.0  # moving average over recent calls, for Retry-After
         self._lock = threading.Condition()
         self._closed = False
         self._worker: threading.Thread | None = None
@@ -120,8 +127,9 @@ class MicroBatcher:
 
     def submit(self, items: Sequence[Item], config: Job, client: str = "") -> Future:
         """A future of `run(items, config)`'s results, in order; raises QueueFull."""
-        request = _Request(list(items), config, client, work_units(items, config.beam_size),
-                           results=[None] * len(items))
+        request = _Request(
+            list(items), config, client, work_units(items, config.beam_size), results=[None] * len(items)
+        )
         if not items:
             request.future.set_result([])
             return request.future
@@ -225,7 +233,7 @@ class MicroBatcher:
         return config, list(taken.values())
 
     def _execute(self, config: Job, pieces: list[_Piece]) -> None:
-        items = [item for piece in pieces for item in piece.request.items[piece.start:piece.end]]
+        items = [item for piece in pieces for item in piece.request.items[piece.start : piece.end]]
         self.on_batch(len(items))
         start = time.perf_counter()
         try:
@@ -234,8 +242,7 @@ class MicroBatcher:
             if len(pieces) == 1:
                 self._fail(pieces[0])
                 return
-            log.warning("a batch of %d sentences failed; retrying its %d requests one by one", len(items),
-                        len(pieces))
+            log.warning("a batch of %d sentences failed; retrying its %d requests one by one", len(items), len(pieces))
             for piece in pieces:
                 self._execute(config, [piece])
             return
@@ -243,12 +250,12 @@ class MicroBatcher:
         position = 0
         for piece in pieces:
             count = piece.end - piece.start
-            self._deliver(piece, results[position:position + count])
+            self._deliver(piece, results[position : position + count])
             position += count
 
     def _deliver(self, piece: _Piece, results: list[Any]) -> None:
         request = piece.request
-        request.results[piece.start:piece.end] = results
+        request.results[piece.start : piece.end] = results
         request.done += len(results)
         if request.done == len(request.items) and not request.dropped:
             with self._lock:

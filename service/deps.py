@@ -85,12 +85,19 @@ class Access:
         who = f"key:{api_key}" if self.keys and valid else f"address:{client_address(request)}"
         wait = self.limiter.acquire(who)
         if wait is not None:
-            raise APIError(429, f"Too many requests: the limit is {self.limiter.per_minute} per minute"
-                                + ("" if valid else " (failed API key attempts count too)"),
-                           headers={"Retry-After": str(wait)})
+            raise APIError(
+                429,
+                f"Too many requests: the limit is {self.limiter.per_minute} per minute"
+                + ("" if valid else " (failed API key attempts count too)"),
+                headers={"Retry-After": str(wait)},
+            )
         if not valid:
-            raise APIError(403, "Invalid API key" if api_key else
-                           "Please provide an API key (Authorization: Bearer <key>, X-API-Key, or api_key)")
+            raise APIError(
+                403,
+                "Invalid API key"
+                if api_key
+                else "Please provide an API key (Authorization: Bearer <key>, X-API-Key, or api_key)",
+            )
         request.state.client = who
 
 
@@ -157,8 +164,9 @@ class RequestContext:
 
     # ---------------------------------------------------------------- checks
 
-    def check_texts(self, texts: list[str], field: str = "q", labels: list[str] | None = None,
-                    items: int | None = None) -> None:
+    def check_texts(
+        self, texts: list[str], field: str = "q", labels: list[str] | None = None, items: int | None = None
+    ) -> None:
         """400 unless every text passes the input rules (seq2seq.inputs) and the request's limits.
 
         Messages name the text as `field` (one text), `field[i]`, or `labels[i]` when given.
@@ -174,8 +182,9 @@ class RequestContext:
         items = len(texts) if items is None else items
         if items > settings.batch_limit:
             unit = "texts" if labels is None else "items"
-            raise APIError(400, f"Invalid request: request ({items} {unit}) exceeds the batch limit "
-                                f"({settings.batch_limit})")
+            raise APIError(
+                400, f"Invalid request: request ({items} {unit}) exceeds the batch limit ({settings.batch_limit})"
+            )
         characters = sum(len(t) for t in texts)
         if characters > settings.char_limit:
             # 413, not 400: each text may be valid (the schema bounds each one), the request as a
@@ -185,8 +194,9 @@ class RequestContext:
     def served_pairs_text(self) -> str:
         return ", ".join(f"{s}->{t}" for s, t in sorted(self.engine.models))
 
-    def resolve_pair(self, source: str | None, target: str | None, texts: list[str]
-                     ) -> tuple[ServedModel, Detection | None]:
+    def resolve_pair(
+        self, source: str | None, target: str | None, texts: list[str]
+    ) -> tuple[ServedModel, Detection | None]:
         """The served model a request asks for; `source="auto"` detects the language of the texts
         (the detector's model is loaded only when a request actually says "auto")."""
         models = self.engine.models
@@ -198,30 +208,43 @@ class RequestContext:
         if source == "auto":
             sources = {s for s, t in models if target is None or t == target}
             if not sources:
-                raise APIError(400, f"{language_name(target or '')} ({target}) is not a served target language "
-                                    f"(served: {self.served_pairs_text()})")
+                raise APIError(
+                    400,
+                    f"{language_name(target or '')} ({target}) is not a served target language "
+                    f"(served: {self.served_pairs_text()})",
+                )
             ranked = self.detector().rank(" ".join(texts)[:2000])
             detection = ranked[0] if ranked else Detection("", 0.0)
             if detection.language not in sources:
                 if detection.confidence < CONFIDENT and len(sources) == 1:
                     detection = Detection(next(iter(sources)), detection.confidence)  # a guess: take the only one
                 else:  # 422: the request is well-formed; its text is not in a language we translate
-                    raise APIError(422, f"the text looks like {language_name(detection.language)} "
-                                        f"({detection.language}, {detection.confidence:.0%} confidence), which this "
-                                        f"server does not translate (served: {self.served_pairs_text()})")
+                    raise APIError(
+                        422,
+                        f"the text looks like {language_name(detection.language)} "
+                        f"({detection.language}, {detection.confidence:.0%} confidence), which this "
+                        f"server does not translate (served: {self.served_pairs_text()})",
+                    )
             source = detection.language
         if source not in {s for s, _ in models}:
-            raise APIError(400, f"{language_name(source)} ({source}) is not served as a source language "
-                                f"(served: {self.served_pairs_text()})")
+            raise APIError(
+                400,
+                f"{language_name(source)} ({source}) is not served as a source language "
+                f"(served: {self.served_pairs_text()})",
+            )
         if target is None:
             targets = sorted(t for s, t in models if s == source)
             if len(targets) != 1:
-                raise APIError(400, f"Invalid request: missing target parameter ({source} is translated into "
-                                    f"{', '.join(targets)})")
+                raise APIError(
+                    400, f"Invalid request: missing target parameter ({source} is translated into {', '.join(targets)})"
+                )
             target = targets[0]
         if (source, target) not in models:
-            raise APIError(400, f"{language_name(source)} ({source}) -> {language_name(target)} ({target}) is not "
-                                f"served (served: {self.served_pairs_text()})")
+            raise APIError(
+                400,
+                f"{language_name(source)} ({source}) -> {language_name(target)} ({target}) is not "
+                f"served (served: {self.served_pairs_text()})",
+            )
         return models[source, target], detection
 
     @staticmethod
@@ -232,8 +255,9 @@ class RequestContext:
         except AlignmentError as error:
             raise APIError(400, str(error)) from None
 
-    def decode_config(self, beam_size: int, n_best: int, attention: bool,
-                      alignment: AlignmentOptions | None = None) -> DecodeConfig:
+    def decode_config(
+        self, beam_size: int, n_best: int, attention: bool, alignment: AlignmentOptions | None = None
+    ) -> DecodeConfig:
         """The search settings of a request; `alignment` (resolved) is built with the translation."""
         largest = self.settings.max_beam_size
         if not 1 <= beam_size <= largest:
@@ -241,30 +265,43 @@ class RequestContext:
         if not 1 <= n_best <= largest:
             raise APIError(400, f"n_best (or alternatives + 1) must be between 1 and {largest}, not {n_best}")
         # n best hypotheses need a beam at least n wide: a smaller beam_size is raised to n_best.
-        return DecodeConfig(beam_size=max(beam_size, n_best), n_best=n_best,
-                            return_attention=attention or alignment is not None, alignment=alignment)
+        return DecodeConfig(
+            beam_size=max(beam_size, n_best),
+            n_best=n_best,
+            return_attention=attention or alignment is not None,
+            alignment=alignment,
+        )
 
     def check_work(self, items: list[Item], beam_size: int) -> None:
         """413 if the request asks more of the model than one request may (texts x beam x length)."""
         work, limit = work_units(items, beam_size), self.settings.max_request_work
         if work > limit:
             characters = work_units(items, 1)
-            raise APIError(413, f"the request's work ({work} units: beam_size {beam_size} x {characters} "
-                                f"characters) exceeds the limit ({limit}); send less text or use a smaller beam")
+            raise APIError(
+                413,
+                f"the request's work ({work} units: beam_size {beam_size} x {characters} "
+                f"characters) exceeds the limit ({limit}); send less text or use a smaller beam",
+            )
 
     # ---------------------------------------------------------------- model calls
 
     def translate(self, model: ServedModel, texts: list[str], config: DecodeConfig) -> list[TranslatedText]:
         """Translate whole texts (one batch, on the client's turns), count tokens."""
         self.check_work(texts, config.beam_size)
-        translated = self._scheduled(lambda: translate_texts(model, texts, config, self.settings.request_timeout,
-                                                             self.client))
-        self.metrics.count_tokens(model.name, sum(len(t.results) for t in translated),
-                                  sum(t.source_tokens for t in translated), sum(t.target_tokens for t in translated))
+        translated = self._scheduled(
+            lambda: translate_texts(model, texts, config, self.settings.request_timeout, self.client)
+        )
+        self.metrics.count_tokens(
+            model.name,
+            sum(len(t.results) for t in translated),
+            sum(t.source_tokens for t in translated),
+            sum(t.target_tokens for t in translated),
+        )
         return translated
 
-    def align(self, model: ServedModel, pairs: list[tuple[str, str]], options: AlignmentOptions
-              ) -> list[ForcedAlignment | AlignmentError]:
+    def align(
+        self, model: ServedModel, pairs: list[tuple[str, str]], options: AlignmentOptions
+    ) -> list[ForcedAlignment | AlignmentError]:
         """Align given pairs (one teacher-forced pass: a beam of one over both texts), through the
         same work cap, queue bound, fair turns and timeout as a translation."""
         self.check_work(pairs, 1)
@@ -277,11 +314,15 @@ class RequestContext:
         except QueueFull as full:
             raise APIError(503, f"the server is busy: {full}", headers={"Retry-After": str(full.retry_after)}) from None
         except concurrent.futures.TimeoutError:
-            raise APIError(503, f"the request took longer than {self.settings.request_timeout:g} s; try again "
-                                "with less text", headers={"Retry-After": "5"}) from None
+            raise APIError(
+                503,
+                f"the request took longer than {self.settings.request_timeout:g} s; try again with less text",
+                headers={"Retry-After": "5"},
+            ) from None
 
 
-def get_context(request: Request, settings: Settings = Depends(get_settings),
-                engine: TranslatorEngine = Depends(get_engine)) -> RequestContext:
+def get_context(
+    request: Request, settings: Settings = Depends(get_settings), engine: TranslatorEngine = Depends(get_engine)
+) -> RequestContext:
     """The one dependency of every handler."""
     return RequestContext(settings, engine, request.app.state.metrics, request)

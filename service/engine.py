@@ -44,7 +44,7 @@ class ForcedJob:
 class ServedModel:
     """One served language pair."""
 
-    name: str                       # the bundle directory's name, e.g. "de-en"
+    name: str  # the bundle directory's name, e.g. "de-en"
     source: str
     target: str
     translator: Translator
@@ -55,15 +55,17 @@ class ServedModel:
         """The model's architecture and default alignment source (what options resolve against)."""
         return self.translator.config
 
-    def translate(self, texts: list[str], config: DecodeConfig, timeout: float | None = None,
-                  client: str = "") -> list[TranslationResult]:
+    def translate(
+        self, texts: list[str], config: DecodeConfig, timeout: float | None = None, client: str = ""
+    ) -> list[TranslationResult]:
         """Blocking: translate sentences in order (micro-batched with concurrent callers, on
         `client`'s fair turns). Raises service.batching.QueueFull when the queue is full, and
         TimeoutError after `timeout` seconds (the rest of the request is dropped)."""
         return self._wait(self.batcher.submit(texts, config, client), timeout)
 
-    def align(self, pairs: list[tuple[str, str]], options: AlignmentOptions, timeout: float | None = None,
-              client: str = "") -> list[ForcedAlignment | AlignmentError]:
+    def align(
+        self, pairs: list[tuple[str, str]], options: AlignmentOptions, timeout: float | None = None, client: str = ""
+    ) -> list[ForcedAlignment | AlignmentError]:
         """Blocking: align given (source, translation) pairs in order, through the same turns,
         queue bound and timeout as `translate`; a pair that cannot be aligned gets its
         AlignmentError in its place (seq2seq.forced.align_given)."""
@@ -91,15 +93,28 @@ def model_call(translator: Translator) -> Callable[[Sequence[Any], DecodeConfig 
 class TranslatorEngine:
     """The served language pairs (`models`) and the bundles that could not be served (`failed`)."""
 
-    def __init__(self, translators: dict[Pair, tuple[str, Translator]], window_s: float = 0.005,
-                 max_sentences: int = 128, on_batch: Callable[[str, int], None] | None = None,
-                 max_rows: int = 0, max_queue_work: int = 0, failed: dict[str, str] | None = None):
-        self.failed = dict(failed or {})    # bundle name -> why it is not served (one line)
+    def __init__(
+        self,
+        translators: dict[Pair, tuple[str, Translator]],
+        window_s: float = 0.005,
+        max_sentences: int = 128,
+        on_batch: Callable[[str, int], None] | None = None,
+        max_rows: int = 0,
+        max_queue_work: int = 0,
+        failed: dict[str, str] | None = None,
+    ):
+        self.failed = dict(failed or {})  # bundle name -> why it is not served (one line)
         self.models: dict[Pair, ServedModel] = {}
         for pair, (name, translator) in translators.items():
-            batcher = MicroBatcher(model_call(translator), window_s, max_sentences,
-                                   on_batch=(lambda size, name=name: on_batch(name, size)) if on_batch else None,
-                                   name=name, max_rows=max_rows, max_queue_work=max_queue_work)
+            batcher = MicroBatcher(
+                model_call(translator),
+                window_s,
+                max_sentences,
+                on_batch=(lambda size, name=name: on_batch(name, size)) if on_batch else None,
+                name=name,
+                max_rows=max_rows,
+                max_queue_work=max_queue_work,
+            )
             self.models[pair] = ServedModel(name, pair[0], pair[1], translator, batcher)
 
     def close(self) -> None:
@@ -117,9 +132,16 @@ def find_bundles(models: Path) -> list[Path]:
     return sorted(d for d in models.iterdir() if (d / BUNDLE_FILE).is_file())
 
 
-def load_engine(models: Path, threads: int = 0, window_s: float = 0.005, max_sentences: int = 128,
-                on_batch: Callable[[str, int], None] | None = None, max_rows: int = 0,
-                max_queue_work: int = 0, precision: str | None = None) -> TranslatorEngine:
+def load_engine(
+    models: Path,
+    threads: int = 0,
+    window_s: float = 0.005,
+    max_sentences: int = 128,
+    on_batch: Callable[[str, int], None] | None = None,
+    max_rows: int = 0,
+    max_queue_work: int = 0,
+    precision: str | None = None,
+) -> TranslatorEngine:
     """Load every bundle under `models` on onnxruntime, with its graphs of `precision` (None: each
     bundle's default); the language pair comes from bundle.json.
 
@@ -130,8 +152,10 @@ def load_engine(models: Path, threads: int = 0, window_s: float = 0.005, max_sen
 
     bundles = find_bundles(models)
     if not bundles:
-        raise FileNotFoundError(f"no model bundles in {models}: a bundle is a directory with {BUNDLE_FILE} "
-                                "(download the release into models/de-en or run `crossalign export`)")
+        raise FileNotFoundError(
+            f"no model bundles in {models}: a bundle is a directory with {BUNDLE_FILE} "
+            "(download the release into models/de-en or run `crossalign export`)"
+        )
     translators: dict[Pair, tuple[str, Translator]] = {}
     failed: dict[str, str] = {}
     for directory in bundles:
@@ -141,8 +165,9 @@ def load_engine(models: Path, threads: int = 0, window_s: float = 0.005, max_sen
             config = translator.config
             pair = (languages.get("source", config.source_lang), languages.get("target", config.target_lang))
             if pair in translators:
-                raise ValueError(f"{directory}: a second model for {pair[0]}->{pair[1]} "
-                                 f"(first: {translators[pair][0]})")
+                raise ValueError(
+                    f"{directory}: a second model for {pair[0]}->{pair[1]} (first: {translators[pair][0]})"
+                )
         except Exception as error:  # noqa: BLE001 - one bad bundle must not stop the others
             failed[directory.name] = one_line(error)
             log.error("not serving %s: %s", directory, failed[directory.name])

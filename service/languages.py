@@ -13,10 +13,28 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 NAMES = {
-    "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek", "en": "English",
-    "es": "Spanish", "fi": "Finnish", "fr": "French", "hu": "Hungarian", "it": "Italian", "ja": "Japanese",
-    "nl": "Dutch", "no": "Norwegian", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian",
-    "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
+    "ar": "Arabic",
+    "cs": "Czech",
+    "da": "Danish",
+    "de": "German",
+    "el": "Greek",
+    "en": "English",
+    "es": "Spanish",
+    "fi": "Finnish",
+    "fr": "French",
+    "hu": "Hungarian",
+    "it": "Italian",
+    "ja": "Japanese",
+    "nl": "Dutch",
+    "no": "Norwegian",
+    "pl": "Polish",
+    "pt": "Portuguese",
+    "ro": "Romanian",
+    "ru": "Russian",
+    "sv": "Swedish",
+    "tr": "Turkish",
+    "uk": "Ukrainian",
+    "zh": "Chinese",
 }
 # Below this probability a detection is a guess (short or ambiguous text).
 CONFIDENT = 0.5
@@ -29,7 +47,7 @@ def language_name(code: str) -> str:
 @dataclass(frozen=True)
 class Detection:
     language: str
-    confidence: float               # 0..1
+    confidence: float  # 0..1
 
 
 class LanguageDetector:
@@ -41,7 +59,7 @@ class LanguageDetector:
         self.identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
         self.languages = sorted(set(languages) & set(self.identifier.nb_classes))
         self.identifier.set_languages(self.languages)
-        self._lock = threading.Lock()   # set_languages state is shared; rank itself is pure numpy
+        self._lock = threading.Lock()  # set_languages state is shared; rank itself is pure numpy
 
     def rank(self, text: str, top: int = 3) -> list[Detection]:
         with self._lock:

@@ -35,9 +35,15 @@ FORM_TRUE, FORM_FALSE = ("true",), ("false",)  # what a form says for a JSON boo
 class LibreTranslateRequest(JSONRequest):
     # HTML is translated node by node: no alignment map (the schema says so, as the route does).
     # Unknown fields are ignored, as LibreTranslate does.
-    model_config = ConfigDict(extra="ignore", json_schema_extra={"not": {
-        "required": ["format", "alignment"],
-        "properties": {"format": {"const": "html"}, "alignment": {"not": {"const": False}}}}})
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            "not": {
+                "required": ["format", "alignment"],
+                "properties": {"format": {"const": "html"}, "alignment": {"not": {"const": False}}},
+            }
+        },
+    )
     q: str | list[str] = Field(description="text, or a list of texts translated as one batch")
     source: str = Field(description="source language code, or 'auto'")
     target: str = Field(description="target language code")
@@ -68,9 +74,15 @@ class Language(BaseModel):
 def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
     schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
     schema.pop("$defs", None)
-    return {"requestBody": {"required": True, "content": {
-        "application/json": {"schema": schema},
-        "application/x-www-form-urlencoded": {"schema": schema}}}}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": schema},
+                "application/x-www-form-urlencoded": {"schema": schema},
+            },
+        }
+    }
 
 
 async def read_fields(request: Request) -> dict[str, Any]:
@@ -138,11 +150,14 @@ async def accessed_fields(request: Request) -> dict[str, Any]:
 
 def is_form(request: Request) -> bool:
     return request.headers.get("content-type", "").split(";")[0].strip().lower() in (
-        "application/x-www-form-urlencoded", "multipart/form-data")
+        "application/x-www-form-urlencoded",
+        "multipart/form-data",
+    )
 
 
-async def translate_params(request: Request, fields: dict[str, Any] = Depends(accessed_fields)
-                           ) -> LibreTranslateRequest:
+async def translate_params(
+    request: Request, fields: dict[str, Any] = Depends(accessed_fields)
+) -> LibreTranslateRequest:
     for name in ("q", "source", "target"):
         if fields.get(name) in (None, "", []):
             raise APIError(400, f"Invalid request: missing {name} parameter")
@@ -161,10 +176,14 @@ async def translate_params(request: Request, fields: dict[str, Any] = Depends(ac
         raise APIError(400, _validation_message(error)) from None
 
 
-@router.post("/translate", openapi_extra=_body_schema(LibreTranslateRequest),
-             summary="Translate text (LibreTranslate-compatible)")
-def translate(params: LibreTranslateRequest = Depends(translate_params),
-              ctx: RequestContext = Depends(get_context)) -> dict[str, Any]:
+@router.post(
+    "/translate",
+    openapi_extra=_body_schema(LibreTranslateRequest),
+    summary="Translate text (LibreTranslate-compatible)",
+)
+def translate(
+    params: LibreTranslateRequest = Depends(translate_params), ctx: RequestContext = Depends(get_context)
+) -> dict[str, Any]:
     """`{translatedText, alternatives}`, lists when `q` is a list; `alignment` and `quality` when
     the alignment is asked for."""
     texts = [params.q] if isinstance(params.q, str) else list(params.q)
@@ -175,8 +194,12 @@ def translate(params: LibreTranslateRequest = Depends(translate_params),
     plain = [_visible_text(t) for t in texts] if params.format == "html" else texts
     model, detection = ctx.resolve_pair(params.source, params.target, plain)
     options = ctx.resolve_alignment(model, alignment.options()) if alignment else None
-    config = ctx.decode_config(max(DecodeConfig.beam_size, params.alternatives + 1), params.alternatives + 1,
-                               attention=options is not None, alignment=options)
+    config = ctx.decode_config(
+        max(DecodeConfig.beam_size, params.alternatives + 1),
+        params.alternatives + 1,
+        attention=options is not None,
+        alignment=options,
+    )
     if params.format == "html":
         translations = _translate_html(ctx, model, texts, config)
         alternatives: list[list[str]] = [[] for _ in texts]
@@ -186,8 +209,7 @@ def translate(params: LibreTranslateRequest = Depends(translate_params),
         translated = ctx.translate(model, texts, config)
         translations = [t.text for t in translated]
         alternatives = [[t.alternative(k)[0] for k in range(params.alternatives)] for t in translated]
-        maps = [AlignmentMap.from_alignment(text_alignment(t, options)) if options else None
-                for t in translated]
+        maps = [AlignmentMap.from_alignment(text_alignment(t, options)) if options else None for t in translated]
         qualities = [text_quality(t) if options else None for t in translated]
     single = isinstance(params.q, str)
     response: dict[str, Any] = {
@@ -221,7 +243,7 @@ def _translate_html(ctx: RequestContext, model: ServedModel, texts: list[str], c
     translated = ctx.translate(model, [html.unescape(documents[d][i]) for d, i in nodes], config)
     for (d, i), result in zip(nodes, translated):
         part = documents[d][i]
-        lead, trail = part[:len(part) - len(part.lstrip())], part[len(part.rstrip()):]
+        lead, trail = part[: len(part) - len(part.lstrip())], part[len(part.rstrip()) :]
         documents[d][i] = lead + html.escape(result.text, quote=False) + trail
     return ["".join(parts) for parts in documents]
 
@@ -230,8 +252,7 @@ def _translate_html(ctx: RequestContext, model: ServedModel, texts: list[str], c
 def languages(ctx: RequestContext = Depends(get_context)) -> list[Language]:
     pairs = ctx.engine.models
     codes = sorted({lang for pair in pairs for lang in pair})
-    return [Language(code=c, name=language_name(c), targets=sorted(t for s, t in pairs if s == c))
-            for c in codes]
+    return [Language(code=c, name=language_name(c), targets=sorted(t for s, t in pairs if s == c)) for c in codes]
 
 
 async def detect_params(request: Request, fields: dict[str, Any] = Depends(accessed_fields)) -> DetectRequest:
@@ -245,10 +266,17 @@ async def detect_params(request: Request, fields: dict[str, Any] = Depends(acces
         raise APIError(400, _validation_message(error)) from None
 
 
-@router.post("/detect", response_model=list[DetectedLanguage], openapi_extra=_body_schema(DetectRequest),
-             summary="Detect the language of a text (LibreTranslate-compatible)")
-def detect(params: DetectRequest = Depends(detect_params),
-           ctx: RequestContext = Depends(get_context)) -> list[DetectedLanguage]:
+@router.post(
+    "/detect",
+    response_model=list[DetectedLanguage],
+    openapi_extra=_body_schema(DetectRequest),
+    summary="Detect the language of a text (LibreTranslate-compatible)",
+)
+def detect(
+    params: DetectRequest = Depends(detect_params), ctx: RequestContext = Depends(get_context)
+) -> list[DetectedLanguage]:
     ctx.check_texts([params.q])
-    return [DetectedLanguage(confidence=round(d.confidence * 100, 1), language=d.language)
-            for d in ctx.detector().rank(params.q)]
+    return [
+        DetectedLanguage(confidence=round(d.confidence * 100, 1), language=d.language)
+        for d in ctx.detector().rank(params.q)
+    ]

@@ -20,17 +20,28 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter("crossalign_requests", "HTTP requests", ["route", "method", "status"],
-                                registry=self.registry)
-        self.latency = Histogram("crossalign_request_seconds", "HTTP request latency", ["route", "method"],
-                                 buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.in_flight = Gauge("crossalign_requests_in_flight", "HTTP requests being served",
-                               registry=self.registry)
-        self.tokens = Counter("crossalign_tokens", "subword tokens translated", ["model", "side"],
-                              registry=self.registry)
+        self.requests = Counter(
+            "crossalign_requests", "HTTP requests", ["route", "method", "status"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "crossalign_request_seconds",
+            "HTTP request latency",
+            ["route", "method"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.in_flight = Gauge("crossalign_requests_in_flight", "HTTP requests being served", registry=self.registry)
+        self.tokens = Counter(
+            "crossalign_tokens", "subword tokens translated", ["model", "side"], registry=self.registry
+        )
         self.sentences = Counter("crossalign_sentences", "sentences translated", ["model"], registry=self.registry)
-        self.batch_size = Histogram("crossalign_batch_sentences", "sentences per model call (micro-batch)",
-                                    ["model"], buckets=BATCH_BUCKETS, registry=self.registry)
+        self.batch_size = Histogram(
+            "crossalign_batch_sentences",
+            "sentences per model call (micro-batch)",
+            ["model"],
+            buckets=BATCH_BUCKETS,
+            registry=self.registry,
+        )
 
     def observe_batch(self, model: str, size: int) -> None:
         self.batch_size.labels(model).observe(size)

@@ -27,8 +27,9 @@ class TranslateRequest(JSONRequest):
     source: Source
     target: Target
     beam_size: BeamSize
-    n_best: int = Field(1, description="hypotheses per sentence, each with its own alignment (a smaller "
-                                       "beam_size is raised to n_best)")
+    n_best: int = Field(
+        1, description="hypotheses per sentence, each with its own alignment (a smaller beam_size is raised to n_best)"
+    )
     alignment: AlignmentRequest | bool = Field(True, description="alignment options, or false for none")
 
     @model_validator(mode="after")
@@ -60,19 +61,23 @@ def translate(body: TranslateRequest, ctx: RequestContext = Depends(get_context)
 
 
 class HeatmapRequest(JSONRequest):
-
     q: str = Field(description="the text to translate and draw")
     source: Source
     target: Target
     format: Literal["png", "svg"] = "png"
     kind: Literal["cross", "encoder", "decoder"] = Field(
-        "cross", description="cross: the alignment map; encoder / decoder: that self-attention, over subword "
-                             "pieces with <s> / </s> (`level` and `step_shift` apply to cross only)")
+        "cross",
+        description="cross: the alignment map; encoder / decoder: that self-attention, over subword "
+        "pieces with <s> / </s> (`level` and `step_shift` apply to cross only)",
+    )
     level: Literal["word", "subword"] = "word"
     layer: int | None = Field(None, description="default: the alignment layer (cross), the last layer (self)")
-    head: list[int] | None = Field(None, description="heads to average (default: the model's alignment heads "
-                                                     "for cross, all heads for self-attention; in a query, "
-                                                     "repeat the parameter for several heads)")
+    head: list[int] | None = Field(
+        None,
+        description="heads to average (default: the model's alignment heads "
+        "for cross, all heads for self-attention; in a query, "
+        "repeat the parameter for several heads)",
+    )
     step_shift: StepShift
     beam_size: BeamSize
     width: int | None = Field(None, description="pixels (default: fitted to the tokens)")
@@ -93,8 +98,7 @@ def heatmap_response(body: HeatmapRequest, ctx: RequestContext) -> Response:
         if value is not None and not 100 <= value <= limit:
             raise APIError(400, f"{name} must be between 100 and {limit} pixels, not {value}")
     model, _ = ctx.resolve_pair(body.source, body.target, [body.q])
-    options = AlignmentOptions(body.level, body.layer, None if body.head is None else tuple(body.head),
-                               body.step_shift)
+    options = AlignmentOptions(body.level, body.layer, None if body.head is None else tuple(body.head), body.step_shift)
     # A self-attention layer is checked against its own stack (the encoder's may be deeper).
     options = ctx.resolve_alignment(model, options if body.kind == "cross" else replace(options, layer=None))
     config = ctx.decode_config(body.beam_size, 1, attention=True, alignment=options if body.kind == "cross" else None)
@@ -107,22 +111,34 @@ def heatmap_response(body: HeatmapRequest, ctx: RequestContext) -> Response:
         title, axes = f"{body.kind} self-attention, layer {alignment.layer}, {heads}", ("keys", "queries")
     rows, columns = alignment.matrix.shape
     if max(rows, columns) > ctx.settings.heatmap_max_tokens:
-        raise APIError(413, f"the alignment has {columns} x {rows} tokens; a heatmap shows at most "
-                            f"{ctx.settings.heatmap_max_tokens} per axis (send less text, or use level=word)")
+        raise APIError(
+            413,
+            f"the alignment has {columns} x {rows} tokens; a heatmap shows at most "
+            f"{ctx.settings.heatmap_max_tokens} per axis (send less text, or use level=word)",
+        )
     # A word-level cross-attention map shows its quality flags (they index words).
     quality = text_quality(translated) if body.kind == "cross" and body.level == "word" else None
-    image = render_heatmap(alignment, body.format, body.width, body.height, title, axes,
-                           untranslated=quality.untranslated if quality else (),
-                           ungrounded=quality.ungrounded if quality else ())
+    image = render_heatmap(
+        alignment,
+        body.format,
+        body.width,
+        body.height,
+        title,
+        axes,
+        untranslated=quality.untranslated if quality else (),
+        ungrounded=quality.ungrounded if quality else (),
+    )
     name = filename(model.source, model.target, body.q, body.format)
     if body.kind != "cross":
         name = name.replace("alignment-", f"{body.kind}-attention-", 1)
-    return Response(image, media_type=FORMATS[body.format],
-                    headers={"Content-Disposition": f'attachment; filename="{name}"'})
+    return Response(
+        image, media_type=FORMATS[body.format], headers={"Content-Disposition": f'attachment; filename="{name}"'}
+    )
 
 
-IMAGE_RESPONSES = {200: {"content": {media: {} for media in FORMATS.values()},
-                         "description": "the heatmap, as a download"}}
+IMAGE_RESPONSES = {
+    200: {"content": {media: {} for media in FORMATS.values()}, "description": "the heatmap, as a download"}
+}
 
 
 @router.get("/heatmap", response_class=Response, responses=IMAGE_RESPONSES, summary="Alignment heatmap (download)")

@@ -39,8 +39,12 @@ from service.settings import Settings
 ASSETS = Path(fastapi_offline.__file__).resolve().parent / "static"
 ASSETS_URL = "/docs-assets"
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
-ERROR_SCHEMA = {"title": "Error", "type": "object", "required": ["error"],
-                "properties": {"error": {"type": "string", "description": "what was wrong, for a person to read"}}}
+ERROR_SCHEMA = {
+    "title": "Error",
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {"type": "string", "description": "what was wrong, for a person to read"}},
+}
 RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}}
 ERRORS = {
     "400": "Invalid request: the message says which field and why",
@@ -53,8 +57,10 @@ ERRORS = {
 }
 # 413 also answers a request whose parts are each valid but whose whole is over a size limit
 # no schema can state: characters of all texts together, work (beam x characters), heatmap tokens.
-SIZE_ERROR = {"413": "request too large: the body's bytes, the characters of all texts together, or the "
-                     "work (beam_size x characters) exceed the server's limits"}
+SIZE_ERROR = {
+    "413": "request too large: the body's bytes, the characters of all texts together, or the "
+    "work (beam_size x characters) exceed the server's limits"
+}
 # Fields holding text to translate: these get the input rules and the character limit.
 TEXT_FIELDS = {"q", "text", "texts", "translation"}
 
@@ -70,9 +76,14 @@ def _redoc_script() -> bytes:
 
 
 def _text_schema(settings: Settings) -> dict[str, Any]:
-    return {"type": "string", "minLength": 1, "maxLength": settings.char_limit, "pattern": TEXT_PATTERN,
-            "description": f"text to translate: {TEXT_RULES}; at most {settings.char_limit} characters in all "
-                           "the request's texts together"}
+    return {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": settings.char_limit,
+        "pattern": TEXT_PATTERN,
+        "description": f"text to translate: {TEXT_RULES}; at most {settings.char_limit} characters in all "
+        "the request's texts together",
+    }
 
 
 def _request_schemas(schema: dict[str, Any]) -> list[dict[str, Any]]:
@@ -129,8 +140,9 @@ def _variants(schema: dict[str, Any]) -> list[dict[str, Any]]:
     return [option for option in options if option.get("type") != "null"]
 
 
-def _constrain_field(name: str, schema: dict[str, Any], settings: Settings, languages: dict[str, list[str]],
-                     limits: dict[str, int]) -> None:
+def _constrain_field(
+    name: str, schema: dict[str, Any], settings: Settings, languages: dict[str, list[str]], limits: dict[str, int]
+) -> None:
     for option in _variants(schema):
         kind = option.get("type")
         if name in TEXT_FIELDS and kind == "string":
@@ -165,8 +177,9 @@ def truthful_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
     components["Error"] = ERROR_SCHEMA
     # A key goes in `Authorization: Bearer <key>` (also accepted: X-API-Key, `api_key`);
     # optional in the document, since a server without keys accepts requests without one.
-    schema["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer",
-                                                          "description": "an API key, when the server has keys"}}
+    schema["components"]["securitySchemes"] = {
+        "bearer": {"type": "http", "scheme": "bearer", "description": "an API key, when the server has keys"}
+    }
     schema["security"] = [{"bearer": []}, {}]
     for item in schema.get("paths", {}).values():
         for operation in item.values():
@@ -210,8 +223,9 @@ def install(app: FastAPI, settings: Settings) -> None:
 
     @app.get(f"{ASSETS_URL}/redoc.js", include_in_schema=False)
     def redoc_script() -> Response:  # before the mount below, which would shadow it
-        return Response(_redoc_script(), media_type="text/javascript",
-                        headers={"Cache-Control": "public, max-age=86400"})
+        return Response(
+            _redoc_script(), media_type="text/javascript", headers={"Cache-Control": "public, max-age=86400"}
+        )
 
     app.mount(ASSETS_URL, StaticFiles(directory=ASSETS), name="docs-assets")
 
@@ -219,14 +233,21 @@ def install(app: FastAPI, settings: Settings) -> None:
     def swagger_ui() -> HTMLResponse:
         # persistAuthorization keeps a Bearer key typed into "Authorize" across reloads;
         # validatorUrl None: Swagger UI would otherwise send the document to validator.swagger.io.
-        return get_swagger_ui_html(openapi_url=app.openapi_url or "/openapi.json", title=f"{app.title} API",
-                                   swagger_js_url=f"{ASSETS_URL}/swagger-ui-bundle.js",
-                                   swagger_css_url=f"{ASSETS_URL}/swagger-ui.css",
-                                   swagger_favicon_url=f"{ASSETS_URL}/favicon.png",
-                                   swagger_ui_parameters={"validatorUrl": None, "persistAuthorization": True})
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title=f"{app.title} API",
+            swagger_js_url=f"{ASSETS_URL}/swagger-ui-bundle.js",
+            swagger_css_url=f"{ASSETS_URL}/swagger-ui.css",
+            swagger_favicon_url=f"{ASSETS_URL}/favicon.png",
+            swagger_ui_parameters={"validatorUrl": None, "persistAuthorization": True},
+        )
 
     @app.get("/redoc", include_in_schema=False)
     def redoc() -> HTMLResponse:
-        return get_redoc_html(openapi_url=app.openapi_url or "/openapi.json", title=f"{app.title} API",
-                              redoc_js_url=f"{ASSETS_URL}/redoc.js",
-                              redoc_favicon_url=f"{ASSETS_URL}/favicon.png", with_google_fonts=False)
+        return get_redoc_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title=f"{app.title} API",
+            redoc_js_url=f"{ASSETS_URL}/redoc.js",
+            redoc_favicon_url=f"{ASSETS_URL}/favicon.png",
+            with_google_fonts=False,
+        )

@@ -18,11 +18,12 @@ from seq2seq.alignment import AlignmentOptions
 from seq2seq.config import DecodeConfig
 
 Source = Annotated[str, Field("auto", description="source language code, or 'auto'")]
-Target = Annotated[str | None, Field(None, description="target language (default: the only one served for the "
-                                                       "source)")]
+Target = Annotated[str | None, Field(None, description="target language (default: the only one served for the source)")]
 BeamSize = Annotated[int, Field(DecodeConfig.beam_size, description="beam width of the search")]
-StepShift = Annotated[bool | None, Field(None, description="read the map where the target token is the decoder "
-                                                          "input (default: the model's)")]
+StepShift = Annotated[
+    bool | None,
+    Field(None, description="read the map where the target token is the decoder input (default: the model's)"),
+]
 
 
 class JSONRequest(BaseModel):
@@ -57,8 +58,10 @@ def exactly_one(*groups: tuple[str, ...]) -> Callable[[dict[str, Any]], None]:
 
     def edit(schema: dict[str, Any]) -> None:
         fields = [name for group in groups for name in group]
-        schema["anyOf"] = [{**given(group), "not": {"anyOf": [given((name,)) for name in fields if name not in group]}}
-                           for group in groups]
+        schema["anyOf"] = [
+            {**given(group), "not": {"anyOf": [given((name,)) for name in fields if name not in group]}}
+            for group in groups
+        ]
 
     return edit
 
@@ -66,14 +69,16 @@ def exactly_one(*groups: tuple[str, ...]) -> Callable[[dict[str, Any]], None]:
 class AlignmentRequest(JSONRequest):
     """Which cross-attention the map is read from, and at which level (seq2seq.alignment)."""
 
-    level: Literal["word", "subword"] = Field("word", description="word: a map between words; subword: between "
-                                                                 "SentencePiece pieces (/v1/align: beside the word "
-                                                                 "map)")
+    level: Literal["word", "subword"] = Field(
+        "word",
+        description="word: a map between words; subword: between SentencePiece pieces (/v1/align: beside the word map)",
+    )
     layer: int | None = Field(None, description="decoder layer (default: the model's alignment layer)")
     heads: list[int] | None = Field(None, description="heads to average (default: the model's; [] = all)")
     step_shift: StepShift
 
     def options(self) -> AlignmentOptions:
         """The options as asked (resolve them against the model's config before use)."""
-        return AlignmentOptions(self.level, self.layer, None if self.heads is None else tuple(self.heads),
-                                self.step_shift)
+        return AlignmentOptions(
+            self.level, self.layer, None if self.heads is None else tuple(self.heads), self.step_shift
+        )

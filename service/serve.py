@@ -34,8 +34,7 @@ class RedactKeys(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):
-            record.args = tuple(KEY_IN_QUERY.sub(r"\1[redacted]", a) if isinstance(a, str) else a
-                                for a in record.args)
+            record.args = tuple(KEY_IN_QUERY.sub(r"\1[redacted]", a) if isinstance(a, str) else a for a in record.args)
         elif isinstance(record.msg, str):
             record.msg = KEY_IN_QUERY.sub(r"\1[redacted]", record.msg)
         return True
@@ -82,10 +81,20 @@ def _flag(name: str) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, field in Settings.model_fields.items():
         kind = field.annotation if field.annotation in (int, float, str) else str
-        parser.add_argument(_flag(name), dest=name, type=kind, default=argparse.SUPPRESS, metavar=name.upper(),
-                            help=f"{field.description} (default {field.default}; env {ENV_PREFIX}{name.upper()})")
-    parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
-                        help="uvicorn log level (default info)")
+        parser.add_argument(
+            _flag(name),
+            dest=name,
+            type=kind,
+            default=argparse.SUPPRESS,
+            metavar=name.upper(),
+            help=f"{field.description} (default {field.default}; env {ENV_PREFIX}{name.upper()})",
+        )
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="uvicorn log level (default info)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -99,16 +108,28 @@ def main(args: argparse.Namespace) -> int:
     from service.engine import find_bundles
 
     if not find_bundles(settings.models):
-        log.error("no model bundles in %s: a bundle is a directory with bundle.json "
-                  "(download the release into models/de-en, or run `crossalign export`)", settings.models)
+        log.error(
+            "no model bundles in %s: a bundle is a directory with bundle.json "
+            "(download the release into models/de-en, or run `crossalign export`)",
+            settings.models,
+        )
         return 2
     if not usable_bundles(settings.models):
         log.error("no usable model bundle in %s (see above)", settings.models)
         return 2
-    uvicorn.run("service.app:create_app", factory=True, host=settings.host, port=settings.port,
-                workers=settings.workers, log_level=args.log_level, timeout_graceful_shutdown=10,
-                timeout_keep_alive=settings.keep_alive_s,
-                log_config=log_config(), http="h11", h11_max_incomplete_event_size=head_limit(settings))
+    uvicorn.run(
+        "service.app:create_app",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=10,
+        timeout_keep_alive=settings.keep_alive_s,
+        log_config=log_config(),
+        http="h11",
+        h11_max_incomplete_event_size=head_limit(settings),
+    )
     return 0
 
 

@@ -24,11 +24,14 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore")
 
     # Where the models are, and how to run them.
-    models: Path = Field(Path("models"), description="directory of model bundles; every bundle in it "
-                                                     "(or the directory itself, if it is one) is served")
+    models: Path = Field(
+        Path("models"),
+        description="directory of model bundles; every bundle in it (or the directory itself, if it is one) is served",
+    )
     threads: int = Field(0, ge=0, description="onnxruntime intra-op threads per model (0 = runtime default)")
-    precision: str = Field("", description="graph precision to run, fp32 or int8 (empty: each bundle's default, "
-                                           "named in its bundle.json)")
+    precision: str = Field(
+        "", description="graph precision to run, fp32 or int8 (empty: each bundle's default, named in its bundle.json)"
+    )
     # The server.
     host: str = Field("127.0.0.1", description="address to listen on (0.0.0.0 in a container)")
     port: int = Field(5000, ge=0, le=65535, description="port (LibreTranslate's default)")
@@ -41,36 +44,61 @@ class Settings(BaseSettings):
     heatmap_max_tokens: int = Field(120, ge=2, description="tokens per heatmap axis")
     heatmap_max_pixels: int = Field(4000, ge=100, description="largest heatmap width or height in pixels")
     request_timeout: float = Field(120.0, gt=0, description="seconds a request may wait for its translation")
-    max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body in bytes, counted while it "
-                                                           "is read (chunked bodies too); beyond it: 413")
-    max_header_bytes: int = Field(16384, ge=1024, description="largest header fields in bytes; beyond it: 431 "
-                                                             "(or 400 and a closed connection, when the parser "
-                                                             "sees it first)")
+    max_body_bytes: int = Field(
+        1 << 20,
+        ge=1024,
+        description="largest request body in bytes, counted while it is read (chunked bodies too); beyond it: 413",
+    )
+    max_header_bytes: int = Field(
+        16384,
+        ge=1024,
+        description="largest header fields in bytes; beyond it: 431 "
+        "(or 400 and a closed connection, when the parser "
+        "sees it first)",
+    )
     # Admission control: bounded work per request and in the queue, turns shared between clients.
-    max_request_work: int = Field(20000, ge=1, description="work units per request: beam_size x characters "
-                                                           "(5,000 characters at beam 4); beyond it: 400")
-    max_queue_work: int = Field(160000, ge=0, description="work units queued or running per model; a request "
-                                                          "that does not fit gets 503 with Retry-After (0 = "
-                                                          "unbounded)")
+    max_request_work: int = Field(
+        20000,
+        ge=1,
+        description="work units per request: beam_size x characters (5,000 characters at beam 4); beyond it: 400",
+    )
+    max_queue_work: int = Field(
+        160000,
+        ge=0,
+        description="work units queued or running per model; a request "
+        "that does not fit gets 503 with Retry-After (0 = "
+        "unbounded)",
+    )
     # Micro-batching: requests arriving within the window share one padded batch.
-    batch_window_ms: float = Field(5.0, ge=0, description="micro-batching window (0 = off: every request "
-                                                           "runs on its own)")
+    batch_window_ms: float = Field(
+        5.0, ge=0, description="micro-batching window (0 = off: every request runs on its own)"
+    )
     max_batch_sentences: int = Field(128, ge=1, description="sentences per micro-batch")
-    max_batch_rows: int = Field(32, ge=0, description="beam rows (sentences x beam_size) per model call; "
-                                                      "bounds how long a newcomer waits behind a running batch "
-                                                      "(0 = only max_batch_sentences)")
+    max_batch_rows: int = Field(
+        32,
+        ge=0,
+        description="beam rows (sentences x beam_size) per model call; "
+        "bounds how long a newcomer waits behind a running batch "
+        "(0 = only max_batch_sentences)",
+    )
     # Access.
     api_keys: str = Field("", description="comma-separated API keys; when set, requests must carry one")
-    rate_limit: int = Field(0, ge=0, description="requests per minute per API key (or per client address "
-                                                 "without keys, and for attempts with a wrong key); 429 with "
-                                                 "Retry-After beyond it; 0 = unlimited")
+    rate_limit: int = Field(
+        0,
+        ge=0,
+        description="requests per minute per API key (or per client address "
+        "without keys, and for attempts with a wrong key); 429 with "
+        "Retry-After beyond it; 0 = unlimited",
+    )
     cors_origins: str = Field("", description="comma-separated origins allowed by CORS ('*' for any)")
 
     @model_validator(mode="after")
     def _queue_fits_a_request(self) -> Settings:
         if self.max_queue_work and self.max_queue_work < self.max_request_work:
-            raise ValueError(f"max_queue_work ({self.max_queue_work}) must be 0 or at least max_request_work "
-                             f"({self.max_request_work}), or a maximal request could never be served")
+            raise ValueError(
+                f"max_queue_work ({self.max_queue_work}) must be 0 or at least max_request_work "
+                f"({self.max_request_work}), or a maximal request could never be served"
+            )
         return self
 
     @field_validator("precision")

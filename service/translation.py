@@ -35,11 +35,11 @@ from service.engine import ServedModel
 
 @dataclass
 class TranslatedText:
-    source: str                             # the input text
-    spans: list[tuple[int, int]]            # sentence spans in `source`
-    results: list[TranslationResult]        # one per sentence
-    text: str                               # the joined translation
-    target_spans: list[tuple[int, int]]     # each sentence translation's span in `text`
+    source: str  # the input text
+    spans: list[tuple[int, int]]  # sentence spans in `source`
+    results: list[TranslationResult]  # one per sentence
+    text: str  # the joined translation
+    target_spans: list[tuple[int, int]]  # each sentence translation's span in `text`
 
     @property
     def score(self) -> float:
@@ -67,22 +67,23 @@ def join_sentences(source: str, spans: list[tuple[int, int]], parts: list[str]) 
     text, target_spans = "", []
     for index, part in enumerate(parts):
         if index:
-            gap = source[spans[index - 1][1]:spans[index][0]]
+            gap = source[spans[index - 1][1] : spans[index][0]]
             text += gap if gap else " "
         target_spans.append((len(text), len(text) + len(part)))
         text += part
     return text, target_spans
 
 
-def translate_texts(model: ServedModel, texts: list[str], config: DecodeConfig,
-                    timeout: float | None = None, client: str = "") -> list[TranslatedText]:
+def translate_texts(
+    model: ServedModel, texts: list[str], config: DecodeConfig, timeout: float | None = None, client: str = ""
+) -> list[TranslatedText]:
     """Translate whole texts, all their sentences in one request to the model (on `client`'s turns)."""
     all_spans = [split_sentences(text) for text in texts]
     sentences = [text[start:end] for text, spans in zip(texts, all_spans) for start, end in spans]
     results = model.translate(sentences, config, timeout, client) if sentences else []
     out, position = [], 0
     for text, spans in zip(texts, all_spans):
-        mine = results[position:position + len(spans)]
+        mine = results[position : position + len(spans)]
         position += len(spans)
         joined, target_spans = join_sentences(text, spans, [r.text for r in mine])
         out.append(TranslatedText(text, spans, mine, joined, target_spans))
@@ -92,9 +93,11 @@ def translate_texts(model: ServedModel, texts: list[str], config: DecodeConfig,
 def text_alignment(translated: TranslatedText, options: AlignmentOptions) -> Alignment:
     """One map for a whole text: its sentences' maps (built with them, `options` resolved),
     placed block-diagonally."""
-    parts = [(result.alignment.requested, start, target_start)
-             for (start, _), (target_start, _), result in zip(translated.spans, translated.target_spans,
-                                                              translated.results) if result.alignment is not None]
+    parts = [
+        (result.alignment.requested, start, target_start)
+        for (start, _), (target_start, _), result in zip(translated.spans, translated.target_spans, translated.results)
+        if result.alignment is not None
+    ]
     return concat(parts, options)
 
 
@@ -116,25 +119,45 @@ def _aligned(result: TranslationResult, source_offset: int, target_offset: int) 
     maps = result.alignment.shifted(source_offset, target_offset)
     subword, word = maps.subword, maps.word
     return AlignedTranslation(
-        text=result.text, score=round(result.score, 4), alignment=AlignmentMap.from_alignment(maps.requested),
-        source_tokens=_spans(subword.source_tokens), target_tokens=_spans(subword.target_tokens),
-        source_words=_spans(word.source_tokens), target_words=_spans(word.target_tokens), word_links=word.pharaoh,
-        quality=None if result.quality is None else Quality.from_quality(result.quality))
+        text=result.text,
+        score=round(result.score, 4),
+        alignment=AlignmentMap.from_alignment(maps.requested),
+        source_tokens=_spans(subword.source_tokens),
+        target_tokens=_spans(subword.target_tokens),
+        source_words=_spans(word.source_tokens),
+        target_words=_spans(word.target_tokens),
+        word_links=word.pharaoh,
+        quality=None if result.quality is None else Quality.from_quality(result.quality),
+    )
 
 
 def text_translation(model: ServedModel, translated: TranslatedText, n_best: int) -> TextTranslation:
     """The native API's view of one translated text (with the alignments it was translated with)."""
     sentences = []
-    for (start, end), (target_start, target_end), result in zip(translated.spans, translated.target_spans,
-                                                               translated.results):
+    for (start, end), (target_start, target_end), result in zip(
+        translated.spans, translated.target_spans, translated.results
+    ):
         best = _aligned(result, start, target_start)
         alternatives = [_aligned(alternative, start, 0) for alternative in result.alternatives]
-        sentences.append(AlignedSentence(**best.model_dump(exclude={"alternatives"}), alternatives=alternatives,
-                                         source_start=start, source_end=end, target_start=target_start,
-                                         target_end=target_end))
+        sentences.append(
+            AlignedSentence(
+                **best.model_dump(exclude={"alternatives"}),
+                alternatives=alternatives,
+                source_start=start,
+                source_end=end,
+                target_start=target_start,
+                target_end=target_end,
+            )
+        )
     alternatives = []
     for k in range(n_best - 1):
         text, score = translated.alternative(k)
         alternatives.append(Hypothesis(text=text, score=round(score, 4)))
-    return TextTranslation(text=translated.text, score=round(translated.score, 4), source=model.source,
-                           target=model.target, sentences=sentences, alternatives=alternatives)
+    return TextTranslation(
+        text=translated.text,
+        score=round(translated.score, 4),
+        source=model.source,
+        target=model.target,
+        sentences=sentences,
+        alternatives=alternatives,
+    )

@@ -23,8 +23,7 @@ def write_toy_tokenizer(directory: Path) -> Path:
     """A word-level SentencePiece model over TOY_ALPHABET: ids 4..11 are the letters."""
     from data.tokenizer import train_sentencepiece
 
-    return train_sentencepiece(TOY_ALPHABET * 5, directory / "spm", vocab_size=4 + len(TOY_ALPHABET),
-                               model_type="word")
+    return train_sentencepiece(TOY_ALPHABET * 5, directory / "spm", vocab_size=4 + len(TOY_ALPHABET), model_type="word")
 
 
 @pytest.fixture(scope="session")
@@ -38,8 +37,9 @@ def tiny_model_config():
     """A 2+2-layer model with d_model 32: big enough for every mechanism, fast on CPU."""
     from seq2seq.config import ModelConfig
 
-    return ModelConfig(vocab_size=24, d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2,
-                       dropout=0.0, max_positions=64)
+    return ModelConfig(
+        vocab_size=24, d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64
+    )
 
 
 @pytest.fixture

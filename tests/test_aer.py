@@ -109,13 +109,16 @@ def test_gold_sentences_are_not_in_the_training_data(gold):
     assert not leaked, f"gold lines found in the training data: {leaked}"
 
 
-@pytest.mark.parametrize("line, message", [
-    ("Das Haus .\tThe house .", "expected source<TAB>target<TAB>links, got 2 field"),
-    ("Das Haus .\tThe house .\t0-0 1:1", "not a gold link"),
-    ("Das Haus .\tThe house .\t0-0 3-1", "link 3-1 out of range: the source has 3 words, the target 3"),
-    ("Das Haus .\tThe house .\t0-0 1?1 1-1", "links both sure and possible: 1-1"),
-    ("Das Haus .\tThe house .\t", "no links"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("Das Haus .\tThe house .", "expected source<TAB>target<TAB>links, got 2 field"),
+        ("Das Haus .\tThe house .\t0-0 1:1", "not a gold link"),
+        ("Das Haus .\tThe house .\t0-0 3-1", "link 3-1 out of range: the source has 3 words, the target 3"),
+        ("Das Haus .\tThe house .\t0-0 1?1 1-1", "links both sure and possible: 1-1"),
+        ("Das Haus .\tThe house .\t", "no links"),
+    ],
+)
 def test_malformed_gold_line_names_the_line(tmp_path, line, message):
     path = tmp_path / "gold.tsv"
     path.write_text("# comment\nDas ist gut .\tThat is good .\t0-0 1-1 2-2 3-3\n" + line + "\n", encoding="utf-8")

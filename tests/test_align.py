@@ -71,11 +71,14 @@ class StepOnly:
 
 
 @pytest.mark.parametrize("layer,heads,step_shift", [(None, None, False), (0, (), True), (-1, (1, 3), False)])
-def test_backends_agree_on_forced_alignment(onnx_translator: Translator, torch_translator: Translator,
-                                            layer, heads, step_shift) -> None:
+def test_backends_agree_on_forced_alignment(
+    onnx_translator: Translator, torch_translator: Translator, layer, heads, step_shift
+) -> None:
     stepwise = Translator(StepOnly(onnx_translator.backend), onnx_translator.tokenizer)
-    results = [align_pairs(t, PAIRS, "subword", layer, heads, step_shift)
-               for t in (onnx_translator, torch_translator, stepwise)]
+    results = [
+        align_pairs(t, PAIRS, "subword", layer, heads, step_shift)
+        for t in (onnx_translator, torch_translator, stepwise)
+    ]
     for onnx, torch_, steps in zip(*results):
         assert isinstance(onnx, ForcedAlignment)
         assert onnx.links == torch_.links == steps.links
@@ -97,10 +100,15 @@ def test_forced_alignment_of_the_model_translation_equals_its_search_alignment(t
 
 
 def test_unalignable_pairs_are_errors_in_place(onnx_translator: Translator) -> None:
-    results = align_pairs(onnx_translator, [("der Hund", "  "), PAIRS[0], ("", "the dog"),
-                                            (" ".join(["der"] * 300), "the")])
-    assert [type(r) for r in results] == [ForcedAlignmentError, ForcedAlignment, ForcedAlignmentError,
-                                          ForcedAlignmentError]
+    results = align_pairs(
+        onnx_translator, [("der Hund", "  "), PAIRS[0], ("", "the dog"), (" ".join(["der"] * 300), "the")]
+    )
+    assert [type(r) for r in results] == [
+        ForcedAlignmentError,
+        ForcedAlignment,
+        ForcedAlignmentError,
+        ForcedAlignmentError,
+    ]
     assert "empty target" in str(results[0]) and "too long" in str(results[3])
     with pytest.raises(ForcedAlignmentError, match="layer 5"):
         align_pair(onnx_translator, *PAIRS[0], layer=5)
@@ -109,11 +117,12 @@ def test_unalignable_pairs_are_errors_in_place(onnx_translator: Translator) -> N
 # --------------------------------------------------------------------------- crossalign align
 
 
-def test_align_cli_pharaoh_and_jsonl_with_bad_lines(tiny_bundle: Path, onnx_translator: Translator, tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture) -> None:
+def test_align_cli_pharaoh_and_jsonl_with_bad_lines(
+    tiny_bundle: Path, onnx_translator: Translator, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     lines = [f"{s}\t{t}".encode() for s, t in PAIRS[:3]]
     lines[1:1] = [b"no tab here", b"der Hund\t", b"der \xff Hund\tthe dog"]
-    lines.append(f"{PAIRS[3][0]}\t{PAIRS[3][1]}\tsentence".encode())       # a third column is ignored
+    lines.append(f"{PAIRS[3][0]}\t{PAIRS[3][1]}\tsentence".encode())  # a third column is ignored
     source = tmp_path / "pairs.tsv"
     source.write_bytes(b"\n".join(lines) + b"\n")
     expected = [a.word.pharaoh for a in align_pairs(onnx_translator, PAIRS[:4])]
@@ -127,8 +136,31 @@ def test_align_cli_pharaoh_and_jsonl_with_bad_lines(tiny_bundle: Path, onnx_tran
     assert "line 2: expected source<TAB>target" in errors and "line 4: invalid UTF-8" in errors
 
     jsonl = tmp_path / "out.jsonl"
-    assert cli_main(["align", "--model", str(tiny_bundle), "-i", str(source), "-o", str(jsonl), "--format", "jsonl",
-                     "--backend", "torch", "--layer", "0", "--heads", "1", "--step-shift", "--level", "subword"]) == 3
+    assert (
+        cli_main(
+            [
+                "align",
+                "--model",
+                str(tiny_bundle),
+                "-i",
+                str(source),
+                "-o",
+                str(jsonl),
+                "--format",
+                "jsonl",
+                "--backend",
+                "torch",
+                "--layer",
+                "0",
+                "--heads",
+                "1",
+                "--step-shift",
+                "--level",
+                "subword",
+            ]
+        )
+        == 3
+    )
     records = [json.loads(line) for line in jsonl.read_text().splitlines()]
     assert [r["line"] for r in records] == list(range(1, 8))
     assert records[2]["error"] == "target: empty text" and "error" not in records[0]
@@ -149,8 +181,12 @@ class FailsOn:
 
     def __init__(self, backend, poison: list[int]):
         self.inner, self.poison, self.calls = backend, poison, []
-        self.config, self.bos_id, self.eos_id, self.pad_id = backend.config, backend.bos_id, backend.eos_id, \
-            backend.pad_id
+        self.config, self.bos_id, self.eos_id, self.pad_id = (
+            backend.config,
+            backend.bos_id,
+            backend.eos_id,
+            backend.pad_id,
+        )
 
     def encode(self, *args):
         return self.inner.encode(*args)
@@ -160,34 +196,48 @@ class FailsOn:
 
     def teacher_force(self, src_ids, src_mask, tgt_ids):
         self.calls.append(len(tgt_ids))
-        if any(list(row[:len(self.poison)]) == self.poison and (len(row) == len(self.poison) or
-                                                                 row[len(self.poison)] == self.pad_id)
-               for row in tgt_ids):
+        if any(
+            list(row[: len(self.poison)]) == self.poison
+            and (len(row) == len(self.poison) or row[len(self.poison)] == self.pad_id)
+            for row in tgt_ids
+        ):
             raise RuntimeError("the model broke")
         return self.inner.teacher_force(src_ids, src_mask, tgt_ids)
 
 
 def test_align_cli_applies_the_service_input_rules_and_retries_a_failed_batch_line_by_line(
-        tiny_bundle: Path, onnx_translator: Translator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture) -> None:
+    tiny_bundle: Path,
+    onnx_translator: Translator,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
     guilty = PAIRS[2]
     backend = FailsOn(onnx_translator.backend, onnx_translator.tokenizer.encode(guilty[1]))
-    monkeypatch.setattr("seq2seq.cli.align.load_translator",
-                        lambda *args: Translator(backend, onnx_translator.tokenizer))
+    monkeypatch.setattr(
+        "seq2seq.cli.align.load_translator", lambda *args: Translator(backend, onnx_translator.tokenizer)
+    )
     lines = [f"{s}\t{t}".encode() for s, t in PAIRS[:4]]
     lines[1:1] = [b"der \x00 Hund\tthe dog", b"der Hund\tthe \x1b[31mdog", b"der Hund\xc2\x85\tthe dog"]
     source = tmp_path / "pairs.tsv"
     source.write_bytes(b"\n".join(lines) + b"\n")
     output = tmp_path / "out.jsonl"
 
-    assert cli_main(["align", "--model", str(tiny_bundle), "-i", str(source), "-o", str(output),
-                     "--format", "jsonl"]) == 3
+    assert (
+        cli_main(["align", "--model", str(tiny_bundle), "-i", str(source), "-o", str(output), "--format", "jsonl"]) == 3
+    )
 
-    records = [json.loads(line) for line in output.read_text().split("\n")[:-1]]   # (U+0085 is no record end)
+    records = [json.loads(line) for line in output.read_text().split("\n")[:-1]]  # (U+0085 is no record end)
     assert [r["line"] for r in records] == list(range(1, 8))
     assert [r.get("error", "")[:30] for r in records] == [
-        "", "source: control character U+00", "target: control character U+00", "source: control character U+00",
-        "", "alignment failed: RuntimeError", ""]
+        "",
+        "source: control character U+00",
+        "target: control character U+00",
+        "source: control character U+00",
+        "",
+        "alignment failed: RuntimeError",
+        "",
+    ]
     assert "U+0000 at column 5" in records[1]["error"] and "U+001B" in records[2]["error"]
     assert "U+0085" in records[3]["error"]
     expected = [a.word.pharaoh for a in align_pairs(onnx_translator, [PAIRS[0], PAIRS[1], PAIRS[3]])]
@@ -220,10 +270,9 @@ def test_v1_align_takes_the_work_cap_and_the_queue_bound(onnx_translator: Transl
     settings = Settings(max_request_work=400, max_queue_work=1000)
     source, target = PAIRS[0]
     with TestClient(create_app(settings, engine=engine), raise_server_exceptions=False) as client:
-        heavy = {"pairs": [{"text": source, "translation": target}] * (400 // len(source + target) + 1),
-                 "source": "de"}
+        heavy = {"pairs": [{"text": source, "translation": target}] * (400 // len(source + target) + 1), "source": "de"}
         assert client.post("/v1/align", json=heavy).status_code == 413
-        queued = batcher.submit([source] * 39, DecodeConfig(beam_size=1))   # translations: 975 units of 1000
+        queued = batcher.submit([source] * 39, DecodeConfig(beam_size=1))  # translations: 975 units of 1000
         busy = client.post("/v1/align", json={"text": source, "translation": target, "source": "de"})
         assert busy.status_code == 503 and int(busy.headers["Retry-After"]) >= 1, busy.text
         gate.set()
@@ -242,23 +291,32 @@ def test_v1_align_matches_the_library(onnx_translator: Translator, torch_transla
         assert item["word_alignment"] == align_pair(torch_translator, source, target).word.pharaoh
         assert item["text"] == source and item["translation"] == target
         for word in item["source_words"]:
-            assert source[word["start"]:word["end"]] == word["text"]
+            assert source[word["start"] : word["end"]] == word["text"]
         # The quality block is the library's for the same pair (as `crossalign align --format jsonl` writes it).
         assert item["quality"] == align_pair(onnx_translator, source, target).to_record()["quality"]
         assert set(item["quality"]) >= {"untranslated", "ungrounded", "confidence"}
 
-        many = client.post("/v1/align", json={"pairs": [{"text": s, "translation": t} for s, t in PAIRS[:3]],
-                                              "source": "de", "target": "en", "layer": 0, "heads": [2],
-                                              "level": "subword"}).json()
+        many = client.post(
+            "/v1/align",
+            json={
+                "pairs": [{"text": s, "translation": t} for s, t in PAIRS[:3]],
+                "source": "de",
+                "target": "en",
+                "layer": 0,
+                "heads": [2],
+                "level": "subword",
+            },
+        ).json()
         expected = align_pairs(torch_translator, PAIRS[:3], "subword", 0, (2,))
         assert [a["word_alignment"] for a in many["alignments"]] == [e.word.pharaoh for e in expected]
         assert all(a["subword_alignment"]["heads"] == [2] for a in many["alignments"])
 
-        for bad, message in [({"text": source, "translation": " ", "source": "de"},
-                              "translation: text is only whitespace"),
-                             ({"text": source, "translation": target, "source": "de", "layer": 7}, "layer 7"),
-                             ({"text": source, "source": "de"}, "translation"),
-                             ({"pairs": [], "source": "de"}, "empty")]:
+        for bad, message in [
+            ({"text": source, "translation": " ", "source": "de"}, "translation: text is only whitespace"),
+            ({"text": source, "translation": target, "source": "de", "layer": 7}, "layer 7"),
+            ({"text": source, "source": "de"}, "translation"),
+            ({"pairs": [], "source": "de"}, "empty"),
+        ]:
             response = client.post("/v1/align", json=bad)
             assert response.status_code == 400 and message in response.json()["error"], response.json()
     engine.close()
@@ -275,9 +333,11 @@ def test_eval_gold_scores_a_pharaoh_file(tmp_path: Path, capsys: pytest.CaptureF
     assert cli_main(["eval", "--gold", str(gold_path), "--hyp", str(hypothesis), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert (result["aer"], result["precision"], result["recall"], result["pairs"]) == (0.0, 100.0, 100.0, len(gold))
-    assert cli_main(["eval", "--gold", str(gold_path), "--hyp", str(REPO / "data/gold/eflomal.gold.pharaoh"),
-                     "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["aer"] == 14.54          # the baseline of data/gold/README.md
+    assert (
+        cli_main(["eval", "--gold", str(gold_path), "--hyp", str(REPO / "data/gold/eflomal.gold.pharaoh"), "--json"])
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out)["aer"] == 14.54  # the baseline of data/gold/README.md
 
 
 # --------------------------------------------------------------------------- guided alignment
@@ -286,8 +346,10 @@ def test_eval_gold_scores_a_pharaoh_file(tmp_path: Path, capsys: pytest.CaptureF
 class FakeTokenizer:
     """A fixed segmentation with subwords, to check the word -> subword supervision rule."""
 
-    SEGMENTS = {"Das Hausboot sinkt": ["▁Das", "▁Haus", "boot", "▁sinkt"],
-                "The house boat is sinking": ["▁The", "▁house", "▁boat", "▁is", "▁sink", "ing"]}
+    SEGMENTS = {
+        "Das Hausboot sinkt": ["▁Das", "▁Haus", "boot", "▁sinkt"],
+        "The house boat is sinking": ["▁The", "▁house", "▁boat", "▁is", "▁sink", "ing"],
+    }
 
     def encode_with_offsets(self, text: str):
         pieces, offsets, position = self.SEGMENTS[text], [], 0
@@ -304,15 +366,20 @@ def test_guided_rule_maps_word_links_to_subword_rows(tmp_path: Path) -> None:
     pairs = read_pairs_text(tmp_path, "Das Hausboot sinkt\tThe house boat is sinking\tsentence\n")
     gold = GuidedAlignment(links, pairs, [0], FakeTokenizer()).distribution(0, n_source=4, n_target=6)
     half = [0, 0.5, 0.5, 0, 0]
-    np.testing.assert_allclose(gold, [[1, 0, 0, 0, 0],            # The -> Das
-                                      half,                       # house -> Haus boot (both pieces of Hausboot)
-                                      half,                       # boat -> Haus boot
-                                      [0, 0, 0, 1, 0],            # is -> sinkt
-                                      [0, 0, 0, 1, 0],            # sink -> sinkt
-                                      [0, 0, 0, 1, 0]])           # ing -> sinkt; EOS column never supervised
-    links.write_text("0-0 7-7\n")                                 # out-of-range links are dropped
+    np.testing.assert_allclose(
+        gold,
+        [
+            [1, 0, 0, 0, 0],  # The -> Das
+            half,  # house -> Haus boot (both pieces of Hausboot)
+            half,  # boat -> Haus boot
+            [0, 0, 0, 1, 0],  # is -> sinkt
+            [0, 0, 0, 1, 0],  # sink -> sinkt
+            [0, 0, 0, 1, 0],
+        ],
+    )  # ing -> sinkt; EOS column never supervised
+    links.write_text("0-0 7-7\n")  # out-of-range links are dropped
     unaligned = GuidedAlignment(links, pairs, [0], FakeTokenizer()).distribution(0, 4, 6)
-    assert unaligned[0, 0] == 1 and unaligned[1:].sum() == 0      # rows of unaligned words stay unsupervised
+    assert unaligned[0, 0] == 1 and unaligned[1:].sum() == 0  # rows of unaligned words stay unsupervised
 
 
 @pytest.mark.parametrize("step_shift", [True, False])
@@ -321,13 +388,13 @@ def test_guided_rows_are_the_input_steps_of_the_pieces_with_the_step_shift(tmp_p
     links.write_text("0-0 1-1 1-2 2-3 2-4\n")
     pairs = read_pairs_text(tmp_path, "Das Hausboot sinkt\tThe house boat is sinking\tsentence\n")
     guided = GuidedAlignment(links, pairs, [0], FakeTokenizer(), step_shift=step_shift)
-    examples = [([4, 5, 6, 7, 3], [8, 9, 10, 11, 12, 13])]          # 4 source pieces + EOS, 6 target pieces
-    rows = guided.targets(examples, [0])[0].numpy()                 # (T + 1 decoder steps, S + 1)
+    examples = [([4, 5, 6, 7, 3], [8, 9, 10, 11, 12, 13])]  # 4 source pieces + EOS, 6 target pieces
+    rows = guided.targets(examples, [0])[0].numpy()  # (T + 1 decoder steps, S + 1)
     per_piece = guided.distribution(0, n_source=4, n_target=6)
     # Decoder step p reads BOS + y_<p and produces y_p: shifted, piece t is supervised at
     # step t + 1 (where it is the input) and step 0 (input BOS) is free; else at step t.
     first = 1 if step_shift else 0
-    np.testing.assert_allclose(rows[first:first + 6], per_piece)
+    np.testing.assert_allclose(rows[first : first + 6], per_piece)
     free = 0 if step_shift else 6
     assert rows.shape == (7, 5) and rows[free].sum() == 0
 
@@ -338,8 +405,9 @@ def read_pairs_text(directory: Path, text: str):
     return read_pairs(path)
 
 
-def test_guided_loss_is_zero_without_gold_and_examples_keep_their_lines(tmp_path: Path,
-                                                                       toy_tokenizer_path: Path) -> None:
+def test_guided_loss_is_zero_without_gold_and_examples_keep_their_lines(
+    tmp_path: Path, toy_tokenizer_path: Path
+) -> None:
     weights = torch.softmax(torch.randn(2, 3, 4), dim=-1)
     assert guided_loss(weights, torch.zeros(2, 3, 4)) == (0, 0)
     gold = torch.zeros(2, 3, 4)
@@ -381,40 +449,70 @@ def test_guided_alignment_makes_the_head_align(tmp_path: Path, capsys: pytest.Ca
     write_pharaoh(tmp_path / "train.pharaoh", [anti_diagonal(s) for s, _ in training])
     gold = tmp_path / "gold.tsv"
     gold.write_text("".join(f"{s}\t{t}\t{' '.join(f'{i}-{j}' for i, j in anti_diagonal(s))}\n" for s, t in test))
-    model = ModelConfig(d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0,
-                        max_positions=64)
+    model = ModelConfig(
+        d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64
+    )
     aer = {}
     for guided in (False, True):
         out = tmp_path / ("guided" if guided else "plain")
-        config = TrainConfig(data_dir=str(data), out_dir=str(out), max_tokens=256, max_steps=100, lr=1e-2,
-                             warmup_steps=20, valid_every=100, valid_bleu_sentences=0, save_every=100,
-                             keep_checkpoints=1, average_last=1, threads=1,
-                             guided_alignment=str(tmp_path / "train.pharaoh") if guided else "", guided_weight=1.0)
+        config = TrainConfig(
+            data_dir=str(data),
+            out_dir=str(out),
+            max_tokens=256,
+            max_steps=100,
+            lr=1e-2,
+            warmup_steps=20,
+            valid_every=100,
+            valid_bleu_sentences=0,
+            save_every=100,
+            keep_checkpoints=1,
+            average_last=1,
+            threads=1,
+            guided_alignment=str(tmp_path / "train.pharaoh") if guided else "",
+            guided_weight=1.0,
+        )
         final = train(config, model, resume=False)
         history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
         assert ("guided_loss" in history[-1]) == guided
         saved = json.loads((final / "config.json").read_text())
-        assert saved["alignment_heads"] == ([0] if guided else [])   # the guided head becomes the default
-        assert saved["alignment_step_shift"] == guided               # read as it was supervised
+        assert saved["alignment_heads"] == ([0] if guided else [])  # the guided head becomes the default
+        assert saved["alignment_step_shift"] == guided  # read as it was supervised
         capsys.readouterr()
-        assert cli_main(["eval", "--gold", str(gold), "--model", str(final), "--backend", "torch",
-                         "--layer", "0", "--heads", "0", "--json"]) == 0
+        assert (
+            cli_main(
+                [
+                    "eval",
+                    "--gold",
+                    str(gold),
+                    "--model",
+                    str(final),
+                    "--backend",
+                    "torch",
+                    "--layer",
+                    "0",
+                    "--heads",
+                    "0",
+                    "--json",
+                ]
+            )
+            == 0
+        )
         aer[guided] = json.loads(capsys.readouterr().out)["aer"]
     assert aer[True] < 35.0 and aer[True] < aer[False] - 25.0, aer
 
 
-def test_alignment_sources_bench_ranks_every_source(tiny_bundle: Path, tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture) -> None:
+def test_alignment_sources_bench_ranks_every_source(
+    tiny_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("alignment_sources", REPO / "bench" / "alignment_sources.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     gold = tmp_path / "gold.tsv"
-    gold.write_text("".join(f"{s}\t{t}\t{' '.join(f'{i}-{i}' for i in range(len(s.split())))}\n"
-                            for s, t in PAIRS))
+    gold.write_text("".join(f"{s}\t{t}\t{' '.join(f'{i}-{i}' for i in range(len(s.split())))}\n" for s, t in PAIRS))
     assert bench.main(["--model", str(tiny_bundle), "--gold", str(gold), "--json", str(tmp_path / "rows.json")]) == 0
     rows = json.loads((tmp_path / "rows.json").read_text())
-    assert len(rows) == 2 * 2 * (1 + 4)                          # 2 layers x (mean + 4 heads) x shift off/on
+    assert len(rows) == 2 * 2 * (1 + 4)  # 2 layers x (mean + 4 heads) x shift off/on
     assert [r["aer"] for r in rows] == sorted(r["aer"] for r in rows)
     assert "best: layer" in capsys.readouterr().out

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from toy import SENTENCES
 
 REPO = Path(__file__).resolve().parents[1]
-SENTENCE = SENTENCES[1]            # "die Katze war sehr alt und schön heute ."
+SENTENCE = SENTENCES[1]  # "die Katze war sehr alt und schön heute ."
 
 
 @pytest.fixture(scope="module")
@@ -42,12 +42,15 @@ def answer(client: TestClient) -> dict:
 def test_shapes_and_labels(answer: dict) -> None:
     assert (answer["source"], answer["target"], answer["model"]) == ("de", "en", "de-en")
     (sentence,) = answer["sentences"]
-    layers = {"encoder": answer["encoder_layers"], "decoder": answer["decoder_layers"],
-              "cross": answer["decoder_layers"]}
+    layers = {
+        "encoder": answer["encoder_layers"],
+        "decoder": answer["decoder_layers"],
+        "cross": answer["decoder_layers"],
+    }
     source = sentence["encoder"]["rows"]
     decoder_inputs = sentence["decoder"]["rows"]
     assert source[-1] == "</s>" and decoder_inputs[0] == "<s>"
-    assert sentence["outputs"] == decoder_inputs[1:] + ["</s>"]       # row i predicts the next token
+    assert sentence["outputs"] == decoder_inputs[1:] + ["</s>"]  # row i predicts the next token
     assert sentence["encoder"]["columns"] == source
     assert sentence["decoder"]["columns"] == decoder_inputs
     assert sentence["cross"]["rows"] == decoder_inputs and sentence["cross"]["columns"] == source
@@ -63,24 +66,25 @@ def test_decoder_is_causal_and_encoder_is_not(answer: dict) -> None:
     (sentence,) = answer["sentences"]
     decoder = np.array(sentence["decoder"]["weights"])
     assert np.all(np.triu(decoder, k=1) == 0), "a decoder position attended to a later one"
-    assert np.all(decoder[..., 0, 0] == 1.0)                           # <s> can only read itself
+    assert np.all(decoder[..., 0, 0] == 1.0)  # <s> can only read itself
     encoder = np.array(sentence["encoder"]["weights"])
     later = np.triu(encoder, k=1)
     assert later.sum(axis=(-2, -1)).min() > 0.1, "every encoder head should read later positions"
     cross = np.array(sentence["cross"]["weights"])
-    assert np.triu(cross, k=1).sum() > 0                               # unmasked: a rectangle
+    assert np.triu(cross, k=1).sum() > 0  # unmasked: a rectangle
 
 
 def test_maps_are_those_of_the_translation(client: TestClient, answer: dict) -> None:
     """Same text as /v1/translate, and the same alignment at the model's layer and heads."""
-    translated = client.post("/v1/translate", json={"text": SENTENCE, "source": "de", "target": "en",
-                                                    "alignment": {"level": "word"}}).json()["translations"][0]
+    translated = client.post(
+        "/v1/translate", json={"text": SENTENCE, "source": "de", "target": "en", "alignment": {"level": "word"}}
+    ).json()["translations"][0]
     assert answer["translation"] == translated["text"]
     (sentence,) = answer["sentences"]
     word = sentence["alignment"]["word"]
     assert word["head_sets"][-1] == [] and len(word["head_sets"]) == answer["n_heads"] + 1
     reference = translated["sentences"][0]["alignment"]
-    assert answer["alignment_heads"] == []                           # so the default is the mean
+    assert answer["alignment_heads"] == []  # so the default is the mean
     index = len(word["head_sets"]) - 1
     np.testing.assert_allclose(word["matrices"][answer["alignment_layer"]][index], reference["matrix"], atol=1e-4)
     assert word["links"][answer["alignment_layer"]][index] == reference["links"]
@@ -98,8 +102,10 @@ def test_get_equals_post(client: TestClient, answer: dict) -> None:
 
 @pytest.mark.parametrize("kind, rows", [("encoder", "encoder"), ("decoder", "decoder")])
 def test_self_attention_heatmaps(client: TestClient, answer: dict, kind: str, rows: str) -> None:
-    svg = client.get("/v1/heatmap", params={"q": SENTENCE, "source": "de", "target": "en", "format": "svg",
-                                            "kind": kind, "layer": 1, "head": [2]})
+    svg = client.get(
+        "/v1/heatmap",
+        params={"q": SENTENCE, "source": "de", "target": "en", "format": "svg", "kind": kind, "layer": 1, "head": [2]},
+    )
     assert svg.status_code == 200, svg.text
     assert f'filename="{kind}-attention-de-en-' in svg.headers["content-disposition"]
     texts = [e.text for e in ET.fromstring(svg.content).iter("{http://www.w3.org/2000/svg}text")]
@@ -109,16 +115,19 @@ def test_self_attention_heatmaps(client: TestClient, answer: dict, kind: str, ro
     assert png.status_code == 200 and png.content[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("method, path, kwargs, status", [
-    ("POST", "/v1/attention", {"json": {"text": "  "}}, 400),
-    ("POST", "/v1/attention", {"json": {"text": "der", "extra": 1}}, 400),
-    ("POST", "/v1/attention", {"json": {"text": "x" * 401}}, 400),
-    ("POST", "/v1/attention", {"json": {"text": "der", "beam_size": 99}}, 400),
-    ("GET", "/v1/attention", {"params": {}}, 400),
-    ("GET", "/v1/heatmap", {"params": {"q": "der", "kind": "encoder", "layer": 7}}, 400),
-    ("GET", "/v1/heatmap", {"params": {"q": "der", "kind": "attention"}}, 400),
-    ("GET", "/v1/heatmap", {"params": {"q": "der", "kind": "decoder", "head": 9}}, 400),
-])
+@pytest.mark.parametrize(
+    "method, path, kwargs, status",
+    [
+        ("POST", "/v1/attention", {"json": {"text": "  "}}, 400),
+        ("POST", "/v1/attention", {"json": {"text": "der", "extra": 1}}, 400),
+        ("POST", "/v1/attention", {"json": {"text": "x" * 401}}, 400),
+        ("POST", "/v1/attention", {"json": {"text": "der", "beam_size": 99}}, 400),
+        ("GET", "/v1/attention", {"params": {}}, 400),
+        ("GET", "/v1/heatmap", {"params": {"q": "der", "kind": "encoder", "layer": 7}}, 400),
+        ("GET", "/v1/heatmap", {"params": {"q": "der", "kind": "attention"}}, 400),
+        ("GET", "/v1/heatmap", {"params": {"q": "der", "kind": "decoder", "head": 9}}, 400),
+    ],
+)
 def test_bad_requests(client: TestClient, method: str, path: str, kwargs: dict, status: int) -> None:
     response = client.request(method, path, **kwargs)
     assert response.status_code == status, response.text

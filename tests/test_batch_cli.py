@@ -29,14 +29,39 @@ from seq2seq.cli import main as cli_main
 from seq2seq.records import AlignedTranslation, TranslationRecord
 
 REPO = Path(__file__).resolve().parents[1]
-WORDS = ["der", "die", "das", "Hund", "Katze", "Haus", "Mann", "Frau", "Kind", "ist", "war", "sehr", "nicht",
-         "auch", "klein", "groß", "rot", "alt", "schön", "grün", "heute", "hier", "und"]
+WORDS = [
+    "der",
+    "die",
+    "das",
+    "Hund",
+    "Katze",
+    "Haus",
+    "Mann",
+    "Frau",
+    "Kind",
+    "ist",
+    "war",
+    "sehr",
+    "nicht",
+    "auch",
+    "klein",
+    "groß",
+    "rot",
+    "alt",
+    "schön",
+    "grün",
+    "heute",
+    "hier",
+    "und",
+]
 
 
 def toy_sentences(count: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3))).capitalize() + rng.choice([" .", " !", " ?"])
-            for _ in range(count)]
+    return [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3))).capitalize() + rng.choice([" .", " !", " ?"])
+        for _ in range(count)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +76,16 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("batch_model")
     spm_path = train_sentencepiece(toy_sentences(300), root / "spm", vocab_size=56)
     torch.manual_seed(0)
-    config = ModelConfig(vocab_size=Tokenizer(spm_path).vocab_size, d_model=32, n_heads=4, d_ff=64,
-                         encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=128)
+    config = ModelConfig(
+        vocab_size=Tokenizer(spm_path).vocab_size,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        dropout=0.0,
+        max_positions=128,
+    )
     directory = root / "model"
     save_model(Transformer(config).eval(), directory)
     shutil.copyfile(spm_path, directory / "spm.model")
@@ -73,14 +106,29 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def test_jsonl_records_validate_against_the_api_schema(model_dir: Path, tmp_path: Path) -> None:
     sentences = toy_sentences(12, seed=1)
-    long_line = "  ".join(sentences[:3])          # split into 3 sentences by --split-tokens 8
+    long_line = "  ".join(sentences[:3])  # split into 3 sentences by --split-tokens 8
     lines = [*sentences, long_line]
     source = tmp_path / "in.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     output = tmp_path / "out.jsonl"
 
-    assert translate(model_dir, "-i", source, "-o", output, "-f", "jsonl", "--alignment", "--beam-size", "2",
-                     "--split-tokens", "8") == batch.EXIT_OK
+    assert (
+        translate(
+            model_dir,
+            "-i",
+            source,
+            "-o",
+            output,
+            "-f",
+            "jsonl",
+            "--alignment",
+            "--beam-size",
+            "2",
+            "--split-tokens",
+            "8",
+        )
+        == batch.EXIT_OK
+    )
 
     records = read_jsonl(output)
     properties = set(TranslationRecord.model_json_schema()["properties"])
@@ -88,15 +136,15 @@ def test_jsonl_records_validate_against_the_api_schema(model_dir: Path, tmp_path
     for record, line in zip(records, lines):
         assert set(record) <= properties, set(record) - properties
         parsed = TranslationRecord.model_validate(record)
-        AlignedTranslation.model_validate(record)      # a good record is also an API result
+        AlignedTranslation.model_validate(record)  # a good record is also an API result
         assert parsed.source == line and parsed.error is None and parsed.score is not None
         alignment = parsed.alignment
         assert alignment is not None and alignment.level == "word"
         assert len(alignment.matrix) == len(alignment.target_tokens)
         assert all(len(row) == len(alignment.source_tokens) for row in alignment.matrix)
         # Offsets point into the original line and into the (joined) translation.
-        assert all(line[t.start:t.end] == t.text for t in alignment.source_tokens)
-        assert all(parsed.text[t.start:t.end] == t.text for t in alignment.target_tokens)
+        assert all(line[t.start : t.end] == t.text for t in alignment.source_tokens)
+        assert all(parsed.text[t.start : t.end] == t.text for t in alignment.target_tokens)
         # The quality block comes with the alignment, indexing its words.
         assert parsed.quality is not None
         assert len(parsed.quality.source_coverage) == len(alignment.source_tokens)
@@ -111,8 +159,9 @@ def test_jsonl_records_validate_against_the_api_schema(model_dir: Path, tmp_path
     # The split line's quality: its sentences' blocks joined, flags renumbered like the map.
     offsets = np.cumsum([0] + [len(r["alignment"]["source_tokens"]) for r in records[:3]])
     assert split.quality.source_coverage == [c for r in records[:3] for c in r["quality"]["source_coverage"]]
-    assert split.quality.untranslated == [i + offset for r, offset in zip(records[:3], offsets)
-                                          for i in r["quality"]["untranslated"]]
+    assert split.quality.untranslated == [
+        i + offset for r, offset in zip(records[:3], offsets) for i in r["quality"]["untranslated"]
+    ]
 
 
 def test_text_argument_and_help(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -125,15 +174,22 @@ def test_text_argument_and_help(model_dir: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_alignment_source_flags_are_those_of_align_with_the_old_spellings_hidden(
-        model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     source = tmp_path / "in.txt"
     source.write_text("Der Hund ist klein .\n", encoding="utf-8")
     outputs = {}
-    for name, flags in (("shared", ["--layer", "0", "--heads", "1", "--no-step-shift"]),
-                        ("old", ["--alignment-layer", "0", "--alignment-heads", "1", "--no-step-shift"])):
+    for name, flags in (
+        ("shared", ["--layer", "0", "--heads", "1", "--no-step-shift"]),
+        ("old", ["--alignment-layer", "0", "--alignment-heads", "1", "--no-step-shift"]),
+    ):
         outputs[name] = tmp_path / f"{name}.jsonl"
-        assert translate(model_dir, "-i", source, "-o", outputs[name], "-f", "jsonl", "--alignment",
-                         "--beam-size", "1", *flags) == batch.EXIT_OK
+        assert (
+            translate(
+                model_dir, "-i", source, "-o", outputs[name], "-f", "jsonl", "--alignment", "--beam-size", "1", *flags
+            )
+            == batch.EXIT_OK
+        )
     (record,) = read_jsonl(outputs["shared"])
     assert (record["alignment"]["layer"], record["alignment"]["heads"]) == (0, [1])
     assert read_jsonl(outputs["old"]) == [record]
@@ -152,28 +208,42 @@ BAD_LINES: list[tuple[bytes, str | None]] = [
     (b"Der Hund ist klein .", None),
     (b"", "empty text"),
     (b"   \t ", "text is only whitespace"),
-    (b"Der Mann " + b"sehr " * 60, "text too long"),        # over --max-chars 200
+    (b"Der Mann " + b"sehr " * 60, "text too long"),  # over --max-chars 200
     (b"Die Katze \xff\xfe ist alt .", "invalid UTF-8"),
     (b"Das Kind\x07 ist hier .", "control character U+0007"),
     (b"Das Haus\x00 ist rot .", "control character U+0000"),
-    (b"Die Frau ist sch\xc3\xb6n .\r", None),                   # CRLF line, umlaut
-    (b"Das Kind war nicht gro\xc3\x9f", None),                  # last line, no newline
+    (b"Die Frau ist sch\xc3\xb6n .\r", None),  # CRLF line, umlaut
+    (b"Das Kind war nicht gro\xc3\x9f", None),  # last line, no newline
 ]
 
 
 @pytest.mark.parametrize("output_format", ["text", "tsv", "jsonl"])
-def test_bad_lines_get_error_records_and_exit_3(model_dir: Path, tmp_path: Path, output_format: str,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_bad_lines_get_error_records_and_exit_3(
+    model_dir: Path, tmp_path: Path, output_format: str, caplog: pytest.LogCaptureFixture
+) -> None:
     source = tmp_path / "in.txt"
     source.write_bytes(b"\n".join(raw for raw, _ in BAD_LINES))
     output = tmp_path / f"out.{output_format}"
 
-    status = translate(model_dir, "-i", source, "-o", output, "-f", output_format, "--max-chars", "200",
-                       "--beam-size", "1", "--batch-size", "3")
+    status = translate(
+        model_dir,
+        "-i",
+        source,
+        "-o",
+        output,
+        "-f",
+        output_format,
+        "--max-chars",
+        "200",
+        "--beam-size",
+        "1",
+        "--batch-size",
+        "3",
+    )
 
     assert status == batch.EXIT_SOME_FAILED
     lines = output.read_text(encoding="utf-8").split("\n")
-    assert lines[-1] == "" and len(lines) - 1 == len(BAD_LINES)      # one complete record per line
+    assert lines[-1] == "" and len(lines) - 1 == len(BAD_LINES)  # one complete record per line
     for number, ((_, expected), record) in enumerate(zip(BAD_LINES, lines), start=1):
         if output_format == "text":
             assert (record == "") == (expected is not None)
@@ -192,18 +262,26 @@ def test_bad_lines_get_error_records_and_exit_3(model_dir: Path, tmp_path: Path,
 
 def test_bad_jsonl_input_lines(model_dir: Path, tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
-    source.write_text("\n".join([
-        json.dumps({"id": "a", "text": "Der Hund ist klein ."}),
-        "{not json",
-        json.dumps({"id": "c"}),
-        json.dumps(["Der Hund"]),
-        json.dumps({"id": 5, "text": "Das Haus ist rot ."}),
-        json.dumps({"id": {"x": 1}, "text": "Das Haus ist rot ."}),
-        json.dumps({"text": "   "}),
-    ]) + "\n", encoding="utf-8")
+    source.write_text(
+        "\n".join(
+            [
+                json.dumps({"id": "a", "text": "Der Hund ist klein ."}),
+                "{not json",
+                json.dumps({"id": "c"}),
+                json.dumps(["Der Hund"]),
+                json.dumps({"id": 5, "text": "Das Haus ist rot ."}),
+                json.dumps({"id": {"x": 1}, "text": "Das Haus ist rot ."}),
+                json.dumps({"text": "   "}),
+            ]
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     output = tmp_path / "out.jsonl"
-    assert translate(model_dir, "-i", source, "--input-format", "jsonl", "-o", output, "-f", "jsonl",
-                     "--beam-size", "1") == batch.EXIT_SOME_FAILED
+    assert (
+        translate(model_dir, "-i", source, "--input-format", "jsonl", "-o", output, "-f", "jsonl", "--beam-size", "1")
+        == batch.EXIT_SOME_FAILED
+    )
     records = [TranslationRecord.model_validate(r) for r in read_jsonl(output)]
     assert [r.id for r in records] == ["a", None, None, None, 5, None, None]
     assert [r.error is None for r in records] == [True, False, False, False, True, False, False]
@@ -213,20 +291,21 @@ def test_bad_jsonl_input_lines(model_dir: Path, tmp_path: Path) -> None:
 # What the service refuses with a 400 (seq2seq.inputs), the CLI writes as an error record.
 SERVICE_RULE_LINES: list[tuple[dict, str | None]] = [
     ({"id": "ok1", "text": "Der Hund ist klein ."}, None),
-    ({"id": "s1", "text": "\ud800"}, "lone surrogate U+D800 at column 1"),       # valid JSON, not UTF-8
+    ({"id": "s1", "text": "\ud800"}, "lone surrogate U+D800 at column 1"),  # valid JSON, not UTF-8
     ({"id": "s2", "text": "Der Hund \udfff ist klein ."}, "lone surrogate U+DFFF at column 10"),
     ({"id": "\ud800", "text": "Das Haus ist rot ."}, '"id" holds a lone surrogate'),
     ({"id": "nul", "text": "Das Haus\u0000 ist rot ."}, "control character U+0000 at column 9"),
     ({"id": "esc", "text": "Das \u001b[31mKind"}, "control character U+001B"),
     ({"id": "c1", "text": "Die Frau\u0085 ist alt ."}, "control character U+0085"),
-    ({"id": "ok2", "text": "Die Frau\tist alt .\nDas Kind ist hier ."}, None),     # TAB and LF are text
+    ({"id": "ok2", "text": "Die Frau\tist alt .\nDas Kind ist hier ."}, None),  # TAB and LF are text
     ({"id": "ok3", "text": "Das Kind war nicht gro\u00df ."}, None),
 ]
 
 
 @pytest.mark.parametrize("output_format", ["text", "tsv", "jsonl"])
 def test_lines_the_service_refuses_are_error_records_and_resume_goes_on(
-        model_dir: Path, tmp_path: Path, output_format: str) -> None:
+    model_dir: Path, tmp_path: Path, output_format: str
+) -> None:
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(item) + "\n" for item, _ in SERVICE_RULE_LINES), encoding="utf-8")
     output = tmp_path / f"out.{output_format}"
@@ -242,7 +321,7 @@ def test_lines_the_service_refuses_are_error_records_and_resume_goes_on(
         if output_format == "jsonl":
             parsed = TranslationRecord.model_validate_json(record)
             assert parsed.error.startswith(expected) if expected else (parsed.error is None and parsed.text)
-            assert "\ud800" not in parsed.source and "\udfff" not in parsed.source   # shown as U+FFFD
+            assert "\ud800" not in parsed.source and "\udfff" not in parsed.source  # shown as U+FFFD
         elif output_format == "tsv":
             error = record.split("\t")[5]
             assert error.startswith(expected) if expected else error == ""
@@ -251,7 +330,7 @@ def test_lines_the_service_refuses_are_error_records_and_resume_goes_on(
 
     # Killed after the first bad lines (a cut record included): --resume goes on past them.
     cut = len("\n".join(records[:3])) + 1
-    output.write_bytes(complete[:len(complete.decode("utf-8")[:cut].encode("utf-8")) + 5])
+    output.write_bytes(complete[: len(complete.decode("utf-8")[:cut].encode("utf-8")) + 5])
     assert translate(model_dir, *common, "-o", output, "--resume") == batch.EXIT_SOME_FAILED
     assert output.read_bytes() == complete
 
@@ -274,12 +353,30 @@ def test_heatmaps_are_images_named_by_line_or_id(model_dir: Path, tmp_path: Path
     from PIL import Image
 
     source = tmp_path / "in.jsonl"
-    source.write_text("\n".join(json.dumps(item) for item in [
-        {"id": "doc/1", "text": "Der Hund ist klein ."}, {"text": "Das Haus ist rot ."}, {"text": ""}]) + "\n")
+    source.write_text(
+        "\n".join(
+            json.dumps(item)
+            for item in [{"id": "doc/1", "text": "Der Hund ist klein ."}, {"text": "Das Haus ist rot ."}, {"text": ""}]
+        )
+        + "\n"
+    )
     heatmaps = tmp_path / "maps"
-    status = translate(model_dir, "-i", source, "--input-format", "jsonl", "-o", tmp_path / "out.txt",
-                       "--heatmaps", heatmaps, "--heatmap-format", fmt, "--beam-size", "1")
-    assert status == batch.EXIT_SOME_FAILED                     # the empty line
+    status = translate(
+        model_dir,
+        "-i",
+        source,
+        "--input-format",
+        "jsonl",
+        "-o",
+        tmp_path / "out.txt",
+        "--heatmaps",
+        heatmaps,
+        "--heatmap-format",
+        fmt,
+        "--beam-size",
+        "1",
+    )
+    assert status == batch.EXIT_SOME_FAILED  # the empty line
     assert sorted(p.name for p in heatmaps.iterdir()) == sorted([f"doc_1.{fmt}", f"000002.{fmt}"])
     for path in heatmaps.iterdir():
         if fmt == "png":
@@ -295,19 +392,32 @@ def test_heatmaps_are_images_named_by_line_or_id(model_dir: Path, tmp_path: Path
 
 def test_workers_keep_order_and_count(model_dir: Path, tmp_path: Path) -> None:
     lines = toy_sentences(48, seed=3)
-    lines[17] = ""                                               # a bad line among them
+    lines[17] = ""  # a bad line among them
     source = tmp_path / "in.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     outputs = {}
     for workers in (1, 2):
         outputs[workers] = tmp_path / f"out{workers}.tsv"
-        status = translate(model_dir, "-i", source, "-o", outputs[workers], "-f", "tsv", "--workers", workers,
-                           "--batch-size", "4", "--beam-size", "1")
+        status = translate(
+            model_dir,
+            "-i",
+            source,
+            "-o",
+            outputs[workers],
+            "-f",
+            "tsv",
+            "--workers",
+            workers,
+            "--batch-size",
+            "4",
+            "--beam-size",
+            "1",
+        )
         assert status == batch.EXIT_SOME_FAILED
     records = outputs[2].read_text(encoding="utf-8").splitlines()
     assert len(records) == len(lines)
     assert [r.split("\t")[:2] for r in records] == [[str(i), line] for i, line in enumerate(lines, start=1)]
-    assert outputs[2].read_text() == outputs[1].read_text()     # same batches, same results
+    assert outputs[2].read_text() == outputs[1].read_text()  # same batches, same results
 
 
 def test_onnx_backend_with_workers_matches_torch(model_dir: Path, tmp_path: Path) -> None:
@@ -323,8 +433,22 @@ def test_onnx_backend_with_workers_matches_torch(model_dir: Path, tmp_path: Path
     common = ["-i", source, "-f", "jsonl", "--alignment", "--beam-size", "2", "--batch-size", "4"]
     # torch on the bundle's own weights: the bundle stores them rounded to float16.
     assert translate(bundle, *common, "-o", tmp_path / "torch.jsonl") == batch.EXIT_OK
-    status = cli_main(["translate", "-m", str(bundle), "--backend", "onnx", "--workers", "2", "--threads", "1",
-                       *map(str, common), "-o", str(tmp_path / "onnx.jsonl")])
+    status = cli_main(
+        [
+            "translate",
+            "-m",
+            str(bundle),
+            "--backend",
+            "onnx",
+            "--workers",
+            "2",
+            "--threads",
+            "1",
+            *map(str, common),
+            "-o",
+            str(tmp_path / "onnx.jsonl"),
+        ]
+    )
     assert status == batch.EXIT_OK
     expected, actual = read_jsonl(tmp_path / "torch.jsonl"), read_jsonl(tmp_path / "onnx.jsonl")
     assert [r["line"] for r in actual] == list(range(1, len(lines) + 1))
@@ -336,17 +460,36 @@ def test_onnx_backend_with_workers_matches_torch(model_dir: Path, tmp_path: Path
 # --------------------------------------------------------------------------- resume
 
 
-def test_resume_after_sigkill_equals_an_uninterrupted_run(model_dir: Path, tmp_path: Path,
-                                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_resume_after_sigkill_equals_an_uninterrupted_run(
+    model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     lines = toy_sentences(240, seed=4)
-    lines[5], lines[200] = "", "Der Hund \x01 ist klein ."      # failures before and after the kill
+    lines[5], lines[200] = "", "Der Hund \x01 ist klein ."  # failures before and after the kill
     source = tmp_path / "in.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     clean, resumed = tmp_path / "clean.jsonl", tmp_path / "resumed.jsonl"
     flush_lines = 16
-    command = [sys.executable, "-m", "seq2seq.cli", "-v", "translate", "-m", str(model_dir), "--backend", "torch",
-               "-i", str(source), "-f", "jsonl", "--beam-size", "1", "--batch-size", "8",
-               "--flush-lines", str(flush_lines)]
+    command = [
+        sys.executable,
+        "-m",
+        "seq2seq.cli",
+        "-v",
+        "translate",
+        "-m",
+        str(model_dir),
+        "--backend",
+        "torch",
+        "-i",
+        str(source),
+        "-f",
+        "jsonl",
+        "--beam-size",
+        "1",
+        "--batch-size",
+        "8",
+        "--flush-lines",
+        str(flush_lines),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 
     process = subprocess.Popen([*command, "-o", str(resumed)], env=env, cwd=REPO, stderr=subprocess.PIPE)
@@ -365,24 +508,27 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(model_dir: Path, tmp_p
     # of the lines done by then (the kill may also land between a write and its log line).
     done = int(re.findall(r"(\d+) lines done, \d+ written", log_text)[-1])
     assert written >= done - flush_lines, (done, written)
-    with open(resumed, "ab") as stream:                        # as if killed in the middle of a write
+    with open(resumed, "ab") as stream:  # as if killed in the middle of a write
         stream.write(b'{"text":"half a rec')
 
     # Other options than the first run's would mix two kinds of records in one file: refused.
     job = resumed.with_name(resumed.name + ".job.json")
     assert json.loads(job.read_text())["beam_size"] == 1
     before = resumed.read_bytes()
-    assert translate(model_dir, *command[command.index("-i"):], "-o", resumed, "--resume",
-                     "--beam-size", "2") == batch.EXIT_USAGE
+    assert (
+        translate(model_dir, *command[command.index("-i") :], "-o", resumed, "--resume", "--beam-size", "2")
+        == batch.EXIT_USAGE
+    )
     assert "beam_size: 1 in the first run, 2 now" in caplog.text
-    assert resumed.read_bytes() == before                      # nothing written, nothing truncated
+    assert resumed.read_bytes() == before  # nothing written, nothing truncated
 
-    finished = subprocess.run([*command, "-o", str(resumed), "--resume"], env=env, cwd=REPO,
-                              capture_output=True, text=True, timeout=120)
+    finished = subprocess.run(
+        [*command, "-o", str(resumed), "--resume"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert not job.exists(), "a finished job leaves nothing to resume"
     assert finished.returncode == batch.EXIT_SOME_FAILED, finished.stderr
     assert "2 of 240 lines failed" in finished.stderr
-    assert translate(model_dir, *command[command.index("-i"):], "-o", clean) == batch.EXIT_SOME_FAILED
+    assert translate(model_dir, *command[command.index("-i") :], "-o", clean) == batch.EXIT_SOME_FAILED
 
     expected, actual = read_jsonl(clean), read_jsonl(resumed)
     assert [r["line"] for r in actual] == list(range(1, len(lines) + 1))
@@ -409,7 +555,7 @@ def test_decode_line_never_raises_and_keeps_tsv_first_column() -> None:
     assert batch.decode_line(b"Hallo Welt\tHello world\n", 1, "tsv").source == "Hallo Welt"
     assert batch.decode_line(b"\xef\xbb\xbfHallo\n", 1).source == "Hallo"
     assert batch.decode_line(b"\xc3(", 2).error == "invalid UTF-8 at byte 0"
-    assert batch.decode_line(b"a\x85b", 3).error.startswith("invalid UTF-8")       # lone C1 byte
+    assert batch.decode_line(b"a\x85b", 3).error.startswith("invalid UTF-8")  # lone C1 byte
     assert batch.decode_line("a\u0085b".encode(), 3).error.startswith("control character U+0085")
 
 
@@ -423,8 +569,9 @@ def test_plan_batches_respects_sentences_and_tokens() -> None:
     assert [u.length for b in planned for u in b] == sorted(u.length for u in units)
 
 
-def test_a_batch_that_fails_in_the_model_is_retried_line_by_line(model_dir: Path, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_batch_that_fails_in_the_model_is_retried_line_by_line(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Only the line at fault gets an error record; its batch-mates are translated."""
     from seq2seq.translator import Translator
 
@@ -442,22 +589,24 @@ def test_a_batch_that_fails_in_the_model_is_retried_line_by_line(model_dir: Path
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     output = tmp_path / "out.jsonl"
 
-    assert translate(model_dir, "-i", source, "-o", output, "-f", "jsonl", "--beam-size", "1",
-                     "--batch-size", "4") == batch.EXIT_SOME_FAILED
+    assert (
+        translate(model_dir, "-i", source, "-o", output, "-f", "jsonl", "--beam-size", "1", "--batch-size", "4")
+        == batch.EXIT_SOME_FAILED
+    )
 
     records = [TranslationRecord.model_validate(r) for r in read_jsonl(output)]
     assert [r.error for r in records[:2] + records[3:]] == [None, None, None]
     assert records[2].error == "translation failed: RuntimeError: the model broke"
-    assert calls == [4, 1, 1, 1, 1]                   # the batch, then each line on its own
+    assert calls == [4, 1, 1, 1, 1]  # the batch, then each line on its own
 
 
 def test_windows_shrink_to_the_flush_seconds_at_the_measured_rate(tmp_path: Path) -> None:
     options = batch.JobOptions(batch_size=16, flush_lines=100, flush_seconds=2.0)
-    job = batch.job._Job(None, None, options, None, 250)          # tokenizer and writer are not used here
-    assert job.window_size() == 16                                # nothing measured yet: one batch
-    job.summary.lines, job.started = 50, time.monotonic() - 10    # 5 lines/s -> 10 lines in 2 s
+    job = batch.job._Job(None, None, options, None, 250)  # tokenizer and writer are not used here
+    assert job.window_size() == 16  # nothing measured yet: one batch
+    job.summary.lines, job.started = 50, time.monotonic() - 10  # 5 lines/s -> 10 lines in 2 s
     assert job.window_size() == 10
-    job.summary.lines = 5000                                      # fast: the line bound holds
+    job.summary.lines = 5000  # fast: the line bound holds
     assert job.window_size() == 100
-    job.summary.lines, job.started = 1, time.monotonic() - 100    # very slow: one line at a time
+    job.summary.lines, job.started = 1, time.monotonic() - 100  # very slow: one line at a time
     assert job.window_size() == 1

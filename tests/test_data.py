@@ -34,20 +34,24 @@ from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 
 def test_example_sentence_keeps_one_of_the_slashed_words():
     assert parse_ding_line("Es war purer Zufall. :: It was sheer/pure coincidence.") == [
-        Pair("Es war purer Zufall.", "It was sheer coincidence.", SENTENCE)]
+        Pair("Es war purer Zufall.", "It was sheer coincidence.", SENTENCE)
+    ]
 
 
-@pytest.mark.parametrize("raw, clean", [
-    ("Abkürzung {f} /Abk./", "Abkürzung"),                     # gender and abbreviation
-    ("Aalmolche {pl} (Amphiuma) [zool.] <Aalmolch>", "Aalmolche"),  # gloss, domain, variant
-    ("eel-smoking business <eelsmoking business>", "eel-smoking business"),
-    ("to put a spoke in sb.'s wheel [Br.] [coll.]", "to put a spoke in wheel"),
-    ("jdm. etw. geben", "geben"),
-    ("to give sb. sth.", "to give"),
-    ("auf jdn. warten", "auf warten"),
-    ("(zoologische (Unter)familie) Katzen", "Katzen"),             # nested annotation
-    ("none other gods but me / other gods before me", ""),        # alternatives of unknown extent
-])
+@pytest.mark.parametrize(
+    "raw, clean",
+    [
+        ("Abkürzung {f} /Abk./", "Abkürzung"),  # gender and abbreviation
+        ("Aalmolche {pl} (Amphiuma) [zool.] <Aalmolch>", "Aalmolche"),  # gloss, domain, variant
+        ("eel-smoking business <eelsmoking business>", "eel-smoking business"),
+        ("to put a spoke in sb.'s wheel [Br.] [coll.]", "to put a spoke in wheel"),
+        ("jdm. etw. geben", "geben"),
+        ("to give sb. sth.", "to give"),
+        ("auf jdn. warten", "auf warten"),
+        ("(zoologische (Unter)familie) Katzen", "Katzen"),  # nested annotation
+        ("none other gods but me / other gods before me", ""),  # alternatives of unknown extent
+    ],
+)
 def test_clean_ding_text_strips_annotations_and_placeholders(raw: str, clean: str):
     assert clean_ding_text(raw) == clean
 
@@ -58,8 +62,7 @@ def test_placeholder_lookalikes_in_real_sentences_survive():
 
 
 def test_sub_entries_align_by_position_and_are_labelled():
-    line = ("Buch {n} | Bücher {pl} | Er gab mir das Buch. :: "
-            "book | books | He gave me the book.")
+    line = "Buch {n} | Bücher {pl} | Er gab mir das Buch. :: book | books | He gave me the book."
     assert parse_ding_line(line) == [
         Pair("Buch", "book", PHRASE),
         Pair("Bücher", "books", PHRASE),
@@ -80,19 +83,22 @@ def test_sentence_versus_phrase():
     assert is_sentence("Er gab mir das Buch.")
     assert is_sentence("Wo ist er?")
     assert is_sentence("„Komm her!“, rief sie.")
-    assert not is_sentence("er gab mir das Buch.")      # not capitalised
-    assert not is_sentence("Er gab mir das Buch")       # no final punctuation
-    assert not is_sentence("Komm!")                     # too short
+    assert not is_sentence("er gab mir das Buch.")  # not capitalised
+    assert not is_sentence("Er gab mir das Buch")  # no final punctuation
+    assert not is_sentence("Komm!")  # too short
     # A pair is a sentence only if both sides are.
     assert parse_ding_line("Er kommt gleich. :: to come soon")[0].kind == PHRASE
 
 
 def test_read_ding_skips_comments_and_names_file_and_line_of_bad_input(tmp_path: Path):
     path = tmp_path / "de-en"
-    path.write_text("# Version :: 1.9\nHaus {n} :: house\n\nEs regnet heute. :: It is raining today.\n",
-                    encoding="utf-8")
-    assert list(read_ding(path)) == [Pair("Haus", "house", PHRASE),
-                                     Pair("Es regnet heute.", "It is raining today.", SENTENCE)]
+    path.write_text(
+        "# Version :: 1.9\nHaus {n} :: house\n\nEs regnet heute. :: It is raining today.\n", encoding="utf-8"
+    )
+    assert list(read_ding(path)) == [
+        Pair("Haus", "house", PHRASE),
+        Pair("Es regnet heute.", "It is raining today.", SENTENCE),
+    ]
     path.write_text("Haus {n} :: house\nnot a dictionary line\n", encoding="utf-8")
     with pytest.raises(CorpusError, match=r"de-en:2: expected 'German :: English'"):
         list(read_ding(path))
@@ -130,12 +136,15 @@ def test_read_tsv_good_input(tmp_path: Path):
     assert list(read_tsv(path)) == [Pair("Hallo Welt.", "Hello world.", SENTENCE), Pair("Ja.", "Yes.", SENTENCE)]
 
 
-@pytest.mark.parametrize("content, problem", [
-    (b"Hallo.\tHello.\nkein Tab hier\n", "found no tab"),
-    (b"Hallo.\tHello.\n \tEmpty.\n", "empty source"),
-    (b"Hallo.\tHello.\nLeer.\t  \n", "empty target"),
-    (b"Hallo.\tHello.\nGr\xfc\xdfe.\tGreetings.\n", "invalid UTF-8"),  # Latin-1, not UTF-8
-])
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (b"Hallo.\tHello.\nkein Tab hier\n", "found no tab"),
+        (b"Hallo.\tHello.\n \tEmpty.\n", "empty source"),
+        (b"Hallo.\tHello.\nLeer.\t  \n", "empty target"),
+        (b"Hallo.\tHello.\nGr\xfc\xdfe.\tGreetings.\n", "invalid UTF-8"),  # Latin-1, not UTF-8
+    ],
+)
 def test_read_tsv_rejects_malformed_lines_naming_file_and_line(tmp_path: Path, content: bytes, problem: str):
     path = tmp_path / "broken.tsv"
     path.write_bytes(content)
@@ -152,18 +161,23 @@ def write_moses(tmp_path: Path, source: bytes, target: bytes) -> tuple[Path, Pat
 
 def test_read_moses_good_input(tmp_path: Path):
     src, tgt = write_moses(tmp_path, b"Guten Morgen.\n\nDanke.\n", b"Good morning.\n\nThanks.\n")
-    assert list(read_moses(src, tgt)) == [Pair("Guten Morgen.", "Good morning.", SENTENCE),
-                                          Pair("Danke.", "Thanks.", SENTENCE)]
+    assert list(read_moses(src, tgt)) == [
+        Pair("Guten Morgen.", "Good morning.", SENTENCE),
+        Pair("Danke.", "Thanks.", SENTENCE),
+    ]
     pairs, inputs, _ = read_corpus(f"moses:{src},{tgt}")
     assert len(list(pairs)) == 2 and inputs == [src, tgt]
 
 
-@pytest.mark.parametrize("source, target, where, problem", [
-    (b"a\nb\nc\n", b"x\ny\n", "corpus.de:3:", "different line counts"),      # one extra source line
-    (b"a\nb\n", b"x\ny\nz\nw\n", "corpus.en:3:", "different line counts"),
-    (b"a\n\nc\n", b"x\ny\nz\n", "corpus.de:2:", "empty line"),
-    (b"a\nb\n", b"x\n\xff\xfe\n", "corpus.en:2:", "invalid UTF-8"),
-])
+@pytest.mark.parametrize(
+    "source, target, where, problem",
+    [
+        (b"a\nb\nc\n", b"x\ny\n", "corpus.de:3:", "different line counts"),  # one extra source line
+        (b"a\nb\n", b"x\ny\nz\nw\n", "corpus.en:3:", "different line counts"),
+        (b"a\n\nc\n", b"x\ny\nz\n", "corpus.de:2:", "empty line"),
+        (b"a\nb\n", b"x\n\xff\xfe\n", "corpus.en:2:", "invalid UTF-8"),
+    ],
+)
 def test_read_moses_rejects_malformed_input(tmp_path: Path, source: bytes, target: bytes, where: str, problem: str):
     src, tgt = write_moses(tmp_path, source, target)
     with pytest.raises(CorpusError) as error:
@@ -229,15 +243,27 @@ def test_small_corpus_holds_out_at_most_a_quarter():
 
 
 def test_prepare_end_to_end_on_a_tsv_corpus(tmp_path: Path):
-    subjects = [("Der Hund", "The dog"), ("Die Katze", "The cat"), ("Mein Vater", "My father"),
-                ("Das Kind", "The child"), ("Unsere Lehrerin", "Our teacher")]
+    subjects = [
+        ("Der Hund", "The dog"),
+        ("Die Katze", "The cat"),
+        ("Mein Vater", "My father"),
+        ("Das Kind", "The child"),
+        ("Unsere Lehrerin", "Our teacher"),
+    ]
     verbs = [("sieht", "sees"), ("mag", "likes"), ("sucht", "is looking for"), ("findet", "finds")]
-    objects = [("den Ball", "the ball"), ("das Haus", "the house"), ("einen Apfel", "an apple"),
-               ("die Zeitung", "the newspaper"), ("den Garten", "the garden"), ("ein Buch", "a book"),
-               ("den Schlüssel", "the key"), ("die Straße", "the street"), ("das Fahrrad", "the bicycle"),
-               ("den Mond", "the moon")]
-    lines = [f"{s} {v} {o}.\t{se} {ve} {oe}.\n"
-             for s, se in subjects for v, ve in verbs for o, oe in objects]
+    objects = [
+        ("den Ball", "the ball"),
+        ("das Haus", "the house"),
+        ("einen Apfel", "an apple"),
+        ("die Zeitung", "the newspaper"),
+        ("den Garten", "the garden"),
+        ("ein Buch", "a book"),
+        ("den Schlüssel", "the key"),
+        ("die Straße", "the street"),
+        ("das Fahrrad", "the bicycle"),
+        ("den Mond", "the moon"),
+    ]
+    lines = [f"{s} {v} {o}.\t{se} {ve} {oe}.\n" for s, se in subjects for v, ve in verbs for o, oe in objects]
     corpus = tmp_path / "corpus.tsv"
     corpus.write_text("".join(lines), encoding="utf-8")
     out = tmp_path / "prepared"
@@ -257,7 +283,11 @@ def test_prepare_end_to_end_on_a_tsv_corpus(tmp_path: Path):
 
     tokenizer = Tokenizer(out / "spm.model")
     assert (tokenizer.sp.pad_id(), tokenizer.sp.unk_id(), tokenizer.sp.bos_id(), tokenizer.sp.eos_id()) == (
-        PAD_ID, UNK_ID, BOS_ID, EOS_ID)
+        PAD_ID,
+        UNK_ID,
+        BOS_ID,
+        EOS_ID,
+    )
     text = "Die Katze mag den Garten."
     ids = tokenizer.encode(text)
     assert min(ids) > EOS_ID and tokenizer.decode(ids + [EOS_ID]) == text
@@ -272,10 +302,16 @@ def test_prepare_can_reuse_an_existing_tokenizer(tmp_path: Path):
     corpus.write_text("".join(f"Satz Nummer {i}.\tSentence number {i}.\n" for i in range(200)), encoding="utf-8")
     first = prepare(tmp_path / "first", corpus=f"tsv:{corpus}", vocab_size=40, test_size=10, valid_size=10)
     other = tmp_path / "other.tsv"
-    other.write_text("".join(f"Ganz andere Wörter {i}.\tQuite other words {i}.\n" for i in range(200)),
-                     encoding="utf-8")
-    second = prepare(tmp_path / "second", corpus=f"tsv:{other}", test_size=10, valid_size=10,
-                     tokenizer_model=tmp_path / "first" / "spm.model")
+    other.write_text(
+        "".join(f"Ganz andere Wörter {i}.\tQuite other words {i}.\n" for i in range(200)), encoding="utf-8"
+    )
+    second = prepare(
+        tmp_path / "second",
+        corpus=f"tsv:{other}",
+        test_size=10,
+        valid_size=10,
+        tokenizer_model=tmp_path / "first" / "spm.model",
+    )
     assert (tmp_path / "second" / "spm.model").read_bytes() == (tmp_path / "first" / "spm.model").read_bytes()
     assert second["tokenizer"]["sha256"] == first["tokenizer"]["sha256"]
     assert second["tokenizer"]["reused_from"] == str(tmp_path / "first" / "spm.model")

@@ -29,14 +29,23 @@ from toy import SENTENCES  # noqa: E402
 CHROMIUM = os.environ.get("CROSSALIGN_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 # Headless, and quiet: without the background-networking flags chromium keeps trying to
 # reach Google's services, which a closed network answers with refused connections.
-CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SENTENCE = SENTENCES[0]            # "der Hund ist klein ."
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SENTENCE = SENTENCES[0]  # "der Hund ist klein ."
 ALIGNMENT_HEAD = 1
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra)")
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).is_file(), reason=f"no chromium at {CHROMIUM} "
-                                                                       "(apt-get install chromium)")
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).is_file(), reason=f"no chromium at {CHROMIUM} (apt-get install chromium)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +56,9 @@ def models(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     checkpoint = shutil.copytree(tiny_checkpoint, work / "ckpt")
     # One alignment head, as a guided model has: the page must start on it.
     config = json.loads((checkpoint / "config.json").read_text())
-    (checkpoint / "config.json").write_text(json.dumps(config | {"alignment_heads": [ALIGNMENT_HEAD],
-                                                                 "alignment_step_shift": True}))
+    (checkpoint / "config.json").write_text(
+        json.dumps(config | {"alignment_heads": [ALIGNMENT_HEAD], "alignment_step_shift": True})
+    )
     # Quality thresholds that flag every source word (punctuation is never flagged) and no
     # target word: the bundle carries them to the page.
     (checkpoint / "quality.json").write_text(json.dumps({"untranslated_coverage": 5.0, "ungrounded_peak": 0.0}))
@@ -113,46 +123,51 @@ def page(browser, server: str):
 def weights(page) -> list[tuple[int, int, float]]:
     """(row, column, weight) of every cell of the map on show."""
     return page.eval_on_selector_all(
-        "#map .cell", "cells => cells.map(c => [+c.dataset.row, +c.dataset.col, +c.dataset.weight])")
+        "#map .cell", "cells => cells.map(c => [+c.dataset.row, +c.dataset.col, +c.dataset.weight])"
+    )
 
 
 def choose_kind(page, label: str) -> None:
     page.get_by_role("radio", name=label).check()
-    page.wait_for_function("kind => document.querySelector('#map').dataset.kind === kind",
-                           arg=label.split()[0].replace("-attention", ""))
+    page.wait_for_function(
+        "kind => document.querySelector('#map').dataset.kind === kind", arg=label.split()[0].replace("-attention", "")
+    )
 
 
 def test_translation_and_alignment_map(page, server: str) -> None:
-    expected = httpx.post(server + "/v1/translate", json={"text": SENTENCE, "source": "de", "target": "en"},
-                          timeout=60).json()["translations"][0]
+    expected = httpx.post(
+        server + "/v1/translate", json={"text": SENTENCE, "source": "de", "target": "en"}, timeout=60
+    ).json()["translations"][0]
     assert page.locator("#translation-text").inner_text() == expected["text"]
     assert page.locator("#result").get_attribute("aria-live") == "polite"
     grid = page.locator("#map")
     rows, columns = int(grid.get_attribute("data-rows")), int(grid.get_attribute("data-columns"))
-    assert columns == 5                                            # der Hund ist klein .
+    assert columns == 5  # der Hund ist klein .
     cells = weights(page)
     assert len(cells) == rows * columns
-    for row in range(rows):                                        # the alignment: rows sum to 1
+    for row in range(rows):  # the alignment: rows sum to 1
         assert abs(sum(w for r, _, w in cells if r == row) - 1) < 2e-3
-    assert page.locator("#map .cell.link").count() == rows         # one hard link per target word
+    assert page.locator("#map .cell.link").count() == rows  # one hard link per target word
     # No request left the server: no CDN, nothing external.
     assert page.requests and all(url.startswith(server) for url in page.requests)
 
 
 def test_untranslated_and_ungrounded_words_are_marked_with_a_legend(page, server: str) -> None:
-    answer = httpx.post(server + "/v1/attention", json={"text": SENTENCE, "source": "de", "target": "en"},
-                        timeout=60).json()["sentences"][0]
+    answer = httpx.post(
+        server + "/v1/attention", json={"text": SENTENCE, "source": "de", "target": "en"}, timeout=60
+    ).json()["sentences"][0]
     words = [t["text"] for t in answer["alignment"]["word"]["source_tokens"]]
     assert answer["quality"]["untranslated"] == [0, 1, 2, 3] and words[4] == "."
     assert answer["quality"]["ungrounded"] == []
-    for kind in ("cross-attention", "encoder self-attention"):       # the strips keep their marks
+    for kind in ("cross-attention", "encoder self-attention"):  # the strips keep their marks
         choose_kind(page, kind)
         flagged = page.locator("#source-tokens .token.untranslated")
-        assert flagged.all_inner_texts() == words[:4]                  # "." is never flagged
+        assert flagged.all_inner_texts() == words[:4]  # "." is never flagged
         assert page.locator("#target-tokens .token.ungrounded").count() == 0
-        style = flagged.first.evaluate("t => [getComputedStyle(t).borderTopStyle, getComputedStyle(t).borderTopColor]"
-                                       ".join(' ')")
-        assert style == "dashed rgb(179, 89, 0)"                         # visibly marked
+        style = flagged.first.evaluate(
+            "t => [getComputedStyle(t).borderTopStyle, getComputedStyle(t).borderTopColor].join(' ')"
+        )
+        assert style == "dashed rgb(179, 89, 0)"  # visibly marked
         plain = page.locator("#source-tokens .token").nth(4)
         assert plain.evaluate("t => getComputedStyle(t).borderTopStyle") != "dashed"
         assert "left out" in (flagged.first.get_attribute("title") or "")
@@ -187,7 +202,7 @@ def test_hover_and_focus_show_where_weight_went(page) -> None:
     assert "drew most from" in page.locator("#readout").inner_text()
     page.locator("#map .row-label").first.hover()
     assert page.locator("#map .cell.cross-hair").count() == 5
-    source.nth(1).focus()                                           # the keyboard equivalent
+    source.nth(1).focus()  # the keyboard equivalent
     assert "gave most to" in page.locator("#readout").inner_text()
     page.locator("#map .col-label").nth(2).focus()
     assert page.locator("#readout").inner_text().startswith("Column")
@@ -200,7 +215,7 @@ def test_decoder_self_attention_is_lower_triangular(page) -> None:
     assert rows == int(page.locator("#map").get_attribute("data-columns"))
     assert page.locator("#map .row-label").first.inner_text() == "<s>"
     assert all(w == 0 for r, c, w in cells if c > r), "the upper triangle must be empty"
-    assert cells[0][2] == 1.0                                     # <s> can only read itself
+    assert cells[0][2] == 1.0  # <s> can only read itself
     assert page.locator("#map .cell.masked").count() == rows * (rows - 1) // 2
     assert page.locator("#level").is_disabled()
 
@@ -239,8 +254,10 @@ def test_downloads_png_and_svg(page) -> None:
     assert png_download.value.suggested_filename.startswith("decoder-attention-de-en-der-hund")
     with page.expect_download() as svg_download:
         page.get_by_role("link", name="Download the decoder map as SVG").click()
-    texts = [e.text for e in ET.fromstring(Path(svg_download.value.path()).read_bytes())
-             .iter("{http://www.w3.org/2000/svg}text")]
+    texts = [
+        e.text
+        for e in ET.fromstring(Path(svg_download.value.path()).read_bytes()).iter("{http://www.w3.org/2000/svg}text")
+    ]
     assert "decoder self-attention, layer 0, heads 1" in texts and "<s>" in texts
     choose_kind(page, "cross-attention")
     with page.expect_download() as cross_download:
@@ -250,18 +267,18 @@ def test_downloads_png_and_svg(page) -> None:
 
 def test_accessible_and_narrow(page) -> None:
     unlabelled = page.eval_on_selector_all(
-        "input, select, textarea", "els => els.filter(e => !e.labels || !e.labels.length).map(e => e.id || e.name)")
+        "input, select, textarea", "els => els.filter(e => !e.labels || !e.labels.length).map(e => e.id || e.name)"
+    )
     assert unlabelled == []
     page.set_viewport_size({"width": 360, "height": 800})
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 1, "the page scrolls sideways on a narrow screen (only the map may)"
-    page.keyboard.press("Tab")                      # the controls are reachable from the keyboard
+    page.keyboard.press("Tab")  # the controls are reachable from the keyboard
     page.set_viewport_size({"width": 1100, "height": 900})
 
 
 @pytest.mark.parametrize("path,operation", [("/docs", ".opblock-summary-path"), ("/redoc", "[data-section-id]")])
-def test_api_docs_render_with_no_request_leaving_the_machine(browser, server: str, path: str,
-                                                            operation: str) -> None:
+def test_api_docs_render_with_no_request_leaving_the_machine(browser, server: str, path: str, operation: str) -> None:
     context, page = offline_page(browser, server)
     page.goto(server + path)
     page.locator(operation).first.wait_for(state="visible", timeout=30000)

@@ -35,7 +35,6 @@ SHIPPED_BUNDLE = REPO / "models" / "de-en"
 TOLERANCE = 1e-4
 
 
-
 @pytest.fixture(scope="module")
 def backends(tiny_bundle: Path) -> tuple[TorchBackend, OnnxBackend]:
     return TorchBackend(load_model(tiny_bundle)), OnnxBackend.from_bundle(load_bundle_manifest(tiny_bundle), threads=1)
@@ -61,8 +60,9 @@ def test_teacher_forcing_is_the_same_on_both_backends(backends: tuple[TorchBacke
             torch_value, onnx_value = torch_value[:, 0], onnx_value[:, 0]
         np.testing.assert_allclose(torch_value, onnx_value, atol=TOLERANCE, rtol=0, err_msg=name)
     # The padded pair: its own 2 source and 1 + 1 target positions agree too.
-    np.testing.assert_allclose(torch_maps.cross[:, 1, :, :2, :2], onnx_maps.cross[:, 1, :, :2, :2], atol=TOLERANCE,
-                               rtol=0)
+    np.testing.assert_allclose(
+        torch_maps.cross[:, 1, :, :2, :2], onnx_maps.cross[:, 1, :, :2, :2], atol=TOLERANCE, rtol=0
+    )
 
 
 def test_export_records_parity_within_tolerance(tiny_bundle: Path) -> None:
@@ -73,8 +73,9 @@ def test_export_records_parity_within_tolerance(tiny_bundle: Path) -> None:
 
 
 @pytest.mark.parametrize("beam_size", [1, 4])
-def test_onnx_search_equals_torch_search(backends: tuple[TorchBackend, OnnxBackend], tiny_bundle: Path,
-                                         beam_size: int) -> None:
+def test_onnx_search_equals_torch_search(
+    backends: tuple[TorchBackend, OnnxBackend], tiny_bundle: Path, beam_size: int
+) -> None:
     torch_backend, onnx_backend = backends
     tokenizer = Tokenizer(tiny_bundle / "spm.model")
     src_ids, src_mask = pad_batch([tokenizer.encode(s) + [EOS_ID] for s in SENTENCES], PAD_ID)
@@ -92,15 +93,16 @@ def test_onnx_search_equals_torch_search(backends: tuple[TorchBackend, OnnxBacke
 
 
 @pytest.mark.parametrize("rows,source,past,new", [(1, 3, 0, 1), (3, 7, 0, 1), (3, 7, 4, 1), (2, 5, 0, 6), (4, 2, 5, 3)])
-def test_decoder_graph_matches_torch_for_every_shape(backends: tuple[TorchBackend, OnnxBackend],
-                                                      rows: int, source: int, past: int, new: int) -> None:
+def test_decoder_graph_matches_torch_for_every_shape(
+    backends: tuple[TorchBackend, OnnxBackend], rows: int, source: int, past: int, new: int
+) -> None:
     """Dynamic batch, source, past (including the empty past of the first step) and new lengths."""
     torch_backend, onnx_backend = backends
     model, config = torch_backend.model, torch_backend.config
     rng = np.random.default_rng(rows * 100 + source * 10 + past)
     src_ids = rng.integers(4, config.vocab_size, (rows, source))
     src_mask = np.ones((rows, source), dtype=bool)
-    src_mask[-1, source // 2:] = False                       # a padded row
+    src_mask[-1, source // 2 :] = False  # a padded row
     tokens = rng.integers(4, config.vocab_size, (rows, new))
     shape = (config.decoder_layers, rows, config.n_heads, past, config.head_dim)
     past_k, past_v = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
@@ -110,9 +112,16 @@ def test_decoder_graph_matches_torch_for_every_shape(backends: tuple[TorchBacken
     outputs = list(onnx_backend.run_decoder(tokens, src_mask, cache).values())
     with torch.inference_mode():
         encoded = model.encode(torch.from_numpy(src_ids), torch.from_numpy(src_mask), need_weights=True)
-        decoded = model.decode(torch.from_numpy(tokens), encoded.cross_k, encoded.cross_v, torch.from_numpy(src_mask),
-                               torch.from_numpy(past_k) if past else None, torch.from_numpy(past_v) if past else None,
-                               need_cross_weights=True, need_self_weights=True)
+        decoded = model.decode(
+            torch.from_numpy(tokens),
+            encoded.cross_k,
+            encoded.cross_v,
+            torch.from_numpy(src_mask),
+            torch.from_numpy(past_k) if past else None,
+            torch.from_numpy(past_v) if past else None,
+            need_cross_weights=True,
+            need_self_weights=True,
+        )
     np.testing.assert_allclose(cross_k, encoded.cross_k.numpy(), atol=TOLERANCE, rtol=0)
     np.testing.assert_allclose(cross_v, encoded.cross_v.numpy(), atol=TOLERANCE, rtol=0)
     np.testing.assert_allclose(encoder_self, torch.stack(encoded.self_weights).numpy(), atol=TOLERANCE, rtol=0)
@@ -169,9 +178,12 @@ def test_bundle_describes_itself(tiny_bundle: Path, tiny_checkpoint: Path) -> No
     assert loaded.model_config == load_model(tiny_checkpoint).config
     assert json.loads((tiny_bundle / "config.json").read_text()) == manifest["model_config"]
     assert manifest["precision"] == "fp32" and loaded.precisions == ("fp32",)
-    assert manifest["alignment"] == {"layer": loaded.model_config.resolved_alignment_layer, "heads": [],
-                                     "step_shift": False}
-    assert not Path(manifest["source_checkpoint"]).is_absolute()   # no exporting machine's paths
+    assert manifest["alignment"] == {
+        "layer": loaded.model_config.resolved_alignment_layer,
+        "heads": [],
+        "step_shift": False,
+    }
+    assert not Path(manifest["source_checkpoint"]).is_absolute()  # no exporting machine's paths
     assert manifest["license"] == "CC0-1.0 (generated in the test)"
     assert manifest["data"]["corpus"] == "toy"
     assert manifest["metrics"] == {}
@@ -191,7 +203,7 @@ def test_corrupted_graph_is_named(tiny_bundle: Path, tmp_path: Path) -> None:
     copy = shutil.copytree(tiny_bundle, tmp_path / "bundle")
     graph = copy / "decoder_step.onnx"
     data = bytearray(graph.read_bytes())
-    data[len(data) // 2] ^= 0xFF                            # same size, different bytes
+    data[len(data) // 2] ^= 0xFF  # same size, different bytes
     graph.write_bytes(bytes(data))
     with pytest.raises(BundleError, match=r"decoder_step\.onnx: corrupted"):
         load_bundle_manifest(copy)
@@ -202,7 +214,7 @@ def test_corrupted_graph_is_named(tiny_bundle: Path, tmp_path: Path) -> None:
 def test_a_decoder_graph_with_stacked_caches_is_refused(tiny_bundle: Path, tmp_path: Path) -> None:
     """Bundles exported before the per-layer cache interface fail with the fix in the message."""
     model = onnx.load(str(tiny_bundle / "decoder_step.onnx"))
-    for graph_input in model.graph.input:        # rename, as the old graph's names were
+    for graph_input in model.graph.input:  # rename, as the old graph's names were
         if graph_input.name == "past_k_0":
             graph_input.name = "past_k"
             for node in model.graph.node:
@@ -225,9 +237,11 @@ def test_missing_files_are_all_named(tiny_bundle: Path, tmp_path: Path) -> None:
 
 
 def test_runtime_does_not_import_torch() -> None:
-    code = ("import sys, seq2seq.loading, seq2seq.onnx_backend, seq2seq.bundle, seq2seq.translator, seq2seq.search, "
-            "data.tokenizer; "
-            "assert 'torch' not in sys.modules, 'torch was imported'")
+    code = (
+        "import sys, seq2seq.loading, seq2seq.onnx_backend, seq2seq.bundle, seq2seq.translator, seq2seq.search, "
+        "data.tokenizer; "
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
 
@@ -278,16 +292,22 @@ def test_int8_export_through_the_cli(tiny_checkpoint: Path, tmp_path: Path) -> N
         fp32, int8 = (onnx.load(str(path)) for path in (out / f"{role}.onnx", out / f"{role}.int8.onnx"))
         weights = {tensor.name for tensor in fp32.graph.initializer}
         made_by = {output: node for node in fp32.graph.node for output in node.output}
-        weight_matmuls = sum(1 for node in fp32.graph.node if node.op_type == "MatMul"
-                             and node.input[1] in made_by and made_by[node.input[1]].op_type == "Transpose"
-                             and made_by[node.input[1]].input[0] in weights)
+        weight_matmuls = sum(
+            1
+            for node in fp32.graph.node
+            if node.op_type == "MatMul"
+            and node.input[1] in made_by
+            and made_by[node.input[1]].op_type == "Transpose"
+            and made_by[node.input[1]].input[0] in weights
+        )
         ops = [node.op_type for node in int8.graph.node]
         assert weight_matmuls > 0 and ops.count("MatMulInteger") == weight_matmuls
         assert ops.count("MatMul") == ops.count("Softmax") * 2
 
 
-def test_an_int8_bundle_runs_int8_and_its_fp32_graphs_are_one_command_away(tiny_checkpoint: Path, tiny_bundle: Path,
-                                                                           tmp_path: Path) -> None:
+def test_an_int8_bundle_runs_int8_and_its_fp32_graphs_are_one_command_away(
+    tiny_checkpoint: Path, tiny_bundle: Path, tmp_path: Path
+) -> None:
     """A bundle may ship int8 graphs alone (they are half the size); the loader runs the
     precision bundle.json names, asking for the other one names the command that adds it,
     and that command rebuilds from model.pt the very graphs a fresh fp32 export writes."""
@@ -298,7 +318,7 @@ def test_an_int8_bundle_runs_int8_and_its_fp32_graphs_are_one_command_away(tiny_
     loaded = load_bundle_manifest(out)
     assert loaded.default_precision == "int8" and loaded.precisions == ("int8",)
     assert not (out / "encoder.onnx").exists() and "encoder.onnx" not in loaded.manifest["files"]
-    assert set(loaded.manifest["parity"]) == {"fp32", "int8"}       # int8 is made from checked fp32 graphs
+    assert set(loaded.manifest["parity"]) == {"fp32", "int8"}  # int8 is made from checked fp32 graphs
     int8 = load_translator(out, threads=1)
     assert int8.backend.precision == "int8"
     with pytest.raises(BundleError, match=rf"no fp32 graphs.*crossalign export {out} --in-place --graphs int8 fp32"):
@@ -308,9 +328,9 @@ def test_an_int8_bundle_runs_int8_and_its_fp32_graphs_are_one_command_away(tiny_
 
     update_metrics(out, {"test_bleu_beam4": 1.5})
     assert export_cli.main(parser.parse_args([str(out), "--in-place", "--graphs", "int8", "fp32"])) == 0
-    both = load_bundle_manifest(out)                                  # verified: every sha256 matches
+    both = load_bundle_manifest(out)  # verified: every sha256 matches
     assert both.default_precision == "int8" and both.precisions == ("fp32", "int8")
-    assert both.manifest["metrics"] == {"test_bleu_beam4": 1.5}       # the rest of the bundle is kept
+    assert both.manifest["metrics"] == {"test_bleu_beam4": 1.5}  # the rest of the bundle is kept
     for name in ("encoder.onnx", "decoder_step.onnx"):
         assert both.manifest["files"][name] == load_bundle_manifest(tiny_bundle).manifest["files"][name]
     fp32 = load_translator(out, threads=1, precision="fp32")
@@ -322,7 +342,7 @@ def test_an_int8_bundle_runs_int8_and_its_fp32_graphs_are_one_command_away(tiny_
     expected = fp32.translate_batch(SENTENCES, DecodeConfig(beam_size=4))
     src_ids, src_mask = pad_batch([fp32.encode_source(s) for s in SENTENCES], PAD_ID)
     tgt_ids, tgt_mask = pad_batch([r.target_ids for r in expected], PAD_ID)
-    rows = np.concatenate([np.ones((len(SENTENCES), 1), dtype=bool), tgt_mask], axis=1)   # + the EOS step
+    rows = np.concatenate([np.ones((len(SENTENCES), 1), dtype=bool), tgt_mask], axis=1)  # + the EOS step
     reference, quantized = (t.backend.teacher_force(src_ids, src_mask, tgt_ids).log_probs[rows] for t in (fp32, int8))
     agreement = float((reference.argmax(-1) == quantized.argmax(-1)).mean())
     largest = float(np.abs(np.exp(reference) - np.exp(quantized)).max())
@@ -360,20 +380,45 @@ def test_model_card_joins_the_curves_of_continued_runs(tmp_path: Path) -> None:
 
     for name, entries in (("first", [(500, 10.0, 1.0), (1000, 20.0, 2.0)]), ("second", [(250, 6.0, 2.5)])):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "history.jsonl").write_text("".join(
-            json.dumps({"step": s, "epoch": 0, "minutes": m, "train_loss": 4.0, "valid_loss": 3.0, "valid_bleu": b,
-                        "tokens_per_s": 1000}) + "\n" for s, m, b in entries))
+        (tmp_path / name / "history.jsonl").write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "step": s,
+                        "epoch": 0,
+                        "minutes": m,
+                        "train_loss": 4.0,
+                        "valid_loss": 3.0,
+                        "valid_bleu": b,
+                        "tokens_per_s": 1000,
+                    }
+                )
+                + "\n"
+                for s, m, b in entries
+            )
+        )
     history = joined_history([tmp_path / "first", tmp_path / "second"])
     assert [(h["stage"], h["step"], h["minutes"], h["valid_bleu"]) for h in history] == [
-        (1, 500, 10.0, 1.0), (1, 1000, 20.0, 2.0), (2, 1250, 26.0, 2.5)]
+        (1, 500, 10.0, 1.0),
+        (1, 1000, 20.0, 2.0),
+        (2, 1250, 26.0, 2.5),
+    ]
     plot_curve(history, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").stat().st_size > 1000
 
 
 def test_model_card_names_the_shipped_precision_and_the_other_figures() -> None:
     from export.model_card import precision_line
-    fp32 = {"test_bleu_beam4": 8.6, "test_chrf_beam4": 29.3, "test_bleu_greedy": 7.7, "test_chrf_greedy": 27.7,
-            "gold_bleu_beam4": 15.2, "gold_chrf_beam4": 38.8, "gold_aer_default_map": 16.1}
+
+    fp32 = {
+        "test_bleu_beam4": 8.6,
+        "test_chrf_beam4": 29.3,
+        "test_bleu_greedy": 7.7,
+        "test_chrf_greedy": 27.7,
+        "gold_bleu_beam4": 15.2,
+        "gold_chrf_beam4": 38.8,
+        "gold_aer_default_map": 16.1,
+    }
     line = precision_line({"graphs": "int8", "fp32": fp32, "test_bleu_beam4": 8.63})
     assert "int8 graphs" in line and "test BLEU 8.6 / chrF 29.3" in line and "--in-place --graphs int8 fp32" in line
     assert precision_line({"graphs": "fp32", "test_bleu_beam4": 8.6}) == ""

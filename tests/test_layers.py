@@ -23,11 +23,23 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("data", "seq2seq", "export", "service")
 
 DATA, LIBRARY, TORCH, TOP = 0, 1, 2, 3
-LAYER_NAMES = {DATA: "data", LIBRARY: "inference library", TORCH: "model/training and export",
-               TOP: "service and CLIs"}
+LAYER_NAMES = {DATA: "data", LIBRARY: "inference library", TORCH: "model/training and export", TOP: "service and CLIs"}
 # The torch-free inference library: what serving runs (besides data.tokenizer).
-LIBRARY_MODULES = {"config", "alignment", "quality", "search", "translator", "forced", "segment", "aer", "records",
-                   "heatmap", "bundle", "onnx_backend", "inputs"}
+LIBRARY_MODULES = {
+    "config",
+    "alignment",
+    "quality",
+    "search",
+    "translator",
+    "forced",
+    "segment",
+    "aer",
+    "records",
+    "heatmap",
+    "bundle",
+    "onnx_backend",
+    "inputs",
+}
 # torch, and what sits above both backends (the loader imports torch only for backend="torch").
 TORCH_MODULES = {"model", "train", "train_data", "guided", "torch_backend", "loading"}
 
@@ -107,8 +119,10 @@ def test_imports_only_point_down() -> None:
                 continue
             theirs = layer_of(target)
             if theirs is not None and theirs > own:
-                upward.append(f"{path.relative_to(REPO)}:{line}: {module} ({LAYER_NAMES[own]}) imports {target} "
-                              f"({LAYER_NAMES[theirs]})")
+                upward.append(
+                    f"{path.relative_to(REPO)}:{line}: {module} ({LAYER_NAMES[own]}) imports {target} "
+                    f"({LAYER_NAMES[theirs]})"
+                )
     assert not upward, "imports from a higher layer:\n" + "\n".join(upward)
 
 
@@ -164,6 +178,9 @@ def test_every_project_import_names_a_module_that_exists() -> None:
                 wanted = [".".join(anchor + ([node.module] if node.module else []))]
             else:
                 continue
-            missing += [f"{path.relative_to(REPO)}:{node.lineno}: {name}" for name in wanted
-                        if name.split(".")[0] in PACKAGES and name not in modules]
+            missing += [
+                f"{path.relative_to(REPO)}:{node.lineno}: {name}"
+                for name in wanted
+                if name.split(".")[0] in PACKAGES and name not in modules
+            ]
     assert not missing, "imports of modules that do not exist:\n" + "\n".join(missing)

@@ -69,9 +69,8 @@ def test_every_source_token_reaches_every_encoder_position(tiny_model):
 def test_cross_attention_rows_are_distributions_with_zero_weight_on_padding(tiny_model):
     src = torch.tensor([[5, 9, 7, 11, 6, EOS], [13, 8, EOS, PAD, PAD, PAD]])
     tgt_in = torch.tensor([[BOS, 8, 12, 4], [BOS, 15, PAD, PAD]])
-    out = teacher_forced(tiny_model, src, tgt_in, tgt_key_mask=key_padding_mask(tgt_in, PAD),
-                         need_cross_weights=True)
-    weights = out.cross_weights                                  # (L, B, H, T, S)
+    out = teacher_forced(tiny_model, src, tgt_in, tgt_key_mask=key_padding_mask(tgt_in, PAD), need_cross_weights=True)
+    weights = out.cross_weights  # (L, B, H, T, S)
     assert weights.shape == (2, 2, 4, 4, 6)
     assert torch.allclose(weights.sum(dim=-1), torch.ones(weights.shape[:-1]), atol=1e-6)
     assert (weights[:, 1, :, :, 3:] == 0).all()
@@ -82,7 +81,7 @@ def test_cross_attention_rows_are_distributions_with_zero_weight_on_padding(tiny
 @torch.no_grad()
 def test_decoder_self_attention_is_zero_above_the_diagonal(tiny_model):
     out = teacher_forced(tiny_model, SRC, TGT_IN, need_self_weights=True)
-    weights = out.self_weights                                   # (L, B, H, T, T)
+    weights = out.self_weights  # (L, B, H, T, T)
     t = TGT_IN.size(1)
     above = torch.ones(t, t, dtype=torch.bool).triu(diagonal=1)
     assert (weights[..., above] == 0).all()
@@ -96,7 +95,7 @@ def test_encoder_self_attention_looks_at_later_positions(tiny_model):
     s = SRC.size(1)
     above = torch.ones(s, s, dtype=torch.bool).triu(diagonal=1)
     assert len(weights) == tiny_model.config.encoder_layers
-    for layer in weights:                                        # (B, H, S, S)
+    for layer in weights:  # (B, H, S, S)
         assert (layer[..., above] > 0).all()
 
 
@@ -125,8 +124,15 @@ def test_incremental_decoding_with_cache_equals_full_decoding(tiny_model):
     past_k = past_v = None
     steps, cross = [], []
     for position in range(TGT_IN.size(1)):
-        out = tiny_model.decode(TGT_IN[:, position:position + 1], encoded.cross_k, encoded.cross_v, src_mask,
-                                past_k, past_v, need_cross_weights=True)
+        out = tiny_model.decode(
+            TGT_IN[:, position : position + 1],
+            encoded.cross_k,
+            encoded.cross_v,
+            src_mask,
+            past_k,
+            past_v,
+            need_cross_weights=True,
+        )
         past_k, past_v = out.self_k, out.self_v
         assert past_k.shape[3] == position + 1
         steps.append(out.log_probs)
@@ -145,8 +151,9 @@ def test_greedy_decoding_with_and_without_cache_agree(tiny_model):
     past_k = past_v = None
     for _ in range(8):
         full = tiny_model.decode(torch.tensor([no_cache]), encoded.cross_k, encoded.cross_v, src_mask).log_probs[:, -1]
-        out = tiny_model.decode(torch.tensor([[with_cache[-1]]]), encoded.cross_k, encoded.cross_v, src_mask,
-                                past_k, past_v)
+        out = tiny_model.decode(
+            torch.tensor([[with_cache[-1]]]), encoded.cross_k, encoded.cross_v, src_mask, past_k, past_v
+        )
         past_k, past_v = out.self_k, out.self_v
         step = out.log_probs[:, -1]
         assert max_diff(full, step) < 1e-5
@@ -189,8 +196,9 @@ def test_save_and_load_round_trip(tiny_model, tmp_path):
     assert original.keys() == restored.keys()
     assert all(torch.equal(original[name], restored[name]) for name in original)
     with torch.no_grad():
-        assert torch.equal(teacher_forced(tiny_model, SRC, TGT_IN).log_probs,
-                           teacher_forced(loaded, SRC, TGT_IN).log_probs)
+        assert torch.equal(
+            teacher_forced(tiny_model, SRC, TGT_IN).log_probs, teacher_forced(loaded, SRC, TGT_IN).log_probs
+        )
     (tmp_path / "model" / "model.pt").unlink()
     with pytest.raises(FileNotFoundError, match="model.pt"):
         load_model(tmp_path / "model")

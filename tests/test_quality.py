@@ -43,12 +43,14 @@ import quality_signals  # noqa: E402  (bench/quality_signals.py)
 # Rows = target words ("The", "house", "glows", "."), columns = source words ("Das", "Haus", "ist", "klein", ".").
 SOURCE = ["Das", "Haus", "ist", "klein", "."]
 TARGET = ["The", "house", "glows", "."]
-MAP = np.array([
-    [0.90, 0.10, 0.00, 0.00, 0.00],
-    [0.05, 0.90, 0.05, 0.00, 0.00],
-    [0.20, 0.20, 0.20, 0.20, 0.20],      # spread evenly: drawn from no one source word
-    [0.00, 0.00, 0.00, 0.00, 1.00],
-])
+MAP = np.array(
+    [
+        [0.90, 0.10, 0.00, 0.00, 0.00],
+        [0.05, 0.90, 0.05, 0.00, 0.00],
+        [0.20, 0.20, 0.20, 0.20, 0.20],  # spread evenly: drawn from no one source word
+        [0.00, 0.00, 0.00, 0.00, 1.00],
+    ]
+)
 
 
 def test_per_word_signals_read_the_map() -> None:
@@ -58,17 +60,17 @@ def test_per_word_signals_read_the_map() -> None:
     assert entropy[2] == pytest.approx(1.0) and entropy[3] == pytest.approx(0.0)
     expected = -(0.9 * math.log(0.9) + 0.1 * math.log(0.1)) / math.log(5)
     assert entropy[0] == pytest.approx(expected)
-    assert target_entropy(np.ones((3, 1))).tolist() == [0.0, 0.0, 0.0]      # one source word: nothing to spread
+    assert target_entropy(np.ones((3, 1))).tolist() == [0.0, 0.0, 0.0]  # one source word: nothing to spread
 
 
 def test_assess_flags_untranslated_and_ungrounded_words_but_never_punctuation() -> None:
     thresholds = QualityThresholds(untranslated_coverage=0.3, ungrounded_peak=0.5)
     quality = assess(MAP, SOURCE, TARGET, thresholds=thresholds)
-    assert quality.untranslated == [2, 3]          # "ist" and "klein" received 0.25 and 0.2
-    assert quality.ungrounded == [2]                # "glows"
+    assert quality.untranslated == [2, 3]  # "ist" and "klein" received 0.25 and 0.2
+    assert quality.ungrounded == [2]  # "glows"
     no_mass_on_period = MAP.copy()
     no_mass_on_period[3] = [0.0, 0.0, 0.0, 1.0, 0.0]
-    assert assess(no_mass_on_period, SOURCE, TARGET, thresholds=thresholds).untranslated == [2]   # "." is exempt
+    assert assess(no_mass_on_period, SOURCE, TARGET, thresholds=thresholds).untranslated == [2]  # "." is exempt
     assert quality.coverage == pytest.approx((1.0 + 1.0 + 0.25 + 0.2) / 4)
     assert quality.length_ratio == pytest.approx(3 / 4)
     assert quality.confidence is None and quality.mean_log_prob is None
@@ -89,7 +91,7 @@ def test_confidence_is_the_clipped_linear_estimate() -> None:
 
 def test_sentence_features_and_bad_shapes() -> None:
     assert sentence_coverage(np.array([2.0, 0.5, 0.0]), ["a", "b", ","]) == pytest.approx(0.75)
-    assert sentence_coverage(np.array([0.0]), ["."]) == 1.0               # nothing to cover
+    assert sentence_coverage(np.array([0.0]), ["."]) == 1.0  # nothing to cover
     assert length_misfit(["a", "b", "c"], ["x", "y", "z", "!"], 1.0) == 0.0
     assert length_misfit(["a"], ["x", "y", "z"], 1.0) == pytest.approx(-math.log(2))
     with pytest.raises(ValueError, match="shape"):
@@ -119,16 +121,17 @@ def test_planted_omission_deletes_a_span_and_names_the_source_words_it_translate
         omitted = planted.plant_omission(source, target, links, random.Random(seed))
         assert omitted is not None
         damaged, truth = omitted
-        kept = [t.text.lower() for t in words(damaged)]         # a new first word is capitalised
+        kept = [t.text.lower() for t in words(damaged)]  # a new first word is capitalised
         deleted = [t.text.lower() for t in words(target) if t.text.lower() not in kept]
         assert 1 <= len(deleted) <= 3 and len(kept) + len(deleted) == len(words(target))
         gone = {j for j, t in enumerate(words(target)) if t.text.lower() in deleted}
         # Exactly the source words whose every link went to the deleted words.
-        assert truth == {i for i in range(6) if {j for s, j in links if s == i} <= gone and
-                         any(s == i for s, _ in links)}
+        assert truth == {
+            i for i in range(6) if {j for s, j in links if s == i} <= gone and any(s == i for s, _ in links)
+        }
         assert "  " not in damaged and not damaged.endswith(" .")
         seen.add(damaged)
-    assert len(seen) > 3                                           # different spans for different seeds
+    assert len(seen) > 3  # different spans for different seeds
 
 
 def test_planted_insertion_marks_the_inserted_target_words() -> None:
@@ -144,16 +147,18 @@ def test_spearman_and_the_same_rate_baseline() -> None:
     assert planted.spearman(np.array([1, 2, 3, 4.0]), np.array([10, 20, 30, 45.0])) == pytest.approx(1.0)
     assert planted.spearman(np.array([1, 2, 2, 3.0]), np.array([3, 2, 2, 1.0])) == pytest.approx(-1.0)
     case = planted.Case("valid", "omission", "", "", frozenset({0}))
-    items = [planted.Scored(case, np.array([0.1, 0.9, 0.5, 0.7]), [0, 1, 2, 3]),
-             planted.Scored(case, np.array([0.8, 0.2]), [0, 1])]
-    assert planted.rank_baseline(items, 2) == [{0}, {1}]       # each sentence's lowest word
+    items = [
+        planted.Scored(case, np.array([0.1, 0.9, 0.5, 0.7]), [0, 1, 2, 3]),
+        planted.Scored(case, np.array([0.8, 0.2]), [0, 1]),
+    ]
+    assert planted.rank_baseline(items, 2) == [{0}, {1}]  # each sentence's lowest word
     assert planted.prf([{0}, {1}], [frozenset({0}), frozenset({0})]) == pytest.approx((0.5, 0.5, 0.5))
 
 
 def test_unlinked_source_words_are_left_out_of_the_omission_scoring() -> None:
     """A source word that no link of the original pair touches is neither a hit nor a false alarm."""
     source, target = "Er hat doch Zeit.", "He has time."
-    links = [{(0, 0), (1, 1), (3, 2), (4, 3)}]                   # "doch" (2) is linked to nothing
+    links = [{(0, 0), (1, 1), (3, 2), (4, 3)}]  # "doch" (2) is linked to nothing
     cases = planted.make_cases("valid", [(source, target)], links, seed=3)
     assert all(case.unlinked == {2} and case.pair == 0 for case in cases if case.kind != "insertion")
     omission = next(case for case in cases if case.kind == "omission")
@@ -178,9 +183,13 @@ def test_fit_detector_learns_the_rule_behind_the_truth() -> None:
     for table, item in items:
         flagged = set(np.nonzero(detector.logits(table) > detector.threshold)[0].tolist())
         assert flagged == item.case.truth
-    nothing = [({"x": np.zeros(3)}, planted.Scored(planted.Case("valid-fit", "omission", "", "", frozenset()),
-                                                  np.zeros(3), [0, 1, 2]))]
-    assert planted.fit_detector(nothing, ("x",)) is None       # no truth to learn from
+    nothing = [
+        (
+            {"x": np.zeros(3)},
+            planted.Scored(planted.Case("valid-fit", "omission", "", "", frozenset()), np.zeros(3), [0, 1, 2]),
+        )
+    ]
+    assert planted.fit_detector(nothing, ("x",)) is None  # no truth to learn from
 
 
 # --------------------------------------------------------------------------- detectors
@@ -202,10 +211,10 @@ def scripted_translation(gap: str = ",") -> tuple[Alignments, Evidence]:
     # Steps 0..4 (inputs BOS He comes , . ; outputs He comes , . EOS); columns Er kommt morgen . EOS.
     aligning = [[1, 0, 0, 0, 0], [1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 0.6, 0.4, 0], [0, 0, 0.2, 0.8, 0]]
     ahead = [[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 0, 1]]
-    attention = np.array([aligning, ahead], dtype=np.float64)[:, None]   # (L=2, H=1, T+1=5, S+1=5)
+    attention = np.array([aligning, ahead], dtype=np.float64)[:, None]  # (L=2, H=1, T+1=5, S+1=5)
     own = AlignmentOptions(layer=0, heads=(0,), step_shift=True)
     maps = align(attention, source, source_pieces, target, target_pieces, own)
-    token_log_probs = np.log([0.9, 0.9, np.exp(-6.0), 0.8, 0.9])         # the gap was a surprise
+    token_log_probs = np.log([0.9, 0.9, np.exp(-6.0), 0.8, 0.9])  # the gap was a surprise
     return maps, Evidence(attention, token_log_probs, own)
 
 
@@ -223,9 +232,9 @@ def test_word_features_read_every_layer_and_the_surprise() -> None:
     assert np.exp(source["log_coverage_layer0_output"]) - COVERAGE_FLOOR == pytest.approx([2.0, 1.0, 0.6, 0.4])
     # Layer 1 looked at each word once, when producing the piece after it: its surprise.
     assert source["attended_surprise_layer1"] == pytest.approx(SURPRISE)
-    assert source["attended_surprise_layer0"][1] == pytest.approx(6.0)     # "," produced looking at "kommt"
+    assert source["attended_surprise_layer0"][1] == pytest.approx(6.0)  # "," produced looking at "kommt"
     assert target["surprise"] == pytest.approx(SURPRISE)
-    assert target["surprise_max"] == pytest.approx(SURPRISE)             # one piece per word
+    assert target["surprise_max"] == pytest.approx(SURPRISE)  # one piece per word
     assert target["peak"] == pytest.approx(target_peak(maps.word.matrix))
     with pytest.raises(ValueError, match="token log-probs"):
         Evidence(evidence.attention, evidence.token_log_probs[:-1], evidence.own_source)
@@ -234,14 +243,14 @@ def test_word_features_read_every_layer_and_the_surprise() -> None:
 def test_the_detector_flags_an_omission_the_coverage_threshold_misses() -> None:
     maps, evidence = scripted_translation()
     fallback = QualityThresholds(untranslated_coverage=0.5)
-    assert assess_alignment(maps, None, fallback, evidence).untranslated == []      # "morgen" has 0.8
+    assert assess_alignment(maps, None, fallback, evidence).untranslated == []  # "morgen" has 0.8
     # A detector reading the surprise of the steps that looked at a word, as the fitted
     # ones do, finds it.
     detector = Detector(("log_coverage", "attended_surprise_layer1"), (-1.0, 1.0), -2.0, 0.0)
     thresholds = QualityThresholds(untranslated_coverage=0.5, untranslated=detector)
     quality = assess_alignment(maps, None, thresholds, evidence)
     assert quality.untranslated == [2]
-    assert quality.source_coverage == pytest.approx([1.0, 1.0, 0.8, 1.2])   # the figures shown are the map's
+    assert quality.source_coverage == pytest.approx([1.0, 1.0, 0.8, 1.2])  # the figures shown are the map's
     # Without the evidence the thresholds apply, as before.
     assert assess_alignment(maps, None, thresholds).untranslated == []
 
@@ -250,31 +259,35 @@ def test_ungrounded_from_the_decoder_surprise_never_punctuation() -> None:
     thresholds = QualityThresholds(ungrounded_peak=0.0, ungrounded=Detector(("surprise",), (1.0,), 0.0, 5.0))
     maps, evidence = scripted_translation()
     quality = assess_alignment(maps, -1.0, thresholds, evidence)
-    assert quality.ungrounded == []                  # "," was the surprise, but punctuation is never flagged
+    assert quality.ungrounded == []  # "," was the surprise, but punctuation is never flagged
     maps, evidence = scripted_translation(gap="now")
     quality = assess_alignment(maps, -1.0, thresholds, evidence)
     assert quality.ungrounded == [2]
     assert quality.target_surprise == pytest.approx(SURPRISE)
     assert quality.to_dict()["target_surprise"][2] == 6.0
-    assert assess_alignment(maps, -1.0, QualityThresholds(ungrounded_peak=0.0)).ungrounded == []   # peak alone
-    assert assess_alignment(maps, -1.0, thresholds).target_surprise is None       # not known without evidence
+    assert assess_alignment(maps, -1.0, QualityThresholds(ungrounded_peak=0.0)).ungrounded == []  # peak alone
+    assert assess_alignment(maps, -1.0, thresholds).target_surprise is None  # not known without evidence
 
 
 def test_detectors_round_trip_and_old_files_load(tmp_path: Path) -> None:
     untranslated = Detector(("log_coverage", "attended_surprise_layer1"), (-1.5, 0.25), -3.0, -0.5)
     ungrounded = Detector(("surprise", "peak"), (0.3, 2.0), -9.0, -1.0)
-    thresholds = QualityThresholds(0.7, 0.74, 1.04, (0.3, 0.2, 0.1, 0.1), {"split": "valid"}, untranslated,
-                                   ungrounded)
+    thresholds = QualityThresholds(0.7, 0.74, 1.04, (0.3, 0.2, 0.1, 0.1), {"split": "valid"}, untranslated, ungrounded)
     thresholds.save(tmp_path / "quality.json")
     assert QualityThresholds.load(tmp_path) == thresholds
     # A quality.json written before the detectors: they are None, its thresholds apply.
-    old = {"untranslated_coverage": 0.76, "ungrounded_peak": 0.8, "expected_length_ratio": 1.0454,
-           "confidence_weights": [0.36, 0.23, 0.19, 0.05], "chosen_on": {"pairs": 1112}}
+    old = {
+        "untranslated_coverage": 0.76,
+        "ungrounded_peak": 0.8,
+        "expected_length_ratio": 1.0454,
+        "confidence_weights": [0.36, 0.23, 0.19, 0.05],
+        "chosen_on": {"pairs": 1112},
+    }
     (tmp_path / "quality.json").write_text(json.dumps(old))
     loaded = QualityThresholds.load(tmp_path)
     assert loaded.untranslated is None and loaded.ungrounded is None and loaded.untranslated_coverage == 0.76
     maps, evidence = scripted_translation()
-    assert assess_alignment(maps, None, loaded, evidence).untranslated == []      # coverage 0.8 >= 0.76
+    assert assess_alignment(maps, None, loaded, evidence).untranslated == []  # coverage 0.8 >= 0.76
     assert assess_alignment(maps, None, QualityThresholds(untranslated_coverage=0.9), evidence).untranslated == [2]
     # A detector must fit the model it is loaded with.
     QualityThresholds(untranslated=untranslated).check(decoder_layers=2)
@@ -312,27 +325,46 @@ def toy_release(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return directory / "de-en", data
 
 
-def test_the_script_chooses_thresholds_a_model_can_load(toy_release: tuple[Path, Path], tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture) -> None:
+def test_the_script_chooses_thresholds_a_model_can_load(
+    toy_release: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     bundle, data = toy_release
     saved = tmp_path / "quality.json"
-    code = quality_signals.main(["--model", str(bundle), "--data", str(data), "--gold", str(data / "gold.tsv"),
-                                 "--cache", str(tmp_path / "cache"), "--save", str(saved),
-                                 "--json", str(tmp_path / "figures.json"), "--threads", "1"])
+    code = quality_signals.main(
+        [
+            "--model",
+            str(bundle),
+            "--data",
+            str(data),
+            "--gold",
+            str(data / "gold.tsv"),
+            "--cache",
+            str(tmp_path / "cache"),
+            "--save",
+            str(saved),
+            "--json",
+            str(tmp_path / "figures.json"),
+            "--threads",
+            "1",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "untranslated: planted omissions" in out and "confidence vs sentence chrF" in out
     thresholds = QualityThresholds.load(saved)
     figures = json.loads((tmp_path / "figures.json").read_text())
-    default_rows = [row for row in figures["signals"]["untranslated"] if row["source"] == figures["signals"][
-        "untranslated"][0]["source"]]
+    default_rows = [
+        row
+        for row in figures["signals"]["untranslated"]
+        if row["source"] == figures["signals"]["untranslated"][0]["source"]
+    ]
     assert {row["split"] for row in default_rows} == {"valid-held", "test", "gold"}
     assert thresholds.untranslated_coverage == default_rows[0]["threshold"]
     assert thresholds.chosen_on["pairs"] == 12
     files = json.loads((bundle / "bundle.json").read_text())["files"]
     assert thresholds.chosen_on["decoder_sha256"] == files["decoder_step.onnx"]["sha256"]
     assert f"detector ({len(feature_names(2)[0])} features)" in out or "untranslated detector: nothing to fit" in out
-    assert thresholds.chosen_on["fit_pairs"] == 6                      # the even half of valid
+    assert thresholds.chosen_on["fit_pairs"] == 6  # the even half of valid
     assert thresholds.ungrounded is not None and thresholds.ungrounded.features == feature_names(2)[1]
     # The ratio of the toy language is exactly one target word per source word.
     assert thresholds.expected_length_ratio == pytest.approx(1.0)
@@ -340,7 +372,12 @@ def test_the_script_chooses_thresholds_a_model_can_load(toy_release: tuple[Path,
     translator = load_translator(bundle, "onnx", threads=1)
     source, target = toy_pairs(1, seed=11)[0]
     alignment = align_pair(translator, source, target).word
-    quality = assess(alignment.matrix, [t.text for t in alignment.source_tokens],
-                     [t.text for t in alignment.target_tokens], -0.5, thresholds)
+    quality = assess(
+        alignment.matrix,
+        [t.text for t in alignment.source_tokens],
+        [t.text for t in alignment.target_tokens],
+        -0.5,
+        thresholds,
+    )
     assert 0.0 <= quality.confidence <= 1.0
     assert len(quality.source_coverage) == len(words(source))

@@ -39,7 +39,7 @@ def test_the_shipped_bundle_lists_and_loads_its_thresholds(shipped: Translator) 
     bundle = load_bundle_manifest(SHIPPED)
     assert bundle.quality_path == SHIPPED / QUALITY_FILE and QUALITY_FILE in bundle.manifest["files"]
     assert shipped.quality == QualityThresholds.load(SHIPPED / QUALITY_FILE)
-    assert shipped.quality != QualityThresholds()        # the model's own, not the defaults
+    assert shipped.quality != QualityThresholds()  # the model's own, not the defaults
 
 
 def test_the_translator_fills_quality_in_the_same_pass(shipped: Translator) -> None:
@@ -48,8 +48,9 @@ def test_the_translator_fills_quality_in_the_same_pass(shipped: Translator) -> N
     assert result.text == "The house is small."
     for hypothesis in [result, *result.alternatives]:
         evidence = Evidence(hypothesis.attention, np.asarray(hypothesis.token_log_probs), shipped.own_source)
-        assert hypothesis.quality == assess_alignment(hypothesis.alignment, hypothesis.mean_log_prob,
-                                                      shipped.quality, evidence)
+        assert hypothesis.quality == assess_alignment(
+            hypothesis.alignment, hypothesis.mean_log_prob, shipped.quality, evidence
+        )
         # The search's per-piece log-probs (EOS last) add up to the sentence's.
         assert sum(hypothesis.token_log_probs) == pytest.approx(hypothesis.log_prob)
         assert len(hypothesis.quality.target_surprise) == len(hypothesis.alignment.word.target_tokens)
@@ -59,7 +60,7 @@ def test_the_translator_fills_quality_in_the_same_pass(shipped: Translator) -> N
         assert hypothesis.mean_log_prob == hypothesis.log_prob / length
     assert result.quality.untranslated == [] and result.quality.ungrounded == []
     assert 0.0 <= result.quality.confidence <= 1.0
-    assert shipped.translate("Das Haus ist klein.", DecodeConfig()).quality is None      # no alignment, no block
+    assert shipped.translate("Das Haus ist klein.", DecodeConfig()).quality is None  # no alignment, no block
 
 
 def test_forced_alignment_flags_the_word_a_translation_left_out(shipped: Translator) -> None:
@@ -73,11 +74,14 @@ def test_forced_alignment_flags_the_word_a_translation_left_out(shipped: Transla
 
 def test_align_cli_lists_the_untranslated_source_words(tmp_path: Path) -> None:
     pairs = tmp_path / "pairs.tsv"
-    pairs.write_text("Ich habe heute keine Zeit.\tI have no time.\nDas Haus ist sehr klein.\tThe house is small.\n"
-                     "Das Haus ist klein.\tThe house is small.\nno tab here\n", encoding="utf-8")
+    pairs.write_text(
+        "Ich habe heute keine Zeit.\tI have no time.\nDas Haus ist sehr klein.\tThe house is small.\n"
+        "Das Haus ist klein.\tThe house is small.\nno tab here\n",
+        encoding="utf-8",
+    )
     out = tmp_path / "out.txt"
     status = cli_main(["align", "--model", str(SHIPPED), "-i", str(pairs), "-o", str(out), "--format", "untranslated"])
-    assert status == 3                                                   # the line without a tab
+    assert status == 3  # the line without a tab
     lines = out.read_text(encoding="utf-8").split("\n")
     # The left-out word is flagged in each damaged pair (the shipped model may also flag a
     # neighbour whose attention the missing word drew away); the complete pair gets none.

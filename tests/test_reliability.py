@@ -41,7 +41,7 @@ from seq2seq.config import DecodeConfig
 from service.batching import MicroBatcher, QueueFull
 
 REPO = Path(__file__).resolve().parents[1]
-BAD = '"de \\ud800 klein"'   # JSON for a string with a lone surrogate: valid JSON, not UTF-8-encodable
+BAD = '"de \\ud800 klein"'  # JSON for a string with a lone surrogate: valid JSON, not UTF-8-encodable
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +87,10 @@ def same_answer(got: bytes, alone: bytes) -> bool:
     moves attention weights in their last digits. An SVG heatmap is compared by its text
     (tokens, caption); a JSON answer by its values, numbers to 1e-3."""
     if got.startswith(b"<?xml"):
+
         def texts(svg: bytes) -> list[str | None]:
             return [e.text for e in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")]
+
         return texts(got) == texts(alone)
 
     def close(a: object, b: object) -> bool:
@@ -112,8 +114,9 @@ def test_a_bad_text_fails_alone_and_keeps_every_connection(server: tuple[str, su
     expected = {}
     for text in texts:  # each good request's answer when it is sent alone
         path, body = _requests(text, bad=False)[route]
-        expected[text] = httpx.post(url + path, content=body, headers={"Content-Type": "application/json"},
-                                    timeout=60).content
+        expected[text] = httpx.post(
+            url + path, content=body, headers={"Content-Type": "application/json"}, timeout=60
+        ).content
     connections = [http.client.HTTPConnection(host, int(port), timeout=60) for _ in range(12)]
     for connection in connections:
         connection.connect()
@@ -152,8 +155,10 @@ def test_a_chunked_body_over_the_limit_is_refused_without_memory_growth(server: 
     before = peak = rss_mb(process.pid)
     chunk = b"a" * (1 << 20)
     with socket.create_connection((host, int(port)), timeout=30) as sock:
-        sock.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Transfer-Encoding: chunked\r\n\r\n")
+        sock.sendall(
+            b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
         sent = 0
         try:
             while sent < 64 << 20:  # 64 MiB (the benchmark sends 200 MB; this keeps the test quick)
@@ -190,7 +195,7 @@ def test_an_oversize_header_is_refused(server: tuple[str, subprocess.Popen], siz
 def test_a_small_request_is_not_starved_by_maximal_ones(server: tuple[str, subprocess.Popen]) -> None:
     """Four requests at the work cap (64 texts, beam 8), then one sentence from the same address."""
     url, _ = server
-    texts = [pair[0][:39] for pair in toy_pairs(64, seed=3)]   # 64 x <=39 characters x beam 8 <= 20,000
+    texts = [pair[0][:39] for pair in toy_pairs(64, seed=3)]  # 64 x <=39 characters x beam 8 <= 20,000
     heavy_body = {"texts": texts, "source": "de", "beam_size": 8, "alignment": False}
     finished: list[float] = []
     start = time.monotonic()
@@ -223,12 +228,32 @@ def test_schemathesis_finds_no_failures(models: Path, tmp_path: Path) -> None:
     boundary-value phase runs in bench/service_reliability.py)."""
     with serving(models, char_limit="200", batch_limit="4", max_beam_size="4", heatmap_max_tokens="40") as (url, _):
         result = subprocess.run(
-            [str(Path(sys.executable).parent / "schemathesis"), "--config-file",
-             str(REPO / "tests" / "schemathesis.toml"),
-             "--no-color", "run", f"{url}/openapi.json", "--checks", "all", "--phases",
-             "examples,fuzzing", "--max-examples", "25", "--seed", "1", "--generation-deterministic",
-             "--workers", "1", "--request-timeout", "60"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=280)
+            [
+                str(Path(sys.executable).parent / "schemathesis"),
+                "--config-file",
+                str(REPO / "tests" / "schemathesis.toml"),
+                "--no-color",
+                "run",
+                f"{url}/openapi.json",
+                "--checks",
+                "all",
+                "--phases",
+                "examples,fuzzing",
+                "--max-examples",
+                "25",
+                "--seed",
+                "1",
+                "--generation-deterministic",
+                "--workers",
+                "1",
+                "--request-timeout",
+                "60",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=280,
+        )
     assert result.returncode == 0 and "No issues found" in result.stdout, result.stdout[-6000:]
 
 
@@ -262,8 +287,13 @@ def test_serve_names_a_bad_bundle_and_serves_the_good_ones(models: Path, tmp_pat
 def test_serve_with_no_usable_bundle_says_so_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "bundle.json").write_text("not json")
-    result = subprocess.run([sys.executable, "-m", "service.serve", "--models", str(tmp_path), "--port", "9"],
-                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "service.serve", "--models", str(tmp_path), "--port", "9"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 2, result.stderr
     assert f"{tmp_path / 'broken' / 'bundle.json'}: unreadable manifest" in result.stderr
@@ -297,12 +327,12 @@ def test_batches_are_dealt_fairly_between_clients_and_requests() -> None:
     assert small.result(timeout=10) == ["SMALL"] and other.result(timeout=10) == ["OTHER"]
     assert [f.result(timeout=10) for f in heavy][0][:2] == ["HEAVY0-0", "HEAVY0-1"]
     batcher.close()
-    assert all(len(batch) <= 4 for batch in batches)               # 16 beam rows / beam 4
+    assert all(len(batch) <= 4 for batch in batches)  # 16 beam rows / beam 4
     first_with_small = next(i for i, batch in enumerate(batches) if "small" in batch)
-    assert first_with_small <= 1, batches[:3]                      # not after 160 heavy sentences
-    assert batches.index(["other"]) <= 2, batches[:4]              # its own beam size: the next call but one
+    assert first_with_small <= 1, batches[:3]  # not after 160 heavy sentences
+    assert batches.index(["other"]) <= 2, batches[:4]  # its own beam size: the next call but one
     dealt = {text.split("-")[0] for text in batches[0] + batches[1] if text.startswith("heavy")}
-    assert len(dealt) >= 3, batches[:2]                            # a's requests take turns too
+    assert len(dealt) >= 3, batches[:2]  # a's requests take turns too
 
 
 def test_a_failing_batch_is_retried_request_by_request() -> None:
@@ -324,9 +354,9 @@ def test_the_queue_is_bounded_and_says_when_to_retry() -> None:
     gate = threading.Event()
     batcher = MicroBatcher(_recording_run([], gate), window_s=0.01, max_sentences=64, max_queue_work=100)
     config = DecodeConfig(beam_size=2)
-    first = batcher.submit(["x" * 40], config)               # 80 units
+    first = batcher.submit(["x" * 40], config)  # 80 units
     with pytest.raises(QueueFull) as full:
-        batcher.submit(["y" * 20], config)                    # 80 + 40 > 100
+        batcher.submit(["y" * 20], config)  # 80 + 40 > 100
     assert full.value.retry_after >= 1
     gate.set()
     assert first.result(timeout=10) == ["X" * 40]

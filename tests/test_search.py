@@ -52,23 +52,25 @@ def lp(p: float) -> float:
 DEFAULT = {EOS: 0.1, A: 0.45, B: 0.45}
 TABLES = {
     # Sentence 7, beam 2 (worked through in test_beam_search_exact_hypotheses_and_scores):
-    7: {(): {A: 0.6, B: 0.3, EOS: 0.1},
+    7: {
+        (): {A: 0.6, B: 0.3, EOS: 0.1},
         (A,): {EOS: 0.3, A: 0.36, B: 0.34},
         (B,): {EOS: 0.05, A: 0.9, B: 0.05},
         (A, A): {EOS: 0.5, A: 0.25, B: 0.25},
-        (B, A): {EOS: 0.9, A: 0.05, B: 0.05}},
+        (B, A): {EOS: 0.9, A: 0.05, B: 0.05},
+    },
     # Sentence 8: a short and a long hypothesis whose ranking flips with the length penalty.
-    8: {(): {A: 0.9, B: 0.07, EOS: 0.03},
-        (A,): {EOS: 0.34, A: 0.33, B: 0.33},
-        (A, A): {EOS: 0.99, A: 0.005, B: 0.005}},
+    8: {(): {A: 0.9, B: 0.07, EOS: 0.03}, (A,): {EOS: 0.34, A: 0.33, B: 0.33}, (A, A): {EOS: 0.99, A: 0.005, B: 0.005}},
     # Sentence 9: EOS almost never; only the length limit ends it.
     9: {(): {A: 0.7, B: 0.29, EOS: 0.01}},
     # Sentence 10, beam 2: at step 1 the EOS after B is ranked third (K = 2), behind a
     # beam that goes on to the best hypothesis (test_eos_ranked_below_k_does_not_finish).
-    10: {(): {A: 0.6, B: 0.4},
-         (A,): {EOS: 0.5, A: 0.15, B: 0.15},
-         (B,): {EOS: 0.3, A: 0.05, B: 0.65},
-         (B, B): {EOS: 0.99, A: 0.005, B: 0.005}},
+    10: {
+        (): {A: 0.6, B: 0.4},
+        (A,): {EOS: 0.5, A: 0.15, B: 0.15},
+        (B,): {EOS: 0.3, A: 0.05, B: 0.65},
+        (B, B): {EOS: 0.99, A: 0.005, B: 0.005},
+    },
 }
 NO_EOS = {EOS: 0.01, A: 0.6, B: 0.39}
 
@@ -89,8 +91,9 @@ class ScriptedBackend:
     """A fake model: log-probs from TABLES, prefix kept in the 'KV cache' it returns."""
 
     pad_id, bos_id, eos_id = PAD, BOS, EOS
-    config = ModelConfig(vocab_size=VOCAB, d_model=6, n_heads=HEADS, decoder_layers=LAYERS, alignment_layer=1,
-                         alignment_heads=(2,))
+    config = ModelConfig(
+        vocab_size=VOCAB, d_model=6, n_heads=HEADS, decoder_layers=LAYERS, alignment_layer=1, alignment_heads=(2,)
+    )
 
     def __init__(self) -> None:
         self.calls = 0
@@ -105,7 +108,7 @@ class ScriptedBackend:
         self.calls += 1
         n, s = tokens.shape[0], src_mask.shape[1]
         new = np.broadcast_to(tokens[None, :, None, :, None], (LAYERS, n, HEADS, 1, 1)).astype(np.float32)
-        history = np.concatenate([cache.self_k, new], axis=3)                      # (L, N, H, P+1, 1)
+        history = np.concatenate([cache.self_k, new], axis=3)  # (L, N, H, P+1, 1)
         log_probs = np.full((n, VOCAB), -np.inf, dtype=np.float32)
         weights = np.zeros((LAYERS, n, HEADS, s), dtype=np.float32)
         for row in range(n):
@@ -120,8 +123,11 @@ class ScriptedBackend:
                 for head in range(HEADS):
                     weights[layer, row, head] = [expected_attention(prefix, layer, head, j) for j in range(s)]
             weights[:, row] *= src_mask[row]  # padding gets no attention, as in the real model
-        return StepOutput(log_probs, DecoderCache(cache.cross_k, cache.cross_v, history, history.copy()),
-                          weights if need_attention else None)
+        return StepOutput(
+            log_probs,
+            DecoderCache(cache.cross_k, cache.cross_v, history, history.copy()),
+            weights if need_attention else None,
+        )
 
 
 def sources(*sentences: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -171,8 +177,9 @@ def test_n_best_is_ordered_by_length_normalised_score(alpha: float):
     long = ((0.0 + lp(0.9)) + lp(0.33)) + lp(0.99)
     short_score, long_score = short / penalty(2, alpha), long / penalty(3, alpha)
     assert (short_score > long_score) == (alpha == 0.0)  # the penalty flips the ranking
-    [hypotheses] = beam_search(ScriptedBackend(), *sources([8, EOS]),
-                               plain(beam_size=2, n_best=2, length_penalty=alpha))
+    [hypotheses] = beam_search(
+        ScriptedBackend(), *sources([8, EOS]), plain(beam_size=2, n_best=2, length_penalty=alpha)
+    )
     expected = sorted([([A], short, short_score), ([A, A], long, long_score)], key=lambda h: -h[2])
     assert [(h.tokens, h.log_prob, h.score) for h in hypotheses] == expected
     assert hypotheses[0].score >= hypotheses[1].score
@@ -241,25 +248,34 @@ def test_coverage_penalty_changes_the_winner_with_exact_scores(step_shift: bool,
     #       [A, A] rows (), (A,) = (1.3, .7)
     #   shifted (rows of the steps that read them): [A] row (A,) = (.8, .2);
     #       [A, A] rows (A,), (A, A) = (.9, 1.1)
-    monkeypatch.setattr(AttendingBackend, "config", ModelConfig(
-        vocab_size=VOCAB, d_model=6, n_heads=HEADS, decoder_layers=LAYERS, alignment_layer=1, alignment_heads=(2,),
-        alignment_step_shift=step_shift))
+    monkeypatch.setattr(
+        AttendingBackend,
+        "config",
+        ModelConfig(
+            vocab_size=VOCAB,
+            d_model=6,
+            n_heads=HEADS,
+            decoder_layers=LAYERS,
+            alignment_layer=1,
+            alignment_heads=(2,),
+            alignment_step_shift=step_shift,
+        ),
+    )
     short = (0.0 + lp(0.9)) + lp(0.34)
     long = ((0.0 + lp(0.9)) + lp(0.33)) + lp(0.99)
     short_coverage, long_coverage = ([0.8, 0.2], [0.9, 1.1]) if step_shift else ([0.5, 0.5], [1.3, 0.7])
     beta = 0.5
     short_score = short + beta * sum(math.log(c) for c in short_coverage)
     long_score = long + beta * math.log(min(long_coverage))
-    assert long_score > short_score and short > long          # the penalty flips the ranking
+    assert long_score > short_score and short > long  # the penalty flips the ranking
 
     config = DecodeConfig(beam_size=2, n_best=2, length_penalty=0.0, coverage_penalty=beta, return_attention=False)
     [hypotheses] = beam_search(AttendingBackend(), *sources([8, 6, EOS]), config)
     assert [h.tokens for h in hypotheses] == [[A, A], [A]]
     assert [h.log_prob for h in hypotheses] == [long, short]
     assert [h.score for h in hypotheses] == pytest.approx([long_score, short_score], abs=1e-6)
-    assert all(h.attention is None for h in hypotheses)       # read for the score, not returned
-    [without] = beam_search(AttendingBackend(), *sources([8, 6, EOS]), plain(beam_size=2, n_best=2,
-                                                                                     length_penalty=0.0))
+    assert all(h.attention is None for h in hypotheses)  # read for the score, not returned
+    [without] = beam_search(AttendingBackend(), *sources([8, 6, EOS]), plain(beam_size=2, n_best=2, length_penalty=0.0))
     assert [(h.tokens, h.score) for h in without] == [([A], short), ([A, A], long)]
 
 
@@ -278,7 +294,7 @@ def test_hypothesis_score_is_gnmt_eq_14():
     # Wu et al. 2016, eq. 14: s = log P / lp + β Σ log(min(c, 1)); covered words cost nothing.
     assert coverage_penalty(np.array([1.0, 1.7, 3.0]), beta=0.4) == 0.0
     assert coverage_penalty(np.array([0.5, 1.2, 0.25]), beta=0.2) == pytest.approx(0.2 * math.log(0.125))
-    assert coverage_penalty(np.array([0.0, 1.0]), beta=1.0) == pytest.approx(math.log(1e-3))   # floored
+    assert coverage_penalty(np.array([0.0, 1.0]), beta=1.0) == pytest.approx(math.log(1e-3))  # floored
     config = DecodeConfig(length_penalty=0.6, coverage_penalty=0.2)
     score = hypothesis_score(-3.0, 6, config, np.array([0.5, 1.0]))
     assert score == pytest.approx(-3.0 / penalty(6, 0.6) + 0.2 * math.log(0.5))
@@ -298,7 +314,7 @@ def test_real_model_coverage_scores_match_its_returned_attention(tiny_model):
     layer = model_config.alignment_layer % model_config.decoder_layers
     for sentence, hypotheses in zip(sentences, beam_search(TorchBackend(tiny_model), *sources(*sentences), config)):
         for h in hypotheses:
-            rows = h.attention[layer].mean(axis=0, dtype=np.float64)[:-1, : len(sentence) - 1]   # unshifted, no EOS
+            rows = h.attention[layer].mean(axis=0, dtype=np.float64)[:-1, : len(sentence) - 1]  # unshifted, no EOS
             expected = hypothesis_score(h.log_prob, len(h.tokens) + 1, config, rows.sum(axis=0))
             assert h.score == pytest.approx(expected, abs=1e-5)
         assert [h.score for h in hypotheses] == sorted((h.score for h in hypotheses), reverse=True)
@@ -332,31 +348,42 @@ def test_ranking_from_each_rows_best_equals_ranking_all_candidates(seed: int):
         log_probs = rng.integers(-8, 0, size=(sentences * k, vocab)).astype(np.float32)
         log_probs[rng.random(log_probs.shape) < 0.2] = -np.inf
         log_probs[:k, :] = -np.inf
-        log_probs[:k, 3] = -1.0                                     # only EOS left: fewer than 2K finite
+        log_probs[:k, 3] = -1.0  # only EOS left: fewer than 2K finite
         scores = rng.integers(-5, 0, size=sentences * k).astype(np.float64)
         scores[rng.random(scores.shape) < 0.1] = -np.inf
         ranked = search._Candidates.rank(scores, log_probs, k, eos_id=3)
         sums, beams, tokens = search._rank_all(scores, log_probs, k, np.arange(sentences))
         finite = np.isfinite(sums)
         assert np.array_equal(ranked.scores, sums)
-        assert np.array_equal(np.where(finite, ranked.rows, -1),
-                              np.where(finite, beams + (np.arange(sentences) * k)[:, None], -1))
+        assert np.array_equal(
+            np.where(finite, ranked.rows, -1), np.where(finite, beams + (np.arange(sentences) * k)[:, None], -1)
+        )
         assert np.array_equal(np.where(finite, ranked.tokens, -1), np.where(finite, tokens, -1))
 
 
 def test_beam_search_with_partial_top_k_equals_full_sort(tiny_model, monkeypatch):
     sentences = [[5, 9, 7, 11, 6, 14, EOS], [13, 8, EOS], [21, 4, 17, 10, EOS], [9, 7, 5, 5, 5, 5, 5, 5, EOS]]
     runs = []
-    for select in (search.top_candidates,
-                   lambda candidates, count: np.argsort(-candidates, axis=1, kind="stable")[:, :count]):
+    for select in (
+        search.top_candidates,
+        lambda candidates, count: np.argsort(-candidates, axis=1, kind="stable")[:, :count],
+    ):
         monkeypatch.setattr(search, "top_candidates", select)
-        for config in (plain(beam_size=1), plain(beam_size=4, n_best=4),
-                       plain(beam_size=2, n_best=2, length_penalty=1.0)):
-            for backend_hypotheses in (beam_search(TorchBackend(tiny_model), *sources(*sentences), config),
-                                       beam_search(ScriptedBackend(), *sources([7, 6, EOS], [10, EOS], [9, EOS]),
-                                                   config)):
-                runs.append([[(h.tokens, h.score, h.token_log_probs, h.attention.tobytes()) for h in hyps]
-                             for hyps in backend_hypotheses])
+        for config in (
+            plain(beam_size=1),
+            plain(beam_size=4, n_best=4),
+            plain(beam_size=2, n_best=2, length_penalty=1.0),
+        ):
+            for backend_hypotheses in (
+                beam_search(TorchBackend(tiny_model), *sources(*sentences), config),
+                beam_search(ScriptedBackend(), *sources([7, 6, EOS], [10, EOS], [9, EOS]), config),
+            ):
+                runs.append(
+                    [
+                        [(h.tokens, h.score, h.token_log_probs, h.attention.tobytes()) for h in hyps]
+                        for hyps in backend_hypotheses
+                    ]
+                )
     half = len(runs) // 2
     assert runs[:half] == runs[half:]
 
@@ -365,7 +392,7 @@ def test_cache_reorder_moves_self_kv_and_leaves_cross_kv_until_rows_leave():
     """`DecoderCache.reorder`: the self K/V follow every reorder; the cross K/V, the same for
     the beams of one sentence, are copied only when the row count changes; nothing is
     copied when no row moves. The cache is a value: the original is never changed."""
-    layers, rows, heads, source, past = 2, 4, 1, 3, 2                     # 2 sentences x beam 2
+    layers, rows, heads, source, past = 2, 4, 1, 3, 2  # 2 sentences x beam 2
     cross = np.repeat(np.arange(2.0), 2)[None, :, None, None, None] * np.ones((layers, rows, heads, source, 1))
     history = np.arange(rows, dtype=np.float32)[None, :, None, None, None] * np.ones((layers, rows, heads, past, 1))
     cache = DecoderCache(cross, cross.copy(), history, history.copy())
@@ -373,13 +400,13 @@ def test_cache_reorder_moves_self_kv_and_leaves_cross_kv_until_rows_leave():
 
     same = cache.reorder(np.arange(rows))
     assert same.self_k is cache.self_k and same.cross_k is cache.cross_k
-    swapped = cache.reorder(np.array([1, 1, 2, 3]))                      # beam 1 of sentence 0 takes over
+    swapped = cache.reorder(np.array([1, 1, 2, 3]))  # beam 1 of sentence 0 takes over
     assert swapped.cross_k is cache.cross_k
     assert swapped.self_k[0, :, 0, 0, 0].tolist() == [1, 1, 2, 3]
-    left = cache.reorder(np.array([3, 2]))                               # sentence 0 finished
+    left = cache.reorder(np.array([3, 2]))  # sentence 0 finished
     assert left.cross_k.shape[1] == 2 and left.cross_k[0, :, 0, 0, 0].tolist() == [1, 1]
     assert left.self_v[0, :, 0, 0, 0].tolist() == [3, 2]
-    assert cache.self_k[0, :, 0, 0, 0].tolist() == [0, 1, 2, 3]          # unchanged
+    assert cache.self_k[0, :, 0, 0, 0].tolist() == [0, 1, 2, 3]  # unchanged
     start = DecoderCache.start(cross, cross)
     assert start.past_length == 0 and start.self_k.shape == (layers, rows, heads, 0, 1)
 
@@ -405,11 +432,12 @@ def test_batch_equals_each_sentence_alone():
     batched = beam_search(ScriptedBackend(), *sources(*sentences), config)
     for sentence, together in zip(sentences, batched):
         [alone] = beam_search(ScriptedBackend(), *sources(sentence), config)
-        assert [(h.tokens, h.score, h.token_log_probs) for h in together] == \
-               [(h.tokens, h.score, h.token_log_probs) for h in alone]
+        assert [(h.tokens, h.score, h.token_log_probs) for h in together] == [
+            (h.tokens, h.score, h.token_log_probs) for h in alone
+        ]
         for h_together, h_alone in zip(together, alone):
-            assert np.array_equal(h_together.attention[..., :len(sentence)], h_alone.attention)
-            assert (h_together.attention[..., len(sentence):] == 0).all()
+            assert np.array_equal(h_together.attention[..., : len(sentence)], h_alone.attention)
+            assert (h_together.attention[..., len(sentence) :] == 0).all()
     # Sentence 9's limit is 0.5 * 6 + 2 = 5 tokens; the others end early on their own.
     assert [len(h.tokens) for h in batched[0]] == [5, 5]
 
@@ -424,14 +452,20 @@ def test_each_hypothesis_carries_its_own_attention_rows():
         assert h.attention.dtype == np.float32
         for i in range(len(h.tokens) + 1):  # row i: the step that produced token i (last: EOS)
             prefix = tuple(h.tokens[:i])
-            expected = np.array([[[expected_attention(prefix, layer, head, j) for j in range(len(src))]
-                                  for head in range(HEADS)] for layer in range(LAYERS)], dtype=np.float32)
+            expected = np.array(
+                [
+                    [[expected_attention(prefix, layer, head, j) for j in range(len(src))] for head in range(HEADS)]
+                    for layer in range(LAYERS)
+                ],
+                dtype=np.float32,
+            )
             assert np.array_equal(h.attention[:, :, i], expected), (h.tokens, i)
 
 
 def test_no_attention_when_not_asked_for():
-    [hypotheses] = beam_search(ScriptedBackend(), *sources([7, 6, EOS]),
-                               plain(beam_size=2, n_best=2, return_attention=False))
+    [hypotheses] = beam_search(
+        ScriptedBackend(), *sources([7, 6, EOS]), plain(beam_size=2, n_best=2, return_attention=False)
+    )
     assert all(h.attention is None for h in hypotheses)
 
 
@@ -471,5 +505,5 @@ def test_torch_model_greedy_matches_manual_decoding_and_batches_match(tiny_model
         for h_together, h_alone in zip(together, alone):
             assert h_together.score == pytest.approx(h_alone.score, abs=1e-5)
             assert h_together.attention.shape == (2, 4, len(h_together.tokens) + 1, 7)
-            assert np.abs(h_together.attention[..., :len(sentence)] - h_alone.attention).max() < 1e-5
-            assert (h_together.attention[..., len(sentence):] == 0).all()
+            assert np.abs(h_together.attention[..., : len(sentence)] - h_alone.attention).max() < 1e-5
+            assert (h_together.attention[..., len(sentence) :] == 0).all()

@@ -45,31 +45,35 @@ class EchoBackend:
     """
 
     def __init__(self, vocab_size: int):
-        self.config = ModelConfig(vocab_size=vocab_size, d_model=8, n_heads=2, d_ff=16, encoder_layers=1,
-                                  decoder_layers=2, max_positions=64)
+        self.config = ModelConfig(
+            vocab_size=vocab_size, d_model=8, n_heads=2, d_ff=16, encoder_layers=1, decoder_layers=2, max_positions=64
+        )
         self.bos_id, self.eos_id, self.pad_id = 2, 3, 0
         self.vocab_size = vocab_size
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ids = src_ids.astype(np.float32)[None, :, None, :, None]           # (1, B, 1, S, 1)
+        ids = src_ids.astype(np.float32)[None, :, None, :, None]  # (1, B, 1, S, 1)
         cross = np.broadcast_to(ids, (2, src_ids.shape[0], 2, src_ids.shape[1], 1)).copy()
         return cross, cross
 
     def step(self, tokens, src_mask, cache: DecoderCache, need_attention) -> StepOutput:
         rows, length = tokens.shape[0], cache.cross_k.shape[3]
         position = cache.past_length
-        source = cache.cross_k[0, :, 0, :, 0].astype(np.int64)             # (N, S)
+        source = cache.cross_k[0, :, 0, :, 0].astype(np.int64)  # (N, S)
         lengths = src_mask.sum(axis=1)
         probs = np.full((rows, self.vocab_size), 0.1 / (self.vocab_size - 1))
         attend = np.minimum(position, lengths - 1)
         wanted = np.where(position < lengths - 1, source[np.arange(rows), attend], self.eos_id)
-        probs[:, self.eos_id] = 1e-9   # ends only after the last source token: no short hypotheses
+        probs[:, self.eos_id] = 1e-9  # ends only after the last source token: no short hypotheses
         probs[np.arange(rows), wanted] = 0.9
         weights = np.zeros((2, rows, 2, length), dtype=np.float32)
         weights[:, np.arange(rows), :, attend] = 1.0
         past = np.zeros((2, rows, 2, position + 1, 1), dtype=np.float32)
-        return StepOutput(np.log(probs).astype(np.float32), DecoderCache(cache.cross_k, cache.cross_v, past, past),
-                          weights if need_attention else None)
+        return StepOutput(
+            np.log(probs).astype(np.float32),
+            DecoderCache(cache.cross_k, cache.cross_v, past, past),
+            weights if need_attention else None,
+        )
 
     def teacher_force(self, src_ids, src_mask, tgt_ids) -> TeacherForced:
         return teacher_force_by_steps(self, src_ids, src_mask, tgt_ids)
@@ -101,8 +105,7 @@ def test_translate_single_and_list(client: TestClient) -> None:
     single = client.post("/translate", json={"q": "a b c", "source": "de", "target": "en"})
     assert single.status_code == 200
     assert single.json() == {"translatedText": "a b c", "alternatives": []}
-    listed = client.post("/translate", json={"q": ["a b", "c d e"], "source": "de", "target": "en",
-                                             "alternatives": 2})
+    listed = client.post("/translate", json={"q": ["a b", "c d e"], "source": "de", "target": "en", "alternatives": 2})
     body = listed.json()
     assert body["translatedText"] == ["a b", "c d e"]
     assert len(body["alternatives"]) == 2 and all(len(a) == 2 for a in body["alternatives"])
@@ -125,20 +128,21 @@ def test_translate_alignment_extension(client: TestClient) -> None:
     assert matrix.shape == (len(alignment["target_tokens"]), len(alignment["source_tokens"]))
     assert np.allclose(matrix.sum(axis=1), 1.0, atol=1e-3)
     for token in alignment["source_tokens"]:
-        assert text[token["start"]:token["end"]] == token["text"]
+        assert text[token["start"] : token["end"]] == token["text"]
     assert alignment["links"] == "0-0 1-1 2-2 3-3 4-4"
     for token in alignment["target_tokens"]:
-        assert body["translatedText"][token["start"]:token["end"]] == token["text"]
+        assert body["translatedText"][token["start"] : token["end"]] == token["text"]
 
 
-def test_alignment_brings_quality_blocks_with_the_translators_thresholds(echo_engine: TranslatorEngine,
-                                                                        toy_tokenizer_path: Path) -> None:
-    text = "a b c\nd e"                                 # two sentences: 3 + 2 words
+def test_alignment_brings_quality_blocks_with_the_translators_thresholds(
+    echo_engine: TranslatorEngine, toy_tokenizer_path: Path
+) -> None:
+    text = "a b c\nd e"  # two sentences: 3 + 2 words
     with make_client(echo_engine) as client:
         body = client.post("/translate", json={"q": text, "source": "de", "target": "en", "alignment": True}).json()
         quality = body["quality"]
         assert len(quality["source_coverage"]) == len(body["alignment"]["source_tokens"]) == 5
-        assert quality["untranslated"] == [] and quality["ungrounded"] == []        # the echo reads every word
+        assert quality["untranslated"] == [] and quality["ungrounded"] == []  # the echo reads every word
         assert quality["source_coverage"] == pytest.approx([1.0] * 5, abs=1e-3)
         assert 0.0 <= quality["confidence"] <= 1.0
         assert "quality" not in client.post("/translate", json={"q": text, "source": "de", "target": "en"}).json()
@@ -149,13 +153,17 @@ def test_alignment_brings_quality_blocks_with_the_translators_thresholds(echo_en
     # Thresholds no word can meet: every word is flagged, counted per text on /translate and
     # per sentence on /v1/translate.
     tokenizer = Tokenizer(toy_tokenizer_path)
-    strict = Translator(EchoBackend(tokenizer.vocab_size), tokenizer,
-                        quality=QualityThresholds(untranslated_coverage=2.0, ungrounded_peak=1.5))
+    strict = Translator(
+        EchoBackend(tokenizer.vocab_size),
+        tokenizer,
+        quality=QualityThresholds(untranslated_coverage=2.0, ungrounded_peak=1.5),
+    )
     engine = TranslatorEngine({("de", "en"): ("de-en", strict)}, window_s=0.002)
     try:
         with make_client(engine) as client:
-            libre = client.post("/translate", json={"q": [text, "f"], "source": "de", "target": "en",
-                                                    "alignment": True}).json()
+            libre = client.post(
+                "/translate", json={"q": [text, "f"], "source": "de", "target": "en", "alignment": True}
+            ).json()
             assert [q["untranslated"] for q in libre["quality"]] == [[0, 1, 2, 3, 4], [0]]
             assert [q["ungrounded"] for q in libre["quality"]] == [[0, 1, 2, 3, 4], [0]]
             native = client.post("/v1/translate", json={"text": text, "alignment": True}).json()
@@ -165,8 +173,9 @@ def test_alignment_brings_quality_blocks_with_the_translators_thresholds(echo_en
             # The word-level heatmap frames the flagged columns and rows; a subword one has no flags.
             svg = client.get("/v1/heatmap", params={"q": text, "source": "de", "format": "svg"}).text
             assert svg.count(FLAG_COLOUR) >= 2 * 5 and "untranslated source word" in svg
-            subword = client.get("/v1/heatmap", params={"q": text, "source": "de", "format": "svg",
-                                                        "level": "subword"}).text
+            subword = client.get(
+                "/v1/heatmap", params={"q": text, "source": "de", "format": "svg", "level": "subword"}
+            ).text
             assert FLAG_COLOUR not in subword
     finally:
         engine.close()
@@ -177,14 +186,17 @@ def test_auto_source_and_detect(client: TestClient) -> None:
     assert auto["translatedText"] == "a b" and auto["detectedLanguage"]["language"] == "de"
     detected = client.post("/detect", json={"q": "Das Haus ist sehr klein und der Hund ist alt."}).json()
     assert detected[0]["language"] == "de" and detected[0]["confidence"] > 50
-    french = client.post("/translate", json={"q": "La maison est très petite et le chien est vieux.",
-                                             "source": "auto", "target": "en"})
+    french = client.post(
+        "/translate", json={"q": "La maison est très petite et le chien est vieux.", "source": "auto", "target": "en"}
+    )
     assert french.status_code == 422 and "French" in french.json()["error"]
 
 
 def test_languages(client: TestClient) -> None:
-    assert client.get("/languages").json() == [{"code": "de", "name": "German", "targets": ["en"]},
-                                               {"code": "en", "name": "English", "targets": []}]
+    assert client.get("/languages").json() == [
+        {"code": "de", "name": "German", "targets": ["en"]},
+        {"code": "en", "name": "English", "targets": []},
+    ]
 
 
 BAD_LIBRE = [
@@ -204,10 +216,17 @@ BAD_LIBRE = [
     ({"json": {"q": "a", "source": "de", "target": "en", "alignment": {"layer": 7}}}, "layer 7"),
     ({"content": b'{"q": "a", "source": ', "headers": {"content-type": "application/json"}}, "malformed JSON"),
     ({"content": b'["a"]', "headers": {"content-type": "application/json"}}, "must be an object"),
-    ({"content": b'{"q": "\xff\xfe", "source": "de", "target": "en"}',
-      "headers": {"content-type": "application/json"}}, "UTF-8"),
-    ({"content": b"q=%FF&source=de&target=en",
-      "headers": {"content-type": "application/x-www-form-urlencoded"}}, "UTF-8"),
+    (
+        {
+            "content": b'{"q": "\xff\xfe", "source": "de", "target": "en"}',
+            "headers": {"content-type": "application/json"},
+        },
+        "UTF-8",
+    ),
+    (
+        {"content": b"q=%FF&source=de&target=en", "headers": {"content-type": "application/x-www-form-urlencoded"}},
+        "UTF-8",
+    ),
     ({"content": b"", "headers": {"content-type": "application/json"}}, "empty body"),
 ]
 
@@ -263,9 +282,14 @@ def test_key_is_checked_before_the_body(echo_engine: TranslatorEngine) -> None:
             assert client.post("/translate", json=body).status_code == 403
             assert client.post("/translate", json=body, headers={"Authorization": "Bearer bad"}).status_code == 403
             assert client.post("/translate", json=body, headers={"Authorization": "Bearer k1"}).status_code == 400
-        assert client.post("/translate", content=b"{not json", headers={"Authorization": "Bearer x",
-                                                                          "Content-Type": "application/json"}
-                           ).status_code == 403
+        assert (
+            client.post(
+                "/translate",
+                content=b"{not json",
+                headers={"Authorization": "Bearer x", "Content-Type": "application/json"},
+            ).status_code
+            == 403
+        )
 
 
 def test_native_routes_check_the_key_before_reading_the_body(echo_engine: TranslatorEngine) -> None:
@@ -274,11 +298,13 @@ def test_native_routes_check_the_key_before_reading_the_body(echo_engine: Transl
     with make_client(echo_engine, api_keys="k1") as client:
         for path in ("/v1/translate", "/v1/align", "/v1/heatmap", "/v1/attention"):
             assert client.post(path, **broken).status_code == 403, path
-            wrong = client.post(path, content=broken["content"],
-                                headers={**broken["headers"], "Authorization": "Bearer k2"})
+            wrong = client.post(
+                path, content=broken["content"], headers={**broken["headers"], "Authorization": "Bearer k2"}
+            )
             assert wrong.status_code == 403 and wrong.json()["error"] == "Invalid API key", path
-            right = client.post(path, content=broken["content"],
-                                headers={**broken["headers"], "Authorization": "Bearer k1"})
+            right = client.post(
+                path, content=broken["content"], headers={**broken["headers"], "Authorization": "Bearer k1"}
+            )
             assert right.status_code == 400 and "malformed JSON" in right.json()["error"], path
         assert client.get("/v1/heatmap", params={"q": "a", "api_key": "k1", "format": "svg"}).status_code == 200
         assert client.get("/v1/heatmap", params={"q": "a", "api_key": "k2"}).status_code == 403
@@ -289,8 +315,11 @@ def test_v1_align_takes_fair_turns_and_the_request_timeout(toy_tokenizer_path: P
     next model call however much another client has queued, and it waits at most
     `request_timeout`."""
     tokenizer = Tokenizer(toy_tokenizer_path)
-    engine = TranslatorEngine({("de", "en"): ("de-en", Translator(EchoBackend(tokenizer.vocab_size), tokenizer))},
-                    window_s=0.002, max_sentences=2)
+    engine = TranslatorEngine(
+        {("de", "en"): ("de-en", Translator(EchoBackend(tokenizer.vocab_size), tokenizer))},
+        window_s=0.002,
+        max_sentences=2,
+    )
     batcher = engine.models["de", "en"].batcher
     gate, run, calls = threading.Event(), batcher.run, []
 
@@ -303,7 +332,7 @@ def test_v1_align_takes_fair_turns_and_the_request_timeout(toy_tokenizer_path: P
     pair = {"text": "a b c", "translation": "a b c", "source": "de"}
     try:
         with make_client(engine, request_timeout=0.5) as client:
-            slow = client.post("/v1/align", json=pair)         # the model call never ends: timed out
+            slow = client.post("/v1/align", json=pair)  # the model call never ends: timed out
             assert slow.status_code == 503 and "longer than 0.5 s" in slow.json()["error"], slow.text
             assert slow.headers["Retry-After"]
             gate.set()
@@ -312,7 +341,7 @@ def test_v1_align_takes_fair_turns_and_the_request_timeout(toy_tokenizer_path: P
             gate.clear()
             calls.clear()
             heavy = batcher.submit(["a b"] * 8, DecodeConfig(beam_size=1), client="key:heavy")  # four calls
-            while not calls:                                    # the first of them is running
+            while not calls:  # the first of them is running
                 time.sleep(0.01)
             answer: dict = {}
             newcomer = threading.Thread(target=lambda: answer.update(response=client.post("/v1/align", json=pair)))
@@ -342,18 +371,27 @@ def test_cors(echo_engine: TranslatorEngine) -> None:
 
 def test_native_translate(client: TestClient) -> None:
     text = "a b c d\ne f"
-    response = client.post("/v1/translate", json={"text": text, "source": "de", "target": "en", "beam_size": 3,
-                                                  "n_best": 2, "alignment": {"level": "subword", "layer": 0}})
+    response = client.post(
+        "/v1/translate",
+        json={
+            "text": text,
+            "source": "de",
+            "target": "en",
+            "beam_size": 3,
+            "n_best": 2,
+            "alignment": {"level": "subword", "layer": 0},
+        },
+    )
     assert response.status_code == 200, response.text
     (translation,) = response.json()["translations"]
     assert translation["source"] == "de" and len(translation["sentences"]) == 2
     assert len(translation["alternatives"]) == 1
     for sentence in translation["sentences"]:
-        assert text[sentence["source_start"]:sentence["source_end"]] in ("a b c d", "e f")
-        assert translation["text"][sentence["target_start"]:sentence["target_end"]] == sentence["text"]
+        assert text[sentence["source_start"] : sentence["source_end"]] in ("a b c d", "e f")
+        assert translation["text"][sentence["target_start"] : sentence["target_end"]] == sentence["text"]
         for side, whole in (("source", text), ("target", translation["text"])):
             for token in sentence[f"{side}_tokens"] + sentence[f"{side}_words"]:
-                assert whole[token["start"]:token["end"]] == token["text"]
+                assert whole[token["start"] : token["end"]] == token["text"]
         alignment = sentence["alignment"]
         assert alignment["level"] == "subword" and alignment["layer"] == 0 and alignment["heads"] == "mean"
         matrix = np.array(alignment["matrix"])
@@ -370,19 +408,22 @@ def test_native_batch_and_no_alignment(client: TestClient) -> None:
     assert blank.status_code == 400 and "texts[1]: text is only whitespace" in blank.json()["error"]
 
 
-@pytest.mark.parametrize("body,message", [
-    ({"text": "a", "texts": ["b"]}, "exactly one"),
-    ({}, "exactly one"),
-    ({"texts": []}, "empty"),
-    ({"text": 3}, "text"),
-    ({"text": "a", "beam_size": 0}, "beam_size"),
-    ({"text": "a", "beam_size": 2, "n_best": 9}, "n_best"),
-    ({"text": "a\x00b"}, "control character U+0000"),
-    ({"text": "a", "alignment": {"heads": [9]}}, "heads"),
-    ({"text": "a", "alignment": {"level": "char"}}, "level"),
-    ({"text": "a", "colour": "red"}, "colour"),
-    ({"text": "a", "target": "fr"}, "not a served target"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ({"text": "a", "texts": ["b"]}, "exactly one"),
+        ({}, "exactly one"),
+        ({"texts": []}, "empty"),
+        ({"text": 3}, "text"),
+        ({"text": "a", "beam_size": 0}, "beam_size"),
+        ({"text": "a", "beam_size": 2, "n_best": 9}, "n_best"),
+        ({"text": "a\x00b"}, "control character U+0000"),
+        ({"text": "a", "alignment": {"heads": [9]}}, "heads"),
+        ({"text": "a", "alignment": {"level": "char"}}, "level"),
+        ({"text": "a", "colour": "red"}, "colour"),
+        ({"text": "a", "target": "fr"}, "not a served target"),
+    ],
+)
 def test_native_bad_input(client: TestClient, body: dict, message: str) -> None:
     response = client.post("/v1/translate", json=body)
     assert response.status_code == 400, response.text
@@ -403,16 +444,19 @@ def test_heatmap_downloads(client: TestClient) -> None:
     assert {"a", "b", "c"} <= set(labels) and any("heads 1" in (label or "") for label in labels)
 
 
-@pytest.mark.parametrize("params,message", [
-    ({"q": "a", "width": 10**9}, "width"),
-    ({"q": "a", "height": 5}, "height"),
-    ({"q": "a", "width": "huge"}, "width"),
-    ({"q": ""}, "q: empty text"),
-    ({"q": " \t "}, "q: text is only whitespace"),
-    ({}, "q"),
-    ({"q": "a", "format": "gif"}, "format"),
-    ({"q": "a", "layer": 5}, "layer"),
-])
+@pytest.mark.parametrize(
+    "params,message",
+    [
+        ({"q": "a", "width": 10**9}, "width"),
+        ({"q": "a", "height": 5}, "height"),
+        ({"q": "a", "width": "huge"}, "width"),
+        ({"q": ""}, "q: empty text"),
+        ({"q": " \t "}, "q: text is only whitespace"),
+        ({}, "q"),
+        ({"q": "a", "format": "gif"}, "format"),
+        ({"q": "a", "layer": 5}, "layer"),
+    ],
+)
 def test_heatmap_bad_input(echo_engine: TranslatorEngine, params: dict, message: str) -> None:
     with make_client(echo_engine, heatmap_max_tokens=50) as client:
         response = client.get("/v1/heatmap", params=params)
@@ -421,8 +465,11 @@ def test_heatmap_bad_input(echo_engine: TranslatorEngine, params: dict, message:
 
 
 def test_health_metrics_and_unknown_routes(client: TestClient) -> None:
-    assert client.get("/health").json() == {"status": "ok", "failed": [],
-                                            "models": [{"name": "de-en", "source": "de", "target": "en"}]}
+    assert client.get("/health").json() == {
+        "status": "ok",
+        "failed": [],
+        "models": [{"name": "de-en", "source": "de", "target": "en"}],
+    }
     client.post("/translate", json={"q": "a b", "source": "de", "target": "en"})
     assert client.get("/nowhere").status_code == 404
     text = client.get("/metrics").text
@@ -440,8 +487,12 @@ def test_health_metrics_and_unknown_routes(client: TestClient) -> None:
 def test_split_sentences_offsets() -> None:
     text = "Das ist gut. Er kam am 3. Mai, z.B. mit Dr. Weber!  Wo?\nNeue Zeile"
     spans = split_sentences(text)
-    assert [text[s:e] for s, e in spans] == ["Das ist gut.", "Er kam am 3. Mai, z.B. mit Dr. Weber!", "Wo?",
-                                             "Neue Zeile"]
+    assert [text[s:e] for s, e in spans] == [
+        "Das ist gut.",
+        "Er kam am 3. Mai, z.B. mit Dr. Weber!",
+        "Wo?",
+        "Neue Zeile",
+    ]
     assert split_sentences("   \n ") == []
     long = "wort " * 300
     assert all(e - s <= 100 for s, e in split_sentences(long, max_chars=100))
@@ -491,12 +542,14 @@ def test_heatmap_caption_wraps_inside_the_image_and_the_bytes_are_stable() -> No
     tokens = [Token(w, 0, 1) for w in ["Das", "Haus", "ist", "sehr", "klein"]]
     alignment = Alignment("subword", tokens, tokens, np.eye(5), [], 1, (), True)
     svg = render_heatmap(alignment, "svg", width=300)
-    assert svg == render_heatmap(alignment, "svg", width=300)   # no timestamp, fixed ids
+    assert svg == render_heatmap(alignment, "svg", width=300)  # no timestamp, fixed ids
     root = ET.fromstring(svg)
     width = float(root.get("width").removesuffix("pt")) * 100 / 72
     caption = _parts(alignment)[-1]
-    lines = [e.text for e in root.iter("{http://www.w3.org/2000/svg}text")
-             if e.text and len(e.text) > 8 and e.text in caption]
-    assert " ".join(lines) == caption and len(lines) >= 2          # all of it, on several lines
+    lines = [
+        e.text
+        for e in root.iter("{http://www.w3.org/2000/svg}text")
+        if e.text and len(e.text) > 8 and e.text in caption
+    ]
+    assert " ".join(lines) == caption and len(lines) >= 2  # all of it, on several lines
     assert all(len(line) * 7.0 <= width for line in lines), lines  # each fits the image's width
-

@@ -41,15 +41,36 @@ def models_dir(tiny_bundle: Path) -> Path:
     return tiny_bundle.parent
 
 
-def start_server(models: Path, port: int, log: Path | None = None, log_level: str = "warning",
-                 **settings: str) -> subprocess.Popen:
+def start_server(
+    models: Path, port: int, log: Path | None = None, log_level: str = "warning", **settings: str
+) -> subprocess.Popen:
     """`python -m service.serve` on 127.0.0.1:`port`, healthy; its output goes to `log` if given."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CROSSALIGN_THREADS": "1",
-           **{f"CROSSALIGN_{k.upper()}": str(v) for k, v in settings.items()}}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "CROSSALIGN_THREADS": "1",
+        **{f"CROSSALIGN_{k.upper()}": str(v) for k, v in settings.items()},
+    }
     output = open(log, "wb") if log else None  # noqa: SIM115 - the child holds it for its life
-    server = subprocess.Popen([sys.executable, "-m", "service.serve", "--models", str(models), "--host", "127.0.0.1",
-                               "--port", str(port), "--log-level", log_level], cwd=REPO, env=env,
-                              stdout=output, stderr=subprocess.STDOUT if output else None)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "service.serve",
+            "--models",
+            str(models),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            log_level,
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=output,
+        stderr=subprocess.STDOUT if output else None,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if server.poll() is not None:
@@ -100,13 +121,16 @@ def test_libretranslate_contract(http: httpx.Client) -> None:
     assert single.status_code == 200
     text = single.json()["translatedText"]
     assert isinstance(text, str) and text
-    listed = http.post("/translate", json={"q": ["der Hund ist klein .", "das Haus ist rot ."], "source": "de",
-                                           "target": "en", "alternatives": 2}).json()
+    listed = http.post(
+        "/translate",
+        json={"q": ["der Hund ist klein .", "das Haus ist rot ."], "source": "de", "target": "en", "alternatives": 2},
+    ).json()
     assert listed["translatedText"][0] == text and len(listed["alternatives"]) == 2
     form = http.post("/translate", data={"q": "der Hund ist klein .", "source": "de", "target": "en"})
     assert form.json()["translatedText"] == text
-    aligned = http.post("/translate", json={"q": "der Hund ist klein .", "source": "de", "target": "en",
-                                            "alignment": True}).json()
+    aligned = http.post(
+        "/translate", json={"q": "der Hund ist klein .", "source": "de", "target": "en", "alignment": True}
+    ).json()
     matrix = np.array(aligned["alignment"]["matrix"])
     assert matrix.shape == (len(aligned["alignment"]["target_tokens"]), 5)
     assert np.allclose(matrix.sum(axis=1), 1.0, atol=1e-3)
@@ -115,8 +139,15 @@ def test_libretranslate_contract(http: httpx.Client) -> None:
 
 def test_native_api(http: httpx.Client) -> None:
     text = "der Hund ist klein . das Haus ist rot ."
-    body = http.post("/v1/translate", json={"text": text, "beam_size": 4, "n_best": 2,
-                                            "alignment": {"level": "subword", "layer": -1, "heads": [0, 2]}}).json()
+    body = http.post(
+        "/v1/translate",
+        json={
+            "text": text,
+            "beam_size": 4,
+            "n_best": 2,
+            "alignment": {"level": "subword", "layer": -1, "heads": [0, 2]},
+        },
+    ).json()
     (translation,) = body["translations"]
     assert translation["source"] == "de" and translation["target"] == "en"
     for sentence in translation["sentences"]:
@@ -127,7 +158,7 @@ def test_native_api(http: httpx.Client) -> None:
         assert np.allclose(matrix.sum(axis=1), 1.0, atol=1e-3)
         for token in sentence["source_tokens"] + sentence["source_words"]:
             if token["end"] > token["start"]:  # a bare "▁" piece covers no character
-                assert text[token["start"]:token["end"]] == token["text"]
+                assert text[token["start"] : token["end"]] == token["text"]
         links = [tuple(map(int, link.split("-"))) for link in sentence["word_links"].split()]
         assert all(i < len(sentence["source_words"]) and j < len(sentence["target_words"]) for i, j in links)
         assert len(sentence["alternatives"]) == 1 and sentence["alternatives"][0]["alignment"]["matrix"]
@@ -136,8 +167,19 @@ def test_native_api(http: httpx.Client) -> None:
 def test_heatmap_png_and_svg(http: httpx.Client) -> None:
     from PIL import Image
 
-    png = http.get("/v1/heatmap", params={"q": "der Hund ist klein .", "source": "de", "target": "en",
-                                          "format": "png", "width": 500, "height": 400, "layer": 0, "head": [1]})
+    png = http.get(
+        "/v1/heatmap",
+        params={
+            "q": "der Hund ist klein .",
+            "source": "de",
+            "target": "en",
+            "format": "png",
+            "width": 500,
+            "height": 400,
+            "layer": 0,
+            "head": [1],
+        },
+    )
     assert png.status_code == 200 and png.content[:8] == b"\x89PNG\r\n\x1a\n"
     assert 'filename="alignment-de-en-der-hund-ist-klein.png"' in png.headers["content-disposition"]
     assert Image.open(io.BytesIO(png.content)).size == (500, 400)
@@ -176,14 +218,18 @@ def test_bad_input_matrix_gets_4xx_and_server_keeps_serving(http: httpx.Client) 
 
 def test_concurrent_burst_matches_single_answers(http: httpx.Client, server: tuple[str, subprocess.Popen]) -> None:
     sentences = SENTENCES + ["die Frau war nicht alt .", "das Auto ist blau und neu ."]
-    expected = {s: http.post("/translate", json={"q": s, "source": "de", "target": "en"}).json()["translatedText"]
-                for s in sentences}
+    expected = {
+        s: http.post("/translate", json={"q": s, "source": "de", "target": "en"}).json()["translatedText"]
+        for s in sentences
+    }
     jobs = [sentences[i % len(sentences)] for i in range(200)]
 
     def client_run(share: list[str]) -> list[tuple[str, str]]:
         with httpx.Client(base_url=server[0], timeout=60) as client:
-            return [(s, client.post("/translate", json={"q": s, "source": "de", "target": "en"})
-                     .json()["translatedText"]) for s in share]
+            return [
+                (s, client.post("/translate", json={"q": s, "source": "de", "target": "en"}).json()["translatedText"])
+                for s in share
+            ]
 
     with ThreadPoolExecutor(20) as pool:
         answers = [a for part in pool.map(client_run, [jobs[i::20] for i in range(20)]) for a in part]

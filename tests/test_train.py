@@ -31,8 +31,9 @@ def toy_sequences(alphabet: list[str], rng: random.Random, count: int) -> set[st
     return {" ".join(rng.choice(alphabet) for _ in range(rng.randint(3, 6))) for _ in range(count)}
 
 
-def write_toy_data(directory: Path, tokenizer_path: Path, train_count: int, held_out_count: int,
-                   seed: int = 0) -> list[str]:
+def write_toy_data(
+    directory: Path, tokenizer_path: Path, train_count: int, held_out_count: int, seed: int = 0
+) -> list[str]:
     """A data dir as `data prepare` writes it, for the copy task; returns held-out sources.
 
     The words are the pieces of the word-level toy tokenizer (conftest), one id each.
@@ -50,16 +51,36 @@ def write_toy_data(directory: Path, tokenizer_path: Path, train_count: int, held
 
 
 def tiny_train_config(data_dir: Path, out_dir: Path, **overrides) -> TrainConfig:
-    values = dict(data_dir=str(data_dir), out_dir=str(out_dir), max_tokens=800, max_steps=10, lr=3e-3,
-                  warmup_steps=50, weight_decay=0.0, label_smoothing=0.0, valid_every=10**6, save_every=10**6,
-                  valid_bleu_sentences=2, average_last=1, threads=1)
+    values = dict(
+        data_dir=str(data_dir),
+        out_dir=str(out_dir),
+        max_tokens=800,
+        max_steps=10,
+        lr=3e-3,
+        warmup_steps=50,
+        weight_decay=0.0,
+        label_smoothing=0.0,
+        valid_every=10**6,
+        save_every=10**6,
+        valid_bleu_sentences=2,
+        average_last=1,
+        threads=1,
+    )
     values.update(overrides)
     return TrainConfig(**values)
 
 
 def tiny_model_config(d_model: int = 32, **overrides) -> ModelConfig:
-    values = dict(d_model=d_model, n_heads=2, d_ff=2 * d_model, encoder_layers=1, decoder_layers=1,
-                  alignment_layer=-1, dropout=0.0, max_positions=32)
+    values = dict(
+        d_model=d_model,
+        n_heads=2,
+        d_ff=2 * d_model,
+        encoder_layers=1,
+        decoder_layers=1,
+        alignment_layer=-1,
+        dropout=0.0,
+        max_positions=32,
+    )
     values.update(overrides)
     return ModelConfig(**values)
 
@@ -69,8 +90,9 @@ def tiny_model_config(d_model: int = 32, **overrides) -> ModelConfig:
 
 def test_tiny_model_learns_to_copy(tmp_path: Path, toy_tokenizer_path: Path):
     held_out = write_toy_data(tmp_path / "data", toy_tokenizer_path, train_count=3000, held_out_count=50)
-    final = train(tiny_train_config(tmp_path / "data", tmp_path / "run", max_steps=400), tiny_model_config(),
-                  resume=False)
+    final = train(
+        tiny_train_config(tmp_path / "data", tmp_path / "run", max_steps=400), tiny_model_config(), resume=False
+    )
     assert {"config.json", "model.pt", "spm.model", "history.json"} <= {p.name for p in final.iterdir()}
     translator = Translator(TorchBackend(load_model(final)), Tokenizer(final / "spm.model"))
     results = translator.translate_batch(held_out, DecodeConfig(beam_size=1))
@@ -78,8 +100,9 @@ def test_tiny_model_learns_to_copy(tmp_path: Path, toy_tokenizer_path: Path):
     assert accuracy >= 0.9, [(r.text, s) for r, s in zip(results, held_out) if r.text != s]
     # The alignment of a copy is the diagonal: each target token attends most to its own source.
     exact = [(r, s) for r, s in zip(results, held_out) if r.text == s]
-    diagonal = sum(bool((r.attention[0].mean(0)[:-1, :-1].argmax(-1) == np.arange(len(s.split()))).all())
-                   for r, s in exact)
+    diagonal = sum(
+        bool((r.attention[0].mean(0)[:-1, :-1].argmax(-1) == np.arange(len(s.split()))).all()) for r, s in exact
+    )
     assert diagonal >= 0.8 * len(exact)
 
 
@@ -92,8 +115,9 @@ def test_resume_is_exact(tmp_path: Path, toy_tokenizer_path: Path):
     model_config = tiny_model_config(d_model=16, dropout=0.1)
 
     def run(out: str, max_steps: int) -> Path:
-        return train(tiny_train_config(tmp_path / "data", tmp_path / out, max_steps=max_steps, max_tokens=64),
-                     model_config)
+        return train(
+            tiny_train_config(tmp_path / "data", tmp_path / out, max_steps=max_steps, max_tokens=64), model_config
+        )
 
     straight = torch.load(run("straight", 14) / "model.pt")
     first_half = run("resumed", 7)
@@ -111,13 +135,13 @@ def test_resume_is_exact(tmp_path: Path, toy_tokenizer_path: Path):
     assert [p.name for p in list_checkpoints(tmp_path / "resumed")] == ["step0000007.pt", "step0000014.pt"]
 
 
-def test_init_from_starts_a_new_run_from_a_model_and_checks_its_tokenizer(tmp_path: Path,
-                                                                          toy_tokenizer_path: Path):
+def test_init_from_starts_a_new_run_from_a_model_and_checks_its_tokenizer(tmp_path: Path, toy_tokenizer_path: Path):
     write_toy_data(tmp_path / "data", toy_tokenizer_path, train_count=200, held_out_count=4)
     # The first model's architecture (d_model 16) wins over the second run's model arguments.
     base = train(tiny_train_config(tmp_path / "data", tmp_path / "base", max_steps=5), tiny_model_config(16))
-    continued_config = tiny_train_config(tmp_path / "data", tmp_path / "continued", max_steps=1, lr=0.0,
-                                         init_from=str(base))
+    continued_config = tiny_train_config(
+        tmp_path / "data", tmp_path / "continued", max_steps=1, lr=0.0, init_from=str(base)
+    )
     continued = train(continued_config, tiny_model_config(32))
     assert load_model(continued).config == load_model(base).config
     base_state, continued_state = torch.load(base / "model.pt"), torch.load(continued / "model.pt")
@@ -126,10 +150,16 @@ def test_init_from_starts_a_new_run_from_a_model_and_checks_its_tokenizer(tmp_pa
 
     # A guided continuation records the supervised head as the model's alignment head.
     links = tmp_path / "links.pharaoh"
-    links.write_text("".join(" ".join(f"{i}-{i}" for i in range(len(line.split("\t")[0].split()))) + "\n"
-                             for line in (tmp_path / "data" / "train.tsv").read_text().splitlines()))
-    guided = train(replace(continued_config, out_dir=str(tmp_path / "guided"), guided_alignment=str(links),
-                           guided_head=1), tiny_model_config(32))
+    links.write_text(
+        "".join(
+            " ".join(f"{i}-{i}" for i in range(len(line.split("\t")[0].split()))) + "\n"
+            for line in (tmp_path / "data" / "train.tsv").read_text().splitlines()
+        )
+    )
+    guided = train(
+        replace(continued_config, out_dir=str(tmp_path / "guided"), guided_alignment=str(links), guided_head=1),
+        tiny_model_config(32),
+    )
     assert load_model(guided).config.alignment_heads == (1,)
 
     # Ids must mean the same pieces: another tokenizer is refused before any training.
@@ -139,11 +169,12 @@ def test_init_from_starts_a_new_run_from_a_model_and_checks_its_tokenizer(tmp_pa
         (other / name).write_bytes((base / name).read_bytes())
     train_sentencepiece(["ganz andere Wörter hier", "quite other words here"] * 50, other / "spm", vocab_size=25)
     with pytest.raises(ValueError, match="spm.model differs"):
-        train(replace(continued_config, out_dir=str(tmp_path / "refused"), init_from=str(other)),
-              tiny_model_config(32))
+        train(replace(continued_config, out_dir=str(tmp_path / "refused"), init_from=str(other)), tiny_model_config(32))
     with pytest.raises(FileNotFoundError, match="no config.json"):
-        train(replace(continued_config, out_dir=str(tmp_path / "refused"), init_from=str(tmp_path / "data")),
-              tiny_model_config(32))
+        train(
+            replace(continued_config, out_dir=str(tmp_path / "refused"), init_from=str(tmp_path / "data")),
+            tiny_model_config(32),
+        )
 
 
 def test_average_checkpoints(tmp_path: Path):
@@ -170,7 +201,7 @@ def test_learning_rate_warms_up_linearly_then_decays_as_inverse_sqrt():
     assert learning_rate(1, config) == pytest.approx(1e-5)
     assert learning_rate(50, config) == pytest.approx(5e-4)
     assert learning_rate(100, config) == pytest.approx(1e-3)
-    assert learning_rate(400, config) == pytest.approx(5e-4)      # 4x the warmup: half the peak
+    assert learning_rate(400, config) == pytest.approx(5e-4)  # 4x the warmup: half the peak
     assert learning_rate(10_000, config) == pytest.approx(1e-4)
     rates = [learning_rate(step, config) for step in range(1, 1000)]
     assert max(rates) == rates[99]
@@ -213,13 +244,14 @@ def test_batches_respect_the_token_budget_and_cover_every_example_once():
 def test_distributed_data_parallel_with_two_processes(tmp_path: Path, toy_tokenizer_path: Path):
     write_toy_data(tmp_path / "data", toy_tokenizer_path, train_count=60, held_out_count=4)
     driver = tmp_path / "driver.py"
-    driver.write_text(textwrap.dedent(f"""
+    driver.write_text(
+        textwrap.dedent(f"""
         import os
         import torch.distributed as dist
         from seq2seq.config import ModelConfig, TrainConfig
         from seq2seq.train import train
 
-        final = train(TrainConfig(data_dir={str(tmp_path / 'data')!r}, out_dir={str(tmp_path / 'run')!r},
+        final = train(TrainConfig(data_dir={str(tmp_path / "data")!r}, out_dir={str(tmp_path / "run")!r},
                                   max_tokens=64, max_steps=6, warmup_steps=2, valid_every=3, save_every=3,
                                   valid_bleu_sentences=2, average_last=2, threads=1),
                       ModelConfig(d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1,
@@ -227,10 +259,17 @@ def test_distributed_data_parallel_with_two_processes(tmp_path: Path, toy_tokeni
         assert not dist.is_initialized()
         with open({str(tmp_path)!r} + f"/rank{{os.environ['RANK']}}.done", "w") as handle:
             handle.write(str(final))
-    """))
+    """)
+    )
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                             str(driver)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(driver)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert (tmp_path / "rank0.done").is_file() and (tmp_path / "rank1.done").is_file()
     final = Path((tmp_path / "rank0.done").read_text())

@@ -28,15 +28,15 @@ def test_epoch_examples_draw_phrases_up_to_their_token_share() -> None:
     assert epoch_examples(examples, phrases, 0.0, seed=1, epoch=0) == list(range(210))  # share 0: everything
 
     chosen = epoch_examples(examples, phrases, 0.3, seed=1, epoch=0)
-    assert set(range(10)) <= set(chosen)                       # every sentence, every epoch
+    assert set(range(10)) <= set(chosen)  # every sentence, every epoch
     tokens = [len(examples[i][1]) + 1 for i in chosen]
     phrase_tokens = sum(t for i, t in zip(chosen, tokens) if phrases[i])
-    assert abs(phrase_tokens / sum(tokens) - 0.3) < 0.02       # 100 sentence tokens -> ~43 phrase tokens
+    assert abs(phrase_tokens / sum(tokens) - 0.3) < 0.02  # 100 sentence tokens -> ~43 phrase tokens
     assert len(set(chosen)) == len(chosen)
 
-    assert epoch_examples(examples, phrases, 0.3, seed=1, epoch=0) == chosen      # deterministic (resume)
+    assert epoch_examples(examples, phrases, 0.3, seed=1, epoch=0) == chosen  # deterministic (resume)
     other_epoch = epoch_examples(examples, phrases, 0.3, seed=1, epoch=1)
-    assert set(other_epoch) != set(chosen)                     # a fresh sample of the pool each epoch
+    assert set(other_epoch) != set(chosen)  # a fresh sample of the pool each epoch
 
 
 def test_word_dropout_replaces_real_tokens_by_unk_only() -> None:
@@ -52,8 +52,9 @@ def test_word_dropout_replaces_real_tokens_by_unk_only() -> None:
     assert 0.2 < changed.sum().item() / (~special).sum().item() < 0.3
 
 
-def test_run_directory_defaults_outside_the_checkout_and_expands_home(monkeypatch: pytest.MonkeyPatch,
-                                                                      tmp_path: Path) -> None:
+def test_run_directory_defaults_outside_the_checkout_and_expands_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     assert TrainConfig().run_dir == tmp_path / ".cache" / "crossalign" / "runs" / "default"
     with pytest.raises(ValueError, match="phrase_share"):
@@ -69,15 +70,24 @@ def write_mixed_data(directory: Path, tokenizer_path: Path) -> None:
         handle.writelines(f"{w}\t{w}\tphrase\n" for w in words * 10)
 
 
-def test_recipe_trains_validates_on_the_whole_split_and_resumes_exactly(tmp_path: Path,
-                                                                        toy_tokenizer_path: Path) -> None:
+def test_recipe_trains_validates_on_the_whole_split_and_resumes_exactly(
+    tmp_path: Path, toy_tokenizer_path: Path
+) -> None:
     write_mixed_data(tmp_path / "data", toy_tokenizer_path)
     model_config = tiny_model_config(d_model=16, dropout=0.1)
 
     def run(out: str, max_steps: int) -> Path:
-        config = tiny_train_config(tmp_path / "data", tmp_path / out, max_steps=max_steps, max_tokens=64,
-                                   phrase_share=0.3, word_dropout=0.2, valid_every=4, save_every=4,
-                                   valid_bleu_sentences=-1)
+        config = tiny_train_config(
+            tmp_path / "data",
+            tmp_path / out,
+            max_steps=max_steps,
+            max_tokens=64,
+            phrase_share=0.3,
+            word_dropout=0.2,
+            valid_every=4,
+            save_every=4,
+            valid_bleu_sentences=-1,
+        )
         return train(config, model_config)
 
     straight = torch.load(run("straight", 12) / "model.pt")
@@ -98,12 +108,15 @@ def test_recipe_trains_validates_on_the_whole_split_and_resumes_exactly(tmp_path
     assert (best / "spm.model").is_file() and load_model(best).config.d_model == 16
 
 
-def test_init_from_keeps_the_architecture_but_takes_dropout_from_the_run(tmp_path: Path,
-                                                                         toy_tokenizer_path: Path) -> None:
+def test_init_from_keeps_the_architecture_but_takes_dropout_from_the_run(
+    tmp_path: Path, toy_tokenizer_path: Path
+) -> None:
     write_toy_data(tmp_path / "data", toy_tokenizer_path, train_count=100, held_out_count=4)
     base = train(tiny_train_config(tmp_path / "data", tmp_path / "base", max_steps=2), tiny_model_config(16))
-    continued = train(tiny_train_config(tmp_path / "data", tmp_path / "more", max_steps=1, init_from=str(base)),
-                      replace(tiny_model_config(32), dropout=0.3))
+    continued = train(
+        tiny_train_config(tmp_path / "data", tmp_path / "more", max_steps=1, init_from=str(base)),
+        replace(tiny_model_config(32), dropout=0.3),
+    )
     config = load_model(continued).config
     assert config.d_model == 16 and config.dropout == 0.3
 
@@ -111,13 +124,14 @@ def test_init_from_keeps_the_architecture_but_takes_dropout_from_the_run(tmp_pat
 def test_the_device_agnostic_bf16_path_trains_on_the_cpu(tmp_path: Path, toy_tokenizer_path: Path) -> None:
     """What `--device cuda` runs (bf16 autocast, tensors moved to the run's device), on the CPU."""
     write_toy_data(tmp_path / "data", toy_tokenizer_path, train_count=200, held_out_count=4)
-    config = tiny_train_config(tmp_path / "data", tmp_path / "bf16", max_steps=30, device="cpu", precision="bf16",
-                               valid_every=30)
+    config = tiny_train_config(
+        tmp_path / "data", tmp_path / "bf16", max_steps=30, device="cpu", precision="bf16", valid_every=30
+    )
     assert config.autocast_bf16 and not TrainConfig(device="cpu").autocast_bf16
     assert TrainConfig(device="cuda").autocast_bf16
     final = train(config, tiny_model_config(32))
     model = load_model(final)
-    assert all(p.dtype == torch.float32 for p in model.parameters())   # weights stay fp32
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # weights stay fp32
     history = [json.loads(line) for line in (tmp_path / "bf16" / "history.jsonl").read_text().splitlines()]
     first = train(replace(config, out_dir=str(tmp_path / "one"), max_steps=1), tiny_model_config(32))
     assert history[-1]["valid_loss"] < json.loads((first / "history.json").read_text())[-1]["valid_loss"]

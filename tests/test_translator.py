@@ -25,8 +25,16 @@ def test_target_length_never_exceeds_the_position_table(tiny_checkpoint: Path) -
     """A source as long as the model allows must not decode past max_positions."""
     torch.manual_seed(0)
     tokenizer = Tokenizer(tiny_checkpoint / "spm.model")
-    config = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_heads=2, d_ff=32, encoder_layers=1,
-                         decoder_layers=1, max_positions=12, alignment_layer=0)
+    config = ModelConfig(
+        vocab_size=tokenizer.vocab_size,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        max_positions=12,
+        alignment_layer=0,
+    )
     translator = Translator(TorchBackend(Transformer(config)), tokenizer)
     long_text = " ".join(SENTENCES * 3)
     result = translator.translate(long_text, DecodeConfig(beam_size=2, max_length_ratio=5.0))
@@ -47,9 +55,11 @@ def test_word_alignment_rows_sum_to_one_and_offsets_point_into_the_texts(tiny_ch
         assert np.allclose(matrix.sum(axis=1), 1.0)
         # A piece with no visible characters (a bare "▁") has an empty span and keeps "▁" as its label.
         for token in alignment.source_tokens:
-            assert source[token.start:token.end] == token.text or (token.start == token.end and token.text == "▁")
+            assert source[token.start : token.end] == token.text or (token.start == token.end and token.text == "▁")
         for token in alignment.target_tokens:
-            assert result.text[token.start:token.end] == token.text or (token.start == token.end and token.text == "▁")
+            assert result.text[token.start : token.end] == token.text or (
+                token.start == token.end and token.text == "▁"
+            )
         assert all(0 <= i < matrix.shape[1] and 0 <= j < matrix.shape[0] for i, j in alignment.links)
     assert [t.text for t in translator.align(source, result).source_tokens] == [w.text for w in words(source)]
 
@@ -72,7 +82,7 @@ def test_the_models_step_shift_is_the_default_reading(tiny_checkpoint: Path, tmp
     assert default.step_shift and not plain.align(source, result).step_shift
     np.testing.assert_array_equal(default.matrix, plain.align(source, result, step_shift=True).matrix)
     assert not np.array_equal(default.matrix, plain.align(source, result).matrix)
-    assert not shifted.align(source, result, step_shift=False).step_shift   # an explicit choice still wins
+    assert not shifted.align(source, result, step_shift=False).step_shift  # an explicit choice still wins
     # Forced alignment (crossalign align, /v1/align, eval --gold) reads the same default.
     forced = align_pair(shifted, source, result.text)
     assert forced.word.step_shift
@@ -91,11 +101,13 @@ def test_align_rejects_layers_and_heads_the_model_does_not_have(tiny_checkpoint:
         translator.align("der Hund ist klein .", result, heads=(99,))
 
 
-@pytest.mark.parametrize("command",
-                         [[], ["data", "prepare"], ["train"], ["translate"], ["eval"], ["export"], ["serve"]])
+@pytest.mark.parametrize(
+    "command", [[], ["data", "prepare"], ["train"], ["translate"], ["eval"], ["export"], ["serve"]]
+)
 def test_every_command_has_help(command: list[str]) -> None:
-    out = subprocess.run([sys.executable, "-m", "seq2seq.cli", *command, "--help"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "seq2seq.cli", *command, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert "usage: crossalign" in out.stdout
 
@@ -104,8 +116,13 @@ def test_eval_command_scores_with_sacrebleu_signatures(tmp_path: Path) -> None:
     hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
     hyp.write_text("the dog is small .\nthe house is red .\n")
     ref.write_text("the dog is small .\nthe house is not red .\n")
-    out = subprocess.run([sys.executable, "-m", "seq2seq.cli", "eval", "--hyp", str(hyp), "--ref", str(ref), "--json"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "seq2seq.cli", "eval", "--hyp", str(hyp), "--ref", str(ref), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     import json
 

@@ -20,12 +20,41 @@ from seq2seq.model import Transformer, save_model
 from seq2seq.search import pad_batch
 
 LEXICON = {
-    "der": "the", "die": "the", "das": "the", "ist": "is", "war": "was", "sehr": "very", "nicht": "not",
-    "auch": "also", "und": "and", "heute": "today", "hier": "here",
-    "Hund": "dog", "Katze": "cat", "Haus": "house", "Auto": "car", "Mann": "man", "Frau": "woman",
-    "Kind": "child", "Baum": "tree", "Buch": "book", "Stadt": "city", "Garten": "garden", "Tisch": "table",
-    "klein": "small", "groß": "big", "rot": "red", "blau": "blue", "alt": "old", "neu": "new", "schön": "nice",
-    "kalt": "cold", "warm": "warm", "grün": "green", "schnell": "fast", "langsam": "slow",
+    "der": "the",
+    "die": "the",
+    "das": "the",
+    "ist": "is",
+    "war": "was",
+    "sehr": "very",
+    "nicht": "not",
+    "auch": "also",
+    "und": "and",
+    "heute": "today",
+    "hier": "here",
+    "Hund": "dog",
+    "Katze": "cat",
+    "Haus": "house",
+    "Auto": "car",
+    "Mann": "man",
+    "Frau": "woman",
+    "Kind": "child",
+    "Baum": "tree",
+    "Buch": "book",
+    "Stadt": "city",
+    "Garten": "garden",
+    "Tisch": "table",
+    "klein": "small",
+    "groß": "big",
+    "rot": "red",
+    "blau": "blue",
+    "alt": "old",
+    "neu": "new",
+    "schön": "nice",
+    "kalt": "cold",
+    "warm": "warm",
+    "grün": "green",
+    "schnell": "fast",
+    "langsam": "slow",
 }
 NOUNS = ["Hund", "Katze", "Haus", "Auto", "Mann", "Frau", "Kind", "Baum", "Buch", "Stadt", "Garten", "Tisch"]
 ADJECTIVES = ["klein", "groß", "rot", "blau", "alt", "neu", "schön", "kalt", "warm", "grün", "schnell", "langsam"]
@@ -60,8 +89,16 @@ def train_tiny(directory: Path, steps: int = 30) -> Path:
     spm_path = train_sentencepiece([text for pair in pairs for text in pair], directory / "spm", vocab_size=80)
     tokenizer = Tokenizer(spm_path)
     torch.manual_seed(0)
-    config = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=32, n_heads=4, d_ff=64, encoder_layers=2,
-                         decoder_layers=2, dropout=0.0, max_positions=256)
+    config = ModelConfig(
+        vocab_size=tokenizer.vocab_size,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        dropout=0.0,
+        max_positions=256,
+    )
     model = Transformer(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     sources = [tokenizer.encode(s) + [EOS_ID] for s, _ in pairs]

@@ -51,7 +51,7 @@ FORMATS = ("pharaoh", "jsonl", "untranslated")
 
 @dataclass
 class PairLine:
-    line: int                 # 1-based
+    line: int  # 1-based
     source: str
     target: str
     error: str | None = None
@@ -70,7 +70,7 @@ def decode_pair(raw: bytes, line: int, max_chars: int = MAX_CHARS) -> PairLine:
         return PairLine(line, text, "", "expected source<TAB>target")
     source, target = fields[0], fields[1]
     for side, value in (("source", source), ("target", target)):
-        problem = text_problem(value, max_chars)   # the service's input rules
+        problem = text_problem(value, max_chars)  # the service's input rules
         if problem:
             return PairLine(line, source, target, f"{side}: {problem}")
     return PairLine(line, source, target)
@@ -84,15 +84,20 @@ def read_pair_lines(stream: BinaryIO, max_chars: int = MAX_CHARS) -> Iterator[Pa
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.description = __doc__
-    parser.add_argument("--model", type=Path, required=True, help="model directory (bundle, or training output "
-                                                                  "with --backend torch)")
+    parser.add_argument(
+        "--model", type=Path, required=True, help="model directory (bundle, or training output with --backend torch)"
+    )
     parser.add_argument("-i", "--input", type=Path, help="source<TAB>target lines (default: stdin)")
     parser.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")
     parser.add_argument("--format", choices=FORMATS, default="pharaoh")
     parser.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND)
     add_alignment_source_arguments(parser)
-    parser.add_argument("--level", choices=("word", "subword"), default=AlignmentOptions.level,
-                        help="subword: also write the subword map in JSONL records")
+    parser.add_argument(
+        "--level",
+        choices=("word", "subword"),
+        default=AlignmentOptions.level,
+        help="subword: also write the subword map in JSONL records",
+    )
     parser.add_argument("--batch-lines", type=int, default=256, help="lines read and aligned together")
     parser.add_argument("--max-chars", type=int, default=MAX_CHARS, help="longer sides are error records")
     parser.add_argument("--threads", type=int, default=0, help="inference threads (0: the backend's default)")
@@ -102,11 +107,19 @@ def add_alignment_source_arguments(parser: argparse.ArgumentParser | argparse._A
     """--layer, --heads, --step-shift: which cross-attention to read (None = the model's own
     choice, applied by `AlignmentOptions.resolve`). Shared by `align` and `eval --gold`."""
     parser.add_argument("--layer", type=int, default=None, help="decoder layer (default: the model's alignment layer)")
-    parser.add_argument("--heads", type=int, nargs="*", default=None,
-                        help="heads to average (default: the model's alignment heads; none given = all)")
-    parser.add_argument("--step-shift", action=argparse.BooleanOptionalAction, default=None,
-                        help="read the map where the target token is the decoder input (Chen et al. 2020); "
-                             "default: the model's")
+    parser.add_argument(
+        "--heads",
+        type=int,
+        nargs="*",
+        default=None,
+        help="heads to average (default: the model's alignment heads; none given = all)",
+    )
+    parser.add_argument(
+        "--step-shift",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="read the map where the target token is the decoder input (Chen et al. 2020); default: the model's",
+    )
 
 
 def alignment_options(args: argparse.Namespace, level: str) -> AlignmentOptions:
@@ -114,8 +127,9 @@ def alignment_options(args: argparse.Namespace, level: str) -> AlignmentOptions:
     return AlignmentOptions(level, args.layer, None if args.heads is None else tuple(args.heads), args.step_shift)
 
 
-def write_records(lines: list[PairLine], translator: Translator, options: AlignmentOptions,
-                  args: argparse.Namespace, out: TextIO) -> int:
+def write_records(
+    lines: list[PairLine], translator: Translator, options: AlignmentOptions, args: argparse.Namespace, out: TextIO
+) -> int:
     """Align one chunk of lines and write its records in order; returns the number of failures."""
     good = [p for p in lines if p.error is None]
     aligned = iter(align_given(translator, [(p.source, p.target) for p in good], options))
@@ -128,8 +142,13 @@ def write_records(lines: list[PairLine], translator: Translator, options: Alignm
             if args.format != "jsonl":
                 out.write("\n")
             else:
-                out.write(json.dumps({"line": pair.line, "source": pair.source, "target": pair.target,
-                                      "error": str(result)}, ensure_ascii=False) + "\n")
+                out.write(
+                    json.dumps(
+                        {"line": pair.line, "source": pair.source, "target": pair.target, "error": str(result)},
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
             continue
         if args.format == "pharaoh":
             out.write(result.word.pharaoh + "\n")

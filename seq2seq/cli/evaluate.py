@@ -42,23 +42,36 @@ def score(hypotheses: list[str], references: list[str]) -> dict:
     bleu_score = bleu.corpus_score(hypotheses, [references])
     chrf_score = chrf.corpus_score(hypotheses, [references])
     return {
-        "bleu": round(bleu_score.score, 2), "chrf": round(chrf_score.score, 2),
+        "bleu": round(bleu_score.score, 2),
+        "chrf": round(chrf_score.score, 2),
         # hypothesis / reference length (sacreBLEU's tokens): below 1 means dropped content
         "length_ratio": round(bleu_score.sys_len / max(bleu_score.ref_len, 1), 3),
-        "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature()),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
         "sentences": len(hypotheses),
     }
 
 
-def translate_file(model: Path, backend: str, sources: list[str], config: DecodeConfig,
-                   batch_size: int = 64, precision: str | None = None) -> list[str]:
+def translate_file(
+    model: Path,
+    backend: str,
+    sources: list[str],
+    config: DecodeConfig,
+    batch_size: int = 64,
+    precision: str | None = None,
+) -> list[str]:
     from seq2seq.loading import load_translator
 
     translator = load_translator(model, backend, precision=precision)
     out = []
-    for start in tqdm(range(0, len(sources), batch_size), desc="translate", unit="batch", file=sys.stderr,
-                      disable=not sys.stderr.isatty()):
-        out.extend(r.text for r in translator.translate_batch(sources[start:start + batch_size], config))
+    for start in tqdm(
+        range(0, len(sources), batch_size),
+        desc="translate",
+        unit="batch",
+        file=sys.stderr,
+        disable=not sys.stderr.isatty(),
+    ):
+        out.extend(r.text for r in translator.translate_batch(sources[start : start + batch_size], config))
     return out
 
 
@@ -76,30 +89,55 @@ def read_tsv_pairs(path: Path) -> tuple[list[str], list[str]]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", type=Path, help="model directory to translate --test with")
     parser.add_argument("--test", type=Path, help="source<TAB>reference file (e.g. DATA/test.tsv)")
-    parser.add_argument("--hyp", type=Path, help="file of translations, one per line (instead of --model); "
-                                                 "with --gold a Pharaoh file of alignments")
+    parser.add_argument(
+        "--hyp",
+        type=Path,
+        help="file of translations, one per line (instead of --model); with --gold a Pharaoh file of alignments",
+    )
     parser.add_argument("--ref", type=Path, help="file of references, one per line (with --hyp)")
     parser.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND)
-    parser.add_argument("--precision", choices=PRECISIONS, default=None,
-                        help="onnx graphs to run (default: the bundle's, named in its bundle.json)")
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=None,
+        help="onnx graphs to run (default: the bundle's, named in its bundle.json)",
+    )
     parser.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size)
-    parser.add_argument("--length-penalty", type=float, default=DecodeConfig.length_penalty,
-                        help="GNMT length-penalty exponent alpha (default %(default)s)")
-    parser.add_argument("--coverage-penalty", type=float, default=DecodeConfig.coverage_penalty,
-                        help="GNMT coverage-penalty weight beta, 0 = off (default %(default)s)")
+    parser.add_argument(
+        "--length-penalty",
+        type=float,
+        default=DecodeConfig.length_penalty,
+        help="GNMT length-penalty exponent alpha (default %(default)s)",
+    )
+    parser.add_argument(
+        "--coverage-penalty",
+        type=float,
+        default=DecodeConfig.coverage_penalty,
+        help="GNMT coverage-penalty weight beta, 0 = off (default %(default)s)",
+    )
     parser.add_argument("--limit", type=int, default=0, help="score only the first N sentences")
-    parser.add_argument("--save-hyp", type=Path, help="write the model's translations (with --gold: its Pharaoh "
-                                                      "links) here")
+    parser.add_argument(
+        "--save-hyp", type=Path, help="write the model's translations (with --gold: its Pharaoh links) here"
+    )
     parser.add_argument("--json", action="store_true", help="print the scores as JSON")
     alignment = parser.add_argument_group("alignment (AER against a gold set)")
-    alignment.add_argument("--gold", type=Path, help="gold alignments, source<TAB>target<TAB>links "
-                                                     "(data/gold/de-en.gold.tsv); --hyp is then a Pharaoh file")
+    alignment.add_argument(
+        "--gold",
+        type=Path,
+        help="gold alignments, source<TAB>target<TAB>links (data/gold/de-en.gold.tsv); --hyp is then a Pharaoh file",
+    )
     add_alignment_source_arguments(alignment)
 
 
-def alignment_links(model: Path, backend: str, pairs: list[tuple[str, str]], layer: int | None,
-                    heads: tuple[int, ...] | None, step_shift: bool | None,
-                    precision: str | None = None) -> list[set[tuple[int, int]]]:
+def alignment_links(
+    model: Path,
+    backend: str,
+    pairs: list[tuple[str, str]],
+    layer: int | None,
+    heads: tuple[int, ...] | None,
+    step_shift: bool | None,
+    precision: str | None = None,
+) -> list[set[tuple[int, int]]]:
     """The model's hard word links of given pairs (an unalignable pair has none)."""
     from seq2seq.alignment import AlignmentError
     from seq2seq.forced import align_pairs
@@ -131,21 +169,40 @@ def evaluate_alignment(args: argparse.Namespace) -> int:
         source = str(args.hyp)
     elif args.model:
         heads = None if args.heads is None else tuple(args.heads)
-        hypotheses = alignment_links(args.model, args.backend, [(p.source, p.target) for p in gold], args.layer,
-                                     heads, args.step_shift, args.precision)
+        hypotheses = alignment_links(
+            args.model,
+            args.backend,
+            [(p.source, p.target) for p in gold],
+            args.layer,
+            heads,
+            args.step_shift,
+            args.precision,
+        )
         shift = "" if args.step_shift is None else (" step-shift" if args.step_shift else " no step-shift")
-        source = (f"{args.model} layer {'default' if args.layer is None else args.layer} heads "
-                  f"{'default' if heads is None else (list(heads) or 'mean')}{shift}")
+        source = (
+            f"{args.model} layer {'default' if args.layer is None else args.layer} heads "
+            f"{'default' if heads is None else (list(heads) or 'mean')}{shift}"
+        )
         if args.save_hyp:
             write_pharaoh(args.save_hyp, hypotheses)
     else:
         raise SystemExit("--gold needs --hyp FILE.pharaoh or --model DIR")
     result = alignment_score(hypotheses, gold)
     if args.json:
-        print(json.dumps({"aer": round(100 * result.aer, 2), "precision": round(100 * result.precision, 2),
-                          "recall": round(100 * result.recall, 2), "hypothesis_links": result.hypothesis_links,
-                          "sure_links": result.sure_links, "possible_links": result.possible_links,
-                          "pairs": len(gold), "alignments": source}))
+        print(
+            json.dumps(
+                {
+                    "aer": round(100 * result.aer, 2),
+                    "precision": round(100 * result.precision, 2),
+                    "recall": round(100 * result.recall, 2),
+                    "hypothesis_links": result.hypothesis_links,
+                    "sure_links": result.sure_links,
+                    "possible_links": result.possible_links,
+                    "pairs": len(gold),
+                    "alignments": source,
+                }
+            )
+        )
     else:
         print(f"{result}  [{len(gold)} pairs; {source}]")
     return 0
@@ -164,10 +221,18 @@ def main(args: argparse.Namespace) -> int:
         if args.limit:
             sources, references = sources[: args.limit], references[: args.limit]
         started = time.time()
-        hypotheses = translate_file(args.model, args.backend, sources,
-                                    DecodeConfig(beam_size=args.beam_size, length_penalty=args.length_penalty,
-                                                 coverage_penalty=args.coverage_penalty, return_attention=False),
-                                    precision=args.precision)
+        hypotheses = translate_file(
+            args.model,
+            args.backend,
+            sources,
+            DecodeConfig(
+                beam_size=args.beam_size,
+                length_penalty=args.length_penalty,
+                coverage_penalty=args.coverage_penalty,
+                return_attention=False,
+            ),
+            precision=args.precision,
+        )
         log.info("translated %d sentences in %.1fs", len(sources), time.time() - started)
         if args.save_hyp:
             args.save_hyp.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")

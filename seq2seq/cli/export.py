@@ -19,26 +19,48 @@ from seq2seq.bundle import PRECISIONS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint_dir", type=Path, help="directory with config.json, model.pt (and spm.model); "
-                                                          "with --in-place, a bundle")
-    parser.add_argument("--out", type=Path, default=Path("models/de-en"),
-                        help="bundle directory (default models/de-en)")
-    parser.add_argument("--tokenizer", type=Path, default=None,
-                        help="SentencePiece model (default CHECKPOINT_DIR/spm.model)")
-    parser.add_argument("--graphs", nargs="+", choices=PRECISIONS, default=["fp32"], metavar="PRECISION",
-                        help="graph precisions the bundle carries, the first is the one a runtime loads by "
-                             f"default ({', '.join(PRECISIONS)}; default fp32); int8 graphs are the fp32 "
-                             "ones with their MatMul weights dynamically quantized")
+    parser.add_argument(
+        "checkpoint_dir",
+        type=Path,
+        help="directory with config.json, model.pt (and spm.model); with --in-place, a bundle",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("models/de-en"), help="bundle directory (default models/de-en)"
+    )
+    parser.add_argument(
+        "--tokenizer", type=Path, default=None, help="SentencePiece model (default CHECKPOINT_DIR/spm.model)"
+    )
+    parser.add_argument(
+        "--graphs",
+        nargs="+",
+        choices=PRECISIONS,
+        default=["fp32"],
+        metavar="PRECISION",
+        help="graph precisions the bundle carries, the first is the one a runtime loads by "
+        f"default ({', '.join(PRECISIONS)}; default fp32); int8 graphs are the fp32 "
+        "ones with their MatMul weights dynamically quantized",
+    )
     parser.add_argument("--int8", action="store_true", help="the same as --graphs int8 fp32")
-    parser.add_argument("--in-place", action="store_true",
-                        help="CHECKPOINT_DIR is a bundle: rebuild its graphs from its own model.pt so that it "
-                             "carries exactly --graphs (everything else in it stays; --out is not used)")
-    parser.add_argument("--data-manifest", type=Path, default=None,
-                        help="manifest.json of the data directory: provenance and license go into the bundle")
+    parser.add_argument(
+        "--in-place",
+        action="store_true",
+        help="CHECKPOINT_DIR is a bundle: rebuild its graphs from its own model.pt so that it "
+        "carries exactly --graphs (everything else in it stays; --out is not used)",
+    )
+    parser.add_argument(
+        "--data-manifest",
+        type=Path,
+        default=None,
+        help="manifest.json of the data directory: provenance and license go into the bundle",
+    )
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
     parser.add_argument("--force", action="store_true", help="replace an existing bundle in --out")
-    parser.add_argument("--parity-file", type=Path, default=None,
-                        help="German sentences for the parity check, one per line (TSV: first column)")
+    parser.add_argument(
+        "--parity-file",
+        type=Path,
+        default=None,
+        help="German sentences for the parity check, one per line (TSV: first column)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -50,8 +72,15 @@ def main(args: argparse.Namespace) -> int:
     if args.in_place:
         result = regraph_bundle(args.checkpoint_dir, precisions, args.opset, sentences)
     else:
-        result = export_model(args.checkpoint_dir, args.out, precisions, tokenizer=args.tokenizer,
-                              data_manifest=args.data_manifest, opset=args.opset, force=args.force,
-                              parity_sentences=sentences)
+        result = export_model(
+            args.checkpoint_dir,
+            args.out,
+            precisions,
+            tokenizer=args.tokenizer,
+            data_manifest=args.data_manifest,
+            opset=args.opset,
+            force=args.force,
+            parity_sentences=sentences,
+        )
     print(json.dumps({"bundle": str(result.out_dir), "precision": result.precision, "parity": result.parity}, indent=2))
     return 0

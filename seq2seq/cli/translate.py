@@ -76,59 +76,137 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument("text", nargs="*", help="text to translate (default: read lines from --input or stdin)")
-    parser.add_argument("-m", "--model", type=Path, default=DEFAULT_MODEL,
-                        help=f"model directory (default {DEFAULT_MODEL})")
+    parser.add_argument(
+        "-m", "--model", type=Path, default=DEFAULT_MODEL, help=f"model directory (default {DEFAULT_MODEL})"
+    )
     parser.add_argument("-i", "--input", type=Path, help="input file, one segment per line (default stdin)")
     parser.add_argument("-o", "--output", type=Path, help="output file (default stdout)")
     parser.add_argument("--input-format", choices=batch.INPUT_FORMATS, default="text", help="(default text)")
-    parser.add_argument("-f", "--format", choices=batch.OUTPUT_FORMATS, default=batch.JobOptions.output_format,
-                        help=f"output format (default {batch.JobOptions.output_format})")
-    parser.add_argument("--resume", action="store_true",
-                        help="with -o: keep the complete records of an interrupted run and translate the rest")
-    parser.add_argument("--backend", choices=BACKENDS, default=batch.EngineSpec.backend,
-                        help=f"inference backend (default {batch.EngineSpec.backend})")
-    parser.add_argument("--precision", choices=PRECISIONS, default=batch.EngineSpec.precision,
-                        help="onnx graphs to run (default: the bundle's, named in its bundle.json)")
-    parser.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size,
-                        help=f"(default {DecodeConfig.beam_size})")
-    parser.add_argument("--length-penalty", type=float, default=DecodeConfig.length_penalty,
-                        help=f"GNMT alpha (default {DecodeConfig.length_penalty})")
-    parser.add_argument("--coverage-penalty", type=float, default=DecodeConfig.coverage_penalty,
-                        help=f"GNMT beta, 0 = off (default {DecodeConfig.coverage_penalty})")
-    parser.add_argument("--batch-size", type=int, default=batch.JobOptions.batch_size,
-                        help=f"sentences per batch (default {batch.JobOptions.batch_size})")
-    parser.add_argument("--max-tokens", type=int, default=batch.JobOptions.max_tokens,
-                        help=f"padded source pieces per batch (default {batch.JobOptions.max_tokens})")
-    parser.add_argument("--flush-lines", "--window", type=int, default=batch.JobOptions.flush_lines,
-                        help="records are written at least every this many lines translated: lines are sorted by "
-                             f"length within windows of at most this many (default {batch.JobOptions.flush_lines})")
-    parser.add_argument("--flush-seconds", type=float, default=batch.JobOptions.flush_seconds,
-                        help="... and about every this many seconds: windows shrink to what the measured rate "
-                             f"translates in that time (default {batch.JobOptions.flush_seconds:g})")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="worker processes, each with its own session; order is kept (default 1)")
-    parser.add_argument("--threads", type=int, default=batch.EngineSpec.threads,
-                        help="inference threads per worker (0 = library default, or the cores shared out)")
-    parser.add_argument("--max-chars", type=int, default=batch.MAX_CHARS,
-                        help=f"longer lines are errors (default {batch.MAX_CHARS})")
-    parser.add_argument("--split-tokens", type=int, default=batch.JobOptions.split_tokens,
-                        help=f"lines longer than this many source pieces are split into sentences "
-                             f"(default {batch.JobOptions.split_tokens})")
+    parser.add_argument(
+        "-f",
+        "--format",
+        choices=batch.OUTPUT_FORMATS,
+        default=batch.JobOptions.output_format,
+        help=f"output format (default {batch.JobOptions.output_format})",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="with -o: keep the complete records of an interrupted run and translate the rest",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=batch.EngineSpec.backend,
+        help=f"inference backend (default {batch.EngineSpec.backend})",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=batch.EngineSpec.precision,
+        help="onnx graphs to run (default: the bundle's, named in its bundle.json)",
+    )
+    parser.add_argument(
+        "--beam-size", type=int, default=DecodeConfig.beam_size, help=f"(default {DecodeConfig.beam_size})"
+    )
+    parser.add_argument(
+        "--length-penalty",
+        type=float,
+        default=DecodeConfig.length_penalty,
+        help=f"GNMT alpha (default {DecodeConfig.length_penalty})",
+    )
+    parser.add_argument(
+        "--coverage-penalty",
+        type=float,
+        default=DecodeConfig.coverage_penalty,
+        help=f"GNMT beta, 0 = off (default {DecodeConfig.coverage_penalty})",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=batch.JobOptions.batch_size,
+        help=f"sentences per batch (default {batch.JobOptions.batch_size})",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=batch.JobOptions.max_tokens,
+        help=f"padded source pieces per batch (default {batch.JobOptions.max_tokens})",
+    )
+    parser.add_argument(
+        "--flush-lines",
+        "--window",
+        type=int,
+        default=batch.JobOptions.flush_lines,
+        help="records are written at least every this many lines translated: lines are sorted by "
+        f"length within windows of at most this many (default {batch.JobOptions.flush_lines})",
+    )
+    parser.add_argument(
+        "--flush-seconds",
+        type=float,
+        default=batch.JobOptions.flush_seconds,
+        help="... and about every this many seconds: windows shrink to what the measured rate "
+        f"translates in that time (default {batch.JobOptions.flush_seconds:g})",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="worker processes, each with its own session; order is kept (default 1)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=batch.EngineSpec.threads,
+        help="inference threads per worker (0 = library default, or the cores shared out)",
+    )
+    parser.add_argument(
+        "--max-chars", type=int, default=batch.MAX_CHARS, help=f"longer lines are errors (default {batch.MAX_CHARS})"
+    )
+    parser.add_argument(
+        "--split-tokens",
+        type=int,
+        default=batch.JobOptions.split_tokens,
+        help=f"lines longer than this many source pieces are split into sentences "
+        f"(default {batch.JobOptions.split_tokens})",
+    )
     aligned = parser.add_argument_group("alignment")
-    aligned.add_argument("--alignment", action="store_true",
-                         help="add the alignment map (jsonl) or Pharaoh links (tsv) to each record")
-    aligned.add_argument("--alignment-level", choices=("word", "subword"), default=AlignmentOptions.level,
-                         help=f"(default {AlignmentOptions.level})")
+    aligned.add_argument(
+        "--alignment", action="store_true", help="add the alignment map (jsonl) or Pharaoh links (tsv) to each record"
+    )
+    aligned.add_argument(
+        "--alignment-level",
+        choices=("word", "subword"),
+        default=AlignmentOptions.level,
+        help=f"(default {AlignmentOptions.level})",
+    )
     add_alignment_source_arguments(aligned)  # --layer, --heads, --step-shift, as `align` and `eval --gold`
     # The spellings before the flags were shared; hidden, they keep old scripts working.
-    aligned.add_argument("--alignment-layer", dest="layer", type=int, action=DeprecatedAlias, new="--layer",
-                         default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    aligned.add_argument("--alignment-heads", dest="heads", type=int, nargs="+", action=DeprecatedAlias,
-                         new="--heads", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    aligned.add_argument("--heatmaps", type=Path, metavar="DIR",
-                         help="write one heatmap per line into DIR, named by line number or id")
-    aligned.add_argument("--heatmap-format", choices=batch.HEATMAP_FORMATS, default=batch.JobOptions.heatmap_format,
-                         help=f"(default {batch.JobOptions.heatmap_format})")
+    aligned.add_argument(
+        "--alignment-layer",
+        dest="layer",
+        type=int,
+        action=DeprecatedAlias,
+        new="--layer",
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
+    aligned.add_argument(
+        "--alignment-heads",
+        dest="heads",
+        type=int,
+        nargs="+",
+        action=DeprecatedAlias,
+        new="--heads",
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
+    aligned.add_argument(
+        "--heatmaps", type=Path, metavar="DIR", help="write one heatmap per line into DIR, named by line number or id"
+    )
+    aligned.add_argument(
+        "--heatmap-format",
+        choices=batch.HEATMAP_FORMATS,
+        default=batch.JobOptions.heatmap_format,
+        help=f"(default {batch.JobOptions.heatmap_format})",
+    )
 
 
 class DeprecatedAlias(argparse.Action):
@@ -138,8 +216,13 @@ class DeprecatedAlias(argparse.Action):
         super().__init__(option_strings, dest, **kwargs)
         self.new = new
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         log.warning("%s is deprecated: use %s", option_string, self.new)
         setattr(namespace, self.dest, values)
 
@@ -167,11 +250,25 @@ def job_options(args: argparse.Namespace) -> dict:
         "model": str(args.model.resolve()),
         "model_sha256": hashlib.sha256(bundle.read_bytes()).hexdigest() if bundle.is_file() else None,
         "input": str(args.input.resolve()) if args.input else None,
-        **{name: getattr(args, name) for name in (
-            "input_format", "format", "beam_size", "length_penalty", "coverage_penalty", "max_chars", "split_tokens",
-            "alignment", "alignment_level", "step_shift", "heatmap_format")},
+        **{
+            name: getattr(args, name)
+            for name in (
+                "input_format",
+                "format",
+                "beam_size",
+                "length_penalty",
+                "coverage_penalty",
+                "max_chars",
+                "split_tokens",
+                "alignment",
+                "alignment_level",
+                "step_shift",
+                "heatmap_format",
+            )
+        },
         # Named as before the flags became --layer/--heads, so a job started then resumes now.
-        "alignment_layer": args.layer, "alignment_heads": args.heads,
+        "alignment_layer": args.layer,
+        "alignment_heads": args.heads,
         "heatmaps": str(args.heatmaps) if args.heatmaps else None,
     }
 
@@ -188,8 +285,11 @@ def check_resume_options(args: argparse.Namespace) -> list[str]:
             log.warning("%s: no record of the first run's options; assuming they are the same", path)
         return []
     before, now = json.loads(path.read_text()), json.loads(json.dumps(job_options(args)))
-    return [f"{name}: {before.get(name)!r} in the first run, {now.get(name)!r} now"
-            for name in sorted(set(before) | set(now)) if before.get(name) != now.get(name)]
+    return [
+        f"{name}: {before.get(name)!r} in the first run, {now.get(name)!r} now"
+        for name in sorted(set(before) | set(now))
+        if before.get(name) != now.get(name)
+    ]
 
 
 def _count_lines(path: Path) -> int:
@@ -211,8 +311,10 @@ def _skip(stream: BinaryIO, count: int, args: argparse.Namespace) -> int:
     for line in range(1, count + 1):
         raw = stream.readline()
         if not raw:
-            raise ValueError(f"{args.output} has {count} records but the input has only {line - 1} lines; "
-                             "it is not the output of this input")
+            raise ValueError(
+                f"{args.output} has {count} records but the input has only {line - 1} lines; "
+                "it is not the output of this input"
+            )
         failed += batch.decode_line(raw, line, args.input_format, args.max_chars).error is not None
     return failed
 
@@ -223,7 +325,7 @@ def main(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         return _run(args)
-    except KeyboardInterrupt:           # before the job started (loading the model)
+    except KeyboardInterrupt:  # before the job started (loading the model)
         log.warning("interrupted")
         return batch.EXIT_INTERRUPTED
     finally:
@@ -243,9 +345,9 @@ class _Input:
     """The input stream, positioned after the lines a resumed run already wrote."""
 
     stream: BinaryIO
-    total: int | None                 # lines in all, for the progress bar (None: stdin)
-    done: int = 0                     # records already in the output (--resume)
-    failed_before: int = 0            # of which errors
+    total: int | None  # lines in all, for the progress bar (None: stdin)
+    done: int = 0  # records already in the output (--resume)
+    failed_before: int = 0  # of which errors
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -274,24 +376,36 @@ def _run(args: argparse.Namespace) -> int:
         return stop.status
     if args.heatmaps is not None:
         args.heatmaps.mkdir(parents=True, exist_ok=True)
-    options = batch.JobOptions(output_format=args.format, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                               split_tokens=args.split_tokens, flush_lines=args.flush_lines,
-                               flush_seconds=args.flush_seconds, heatmaps=args.heatmaps,
-                               heatmap_format=args.heatmap_format)
+    options = batch.JobOptions(
+        output_format=args.format,
+        batch_size=args.batch_size,
+        max_tokens=args.max_tokens,
+        split_tokens=args.split_tokens,
+        flush_lines=args.flush_lines,
+        flush_seconds=args.flush_seconds,
+        heatmaps=args.heatmaps,
+        heatmap_format=args.heatmap_format,
+    )
     return _translate(args, engine, tokenizer, max_source, source, options)
 
 
 def _decode_config(args: argparse.Namespace) -> DecodeConfig:
     want_alignment = args.alignment or args.heatmaps is not None
     alignment = alignment_options(args, args.alignment_level) if want_alignment else None
-    return DecodeConfig(beam_size=args.beam_size, length_penalty=args.length_penalty,
-                        coverage_penalty=args.coverage_penalty, return_attention=want_alignment, alignment=alignment)
+    return DecodeConfig(
+        beam_size=args.beam_size,
+        length_penalty=args.length_penalty,
+        coverage_penalty=args.coverage_penalty,
+        return_attention=want_alignment,
+        alignment=alignment,
+    )
 
 
 def _start_engine(args: argparse.Namespace, decode: DecodeConfig) -> tuple[batch.Engine, Tokenizer, int]:
     """The engine, the tokenizer to bucket with and the model's source limit in pieces."""
-    spec = batch.EngineSpec(args.model, args.backend, batch.worker_threads(args.threads, args.workers),
-                            args.precision, decode)
+    spec = batch.EngineSpec(
+        args.model, args.backend, batch.worker_threads(args.threads, args.workers), args.precision, decode
+    )
     try:
         if args.workers == 1:
             worker = batch.SentenceTranslator.load(spec)
@@ -328,9 +442,11 @@ def _resume(args: argparse.Namespace, source: _Input) -> None:
     try:
         differences = check_resume_options(args)
         if differences:
-            raise _Stop(batch.EXIT_USAGE,
-                        f"cannot resume {args.output} with other options ({'; '.join(differences)}); rerun with "
-                        f"the first run's options, or delete {job_file(args.output)} to start over")
+            raise _Stop(
+                batch.EXIT_USAGE,
+                f"cannot resume {args.output} with other options ({'; '.join(differences)}); rerun with "
+                f"the first run's options, or delete {job_file(args.output)} to start over",
+            )
         source.done = batch.prepare_resume(args.output)
         source.failed_before = _skip(source.stream, source.done, args)
     except (OSError, ValueError) as error:
@@ -339,21 +455,32 @@ def _resume(args: argparse.Namespace, source: _Input) -> None:
         log.info("resuming %s after %d complete records", args.output, source.done)
 
 
-def _translate(args: argparse.Namespace, engine: batch.Engine, tokenizer: Tokenizer, max_source: int,
-               source: _Input, options: batch.JobOptions) -> int:
+def _translate(
+    args: argparse.Namespace,
+    engine: batch.Engine,
+    tokenizer: Tokenizer,
+    max_source: int,
+    source: _Input,
+    options: batch.JobOptions,
+) -> int:
     """Run the job with a progress bar; the engine, writer and input are closed on every path."""
     if args.output:
         job_file(args.output).write_text(json.dumps(job_options(args), indent=1) + "\n")
     writer = batch.RecordWriter(args.output, args.format, append=args.resume)
-    progress = tqdm(total=source.total, initial=source.done, unit="line", file=sys.stderr, dynamic_ncols=True,
-                    disable=not sys.stderr.isatty() or source.total == 1)
+    progress = tqdm(
+        total=source.total,
+        initial=source.done,
+        unit="line",
+        file=sys.stderr,
+        dynamic_ncols=True,
+        disable=not sys.stderr.isatty() or source.total == 1,
+    )
     started = time.monotonic()
     summary = batch.JobSummary()
     interrupted = False
     try:
         with logging_redirect_tqdm():
-            segments = batch.read_segments(source.stream, args.input_format, args.max_chars,
-                                           first_line=source.done + 1)
+            segments = batch.read_segments(source.stream, args.input_format, args.max_chars, first_line=source.done + 1)
             summary = batch.run_job(segments, engine, tokenizer, writer, options, progress, max_source)
     except KeyboardInterrupt:
         interrupted = True
@@ -370,8 +497,11 @@ def _translate(args: argparse.Namespace, engine: batch.Engine, tokenizer: Tokeni
         source.stream.close()
     if interrupted:
         written = _written_since(args, source.done)
-        log.warning("interrupted after %d lines%s", written,
-                    f"; rerun with --resume -o {args.output} to continue" if args.output else "")
+        log.warning(
+            "interrupted after %d lines%s",
+            written,
+            f"; rerun with --resume -o {args.output} to continue" if args.output else "",
+        )
         return batch.EXIT_INTERRUPTED
     return _finish(args, summary, source, time.monotonic() - started)
 
@@ -383,8 +513,9 @@ def _finish(args: argparse.Namespace, summary: batch.JobSummary, source: _Input,
     written = source.done + summary.lines
     failed = source.failed_before + summary.failed
     rate = summary.lines / elapsed if elapsed > 0 else 0.0
-    log.info("%d lines (%d translated now, %d failed) in %.1f s, %.1f lines/s", written, summary.lines, failed,
-             elapsed, rate)
+    log.info(
+        "%d lines (%d translated now, %d failed) in %.1f s, %.1f lines/s", written, summary.lines, failed, elapsed, rate
+    )
     if failed:
         shown = ", ".join(map(str, summary.failed_lines[:10])) + (" ..." if len(summary.failed_lines) > 10 else "")
         log.warning("%d of %d lines failed%s", failed, written, f" (lines {shown})" if shown else "")

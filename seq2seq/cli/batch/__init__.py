@@ -22,44 +22,69 @@ The names below are the job's public surface, so callers write `batch.run_job`.
 from __future__ import annotations
 
 from seq2seq.cli.batch.engines import (
-                                       Engine,
-                                       EngineSpec,
-                                       InlineEngine,
-                                       ProcessEngine,
-                                       SentenceTranslator,
-                                       UnitResult,
-                                       worker_threads,
+    Engine,
+    EngineSpec,
+    InlineEngine,
+    ProcessEngine,
+    SentenceTranslator,
+    UnitResult,
+    worker_threads,
 )
 from seq2seq.cli.batch.job import JobOptions, JobSummary, _Unit, plan_batches, run_job
 from seq2seq.cli.batch.reading import (
-                                       INPUT_FORMATS,
-                                       MAX_CHARS,
-                                       Segment,
-                                       decode_line,
-                                       read_segments,
-                                       strip_line_ending,
+    INPUT_FORMATS,
+    MAX_CHARS,
+    Segment,
+    decode_line,
+    read_segments,
+    strip_line_ending,
 )
 from seq2seq.cli.batch.writing import (
-                                       HEATMAP_FORMATS,
-                                       OUTPUT_FORMATS,
-                                       LineResult,
-                                       RecordWriter,
-                                       format_record,
-                                       join_line,
-                                       prepare_resume,
+    HEATMAP_FORMATS,
+    OUTPUT_FORMATS,
+    LineResult,
+    RecordWriter,
+    format_record,
+    join_line,
+    prepare_resume,
 )
 
 # Exit statuses of `crossalign translate` (documented in its --help).
-EXIT_OK = 0              # every line translated
-EXIT_FATAL = 1           # nothing usable: model missing, unreadable input, output mismatch
-EXIT_USAGE = 2           # bad arguments (argparse uses 2 as well)
-EXIT_SOME_FAILED = 3     # the job finished, but some lines carry an error instead of a translation
-EXIT_INTERRUPTED = 130   # Ctrl-C / SIGTERM: what was written is complete; rerun with --resume
+EXIT_OK = 0  # every line translated
+EXIT_FATAL = 1  # nothing usable: model missing, unreadable input, output mismatch
+EXIT_USAGE = 2  # bad arguments (argparse uses 2 as well)
+EXIT_SOME_FAILED = 3  # the job finished, but some lines carry an error instead of a translation
+EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM: what was written is complete; rerun with --resume
 
 __all__ = [
-    "EXIT_FATAL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_SOME_FAILED", "EXIT_USAGE", "HEATMAP_FORMATS",
-    "INPUT_FORMATS", "MAX_CHARS", "OUTPUT_FORMATS", "Engine", "EngineSpec", "InlineEngine", "JobOptions", "JobSummary",
-    "LineResult", "ProcessEngine", "RecordWriter", "Segment", "SentenceTranslator", "UnitResult", "_Unit",
-    "decode_line", "format_record", "join_line", "plan_batches", "prepare_resume",
-    "read_segments", "run_job", "strip_line_ending", "worker_threads",
+    "EXIT_FATAL",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_SOME_FAILED",
+    "EXIT_USAGE",
+    "HEATMAP_FORMATS",
+    "INPUT_FORMATS",
+    "MAX_CHARS",
+    "OUTPUT_FORMATS",
+    "Engine",
+    "EngineSpec",
+    "InlineEngine",
+    "JobOptions",
+    "JobSummary",
+    "LineResult",
+    "ProcessEngine",
+    "RecordWriter",
+    "Segment",
+    "SentenceTranslator",
+    "UnitResult",
+    "_Unit",
+    "decode_line",
+    "format_record",
+    "join_line",
+    "plan_batches",
+    "prepare_resume",
+    "read_segments",
+    "run_job",
+    "strip_line_ending",
+    "worker_threads",
 ]

@@ -31,8 +31,8 @@ class EngineSpec:
 
     model: Path
     backend: str = DEFAULT_BACKEND
-    threads: int = 0                           # 0 = the library default
-    precision: str | None = None               # onnx graphs; None = the bundle's default
+    threads: int = 0  # 0 = the library default
+    precision: str | None = None  # onnx graphs; None = the bundle's default
     # `decode.alignment` None = no alignment (and no attention kept)
     decode: DecodeConfig = DecodeConfig(return_attention=False)
 
@@ -43,10 +43,10 @@ class UnitResult:
 
     text: str
     score: float
-    target_length: int                          # target pieces, EOS excluded
+    target_length: int  # target pieces, EOS excluded
     alignment: Alignment | None = None
     error: str | None = None
-    quality: SentenceQuality | None = None      # with the alignment
+    quality: SentenceQuality | None = None  # with the alignment
 
 
 class SentenceTranslator:
@@ -78,12 +78,11 @@ class SentenceTranslator:
     @staticmethod
     def _unit(result: TranslationResult) -> UnitResult:
         alignment = None if result.alignment is None else result.alignment.requested
-        return UnitResult(result.text, float(result.score), len(result.target_ids), alignment,
-                          quality=result.quality)
+        return UnitResult(result.text, float(result.score), len(result.target_ids), alignment, quality=result.quality)
 
 
 class Engine(Protocol):
-    capacity: int                              # batches worth having in flight at once
+    capacity: int  # batches worth having in flight at once
 
     def submit(self, texts: list[str]) -> Future: ...
 
@@ -107,14 +106,14 @@ class InlineEngine:
         pass
 
 
-_WORKER: SentenceTranslator | None = None     # the session of a worker process
+_WORKER: SentenceTranslator | None = None  # the session of a worker process
 
 
 def _init_worker(spec: EngineSpec) -> None:
     global _WORKER
     import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole group; the parent stops us
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent stops us
     _watch_parent(os.getppid())
     _WORKER = SentenceTranslator.load(spec)
 
@@ -143,9 +142,10 @@ class ProcessEngine:
     would copy onnxruntime/torch thread pools mid-flight)."""
 
     def __init__(self, spec: EngineSpec, workers: int):
-        self.capacity = 2 * workers            # one running and one queued per worker
-        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_init_worker, initargs=(spec,))
+        self.capacity = 2 * workers  # one running and one queued per worker
+        self.pool = ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker, initargs=(spec,)
+        )
         # Start every worker now and wait until each has loaded its model: a broken model
         # fails here, before any line is read, and timings do not include the loading.
         # (The pool spawns a process per submit while none is idle, so `workers` no-op
@@ -173,5 +173,3 @@ def worker_threads(threads: int, workers: int) -> int:
     if threads or workers <= 1:
         return threads
     return max(1, (os.cpu_count() or 1) // workers)
-
-

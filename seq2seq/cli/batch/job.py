@@ -32,24 +32,24 @@ log = logging.getLogger("crossalign.translate")
 @dataclass(frozen=True)
 class JobOptions:
     output_format: str = "text"
-    batch_size: int = 32                  # sentences per batch
-    max_tokens: int = 2048                # padded source pieces per batch (longest x sentences)
-    split_tokens: int = 100               # lines longer than this (in pieces) are split into sentences
+    batch_size: int = 32  # sentences per batch
+    max_tokens: int = 2048  # padded source pieces per batch (longest x sentences)
+    split_tokens: int = 100  # lines longer than this (in pieces) are split into sentences
     # A kill loses at most the lines translated since the last write. Records are written
     # as soon as every line before them is done, and lines are sorted by length only within
     # a window, so a window bounds that loss: at most `flush_lines` lines, and no more than
     # the measured rate translates in `flush_seconds` (the first window is one batch).
-    flush_lines: int = 128                # lines per window at most (4 batches' worth)
-    flush_seconds: float = 10.0           # the window shrinks to about this much work
+    flush_lines: int = 128  # lines per window at most (4 batches' worth)
+    flush_seconds: float = 10.0  # the window shrinks to about this much work
     heatmaps: Path | None = None
     heatmap_format: str = "png"
-    max_warnings: int = 20                # per-line warnings on stderr before going quiet
+    max_warnings: int = 20  # per-line warnings on stderr before going quiet
 
 
 @dataclass
 class JobSummary:
-    lines: int = 0                        # records written by this run
-    failed: int = 0                       # of which errors
+    lines: int = 0  # records written by this run
+    failed: int = 0  # of which errors
     failed_lines: list[int] = field(default_factory=list)
 
 
@@ -70,9 +70,9 @@ class _Pending:
 @dataclass
 class _Unit:
     line: int
-    index: int                            # sentence index within its line
+    index: int  # sentence index within its line
     text: str
-    length: int                           # source pieces
+    length: int  # source pieces
 
 
 def plan_batches(units: list[_Unit], batch_size: int, max_tokens: int) -> list[list[_Unit]]:
@@ -93,17 +93,23 @@ def plan_batches(units: list[_Unit], batch_size: int, max_tokens: int) -> list[l
 class _Job:
     """The state of one run: lines waiting for sentences, in input order, and the summary."""
 
-    def __init__(self, tokenizer: Tokenizer, writer: RecordWriter, options: JobOptions,
-                 progress: Progress | None, max_source_tokens: int):
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        writer: RecordWriter,
+        options: JobOptions,
+        progress: Progress | None,
+        max_source_tokens: int,
+    ):
         self.tokenizer, self.writer, self.options, self.progress = tokenizer, writer, options, progress
         # A sentence must fit the model's source positions even when the line is not split.
         self.split_above = min(options.split_tokens, max_source_tokens - 1)
         self.pending: dict[int, _Pending] = {}
-        self.order: deque[int] = deque()      # line numbers not yet written, in input order
+        self.order: deque[int] = deque()  # line numbers not yet written, in input order
         self.summary = JobSummary()
         self.warned = 0
-        self.done = 0                         # lines ready to write: bad ones, and those whose every
-                                              # sentence is back (written or not)
+        self.done = 0  # lines ready to write: bad ones, and those whose every
+        # sentence is back (written or not)
         self.started = time.monotonic()
 
     def batches(self, segments: Iterable[Segment]) -> Iterator[list[_Unit]]:
@@ -169,8 +175,9 @@ class _Job:
             if result.error:
                 self.report_failure(segment.line, result.error)
             elif self.options.heatmaps is not None and result.alignment is not None:
-                write_heatmap(self.options.heatmaps, segment, result.alignment, self.options.heatmap_format,
-                              result.quality)
+                write_heatmap(
+                    self.options.heatmaps, segment, result.alignment, self.options.heatmap_format, result.quality
+                )
             records.append(format_record(result, self.options.output_format))
         self.writer.write(records)
         self.summary.lines += len(records)
@@ -187,8 +194,15 @@ class _Job:
                 log.warning("further bad lines are not reported here; see the output records")
 
 
-def run_job(segments: Iterable[Segment], engine: Engine, tokenizer: Tokenizer, writer: RecordWriter,
-            options: JobOptions, progress: Progress | None = None, max_source_tokens: int = 250) -> JobSummary:
+def run_job(
+    segments: Iterable[Segment],
+    engine: Engine,
+    tokenizer: Tokenizer,
+    writer: RecordWriter,
+    options: JobOptions,
+    progress: Progress | None = None,
+    max_source_tokens: int = 250,
+) -> JobSummary:
     """Translate `segments` through `engine`, writing one record per segment in order.
 
     Up to `engine.capacity` batches are in flight; the oldest is awaited first, so records
@@ -205,7 +219,7 @@ def run_job(segments: Iterable[Segment], engine: Engine, tokenizer: Tokenizer, w
                 exhausted = True
             else:
                 in_flight.append((engine.submit([u.text for u in batch]), batch))
-        job.write_ready()                     # lines that need no translation (bad lines)
+        job.write_ready()  # lines that need no translation (bad lines)
         if not in_flight:
             if exhausted:
                 break

@@ -16,18 +16,18 @@ from typing import BinaryIO
 from seq2seq.inputs import SURROGATES, printable, text_problem
 
 INPUT_FORMATS = ("text", "tsv", "jsonl")
-MAX_CHARS = 10_000                    # longer lines are errors (--max-chars)
+MAX_CHARS = 10_000  # longer lines are errors (--max-chars)
 
 
 @dataclass
 class Segment:
     """One input line, decoded and checked."""
 
-    line: int                         # 1-based line number in the input
-    id: str | int | None              # JSONL `id`, else None
-    source: str                       # the text to translate (undecodable bytes and lone surrogates
-                                      # shown as U+FFFD when bad, so the error record can be written)
-    error: str | None = None          # why it will not be translated
+    line: int  # 1-based line number in the input
+    id: str | int | None  # JSONL `id`, else None
+    source: str  # the text to translate (undecodable bytes and lone surrogates
+    # shown as U+FFFD when bad, so the error record can be written)
+    error: str | None = None  # why it will not be translated
 
 
 def strip_line_ending(raw: bytes, line: int) -> bytes:
@@ -69,14 +69,13 @@ def decode_line(raw: bytes, line: int, input_format: str = "text", max_chars: in
             return Segment(line, None, printable(text), '"id" holds a lone surrogate (not valid Unicode)')
     elif input_format != "text":
         raise ValueError(f"unknown input format {input_format!r}: choose one of {', '.join(INPUT_FORMATS)}")
-    problem = text_problem(text, max_chars)       # the service's rules, the same messages
+    problem = text_problem(text, max_chars)  # the service's rules, the same messages
     return Segment(line, ident, text if problem is None else printable(text), problem)
 
 
-def read_segments(stream: BinaryIO, input_format: str = "text", max_chars: int = MAX_CHARS,
-                  first_line: int = 1) -> Iterator[Segment]:
+def read_segments(
+    stream: BinaryIO, input_format: str = "text", max_chars: int = MAX_CHARS, first_line: int = 1
+) -> Iterator[Segment]:
     """Decode `stream` line by line, lazily; a final line without newline counts."""
     for line, raw in enumerate(stream, start=first_line):
         yield decode_line(raw, line, input_format, max_chars)
-
-

@@ -35,7 +35,7 @@ class LineResult:
     text: str = ""
     score: float | None = None
     alignment: Alignment | None = None
-    sentences: list[tuple[int, int]] | None = None     # spans, when the line was split
+    sentences: list[tuple[int, int]] | None = None  # spans, when the line was split
     quality: SentenceQuality | None = None
     error: str | None = None
 
@@ -66,8 +66,6 @@ def join_line(segment: Segment, spans: list[tuple[int, int]], results: list[Unit
     return LineResult(segment, text, score, alignment, spans if len(spans) > 1 else None, quality=quality)
 
 
-
-
 def _one_line(text: str) -> str:
     """A field that cannot break the one-record-per-line framing."""
     return text.replace("\r", " ").replace("\n", " ").replace("\t", " ")
@@ -87,13 +85,18 @@ def format_record(result: LineResult, output_format: str) -> str:
     from seq2seq.records import AlignmentMap, Quality, TokenSpan, TranslationRecord  # pydantic only for jsonl
 
     record = TranslationRecord(
-        line=segment.line, id=segment.id, source=segment.source, text=result.text,
+        line=segment.line,
+        id=segment.id,
+        source=segment.source,
+        text=result.text,
         score=None if result.score is None else round(result.score, 4),
         alignment=None if result.alignment is None else AlignmentMap.from_alignment(result.alignment),
         quality=None if result.quality is None else Quality.from_quality(result.quality),
-        sentences=None if result.sentences is None else [
-            TokenSpan(text=segment.source[s:e], start=s, end=e) for s, e in result.sentences],
-        error=result.error)
+        sentences=None
+        if result.sentences is None
+        else [TokenSpan(text=segment.source[s:e], start=s, end=e) for s, e in result.sentences],
+        error=result.error,
+    )
     return record.model_dump_json(exclude_none=True) + "\n"
 
 
@@ -104,8 +107,11 @@ class RecordWriter:
         self.output_format = output_format
         self.path = output
         # Kept open across writes and closed by close() (stdout stays open).
-        self.stream: TextIO = (open(output, "a" if append else "w", encoding="utf-8", newline="")  # noqa: SIM115
-                               if output else sys.stdout)
+        self.stream: TextIO = (
+            open(output, "a" if append else "w", encoding="utf-8", newline="")  # noqa: SIM115
+            if output
+            else sys.stdout
+        )
 
     def write(self, records: list[str]) -> None:
         if not records:
@@ -146,16 +152,21 @@ def heatmap_name(segment: Segment, fmt: str) -> str:
     return f"{safe}.{fmt}"
 
 
-def write_heatmap(directory: Path, segment: Segment, alignment: Alignment, fmt: str,
-                  quality: SentenceQuality | None = None) -> None:
+def write_heatmap(
+    directory: Path, segment: Segment, alignment: Alignment, fmt: str, quality: SentenceQuality | None = None
+) -> None:
     from seq2seq.heatmap import render_heatmap  # matplotlib only when heatmaps are asked for
 
     path = directory / heatmap_name(segment, fmt)
     partial = path.with_name(path.name + ".part")
     # The flags index words: a subword map is drawn without them.
     marked = quality is not None and alignment.level == "word"
-    partial.write_bytes(render_heatmap(alignment, fmt, untranslated=quality.untranslated if marked else (),
-                                       ungrounded=quality.ungrounded if marked else ()))
-    partial.replace(path)             # a crash never leaves a half-written image under the real name
-
-
+    partial.write_bytes(
+        render_heatmap(
+            alignment,
+            fmt,
+            untranslated=quality.untranslated if marked else (),
+            ungrounded=quality.ungrounded if marked else (),
+        )
+    )
+    partial.replace(path)  # a crash never leaves a half-written image under the real name
