@@ -2,7 +2,8 @@
 validation loss and BLEU, exact resume, checkpoint averaging, and torchrun data parallelism;
 optionally guided alignment (one cross-attention head supervised with a word aligner's
 links, Garg et al. 2019; `--guided-alignment FILE.pharaoh`, see `seq2seq.guided`). The
-examples and batches are `seq2seq.train_data`.
+examples and batches are `seq2seq.train_data`; the checkpoints and the run's architecture
+`seq2seq.checkpoints`.
 
 Run it plainly (`crossalign train ...`) or under `torchrun --nproc_per_node N` (gloo on
 CPU): each rank takes every N-th batch of the same deterministic order.
@@ -29,13 +30,19 @@ from tqdm import tqdm
 
 from data.prepare import Pair, read_pairs
 from data.tokenizer import Tokenizer
+from seq2seq.checkpoints import (
+    average_checkpoints,
+    list_checkpoints,
+    restore_checkpoint,
+    run_model_config,
+    save_checkpoint,
+)
 from seq2seq.config import (
     DecodeConfig,
     ModelConfig,
     TrainConfig,
     dataclass_arguments,
     from_arguments,
-    load_config,
     save_config,
     to_dict,
 )
@@ -65,74 +72,6 @@ def smoothed_loss(
     uniform = -log_probs.mean(dim=-1)
     loss = ((1.0 - smoothing) * nll + smoothing * uniform)[mask].sum()
     return loss, int(mask.sum())
-
-
-# --------------------------------------------------------------------------- checkpoints
-
-
-def checkpoint_path(out_dir: Path, step: int) -> Path:
-    return out_dir / "checkpoints" / f"step{step:07d}.pt"
-
-
-def list_checkpoints(out_dir: Path) -> list[Path]:
-    return sorted((out_dir / "checkpoints").glob("step*.pt"))
-
-
-def save_checkpoint(
-    out_dir: Path, model: Transformer, optimizer: torch.optim.Optimizer, state: dict, keep: int
-) -> Path:
-    path = checkpoint_path(out_dir, state["step"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "state": state,
-        "rng": {
-            "torch": torch.get_rng_state(),
-            "python": random.getstate(),
-            "numpy": np.random.get_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
-        },
-    }
-    tmp = path.with_suffix(".tmp")
-    torch.save(payload, tmp)
-    tmp.replace(path)  # atomic: a crash never leaves a half-written checkpoint
-    for old in list_checkpoints(out_dir)[:-keep]:
-        old.unlink()
-    return path
-
-
-def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
-    """Element-wise mean of the models in `paths` (Vaswani et al. average the last 5)."""
-    total: dict[str, torch.Tensor] = {}
-    for path in paths:
-        state = torch.load(path, map_location="cpu", weights_only=False)["model"]
-        for name, tensor in state.items():
-            total[name] = total.get(name, 0) + tensor.double()
-    return {name: (tensor / len(paths)).float() for name, tensor in total.items()}
-
-
-# Training-time settings of ModelConfig: a run started with --init-from takes these from its
-# own command line, everything else (the architecture) from the model it starts from.
-REGULARISATION_FIELDS = ("dropout", "attention_dropout")
-
-
-def initial_config(model_dir: Path, data_dir: Path, requested: ModelConfig | None = None) -> ModelConfig:
-    """The architecture of the model in `model_dir`, checked against the data's tokenizer;
-    dropout from `requested` (this run's command line) when given."""
-    for name in ("config.json", "model.pt", "spm.model"):
-        if not (model_dir / name).is_file():
-            raise FileNotFoundError(f"--init-from {model_dir}: no {name}; give a release bundle or a run's final/")
-    if (model_dir / "spm.model").read_bytes() != (data_dir / "spm.model").read_bytes():
-        raise ValueError(
-            f"--init-from {model_dir}: its spm.model differs from {data_dir / 'spm.model'}; the "
-            f"token ids would not match (prepare the data with `crossalign data prepare --tokenizer "
-            f"{model_dir / 'spm.model'}`, or start from scratch)"
-        )
-    config = load_config(ModelConfig, model_dir / "config.json")
-    if requested is not None:
-        config = replace(config, **{name: getattr(requested, name) for name in REGULARISATION_FIELDS})
-    return config
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -259,30 +198,6 @@ def init_distributed() -> tuple[bool, int, int]:
     return (True, dist.get_rank(), dist.get_world_size()) if distributed else (False, 0, 1)
 
 
-def run_model_config(
-    train_config: TrainConfig,
-    model_config: ModelConfig,
-    out_dir: Path,
-    data_dir: Path,
-    resumed: bool,
-    initial: Path | None,
-) -> ModelConfig:
-    """The architecture of this run: fixed by its first start, else the initial model's or
-    the command line's; guided alignment makes its head the model's alignment source."""
-    if resumed:
-        return load_config(ModelConfig, out_dir / "config.json")
-    if initial is not None:
-        model_config = initial_config(initial, data_dir, model_config)
-    if train_config.guided_alignment and (initial is not None or not model_config.alignment_heads):
-        # The supervised head becomes the model's alignment source (config.json travels with it).
-        model_config = replace(
-            model_config,
-            alignment_heads=(train_config.guided_head,),
-            alignment_step_shift=train_config.guided_step_shift,
-        )
-    return model_config
-
-
 def check_guided_head(train_config: TrainConfig, model_config: ModelConfig) -> None:
     if not 0 <= train_config.guided_head < model_config.n_heads:
         raise ValueError(f"guided_head {train_config.guided_head} outside 0..{model_config.n_heads - 1}")
@@ -292,19 +207,6 @@ def check_guided_head(train_config: TrainConfig, model_config: ModelConfig) -> N
             train_config.guided_head,
             list(model_config.alignment_heads),
         )
-
-
-def restore_checkpoint(path: Path, model: Transformer, optimizer: torch.optim.Optimizer) -> dict:
-    """Load weights, optimizer moments and the RNGs saved in `path`; returns the run state."""
-    payload = torch.load(path, map_location="cpu", weights_only=False)
-    model.load_state_dict(payload["model"])
-    optimizer.load_state_dict(payload["optimizer"])
-    torch.set_rng_state(payload["rng"]["torch"])
-    random.setstate(payload["rng"]["python"])
-    np.random.set_state(payload["rng"]["numpy"])
-    if payload["rng"].get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
-    return payload["state"]
 
 
 def load_training_data(

@@ -41,7 +41,7 @@ LIBRARY_MODULES = {
     "inputs",
 }
 # torch, and what sits above both backends (the loader imports torch only for backend="torch").
-TORCH_MODULES = {"model", "train", "train_data", "guided", "torch_backend", "loading"}
+TORCH_MODULES = {"model", "train", "train_data", "checkpoints", "guided", "torch_backend", "loading"}
 
 
 def layer_of(module: str) -> int | None:

@@ -17,10 +17,11 @@ import pytest
 import torch
 
 from data.tokenizer import Tokenizer, train_sentencepiece
+from seq2seq.checkpoints import average_checkpoints, list_checkpoints
 from seq2seq.config import DecodeConfig, ModelConfig, TrainConfig
 from seq2seq.model import Transformer, load_model
 from seq2seq.torch_backend import TorchBackend
-from seq2seq.train import average_checkpoints, learning_rate, list_checkpoints, smoothed_loss, train
+from seq2seq.train import learning_rate, smoothed_loss, train
 from seq2seq.train_data import make_batches
 from seq2seq.translator import Translator
 
