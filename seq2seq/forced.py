@@ -25,8 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Token, align
+from seq2seq.backend import DecoderCache, SearchBackend, TeacherForced
 from seq2seq.quality import Evidence, SentenceQuality, assess_alignment
-from seq2seq.search import DecoderCache, SearchBackend, TeacherForced, pad_batch
+from seq2seq.search import pad_batch
 from seq2seq.translator import Translator
 
 

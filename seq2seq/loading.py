@@ -15,10 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from data.tokenizer import Tokenizer
+from seq2seq.backend import SearchBackend
 from seq2seq.bundle import BUNDLE_FILE, load_bundle_manifest
 from seq2seq.onnx_backend import OnnxBackend
 from seq2seq.quality import QualityThresholds
-from seq2seq.search import SearchBackend
 from seq2seq.translator import Translator
 
 BACKENDS = ("onnx", "torch")

@@ -16,7 +16,7 @@ layers, H heads, Dh head size, V vocabulary):
                        cross_weights (L, N, H, T, S), self_weights (L, N, H, T, P+T)
 
 The search keeps the cross K/V and the cache stacked, (L, N, H, ·, Dh), as one array each
-(`seq2seq.search.DecoderCache`); the graph takes and gives them per layer, so the backend
+(`seq2seq.backend.DecoderCache`); the graph takes and gives them per layer, so the backend
 binds per-layer views of the stacked arrays as inputs and has the graph write its per-layer outputs straight into the
 slices of a stacked array (onnxruntime's I/O binding): no split, stack or copy around a step.
 """
@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from seq2seq.backend import DecoderCache, StepOutput, TeacherForced
 from seq2seq.bundle import Bundle, BundleError
 from seq2seq.config import ModelConfig
-from seq2seq.search import DecoderCache, StepOutput, TeacherForced
 
 ENCODER_OUTPUTS = ("cross_k", "cross_v", "self_weights")
 # The decoder's outputs as the backend returns them: the per-layer caches stacked (L, ...).

@@ -12,9 +12,10 @@ import numpy as np
 
 from data.tokenizer import Tokenizer
 from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Alignments, Token, align, pieces_with_offsets
+from seq2seq.backend import SearchBackend
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.quality import Evidence, QualityThresholds, SentenceQuality, assess_alignment
-from seq2seq.search import Hypothesis, SearchBackend, beam_search, pad_batch
+from seq2seq.search import Hypothesis, beam_search, pad_batch
 
 
 @dataclass

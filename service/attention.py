@@ -38,8 +38,8 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
 from seq2seq.alignment import Alignment, AlignmentOptions, Token, concat
+from seq2seq.backend import SearchBackend
 from seq2seq.records import Quality, TokenSpan
-from seq2seq.search import SearchBackend
 from seq2seq.translator import TranslationResult, Translator
 from service.deps import APIError, CheckedRoute, RequestContext, get_context
 from service.engine import ServedModel

@@ -30,6 +30,7 @@ LIBRARY_MODULES = {
     "alignment",
     "quality",
     "search",
+    "backend",
     "translator",
     "forced",
     "segment",

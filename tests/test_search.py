@@ -18,11 +18,10 @@ import pytest
 import torch
 
 from seq2seq import search
+from seq2seq.backend import DecoderCache, StepOutput
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.model import key_padding_mask
 from seq2seq.search import (
-    DecoderCache,
-    StepOutput,
     beam_search,
     coverage_penalty,
     greedy_search,

@@ -21,11 +21,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from data.tokenizer import Tokenizer
+from seq2seq.backend import DecoderCache, StepOutput, TeacherForced
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.forced import teacher_force_by_steps
 from seq2seq.heatmap import FLAG_COLOUR
 from seq2seq.quality import QualityThresholds
-from seq2seq.search import DecoderCache, StepOutput, TeacherForced
 from seq2seq.segment import split_sentences
 from seq2seq.translator import Translator
 from service.app import create_app

@@ -1,0 +1,119 @@
+"""What a model offers the search (`SearchBackend`: encode once, then step token by token;
+every attention map of a given translation) and the values that cross that interface: the
+KV cache (`DecoderCache`, owned by the search and passed to every step), a step's output
+and a teacher-forced pass. Torch-free; implemented by `seq2seq.torch_backend` and
+`seq2seq.onnx_backend`, searched by `seq2seq.search`.
+
+Shapes: L decoder layers, N active rows, H heads, S source length, P cached target
+length, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from seq2seq.config import ModelConfig
+
+
+@dataclass(frozen=True)
+class DecoderCache:
+    """What a decoder step reads besides its new tokens, and hands on to the next step: a
+    value passed in and returned, never kept by a backend (so one backend serves concurrent
+    searches). Every array is stacked over the decoder layers, layer l at index l; the ONNX
+    backend binds per-layer views of them, which copies nothing.
+
+    Shapes: L decoder layers, N rows, H heads, S source length, P cached target positions.
+    """
+
+    cross_k: np.ndarray  # (L, N, H, S, Dh) cross-attention keys, projected once per source
+    cross_v: np.ndarray  # (L, N, H, S, Dh)
+    self_k: np.ndarray  # (L, N, H, P, Dh) self-attention keys of the P positions so far
+    self_v: np.ndarray  # (L, N, H, P, Dh)
+
+    @classmethod
+    def start(cls, cross_k: np.ndarray, cross_v: np.ndarray) -> DecoderCache:
+        """The cache before the first step: cross K/V (L, N, H, S, Dh) from `encode`, P = 0."""
+        layers, rows, heads, _, head_dim = cross_k.shape
+        empty = np.zeros((layers, rows, heads, 0, head_dim), dtype=np.float32)
+        return cls(cross_k, cross_v, empty, empty)
+
+    @property
+    def past_length(self) -> int:
+        """P, the target positions already cached."""
+        return self.self_k.shape[3]
+
+    def reorder(self, rows: np.ndarray) -> DecoderCache:
+        """rows (N',) int: row i of the result continues row `rows[i]` (beam search: the
+        beams that go on, in their order; sentences that finished are left out).
+
+        The self K/V always follow. The cross K/V follow only when the number of rows
+        changes: the search moves a row only within its own sentence, whose K rows read one
+        source, so while no sentence leaves they are already right and are not copied
+        (fairseq's `reorder_incremental_state` skips its encoder-decoder attention the same way).
+        """
+        cross_k, cross_v = self.cross_k, self.cross_v
+        if len(rows) != cross_k.shape[1]:
+            cross_k, cross_v = select_rows(cross_k, rows), select_rows(cross_v, rows)
+        return DecoderCache(cross_k, cross_v, select_rows(self.self_k, rows), select_rows(self.self_v, rows))
+
+
+@dataclass
+class StepOutput:
+    log_probs: np.ndarray  # (N, V) float32, log-softmax of the new position (the search edits it)
+    cache: DecoderCache  # the cache after this step: self K/V (L, N, H, P+1, Dh)
+    cross_weights: np.ndarray | None  # (L, N, H, S) cross-attention of the new position
+
+
+@dataclass
+class TeacherForced:
+    """Every attention map of given translations, the decoder fed BOS + target at once.
+
+    Row t of the decoder maps is the step whose input is BOS + target[:t], i.e. the step that
+    produced target piece t (the last row produced EOS), as in `TranslationResult.attention`.
+    """
+
+    log_probs: np.ndarray  # (B, T+1, V)
+    cross: np.ndarray  # (L, B, H, T+1, S)
+    # Self-attention, None from a backend that can only step (the scripted test backends).
+    encoder_self: np.ndarray | None  # (E, B, H, S, S)
+    decoder_self: np.ndarray | None  # (L, B, H, T+1, T+1), causal: zero above the diagonal
+
+
+class SearchBackend(Protocol):
+    """What a model must offer to be searched (encode once, then step token by token) and
+    explained (its config, and every attention map of a given translation)."""
+
+    bos_id: int
+    eos_id: int
+    pad_id: int
+    config: ModelConfig
+
+    def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """src_ids (B, S) int64, src_mask (B, S) bool -> cross K and V, each (L, B, H, S, Dh)."""
+        ...
+
+    def step(self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, need_attention: bool) -> StepOutput:
+        """tokens (N, 1) int64 at position P = cache.past_length, src_mask (N, S) bool -> the
+        new position's log-probs, the cache extended by it, and its cross-attention
+        (L, N, H, S) when `need_attention`."""
+        ...
+
+    def teacher_force(self, src_ids: np.ndarray, src_mask: np.ndarray, tgt_ids: np.ndarray) -> TeacherForced:
+        """src_ids (B, S) with the source EOS, src_mask (B, S) bool, tgt_ids (B, T) without BOS
+        or EOS, right-padded with pad_id -> every map of the decoder reading BOS + target."""
+        ...
+
+
+def select_rows(states: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """states (L, N, ...) -> (L, len(rows), ...): the rows the search keeps, in their order.
+
+    For the KV cache (L, N, H, P, Dh) and the cross K/V (L, N, H, S, Dh). The result is
+    C-contiguous (`np.take`; `states[:, rows]` is not), so backends feed it as it is, and
+    when nothing moves (greedy search while no sentence has finished) it is not copied.
+    """
+    if len(rows) == states.shape[1] and np.array_equal(rows, np.arange(len(rows))):
+        return states
+    return np.take(states, rows, axis=1)
