@@ -12,13 +12,12 @@ from pathlib import Path
 
 from export.exporter import (
     DEFAULT_OPSET,
-    PARITY_SENTENCES,
     ExportError,
     ExportResult,
     export_graphs,
     load_checkpoint,
-    run_parity_checks,
 )
+from export.parity import PARITY_SENTENCES, run_parity_checks
 from export.precisions import keep_graphs, precision_problems
 from export.quantize import quantize_graphs
 from seq2seq.bundle import load_bundle_manifest, replace_graphs, write_manifest

@@ -19,15 +19,17 @@ import torch
 from toy import SENTENCES
 
 from data.tokenizer import EOS_ID, PAD_ID, Tokenizer
-from export import exporter, regraph
-from export.exporter import ExportError, check_parity, export_model
+from export import regraph
+from export.exporter import ExportError, export_model
+from export.parity import PARITY_SENTENCES, check_parity
+from seq2seq.backend import DecoderCache
 from seq2seq.bundle import BUNDLE_FILE, BundleError, load_bundle_manifest, update_metrics
 from seq2seq.cli import export as export_cli
 from seq2seq.config import DecodeConfig
 from seq2seq.loading import load_translator
 from seq2seq.model import load_model
 from seq2seq.onnx_backend import DECODER_OUTPUTS, OnnxBackend
-from seq2seq.search import DecoderCache, beam_search, pad_batch
+from seq2seq.search import beam_search, pad_batch
 from seq2seq.torch_backend import TorchBackend
 
 REPO = Path(__file__).resolve().parents[1]
@@ -366,7 +368,7 @@ def test_shipped_bundle_matches_torch() -> None:
     """fp32 graphs (when the bundle carries them) within the tolerance; int8 graphs (when it
     does) with the same tokens as torch on these sentences."""
     bundle = load_bundle_manifest(SHIPPED_BUNDLE, verify=False)
-    sentences = exporter.PARITY_SENTENCES[:4]
+    sentences = PARITY_SENTENCES[:4]
     if "fp32" in bundle.precisions:
         report = check_parity(SHIPPED_BUNDLE, sentences=sentences)
         assert not report.problems, report.problems
