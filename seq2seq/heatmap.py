@@ -20,6 +20,7 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
+from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
@@ -89,51 +90,9 @@ def render_heatmap(
     with _RENDER_LOCK, matplotlib.rc_context({"svg.fonttype": "none", "font.size": 9, "svg.hashsalt": "crossalign"}):
         figure = Figure(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
         axes = figure.add_subplot()
-        if source and target:
-            image = axes.imshow(matrix, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
-            for i, j in links:  # i = source column, j = target row
-                axes.add_patch(Rectangle((i - 0.5, j - 0.5), 1, 1, fill=False, edgecolor="#d62728", linewidth=1.5))
-            for i in untranslated:
-                axes.add_patch(
-                    Rectangle(
-                        (i - 0.5, -0.5), 1, len(target), fill=False, edgecolor=FLAG_COLOUR, linewidth=2, linestyle="--"
-                    )
-                )
-            for j in ungrounded:
-                axes.add_patch(
-                    Rectangle(
-                        (-0.5, j - 0.5), len(source), 1, fill=False, edgecolor=FLAG_COLOUR, linewidth=2, linestyle="--"
-                    )
-                )
-            figure.colorbar(image, ax=axes, fraction=0.05, pad=0.02, label="attention weight")
-        else:
-            axes.text(0.5, 0.5, "empty alignment", ha="center", va="center", transform=axes.transAxes)
-        axes.set_xticks(range(len(source)), source, rotation=90, parse_math=False)
-        axes.set_yticks(range(len(target)), target, parse_math=False)
-        axes.xaxis.tick_top()
-        # Both label slots of a tick: the source labels are drawn on top (label2).
-        for index in untranslated:
-            tick = axes.xaxis.get_major_ticks()[index]
-            tick.label1.set_color(FLAG_COLOUR)
-            tick.label2.set_color(FLAG_COLOUR)
-        for index in ungrounded:
-            axes.yaxis.get_major_ticks()[index].label1.set_color(FLAG_COLOUR)
-        axes.xaxis.set_label_position("top")
-        axes.set_xlabel(axis_labels[0], parse_math=False)
-        axes.set_ylabel(axis_labels[1], parse_math=False)
-        # The caption below the map, wrapped to the figure's width (a long one was cut at the
-        # right edge); as the figure's x label, constrained layout makes room for every line.
-        # The flags' legend is a line of its own, wrapped on its own.
-        lines = [title or caption] + ([FLAG_LEGEND] if untranslated or ungrounded else [])
-        columns = max(24, int(width / CAPTION_CHAR_PX))
-        figure.supxlabel(
-            "\n".join(textwrap.fill(line, width=columns) for line in lines),
-            x=0.01,
-            ha="left",
-            multialignment="left",
-            fontsize=8,
-            parse_math=False,
-        )
+        _draw_map(figure, axes, matrix, links, (len(source), len(target)), untranslated, ungrounded)
+        _draw_labels(axes, source, target, axis_labels, untranslated, ungrounded)
+        _draw_caption(figure, [title or caption] + ([FLAG_LEGEND] if untranslated or ungrounded else []), width)
         buffer = io.BytesIO()
         # No timestamp or version in the file: the same map downloads as the same bytes.
         figure.savefig(
@@ -143,6 +102,74 @@ def render_heatmap(
             metadata={"Software": None} if fmt == "png" else {"Date": None, "Creator": None},
         )
     return buffer.getvalue()
+
+
+def _draw_map(
+    figure: Figure,
+    axes: Axes,
+    matrix: list[list[float]],
+    links: list[tuple[int, int]],
+    shape: tuple[int, int],
+    untranslated: Sequence[int],
+    ungrounded: Sequence[int],
+) -> None:
+    """The cells, the links boxed in red, the flagged columns and rows dashed, the colour bar;
+    shape is (source, target) token counts."""
+    n_source, n_target = shape
+    if not (n_source and n_target):
+        axes.text(0.5, 0.5, "empty alignment", ha="center", va="center", transform=axes.transAxes)
+        return
+    image = axes.imshow(matrix, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+    for i, j in links:  # i = source column, j = target row
+        axes.add_patch(Rectangle((i - 0.5, j - 0.5), 1, 1, fill=False, edgecolor="#d62728", linewidth=1.5))
+    for i in untranslated:
+        axes.add_patch(
+            Rectangle((i - 0.5, -0.5), 1, n_target, fill=False, edgecolor=FLAG_COLOUR, linewidth=2, linestyle="--")
+        )
+    for j in ungrounded:
+        axes.add_patch(
+            Rectangle((-0.5, j - 0.5), n_source, 1, fill=False, edgecolor=FLAG_COLOUR, linewidth=2, linestyle="--")
+        )
+    figure.colorbar(image, ax=axes, fraction=0.05, pad=0.02, label="attention weight")
+
+
+def _draw_labels(
+    axes: Axes,
+    source: Sequence[str],
+    target: Sequence[str],
+    axis_labels: tuple[str, str],
+    untranslated: Sequence[int],
+    ungrounded: Sequence[int],
+) -> None:
+    """The tokens as tick labels (source on top), the flagged ones coloured, and the axis names."""
+    axes.set_xticks(range(len(source)), source, rotation=90, parse_math=False)
+    axes.set_yticks(range(len(target)), target, parse_math=False)
+    axes.xaxis.tick_top()
+    # Both label slots of a tick: the source labels are drawn on top (label2).
+    for index in untranslated:
+        tick = axes.xaxis.get_major_ticks()[index]
+        tick.label1.set_color(FLAG_COLOUR)
+        tick.label2.set_color(FLAG_COLOUR)
+    for index in ungrounded:
+        axes.yaxis.get_major_ticks()[index].label1.set_color(FLAG_COLOUR)
+    axes.xaxis.set_label_position("top")
+    axes.set_xlabel(axis_labels[0], parse_math=False)
+    axes.set_ylabel(axis_labels[1], parse_math=False)
+
+
+def _draw_caption(figure: Figure, lines: list[str], width: int) -> None:
+    """The caption below the map, wrapped to the figure's width (a long one was cut at the
+    right edge); as the figure's x label, constrained layout makes room for every line.
+    The flags' legend is a line of its own, wrapped on its own."""
+    columns = max(24, int(width / CAPTION_CHAR_PX))
+    figure.supxlabel(
+        "\n".join(textwrap.fill(line, width=columns) for line in lines),
+        x=0.01,
+        ha="left",
+        multialignment="left",
+        fontsize=8,
+        parse_math=False,
+    )
 
 
 def filename(source_lang: str, target_lang: str, text: str, fmt: str) -> str:
