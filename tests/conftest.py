@@ -78,3 +78,11 @@ def tiny_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory)
     manifest.write_text(json.dumps({"corpus": "toy", "license": "CC0-1.0 (generated in the test)"}))
     export_model(tiny_checkpoint, work / "models" / "de-en", data_manifest=manifest, parity_sentences=SENTENCES)
     return work / "models" / "de-en"
+
+
+@pytest.fixture(scope="session")
+def batch_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random model of the batch CLI tests (tests/batch_toy.py). Shared: read-only."""
+    from batch_toy import random_model
+
+    return random_model(tmp_path_factory.mktemp("batch_model"))
