@@ -86,3 +86,19 @@ def batch_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from batch_toy import random_model
 
     return random_model(tmp_path_factory.mktemp("batch_model"))
+
+
+@pytest.fixture(scope="module")
+def echo_engine(toy_tokenizer_path: Path):
+    """A `TranslatorEngine` over the scripted EchoBackend (tests/echo_backend.py), per module."""
+    from echo_backend import EchoBackend
+
+    from data.tokenizer import Tokenizer
+    from seq2seq.translator import Translator
+    from service.engine import TranslatorEngine
+
+    tokenizer = Tokenizer(toy_tokenizer_path)
+    translator = Translator(EchoBackend(tokenizer.vocab_size), tokenizer)
+    engine = TranslatorEngine({("de", "en"): ("de-en", translator)}, window_s=0.002)
+    yield engine
+    engine.close()
