@@ -27,6 +27,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -49,7 +50,7 @@ def describe(layer: int, heads: tuple[int, ...], shift: bool) -> str:
     return f"layer {layer}  {'mean' if not heads else f'head {heads[0]}':<7} {'shift' if shift else '-':<5}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
@@ -63,8 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write every row as JSON here")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def teacher_force(args: argparse.Namespace) -> tuple[Any, list, list]:
+    """Load the model and teacher-force every gold pair: (model config, gold pairs, forced attention)."""
     backend = args.backend
     if backend == "auto":
         backend = "onnx" if (args.model / "bundle.json").is_file() else "torch"
@@ -85,25 +89,25 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(gold)} gold pairs teacher-forced in {time.perf_counter() - started:.1f} s",
         flush=True,
     )
+    return config, gold, prepared
 
-    def score_source(layer: int, heads: tuple[int, ...], shift: bool) -> Score:
-        options = AlignmentOptions("word", layer, heads, shift).resolve(config)
-        hypotheses = []
-        for pair, item in zip(gold, prepared):
-            if isinstance(item, AlignmentError):
-                hypotheses.append(set())
-                continue
-            attention, source_pieces, target_pieces, _ = item
-            maps = align(attention, pair.source, source_pieces, pair.target, target_pieces, options)
-            hypotheses.append(set(maps.word.links))
-        return score(hypotheses, gold)
 
-    rows = [
-        (score_source(layer, heads, shift), layer, heads, shift)
-        for layer, heads, shift in candidates(config.decoder_layers, config.n_heads)
-    ]
-    rows.sort(key=lambda row: (row[0].aer, -row[0].recall))
+def score_source(config, gold: list, prepared: list, layer: int, heads: tuple[int, ...], shift: bool) -> Score:
+    """AER, precision and recall of one alignment source on the gold set."""
+    options = AlignmentOptions("word", layer, heads, shift).resolve(config)
+    hypotheses = []
+    for pair, item in zip(gold, prepared):
+        if isinstance(item, AlignmentError):
+            hypotheses.append(set())
+            continue
+        attention, source_pieces, target_pieces, _ = item
+        maps = align(attention, pair.source, source_pieces, pair.target, target_pieces, options)
+        hypotheses.append(set(maps.word.links))
+    return score(hypotheses, gold)
 
+
+def print_rows(rows: list, current: Score, config) -> None:
+    """The table, the best source, the model's current default and the best as flags and fields."""
     print(f"\n{'source':<26} {'AER':>6} {'prec':>6} {'recall':>6}")
     for result, layer, heads, shift in rows:
         print(
@@ -111,7 +115,6 @@ def main(argv: list[str] | None = None) -> int:
             f"{100 * result.recall:6.1f}"
         )
     best, layer, heads, shift = rows[0]
-    current = score_source(config.resolved_alignment_layer, tuple(config.alignment_heads), config.alignment_step_shift)
     print(f"\nbest: {describe(layer, heads, shift).strip()}: {best}")
     print(
         f"the model's current default (layer {config.resolved_alignment_layer}, heads "
@@ -121,24 +124,47 @@ def main(argv: list[str] | None = None) -> int:
     heads_flag = " ".join(map(str, heads)) if heads else "(no value: the mean of all heads)"
     print(f"as flags: --layer {layer} --heads {heads_flag}{' --step-shift' if shift else ''}")
     print(f"as ModelConfig: alignment_layer={layer}, alignment_heads={tuple(heads)}, alignment_step_shift={shift}")
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                [
-                    {
-                        "layer": layer,
-                        "heads": list(heads) or "mean",
-                        "step_shift": shift,
-                        "aer": round(100 * r.aer, 2),
-                        "precision": round(100 * r.precision, 2),
-                        "recall": round(100 * r.recall, 2),
-                    }
-                    for r, layer, heads, shift in rows
-                ],
-                indent=1,
-            )
-            + "\n"
+
+
+def write_json(path: Path, rows: list) -> None:
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "layer": layer,
+                    "heads": list(heads) or "mean",
+                    "step_shift": shift,
+                    "aer": round(100 * r.aer, 2),
+                    "precision": round(100 * r.precision, 2),
+                    "recall": round(100 * r.recall, 2),
+                }
+                for r, layer, heads, shift in rows
+            ],
+            indent=1,
         )
+        + "\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    config, gold, prepared = teacher_force(args)
+    rows = [
+        (score_source(config, gold, prepared, layer, heads, shift), layer, heads, shift)
+        for layer, heads, shift in candidates(config.decoder_layers, config.n_heads)
+    ]
+    rows.sort(key=lambda row: (row[0].aer, -row[0].recall))
+    current = score_source(
+        config,
+        gold,
+        prepared,
+        config.resolved_alignment_layer,
+        tuple(config.alignment_heads),
+        config.alignment_step_shift,
+    )
+    print_rows(rows, current, config)
+    if args.json:
+        write_json(args.json, rows)
     return 0
 
 

@@ -356,7 +356,7 @@ def format_revisions(names: list[str], totals: dict, outputs: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
     )
@@ -381,6 +381,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beams", nargs="+", type=int, default=[1, 4], help="beam sizes (default 1 4; 1 = greedy)")
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 32], help="sentences per call (default 1 32)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    add_revision_arguments(parser)
+    return parser
+
+
+def add_revision_arguments(parser: argparse.ArgumentParser) -> None:
+    """--revisions and the flags that only matter with it (and --pause-training)."""
     parser.add_argument(
         "--revisions",
         nargs="+",
@@ -414,26 +420,39 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help=f"SIGSTOP the pids in {TRAINING_PIDS} while measuring (always resumed)",
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.test is None:
         parser.error("--test is required")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.revisions:
-        sources, _ = read_test(args.test, args.n)
-        with training_paused(args.pause_training) as paused:
-            table = compare_revisions(
-                args.revisions,
-                sources,
-                args.threads,
-                args.slices,
-                args.b1_sentences,
-                args.revision_bundle,
-                args.precision,
-            )
-        print(f"{len(sources)} sentences from {args.test}, {args.threads} threads, training paused: {paused}")
-        print(table)
-        return 0
+        return main_revisions(args)
+    return main_systems(parser, args)
 
+
+def main_revisions(args: argparse.Namespace) -> int:
+    """--revisions: the revisions compared, interleaved, and their table printed."""
+    sources, _ = read_test(args.test, args.n)
+    with training_paused(args.pause_training) as paused:
+        table = compare_revisions(
+            args.revisions,
+            sources,
+            args.threads,
+            args.slices,
+            args.b1_sentences,
+            args.revision_bundle,
+            args.precision,
+        )
+    print(f"{len(sources)} sentences from {args.test}, {args.threads} threads, training paused: {paused}")
+    print(table)
+    return 0
+
+
+def main_systems(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Every system x beam x batch size on this checkout's bundle, as a table (and JSON)."""
     sources, references = read_test(args.test, args.n)
     if not sources:
         parser.error(f"{args.test}: no source<TAB>reference rows")

@@ -7,9 +7,9 @@
    scored against the planted truth (precision, recall, F1) beside the baseline that flags
    as many words, each sentence's lowest-coverage (lowest-peak) ones. The flags on the
    intact pairs (false alarms per 100 words) are shown beside them.
-2. **Confidence vs quality.** The model translates each split (beam 4, as served); the
-   sentence confidence and, alone, the length-normalised log-probability are ranked
-   against sentence chrF (Spearman's ρ).
+2. **Confidence vs quality** (bench/quality_confidence.py). The model translates each
+   split (beam 4, as served); the sentence confidence and, alone, the length-normalised
+   log-probability are ranked against sentence chrF (Spearman's ρ).
 
 The valid split is cut in two: the pairs with an even index (`valid-fit`) fit the flags'
 detectors (logistic regressions over `seq2seq.quality.word_features`) and choose every
@@ -28,14 +28,12 @@ model's bundle.json and the split file), so re-runs only re-align.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 REPO = Path(__file__).resolve().parents[1]
 for path in (REPO, REPO / "bench"):
@@ -44,7 +42,6 @@ for path in (REPO, REPO / "bench"):
 
 from planted import (  # noqa: E402
     Case,
-    Links,
     Scored,
     best_threshold,
     content,
@@ -54,8 +51,8 @@ from planted import (  # noqa: E402
     make_cases,
     prf,
     rank_baseline,
-    spearman,
 )
+from quality_confidence import Splits, report_confidence  # noqa: E402
 
 from seq2seq.aer import read_gold, read_pharaoh  # noqa: E402
 from seq2seq.alignment import AlignmentError, AlignmentOptions, align, words  # noqa: E402
@@ -67,9 +64,7 @@ from seq2seq.quality import (  # noqa: E402
     Detector,
     Evidence,
     QualityThresholds,
-    confidence_features,
     feature_names,
-    is_punctuation,
     source_coverage,
     target_entropy,
     target_peak,
@@ -92,49 +87,12 @@ def read_pairs(path: Path) -> list[tuple[str, str]]:
     return pairs
 
 
-def model_key(model: Path) -> str:
-    manifest = model / "bundle.json"
-    text = manifest.read_bytes() if manifest.is_file() else (model / "model.pt").read_bytes()
-    return hashlib.sha256(text).hexdigest()[:12]
-
-
 def decoder_sha256(model: Path) -> str | None:
     """The decoder graph's sha256 from bundle.json: which weights the thresholds were chosen for."""
     manifest = model / "bundle.json"
     if not manifest.is_file():
         return None
     return json.loads(manifest.read_text())["files"].get("decoder_step.onnx", {}).get("sha256")
-
-
-def translate_split(
-    translator, split: str, pairs: list[tuple[str, str]], config: DecodeConfig, cache: Path | None, key: str
-) -> list[dict]:
-    """Per pair: the translation, its mean token log-prob and its word map from the default source."""
-    path = None
-    if cache is not None:
-        digest = hashlib.sha256(json.dumps([key, split, pairs, config.beam_size, config.length_penalty]).encode())
-        path = cache / f"translations-{split}-{digest.hexdigest()[:16]}.json"
-        if path.is_file():
-            return json.loads(path.read_text())
-    records = []
-    batch = 32
-    for start in tqdm(range(0, len(pairs), batch), desc=f"translate {split}", unit="batch", file=sys.stderr):
-        chunk = pairs[start : start + batch]
-        for (source, _), result in zip(chunk, translator.translate_batch([s for s, _ in chunk], config)):
-            alignment = translator.align(source, result)
-            records.append(
-                {
-                    "hypothesis": result.text,
-                    "mean_log_prob": result.mean_log_prob,
-                    "source_words": [t.text for t in alignment.source_tokens],
-                    "target_words": [t.text for t in alignment.target_tokens],
-                    "matrix": np.round(alignment.matrix, 5).tolist(),
-                }
-            )
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(records))
-    return records
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -160,9 +118,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--save", type=Path, help="write the chosen thresholds here (the model's quality.json)")
     parser.add_argument("--json", type=Path, help="also write every figure as JSON here")
     return parser.parse_args(argv)
-
-
-Splits = dict[str, tuple[list[tuple[str, str]], list[Links]]]
 
 
 def read_splits(args: argparse.Namespace) -> Splits:
@@ -444,67 +399,6 @@ def report_ungrounded(signals: Signals, source, names: list[str], report: dict) 
     detector = report_detector(signals, 1, peak, names, report)
     print_detector("ungrounded", detector)
     return chosen, detector
-
-
-def report_confidence(
-    translator, args: argparse.Namespace, splits: Splits, names: list[str], report: dict
-) -> tuple[np.ndarray, float]:
-    """Fit the confidence weights on valid against sentence chrF and score every split;
-    returns the weights and the expected length ratio (reference / source words on valid)."""
-    decode = DecodeConfig(beam_size=args.beam_size)
-    import sacrebleu
-
-    translated = {
-        name: translate_split(translator, name, pairs, decode, args.cache, model_key(args.model))
-        for name, (pairs, _) in splits.items()
-    }
-    valid_pairs = splits["valid"][0]
-    reference_words = sum(sum(not is_punctuation(t.text) for t in words(r)) for _, r in valid_pairs)
-    source_words = sum(sum(not is_punctuation(t.text) for t in words(s)) for s, _ in valid_pairs)
-    expected_ratio = reference_words / source_words
-
-    def features_and_chrf(name: str) -> tuple[np.ndarray, np.ndarray]:
-        rows, chrf = [], []
-        for record, (_, reference) in zip(translated[name], splits[name][0]):
-            coverage = source_coverage(np.array(record["matrix"]).reshape(len(record["target_words"]), -1))
-            rows.append(
-                confidence_features(
-                    record["mean_log_prob"], coverage, record["source_words"], record["target_words"], expected_ratio
-                )
-            )
-            chrf.append(sacrebleu.sentence_chrf(record["hypothesis"], [reference]).score / 100)
-        return np.array(rows), np.array(chrf)
-
-    x_valid, y_valid = features_and_chrf("valid")
-    weights, *_ = np.linalg.lstsq(x_valid, y_valid, rcond=None)
-    print(
-        f"\nconfidence vs sentence chrF (Spearman's rho; beam {args.beam_size}); weights fitted on valid: "
-        f"bias {weights[0]:.3f}, log-prob {weights[1]:.3f}, coverage {weights[2]:.3f}, length {weights[3]:.3f}; "
-        f"expected length ratio {expected_ratio:.3f}"
-    )
-    print(
-        f"{'split':<6} {'pairs':>5} {'log-prob alone':>15} {'coverage alone':>15} {'length alone':>13} "
-        f"{'confidence':>11} {'mean conf':>10} {'mean chrF':>10}"
-    )
-    for name in names:
-        x, y = features_and_chrf(name) if name != "valid" else (x_valid, y_valid)
-        confidence = np.clip(x @ weights, 0.0, 1.0)
-        row = {
-            "split": name,
-            "pairs": len(y),
-            "log_prob": spearman(x[:, 1], y),
-            "coverage": spearman(x[:, 2], y),
-            "length": spearman(x[:, 3], y),
-            "confidence": spearman(confidence, y),
-            "mean_confidence": float(confidence.mean()),
-            "mean_chrf": float(y.mean()),
-        }
-        print(
-            f"{name:<6} {len(y):>5} {row['log_prob']:15.3f} {row['coverage']:15.3f} {row['length']:13.3f} "
-            f"{row['confidence']:11.3f} {row['mean_confidence']:10.3f} {row['mean_chrf']:10.3f}"
-        )
-        report.setdefault("confidence", []).append(row)
-    return weights, expected_ratio
 
 
 def main(argv: list[str] | None = None) -> int:

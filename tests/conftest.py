@@ -78,3 +78,27 @@ def tiny_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory)
     manifest.write_text(json.dumps({"corpus": "toy", "license": "CC0-1.0 (generated in the test)"}))
     export_model(tiny_checkpoint, work / "models" / "de-en", data_manifest=manifest, parity_sentences=SENTENCES)
     return work / "models" / "de-en"
+
+
+@pytest.fixture(scope="session")
+def batch_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random model of the batch CLI tests (tests/batch_toy.py). Shared: read-only."""
+    from batch_toy import random_model
+
+    return random_model(tmp_path_factory.mktemp("batch_model"))
+
+
+@pytest.fixture(scope="module")
+def echo_engine(toy_tokenizer_path: Path):
+    """A `TranslatorEngine` over the scripted EchoBackend (tests/echo_backend.py), per module."""
+    from echo_backend import EchoBackend
+
+    from data.tokenizer import Tokenizer
+    from seq2seq.translator import Translator
+    from service.engine import TranslatorEngine
+
+    tokenizer = Tokenizer(toy_tokenizer_path)
+    translator = Translator(EchoBackend(tokenizer.vocab_size), tokenizer)
+    engine = TranslatorEngine({("de", "en"): ("de-en", translator)}, window_s=0.002)
+    yield engine
+    engine.close()

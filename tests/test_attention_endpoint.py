@@ -159,7 +159,7 @@ def test_the_explorer_works_on_the_torch_backend(tiny_bundle: Path, answer: dict
 
 
 def test_backend_without_maps_is_501(toy_tokenizer_path: Path) -> None:
-    from test_service import EchoBackend
+    from echo_backend import EchoBackend
 
     from data.tokenizer import Tokenizer
     from seq2seq.translator import Translator

@@ -1,110 +1,29 @@
 """`crossalign translate` on whole files: order, resume, bad lines, heatmaps, the schema.
 
 One tiny randomly initialised model (d_model 32, 2+2 layers, a 56-piece SentencePiece
-model trained here on toy German) serves every test, through the torch backend. A random
-model decodes to its length limit, which is exactly what these tests want: every line
-takes real time and produces a real alignment. The CLI runs in-process where it can and as
-a subprocess where a process must die (resume after SIGKILL).
+model trained on toy German: tests/batch_toy.py) serves every test, through the torch
+backend. A random model decodes to its length limit, which is exactly what these tests
+want: every line takes real time and produces a real alignment. The CLI runs in-process
+here; test_batch_resume.py runs it as a subprocess where a process must die.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import random
-import re
-import shutil
-import signal
-import subprocess
-import sys
-import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import numpy as np
 import pytest
+from batch_toy import read_jsonl, toy_sentences, translate
 
 from seq2seq.cli import batch, build_parser
-from seq2seq.cli import main as cli_main
 from seq2seq.records import AlignedTranslation, TranslationRecord
-
-REPO = Path(__file__).resolve().parents[1]
-WORDS = [
-    "der",
-    "die",
-    "das",
-    "Hund",
-    "Katze",
-    "Haus",
-    "Mann",
-    "Frau",
-    "Kind",
-    "ist",
-    "war",
-    "sehr",
-    "nicht",
-    "auch",
-    "klein",
-    "groß",
-    "rot",
-    "alt",
-    "schön",
-    "grün",
-    "heute",
-    "hier",
-    "und",
-]
-
-
-def toy_sentences(count: int, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    return [
-        " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3))).capitalize() + rng.choice([" .", " !", " ?"])
-        for _ in range(count)
-    ]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """config.json + model.pt + spm.model of a tiny random Transformer."""
-    import torch
-
-    from data.tokenizer import Tokenizer, train_sentencepiece
-    from seq2seq.config import ModelConfig
-    from seq2seq.model import Transformer, save_model
-
-    root = tmp_path_factory.mktemp("batch_model")
-    spm_path = train_sentencepiece(toy_sentences(300), root / "spm", vocab_size=56)
-    torch.manual_seed(0)
-    config = ModelConfig(
-        vocab_size=Tokenizer(spm_path).vocab_size,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        encoder_layers=2,
-        decoder_layers=2,
-        dropout=0.0,
-        max_positions=128,
-    )
-    directory = root / "model"
-    save_model(Transformer(config).eval(), directory)
-    shutil.copyfile(spm_path, directory / "spm.model")
-    return directory
-
-
-def translate(model_dir: Path, *arguments: str | Path) -> int:
-    """Run `crossalign translate` in this process; returns the exit status."""
-    return cli_main(["translate", "-m", str(model_dir), "--backend", "torch", *map(str, arguments)])
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
 
 # --------------------------------------------------------------------------- schema
 
 
-def test_jsonl_records_validate_against_the_api_schema(model_dir: Path, tmp_path: Path) -> None:
+def test_jsonl_records_validate_against_the_api_schema(batch_model_dir: Path, tmp_path: Path) -> None:
     sentences = toy_sentences(12, seed=1)
     long_line = "  ".join(sentences[:3])  # split into 3 sentences by --split-tokens 8
     lines = [*sentences, long_line]
@@ -114,7 +33,7 @@ def test_jsonl_records_validate_against_the_api_schema(model_dir: Path, tmp_path
 
     assert (
         translate(
-            model_dir,
+            batch_model_dir,
             "-i",
             source,
             "-o",
@@ -164,8 +83,8 @@ def test_jsonl_records_validate_against_the_api_schema(model_dir: Path, tmp_path
     ]
 
 
-def test_text_argument_and_help(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert translate(model_dir, "Der Hund ist klein .", "--beam-size", "1") == batch.EXIT_OK
+def test_text_argument_and_help(batch_model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert translate(batch_model_dir, "Der Hund ist klein .", "--beam-size", "1") == batch.EXIT_OK
     assert len(capsys.readouterr().out.splitlines()) == 1
     with pytest.raises(SystemExit):
         build_parser(["translate", "--help"]).parse_args(["translate", "--help"])
@@ -174,7 +93,7 @@ def test_text_argument_and_help(model_dir: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_alignment_source_flags_are_those_of_align_with_the_old_spellings_hidden(
-    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+    batch_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     source = tmp_path / "in.txt"
     source.write_text("Der Hund ist klein .\n", encoding="utf-8")
@@ -186,7 +105,17 @@ def test_alignment_source_flags_are_those_of_align_with_the_old_spellings_hidden
         outputs[name] = tmp_path / f"{name}.jsonl"
         assert (
             translate(
-                model_dir, "-i", source, "-o", outputs[name], "-f", "jsonl", "--alignment", "--beam-size", "1", *flags
+                batch_model_dir,
+                "-i",
+                source,
+                "-o",
+                outputs[name],
+                "-f",
+                "jsonl",
+                "--alignment",
+                "--beam-size",
+                "1",
+                *flags,
             )
             == batch.EXIT_OK
         )
@@ -219,14 +148,14 @@ BAD_LINES: list[tuple[bytes, str | None]] = [
 
 @pytest.mark.parametrize("output_format", ["text", "tsv", "jsonl"])
 def test_bad_lines_get_error_records_and_exit_3(
-    model_dir: Path, tmp_path: Path, output_format: str, caplog: pytest.LogCaptureFixture
+    batch_model_dir: Path, tmp_path: Path, output_format: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     source = tmp_path / "in.txt"
     source.write_bytes(b"\n".join(raw for raw, _ in BAD_LINES))
     output = tmp_path / f"out.{output_format}"
 
     status = translate(
-        model_dir,
+        batch_model_dir,
         "-i",
         source,
         "-o",
@@ -260,7 +189,7 @@ def test_bad_lines_get_error_records_and_exit_3(
     assert "6 of 9 lines failed" in caplog.text
 
 
-def test_bad_jsonl_input_lines(model_dir: Path, tmp_path: Path) -> None:
+def test_bad_jsonl_input_lines(batch_model_dir: Path, tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
     source.write_text(
         "\n".join(
@@ -279,7 +208,9 @@ def test_bad_jsonl_input_lines(model_dir: Path, tmp_path: Path) -> None:
     )
     output = tmp_path / "out.jsonl"
     assert (
-        translate(model_dir, "-i", source, "--input-format", "jsonl", "-o", output, "-f", "jsonl", "--beam-size", "1")
+        translate(
+            batch_model_dir, "-i", source, "--input-format", "jsonl", "-o", output, "-f", "jsonl", "--beam-size", "1"
+        )
         == batch.EXIT_SOME_FAILED
     )
     records = [TranslationRecord.model_validate(r) for r in read_jsonl(output)]
@@ -304,7 +235,7 @@ SERVICE_RULE_LINES: list[tuple[dict, str | None]] = [
 
 @pytest.mark.parametrize("output_format", ["text", "tsv", "jsonl"])
 def test_lines_the_service_refuses_are_error_records_and_resume_goes_on(
-    model_dir: Path, tmp_path: Path, output_format: str
+    batch_model_dir: Path, tmp_path: Path, output_format: str
 ) -> None:
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(item) + "\n" for item, _ in SERVICE_RULE_LINES), encoding="utf-8")
@@ -312,7 +243,7 @@ def test_lines_the_service_refuses_are_error_records_and_resume_goes_on(
     # One sentence per batch: a resumed run then computes exactly what the first run did.
     common = ["-i", source, "--input-format", "jsonl", "-f", output_format, "--beam-size", "1", "--batch-size", "1"]
 
-    assert translate(model_dir, *common, "-o", output) == batch.EXIT_SOME_FAILED
+    assert translate(batch_model_dir, *common, "-o", output) == batch.EXIT_SOME_FAILED
 
     complete = output.read_bytes()
     records = complete.decode("utf-8").split("\n")
@@ -331,17 +262,17 @@ def test_lines_the_service_refuses_are_error_records_and_resume_goes_on(
     # Killed after the first bad lines (a cut record included): --resume goes on past them.
     cut = len("\n".join(records[:3])) + 1
     output.write_bytes(complete[: len(complete.decode("utf-8")[:cut].encode("utf-8")) + 5])
-    assert translate(model_dir, *common, "-o", output, "--resume") == batch.EXIT_SOME_FAILED
+    assert translate(batch_model_dir, *common, "-o", output, "--resume") == batch.EXIT_SOME_FAILED
     assert output.read_bytes() == complete
 
 
-def test_empty_input_and_usage_errors(model_dir: Path, tmp_path: Path) -> None:
+def test_empty_input_and_usage_errors(batch_model_dir: Path, tmp_path: Path) -> None:
     empty = tmp_path / "empty.txt"
     empty.write_bytes(b"")
     output = tmp_path / "out.txt"
-    assert translate(model_dir, "-i", empty, "-o", output) == batch.EXIT_OK
+    assert translate(batch_model_dir, "-i", empty, "-o", output) == batch.EXIT_OK
     assert output.read_bytes() == b""
-    assert translate(model_dir, "-i", empty, "--resume") == batch.EXIT_USAGE
+    assert translate(batch_model_dir, "-i", empty, "--resume") == batch.EXIT_USAGE
     assert translate(tmp_path / "no-model", "-i", empty) == batch.EXIT_FATAL
 
 
@@ -349,7 +280,7 @@ def test_empty_input_and_usage_errors(model_dir: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["png", "svg"])
-def test_heatmaps_are_images_named_by_line_or_id(model_dir: Path, tmp_path: Path, fmt: str) -> None:
+def test_heatmaps_are_images_named_by_line_or_id(batch_model_dir: Path, tmp_path: Path, fmt: str) -> None:
     from PIL import Image
 
     source = tmp_path / "in.jsonl"
@@ -362,7 +293,7 @@ def test_heatmaps_are_images_named_by_line_or_id(model_dir: Path, tmp_path: Path
     )
     heatmaps = tmp_path / "maps"
     status = translate(
-        model_dir,
+        batch_model_dir,
         "-i",
         source,
         "--input-format",
@@ -387,167 +318,6 @@ def test_heatmaps_are_images_named_by_line_or_id(model_dir: Path, tmp_path: Path
             assert ElementTree.parse(path).getroot().tag.endswith("svg")
 
 
-# --------------------------------------------------------------------------- workers
-
-
-def test_workers_keep_order_and_count(model_dir: Path, tmp_path: Path) -> None:
-    lines = toy_sentences(48, seed=3)
-    lines[17] = ""  # a bad line among them
-    source = tmp_path / "in.txt"
-    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    outputs = {}
-    for workers in (1, 2):
-        outputs[workers] = tmp_path / f"out{workers}.tsv"
-        status = translate(
-            model_dir,
-            "-i",
-            source,
-            "-o",
-            outputs[workers],
-            "-f",
-            "tsv",
-            "--workers",
-            workers,
-            "--batch-size",
-            "4",
-            "--beam-size",
-            "1",
-        )
-        assert status == batch.EXIT_SOME_FAILED
-    records = outputs[2].read_text(encoding="utf-8").splitlines()
-    assert len(records) == len(lines)
-    assert [r.split("\t")[:2] for r in records] == [[str(i), line] for i, line in enumerate(lines, start=1)]
-    assert outputs[2].read_text() == outputs[1].read_text()  # same batches, same results
-
-
-def test_onnx_backend_with_workers_matches_torch(model_dir: Path, tmp_path: Path) -> None:
-    pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnx")
-    from export.exporter import export_model
-
-    bundle = tmp_path / "bundle"
-    export_model(model_dir, bundle, parity_sentences=["Der Hund ist klein ."])
-    lines = toy_sentences(24, seed=5)
-    source = tmp_path / "in.txt"
-    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    common = ["-i", source, "-f", "jsonl", "--alignment", "--beam-size", "2", "--batch-size", "4"]
-    # torch on the bundle's own weights: the bundle stores them rounded to float16.
-    assert translate(bundle, *common, "-o", tmp_path / "torch.jsonl") == batch.EXIT_OK
-    status = cli_main(
-        [
-            "translate",
-            "-m",
-            str(bundle),
-            "--backend",
-            "onnx",
-            "--workers",
-            "2",
-            "--threads",
-            "1",
-            *map(str, common),
-            "-o",
-            str(tmp_path / "onnx.jsonl"),
-        ]
-    )
-    assert status == batch.EXIT_OK
-    expected, actual = read_jsonl(tmp_path / "torch.jsonl"), read_jsonl(tmp_path / "onnx.jsonl")
-    assert [r["line"] for r in actual] == list(range(1, len(lines) + 1))
-    assert [r["text"] for r in actual] == [r["text"] for r in expected]
-    assert all(abs(a["score"] - e["score"]) < 1e-3 for a, e in zip(actual, expected))
-    assert [r["alignment"]["links"] for r in actual] == [r["alignment"]["links"] for r in expected]
-
-
-# --------------------------------------------------------------------------- resume
-
-
-def test_resume_after_sigkill_equals_an_uninterrupted_run(
-    model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    lines = toy_sentences(240, seed=4)
-    lines[5], lines[200] = "", "Der Hund \x01 ist klein ."  # failures before and after the kill
-    source = tmp_path / "in.txt"
-    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    clean, resumed = tmp_path / "clean.jsonl", tmp_path / "resumed.jsonl"
-    flush_lines = 16
-    command = [
-        sys.executable,
-        "-m",
-        "seq2seq.cli",
-        "-v",
-        "translate",
-        "-m",
-        str(model_dir),
-        "--backend",
-        "torch",
-        "-i",
-        str(source),
-        "-f",
-        "jsonl",
-        "--beam-size",
-        "1",
-        "--batch-size",
-        "8",
-        "--flush-lines",
-        str(flush_lines),
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-
-    process = subprocess.Popen([*command, "-o", str(resumed)], env=env, cwd=REPO, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and process.poll() is None:
-        if resumed.exists() and resumed.read_bytes().count(b"\n") >= 60:
-            break
-        time.sleep(0.02)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    log_text = process.stderr.read().decode()
-    assert process.returncode == -signal.SIGKILL, log_text
-    written = resumed.read_bytes().count(b"\n")
-    assert 60 <= written < len(lines), "the run should have been killed part-way"
-    # The job logs its progress after each batch's write; the kill lost at most one window
-    # of the lines done by then (the kill may also land between a write and its log line).
-    done = int(re.findall(r"(\d+) lines done, \d+ written", log_text)[-1])
-    assert written >= done - flush_lines, (done, written)
-    with open(resumed, "ab") as stream:  # as if killed in the middle of a write
-        stream.write(b'{"text":"half a rec')
-
-    # Other options than the first run's would mix two kinds of records in one file: refused.
-    job = resumed.with_name(resumed.name + ".job.json")
-    assert json.loads(job.read_text())["beam_size"] == 1
-    before = resumed.read_bytes()
-    assert (
-        translate(model_dir, *command[command.index("-i") :], "-o", resumed, "--resume", "--beam-size", "2")
-        == batch.EXIT_USAGE
-    )
-    assert "beam_size: 1 in the first run, 2 now" in caplog.text
-    assert resumed.read_bytes() == before  # nothing written, nothing truncated
-
-    finished = subprocess.run(
-        [*command, "-o", str(resumed), "--resume"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert not job.exists(), "a finished job leaves nothing to resume"
-    assert finished.returncode == batch.EXIT_SOME_FAILED, finished.stderr
-    assert "2 of 240 lines failed" in finished.stderr
-    assert translate(model_dir, *command[command.index("-i") :], "-o", clean) == batch.EXIT_SOME_FAILED
-
-    expected, actual = read_jsonl(clean), read_jsonl(resumed)
-    assert [r["line"] for r in actual] == list(range(1, len(lines) + 1))
-    assert len(actual) == len(expected)
-    for want, got in zip(expected, actual):
-        # Batches after the resume point are composed differently; padding is masked, but
-        # float sums may differ in the last bits, so the score gets a tolerance.
-        assert {k: v for k, v in got.items() if k != "score"} == {k: v for k, v in want.items() if k != "score"}
-        assert abs(got.get("score", 0.0) - want.get("score", 0.0)) < 1e-3
-
-
-def test_resume_truncates_a_partial_record(tmp_path: Path) -> None:
-    path = tmp_path / "out.txt"
-    path.write_bytes(b"one\ntwo\nthr")
-    assert batch.prepare_resume(path) == 2
-    assert path.read_bytes() == b"one\ntwo\n"
-    assert batch.prepare_resume(tmp_path / "missing.txt") == 0
-
-
 # --------------------------------------------------------------------------- units
 
 
@@ -570,7 +340,7 @@ def test_plan_batches_respects_sentences_and_tokens() -> None:
 
 
 def test_a_batch_that_fails_in_the_model_is_retried_line_by_line(
-    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    batch_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Only the line at fault gets an error record; its batch-mates are translated."""
     from seq2seq.translator import Translator
@@ -590,7 +360,7 @@ def test_a_batch_that_fails_in_the_model_is_retried_line_by_line(
     output = tmp_path / "out.jsonl"
 
     assert (
-        translate(model_dir, "-i", source, "-o", output, "-f", "jsonl", "--beam-size", "1", "--batch-size", "4")
+        translate(batch_model_dir, "-i", source, "-o", output, "-f", "jsonl", "--beam-size", "1", "--batch-size", "4")
         == batch.EXIT_SOME_FAILED
     )
 
@@ -598,15 +368,3 @@ def test_a_batch_that_fails_in_the_model_is_retried_line_by_line(
     assert [r.error for r in records[:2] + records[3:]] == [None, None, None]
     assert records[2].error == "translation failed: RuntimeError: the model broke"
     assert calls == [4, 1, 1, 1, 1]  # the batch, then each line on its own
-
-
-def test_windows_shrink_to_the_flush_seconds_at_the_measured_rate(tmp_path: Path) -> None:
-    options = batch.JobOptions(batch_size=16, flush_lines=100, flush_seconds=2.0)
-    job = batch.job._Job(None, None, options, None, 250)  # tokenizer and writer are not used here
-    assert job.window_size() == 16  # nothing measured yet: one batch
-    job.summary.lines, job.started = 50, time.monotonic() - 10  # 5 lines/s -> 10 lines in 2 s
-    assert job.window_size() == 10
-    job.summary.lines = 5000  # fast: the line bound holds
-    assert job.window_size() == 100
-    job.summary.lines, job.started = 1, time.monotonic() - 100  # very slow: one line at a time
-    assert job.window_size() == 1

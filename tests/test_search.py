@@ -1,12 +1,8 @@
-"""Beam search against a scripted decoder with fixed probabilities (fairseq's approach).
+"""Beam search against a scripted decoder with fixed probabilities (tests/scripted_backend.py).
 
 Tests of the log-prob ranking turn the coverage penalty off (the scripted cross weights are
-codes, not attention); the coverage-penalty tests below use real-looking weights.
-
-The scripted backend reads each row's prefix back from the KV cache it is handed, so a
-search that reorders the cache wrongly gets the wrong probabilities, and its cross
-weights encode (prefix, layer, head, source position), so a wrongly reordered alignment
-buffer is caught too. Expected hypotheses and scores are worked out by hand below.
+codes, not attention); the coverage-penalty tests, with real-looking weights, are in
+test_coverage_penalty.py. Expected hypotheses and scores are worked out by hand below.
 """
 
 from __future__ import annotations
@@ -16,126 +12,27 @@ import math
 import numpy as np
 import pytest
 import torch
+from scripted_backend import (
+    BOS,
+    EOS,
+    HEADS,
+    LAYERS,
+    PAD,
+    A,
+    B,
+    ScriptedBackend,
+    expected_attention,
+    lp,
+    penalty,
+    plain,
+    sources,
+)
 
 from seq2seq import search
-from seq2seq.backend import DecoderCache, StepOutput
-from seq2seq.config import DecodeConfig, ModelConfig
+from seq2seq.backend import DecoderCache
 from seq2seq.model import key_padding_mask
-from seq2seq.search import (
-    beam_search,
-    coverage_penalty,
-    greedy_search,
-    hypothesis_score,
-    pad_batch,
-    top_candidates,
-)
+from seq2seq.search import beam_search, greedy_search, top_candidates
 from seq2seq.torch_backend import TorchBackend
-
-PAD, UNK, BOS, EOS, A, B = 0, 1, 2, 3, 4, 5
-VOCAB = 6
-LAYERS, HEADS = 2, 3
-
-
-def plain(**settings) -> DecodeConfig:
-    """A decode config without the coverage penalty: ranking by (length-penalised) log-prob."""
-    return DecodeConfig(**{"coverage_penalty": 0.0, **settings})
-
-
-def lp(p: float) -> float:
-    """The log-prob the backend reports for probability p (float32, as a real backend would)."""
-    return float(np.float32(np.log(p)))
-
-
-# Per sentence (its first source token): prefix -> {token: probability}. Unlisted prefixes
-# get DEFAULT. UNK never has probability; PAD and BOS are banned by the search itself.
-DEFAULT = {EOS: 0.1, A: 0.45, B: 0.45}
-TABLES = {
-    # Sentence 7, beam 2 (worked through in test_beam_search_exact_hypotheses_and_scores):
-    7: {
-        (): {A: 0.6, B: 0.3, EOS: 0.1},
-        (A,): {EOS: 0.3, A: 0.36, B: 0.34},
-        (B,): {EOS: 0.05, A: 0.9, B: 0.05},
-        (A, A): {EOS: 0.5, A: 0.25, B: 0.25},
-        (B, A): {EOS: 0.9, A: 0.05, B: 0.05},
-    },
-    # Sentence 8: a short and a long hypothesis whose ranking flips with the length penalty.
-    8: {(): {A: 0.9, B: 0.07, EOS: 0.03}, (A,): {EOS: 0.34, A: 0.33, B: 0.33}, (A, A): {EOS: 0.99, A: 0.005, B: 0.005}},
-    # Sentence 9: EOS almost never; only the length limit ends it.
-    9: {(): {A: 0.7, B: 0.29, EOS: 0.01}},
-    # Sentence 10, beam 2: at step 1 the EOS after B is ranked third (K = 2), behind a
-    # beam that goes on to the best hypothesis (test_eos_ranked_below_k_does_not_finish).
-    10: {
-        (): {A: 0.6, B: 0.4},
-        (A,): {EOS: 0.5, A: 0.15, B: 0.15},
-        (B,): {EOS: 0.3, A: 0.05, B: 0.65},
-        (B, B): {EOS: 0.99, A: 0.005, B: 0.005},
-    },
-}
-NO_EOS = {EOS: 0.01, A: 0.6, B: 0.39}
-
-
-def prefix_code(prefix: tuple[int, ...]) -> int:
-    """A distinct small integer per prefix (base 6 with a leading 1): exact in float32."""
-    code = 1
-    for token in prefix:
-        code = code * VOCAB + token
-    return code
-
-
-def expected_attention(prefix: tuple[int, ...], layer: int, head: int, position: int) -> float:
-    return prefix_code(prefix) * 1000 + layer * 100 + head * 10 + position
-
-
-class ScriptedBackend:
-    """A fake model: log-probs from TABLES, prefix kept in the 'KV cache' it returns."""
-
-    pad_id, bos_id, eos_id = PAD, BOS, EOS
-    config = ModelConfig(
-        vocab_size=VOCAB, d_model=6, n_heads=HEADS, decoder_layers=LAYERS, alignment_layer=1, alignment_heads=(2,)
-    )
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        # Cross "keys" carry the source ids, so each row's step knows its sentence.
-        b, s = src_ids.shape
-        cross = np.broadcast_to(src_ids[None, :, None, :, None], (LAYERS, b, HEADS, s, 1)).astype(np.float32)
-        return cross.copy(), cross.copy()
-
-    def step(self, tokens, src_mask, cache: DecoderCache, need_attention) -> StepOutput:
-        self.calls += 1
-        n, s = tokens.shape[0], src_mask.shape[1]
-        new = np.broadcast_to(tokens[None, :, None, :, None], (LAYERS, n, HEADS, 1, 1)).astype(np.float32)
-        history = np.concatenate([cache.self_k, new], axis=3)  # (L, N, H, P+1, 1)
-        log_probs = np.full((n, VOCAB), -np.inf, dtype=np.float32)
-        weights = np.zeros((LAYERS, n, HEADS, s), dtype=np.float32)
-        for row in range(n):
-            generated = [int(t) for t in history[0, row, 0, :, 0]]
-            assert generated[0] == BOS
-            prefix = tuple(generated[1:])
-            sentence = int(cache.cross_k[0, row, 0, 0, 0])
-            table = TABLES[sentence].get(prefix, NO_EOS if sentence == 9 else DEFAULT)
-            for token, p in table.items():
-                log_probs[row, token] = lp(p)
-            for layer in range(LAYERS):
-                for head in range(HEADS):
-                    weights[layer, row, head] = [expected_attention(prefix, layer, head, j) for j in range(s)]
-            weights[:, row] *= src_mask[row]  # padding gets no attention, as in the real model
-        return StepOutput(
-            log_probs,
-            DecoderCache(cache.cross_k, cache.cross_v, history, history.copy()),
-            weights if need_attention else None,
-        )
-
-
-def sources(*sentences: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    return pad_batch([list(s) for s in sentences], PAD)
-
-
-def penalty(length: int, alpha: float) -> float:
-    return ((5 + length) / 6) ** alpha
-
 
 # --------------------------------------------------------------------------- exact results
 
@@ -210,113 +107,6 @@ def test_eos_ranked_below_k_does_not_finish():
     b_b_eos = ((0.0 + lp(0.4)) + lp(0.65)) + lp(0.99)
     assert [(h.tokens, h.log_prob) for h in hypotheses] == [([B, B], b_b_eos), ([A], a_eos)]
     assert hypotheses[0].score == b_b_eos / penalty(3, 1.0) > hypotheses[1].score == a_eos / penalty(2, 1.0)
-
-
-# --------------------------------------------------------------------------- coverage penalty
-
-
-# The alignment head's (layer 1, head 2) weights on source [8, 6, EOS] by prefix: the other
-# heads look only at the source EOS, and the head itself gives it 0.3, so reading the wrong
-# head or counting the EOS column changes every score below.
-COVERAGE_ROWS = {(): [0.5, 0.5], (A,): [0.8, 0.2], (A, A): [0.1, 0.9]}
-
-
-class AttendingBackend(ScriptedBackend):
-    """Sentence 8's log-probs, with cross weights that are real attention for the coverage."""
-
-    def step(self, tokens, src_mask, cache: DecoderCache, need_attention) -> StepOutput:
-        out = super().step(tokens, src_mask, cache, need_attention)
-        assert need_attention  # the coverage penalty needs the weights even when the caller does not
-        n, s = src_mask.shape
-        weights = np.zeros((LAYERS, n, HEADS, s), dtype=np.float32)
-        for row in range(n):
-            eos = int(src_mask[row].sum()) - 1
-            weights[:, row, :, eos] = 1.0
-            prefix = tuple(int(t) for t in out.cache.self_k[0, row, 0, 1:, 0])
-            weights[1, row, 2, :eos] = COVERAGE_ROWS.get(prefix, [0.5, 0.5]) + [0.0] * (eos - 2)
-            weights[1, row, 2, eos] = 0.3
-        out.cross_weights = weights
-        return out
-
-
-@pytest.mark.parametrize("step_shift", [False, True])
-def test_coverage_penalty_changes_the_winner_with_exact_scores(step_shift: bool, monkeypatch):
-    # Sentence 8, beam 2, alpha 0: [A] (.9*.34) beats [A, A] (.9*.33*.99) on log-prob alone.
-    # The alignment head's coverage over source pieces 8 and 6 (EOS excluded):
-    #   unshifted (rows of the steps that produced the tokens): [A] row () = (.5, .5);
-    #       [A, A] rows (), (A,) = (1.3, .7)
-    #   shifted (rows of the steps that read them): [A] row (A,) = (.8, .2);
-    #       [A, A] rows (A,), (A, A) = (.9, 1.1)
-    monkeypatch.setattr(
-        AttendingBackend,
-        "config",
-        ModelConfig(
-            vocab_size=VOCAB,
-            d_model=6,
-            n_heads=HEADS,
-            decoder_layers=LAYERS,
-            alignment_layer=1,
-            alignment_heads=(2,),
-            alignment_step_shift=step_shift,
-        ),
-    )
-    short = (0.0 + lp(0.9)) + lp(0.34)
-    long = ((0.0 + lp(0.9)) + lp(0.33)) + lp(0.99)
-    short_coverage, long_coverage = ([0.8, 0.2], [0.9, 1.1]) if step_shift else ([0.5, 0.5], [1.3, 0.7])
-    beta = 0.5
-    short_score = short + beta * sum(math.log(c) for c in short_coverage)
-    long_score = long + beta * math.log(min(long_coverage))
-    assert long_score > short_score and short > long  # the penalty flips the ranking
-
-    config = DecodeConfig(beam_size=2, n_best=2, length_penalty=0.0, coverage_penalty=beta, return_attention=False)
-    [hypotheses] = beam_search(AttendingBackend(), *sources([8, 6, EOS]), config)
-    assert [h.tokens for h in hypotheses] == [[A, A], [A]]
-    assert [h.log_prob for h in hypotheses] == [long, short]
-    assert [h.score for h in hypotheses] == pytest.approx([long_score, short_score], abs=1e-6)
-    assert all(h.attention is None for h in hypotheses)  # read for the score, not returned
-    [without] = beam_search(AttendingBackend(), *sources([8, 6, EOS]), plain(beam_size=2, n_best=2, length_penalty=0.0))
-    assert [(h.tokens, h.score) for h in without] == [([A], short), ([A, A], long)]
-
-
-def test_coverage_penalty_ignores_batch_padding_and_greedy_uses_it():
-    config = DecodeConfig(beam_size=2, n_best=2, length_penalty=0.6, coverage_penalty=0.3)
-    alone = beam_search(AttendingBackend(), *sources([8, 6, EOS]), config)
-    batched = beam_search(AttendingBackend(), *sources([8, 6, EOS], [9, 5, 5, 4, 4, 4, EOS]), config)
-    assert [(h.tokens, h.score) for h in batched[0]] == [(h.tokens, h.score) for h in alone[0]]
-    [greedy] = greedy_search(AttendingBackend(), *sources([8, 6, EOS]), config)
-    # Greedy takes [A] (.9, then EOS .34 > A .33) and scores it with both penalties.
-    assert greedy.tokens == [A]
-    assert greedy.score == pytest.approx(greedy.log_prob / penalty(2, 0.6) + 0.3 * 2 * math.log(0.5))
-
-
-def test_hypothesis_score_is_gnmt_eq_14():
-    # Wu et al. 2016, eq. 14: s = log P / lp + β Σ log(min(c, 1)); covered words cost nothing.
-    assert coverage_penalty(np.array([1.0, 1.7, 3.0]), beta=0.4) == 0.0
-    assert coverage_penalty(np.array([0.5, 1.2, 0.25]), beta=0.2) == pytest.approx(0.2 * math.log(0.125))
-    assert coverage_penalty(np.array([0.0, 1.0]), beta=1.0) == pytest.approx(math.log(1e-3))  # floored
-    config = DecodeConfig(length_penalty=0.6, coverage_penalty=0.2)
-    score = hypothesis_score(-3.0, 6, config, np.array([0.5, 1.0]))
-    assert score == pytest.approx(-3.0 / penalty(6, 0.6) + 0.2 * math.log(0.5))
-    assert hypothesis_score(-3.0, 6, plain(length_penalty=0.6)) == -3.0 / penalty(6, 0.6)
-    with pytest.raises(ValueError, match="coverage"):
-        hypothesis_score(-3.0, 6, config)
-    with pytest.raises(ValueError, match="coverage_penalty"):
-        DecodeConfig(coverage_penalty=-0.1)
-
-
-def test_real_model_coverage_scores_match_its_returned_attention(tiny_model):
-    # Both backends share the search; on the torch model the score must be the one its own
-    # attention gives (alignment head: the model's default layer, mean of all heads).
-    config = DecodeConfig(beam_size=3, n_best=3, coverage_penalty=0.4, max_length_ratio=1.0, max_length_extra=3)
-    sentences = [[5, 9, 7, 11, 6, 14, EOS], [13, 8, EOS]]
-    model_config = tiny_model.config
-    layer = model_config.alignment_layer % model_config.decoder_layers
-    for sentence, hypotheses in zip(sentences, beam_search(TorchBackend(tiny_model), *sources(*sentences), config)):
-        for h in hypotheses:
-            rows = h.attention[layer].mean(axis=0, dtype=np.float64)[:-1, : len(sentence) - 1]  # unshifted, no EOS
-            expected = hypothesis_score(h.log_prob, len(h.tokens) + 1, config, rows.sum(axis=0))
-            assert h.score == pytest.approx(expected, abs=1e-5)
-        assert [h.score for h in hypotheses] == sorted((h.score for h in hypotheses), reverse=True)
 
 
 @pytest.mark.parametrize("seed", range(4))

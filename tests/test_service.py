@@ -1,9 +1,11 @@
 """The HTTP layer over a scripted engine (fast), the sentence splitter, the micro-batcher.
 
 The engine is the real `TranslatorEngine` and `Translator` over a scripted `EchoBackend`
-that "translates" the toy alphabet word for word with a known, diagonal cross-attention,
-so every answer (texts, scores, maps, offsets) is predictable. The same contract against
-a real uvicorn server and an onnxruntime bundle is in test_service_server.py.
+(tests/echo_backend.py) that "translates" the toy alphabet word for word with a known,
+diagonal cross-attention, so every answer (texts, scores, maps, offsets) is predictable.
+The service's limits, keys, timeouts and CORS are in test_service_limits.py; the same
+contract against a real uvicorn server and an onnxruntime bundle is in
+test_service_server.py.
 """
 
 from __future__ import annotations
@@ -12,84 +14,24 @@ import io
 import subprocess
 import sys
 import threading
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
 import pytest
+from echo_backend import EchoBackend, make_client
 from fastapi.testclient import TestClient
 
 from data.tokenizer import Tokenizer
-from seq2seq.backend import DecoderCache, StepOutput, TeacherForced
-from seq2seq.config import DecodeConfig, ModelConfig
-from seq2seq.forced import teacher_force_by_steps
+from seq2seq.config import DecodeConfig
 from seq2seq.heatmap import FLAG_COLOUR
 from seq2seq.quality import QualityThresholds
 from seq2seq.segment import split_sentences
 from seq2seq.translator import Translator
-from service.app import create_app
-from service.batching import MicroBatcher, work_units
+from service.batching import MicroBatcher
 from service.engine import TranslatorEngine
-from service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-class EchoBackend:
-    """Copies the source token by token (p = 0.9), attending exactly to the copied position;
-    EOS comes only after the last source token.
-
-    The source ids are smuggled through cross_k, which the search expands and reorders
-    like real encoder states.
-    """
-
-    def __init__(self, vocab_size: int):
-        self.config = ModelConfig(
-            vocab_size=vocab_size, d_model=8, n_heads=2, d_ff=16, encoder_layers=1, decoder_layers=2, max_positions=64
-        )
-        self.bos_id, self.eos_id, self.pad_id = 2, 3, 0
-        self.vocab_size = vocab_size
-
-    def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ids = src_ids.astype(np.float32)[None, :, None, :, None]  # (1, B, 1, S, 1)
-        cross = np.broadcast_to(ids, (2, src_ids.shape[0], 2, src_ids.shape[1], 1)).copy()
-        return cross, cross
-
-    def step(self, tokens, src_mask, cache: DecoderCache, need_attention) -> StepOutput:
-        rows, length = tokens.shape[0], cache.cross_k.shape[3]
-        position = cache.past_length
-        source = cache.cross_k[0, :, 0, :, 0].astype(np.int64)  # (N, S)
-        lengths = src_mask.sum(axis=1)
-        probs = np.full((rows, self.vocab_size), 0.1 / (self.vocab_size - 1))
-        attend = np.minimum(position, lengths - 1)
-        wanted = np.where(position < lengths - 1, source[np.arange(rows), attend], self.eos_id)
-        probs[:, self.eos_id] = 1e-9  # ends only after the last source token: no short hypotheses
-        probs[np.arange(rows), wanted] = 0.9
-        weights = np.zeros((2, rows, 2, length), dtype=np.float32)
-        weights[:, np.arange(rows), :, attend] = 1.0
-        past = np.zeros((2, rows, 2, position + 1, 1), dtype=np.float32)
-        return StepOutput(
-            np.log(probs).astype(np.float32),
-            DecoderCache(cache.cross_k, cache.cross_v, past, past),
-            weights if need_attention else None,
-        )
-
-    def teacher_force(self, src_ids, src_mask, tgt_ids) -> TeacherForced:
-        return teacher_force_by_steps(self, src_ids, src_mask, tgt_ids)
-
-
-@pytest.fixture(scope="module")
-def echo_engine(toy_tokenizer_path: Path) -> TranslatorEngine:
-    tokenizer = Tokenizer(toy_tokenizer_path)
-    translator = Translator(EchoBackend(tokenizer.vocab_size), tokenizer)
-    engine = TranslatorEngine({("de", "en"): ("de-en", translator)}, window_s=0.002)
-    yield engine
-    engine.close()
-
-
-def make_client(engine: TranslatorEngine, **settings: object) -> TestClient:
-    return TestClient(create_app(Settings(**settings), engine=engine), raise_server_exceptions=False)
 
 
 @pytest.fixture(scope="module")
@@ -236,134 +178,6 @@ def test_translate_bad_input(client: TestClient, request_kwargs: dict, message: 
     response = client.post("/translate", **request_kwargs)
     assert response.status_code == 400, response.text
     assert message in response.json()["error"]
-
-
-def test_requests_over_size_limits_get_413(echo_engine: TranslatorEngine) -> None:
-    """Each text within the schema, the whole over a limit the schema cannot state: 413."""
-    with make_client(echo_engine, char_limit=300, batch_limit=8, max_request_work=400, heatmap_max_tokens=50) as client:
-        many = client.post("/translate", json={"q": ["a " * 100] * 2, "source": "de", "target": "en"})
-        assert many.status_code == 413 and "text limit (300)" in many.json()["error"]
-        heavy = client.post("/v1/translate", json={"text": "a b " * 30, "beam_size": 4})  # 4 x 120 > 400
-        assert heavy.status_code == 413 and "work (480 units" in heavy.json()["error"]
-        assert client.post("/v1/translate", json={"text": "a b " * 30, "beam_size": 3}).status_code == 200
-        wide = client.get("/v1/heatmap", params={"q": "a " * 60, "beam_size": 1})
-        assert wide.status_code == 413 and "per axis" in wide.json()["error"]
-
-
-def test_oversized_body_is_refused_before_reading(echo_engine: TranslatorEngine) -> None:
-    with make_client(echo_engine, max_body_bytes=2048) as client:
-        response = client.post("/v1/translate", json={"text": "a " * 2000})
-        assert response.status_code == 413 and "2048 bytes" in response.json()["error"]
-        assert 'status="413"' in client.get("/metrics").text
-
-
-def test_api_keys_and_rate_limit(echo_engine: TranslatorEngine) -> None:
-    with make_client(echo_engine, api_keys="k1, k2", rate_limit=2) as client:
-        request = {"q": "a", "source": "de", "target": "en"}
-        assert client.post("/translate", json=request).status_code == 403
-        assert client.post("/translate", json={**request, "api_key": "nope"}).status_code == 403
-        assert client.post("/translate", json={**request, "api_key": "k1"}).status_code == 200
-        assert client.post("/v1/translate", json={"text": "a"}, headers={"X-API-Key": "k1"}).status_code == 200
-        limited = client.post("/translate", json={**request, "api_key": "k1"})
-        assert limited.status_code == 429 and "per minute" in limited.json()["error"]
-        assert client.post("/translate", json={**request, "api_key": "k2"}).status_code == 200
-        # Wrong-key attempts count against the address: the two above used its rate up.
-        guessing = client.post("/v1/translate", json={"text": "a"}, headers={"Authorization": "Bearer k3"})
-        assert guessing.status_code == 429 and "failed API key attempts" in guessing.json()["error"]
-        assert 1 <= int(guessing.headers["Retry-After"]) <= 60
-        assert int(limited.headers["Retry-After"]) >= 1
-        bearer = client.post("/v1/translate", json={"text": "a"}, headers={"Authorization": "Bearer k2"})
-        assert bearer.status_code == 200
-
-
-def test_key_is_checked_before_the_body(echo_engine: TranslatorEngine) -> None:
-    with make_client(echo_engine, api_keys="k1") as client:
-        for body in ({"q": 3}, {"q": "a", "source": "de", "target": "en", "beam": "x", "format": "pdf"}):
-            assert client.post("/translate", json=body).status_code == 403
-            assert client.post("/translate", json=body, headers={"Authorization": "Bearer bad"}).status_code == 403
-            assert client.post("/translate", json=body, headers={"Authorization": "Bearer k1"}).status_code == 400
-        assert (
-            client.post(
-                "/translate",
-                content=b"{not json",
-                headers={"Authorization": "Bearer x", "Content-Type": "application/json"},
-            ).status_code
-            == 403
-        )
-
-
-def test_native_routes_check_the_key_before_reading_the_body(echo_engine: TranslatorEngine) -> None:
-    """Malformed JSON gets its 400 only from a client whose key is valid, as on /translate."""
-    broken = {"content": b'{"text": "a", ', "headers": {"Content-Type": "application/json"}}
-    with make_client(echo_engine, api_keys="k1") as client:
-        for path in ("/v1/translate", "/v1/align", "/v1/heatmap", "/v1/attention"):
-            assert client.post(path, **broken).status_code == 403, path
-            wrong = client.post(
-                path, content=broken["content"], headers={**broken["headers"], "Authorization": "Bearer k2"}
-            )
-            assert wrong.status_code == 403 and wrong.json()["error"] == "Invalid API key", path
-            right = client.post(
-                path, content=broken["content"], headers={**broken["headers"], "Authorization": "Bearer k1"}
-            )
-            assert right.status_code == 400 and "malformed JSON" in right.json()["error"], path
-        assert client.get("/v1/heatmap", params={"q": "a", "api_key": "k1", "format": "svg"}).status_code == 200
-        assert client.get("/v1/heatmap", params={"q": "a", "api_key": "k2"}).status_code == 403
-
-
-def test_v1_align_takes_fair_turns_and_the_request_timeout(toy_tokenizer_path: Path) -> None:
-    """/v1/align goes through the scheduler as translations do: a newcomer's pairs ride in the
-    next model call however much another client has queued, and it waits at most
-    `request_timeout`."""
-    tokenizer = Tokenizer(toy_tokenizer_path)
-    engine = TranslatorEngine(
-        {("de", "en"): ("de-en", Translator(EchoBackend(tokenizer.vocab_size), tokenizer))},
-        window_s=0.002,
-        max_sentences=2,
-    )
-    batcher = engine.models["de", "en"].batcher
-    gate, run, calls = threading.Event(), batcher.run, []
-
-    def gated(items: list, job: object) -> list:
-        calls.append(type(job).__name__)
-        gate.wait(30)
-        return run(items, job)
-
-    batcher.run = gated
-    pair = {"text": "a b c", "translation": "a b c", "source": "de"}
-    try:
-        with make_client(engine, request_timeout=0.5) as client:
-            slow = client.post("/v1/align", json=pair)  # the model call never ends: timed out
-            assert slow.status_code == 503 and "longer than 0.5 s" in slow.json()["error"], slow.text
-            assert slow.headers["Retry-After"]
-            gate.set()
-            while batcher.queued_work:
-                time.sleep(0.01)
-            gate.clear()
-            calls.clear()
-            heavy = batcher.submit(["a b"] * 8, DecodeConfig(beam_size=1), client="key:heavy")  # four calls
-            while not calls:  # the first of them is running
-                time.sleep(0.01)
-            answer: dict = {}
-            newcomer = threading.Thread(target=lambda: answer.update(response=client.post("/v1/align", json=pair)))
-            newcomer.start()
-            while batcher.queued_work <= work_units(["a b"] * 8, 1):
-                time.sleep(0.01)
-            gate.set()
-            newcomer.join(30)
-            heavy.result(timeout=30)
-            assert answer["response"].status_code == 200
-            assert answer["response"].json()["alignments"][0]["word_alignment"] == "0-0 1-1 2-2"
-            assert calls[:2] == ["DecodeConfig", "ForcedJob"], calls  # the very next call, not the fifth
-    finally:
-        gate.set()
-        engine.close()
-    assert batcher.queued_work == 0
-
-
-def test_cors(echo_engine: TranslatorEngine) -> None:
-    with make_client(echo_engine, cors_origins="https://example.org") as client:
-        response = client.get("/languages", headers={"Origin": "https://example.org"})
-        assert response.headers["access-control-allow-origin"] == "https://example.org"
 
 
 # --------------------------------------------------------------------------- native API

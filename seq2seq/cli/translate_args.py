@@ -1,0 +1,256 @@
+"""`crossalign translate`'s arguments: the flags, in groups, the epilog and their checks.
+
+The run itself is seq2seq.cli.translate; the job (decoding, batching, writing) is
+seq2seq.cli.batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from seq2seq.alignment import AlignmentOptions
+from seq2seq.bundle import PRECISIONS
+from seq2seq.cli import batch
+from seq2seq.cli.align import add_alignment_source_arguments
+from seq2seq.config import DecodeConfig
+from seq2seq.loading import BACKENDS
+
+log = logging.getLogger("crossalign.translate")
+DEFAULT_MODEL = Path("models/de-en")
+
+EPILOG = f"""\
+input: one segment per line, UTF-8, read as bytes and decoded line by line.
+  text   the whole line is the source
+  tsv    the first column is the source (e.g. a test split's source<TAB>target)
+  jsonl  {{"id": ..., "text": ...}} per line; the id names the record and the heatmap
+
+output: exactly one record per input line, in input order.
+  text   the translation (an empty line for a bad line, with a warning on stderr)
+  tsv    id-or-line, source, translation, score, Pharaoh links (with --alignment), error
+  jsonl  seq2seq.records.TranslationRecord: line, id, source, text, score, and with
+         --alignment the tokens, soft matrix and Pharaoh links (the HTTP API's schema);
+         a bad line has "error" instead of a translation
+
+bad lines (invalid UTF-8 or JSON, and what the service refuses: empty, longer than
+--max-chars, control characters other than TAB, lone surrogates such as a JSON "\\ud800")
+become error records and never stop the job; a batch that fails inside the model is
+retried line by line, so only the guilty line fails. Lines longer than --split-tokens
+pieces are split into sentences, translated and joined; alignment offsets refer to the
+original line.
+
+progress: records are written (flushed and fsynced) as soon as every line before them is
+done: at least every --flush-lines lines (default {batch.JobOptions.flush_lines}) and about every
+--flush-seconds (default {batch.JobOptions.flush_seconds:g}), so a kill loses little (with --workers, also
+the batches in flight).
+
+resume: with -o FILE --resume, a run that was interrupted (Ctrl-C, kill, crash) goes on
+where it stopped: complete records are kept, a partial last record is removed, and that
+many input lines are skipped. The options that decide what a record holds (model, input,
+formats, beam, alignment, ...) are kept beside the output in FILE.job.json while the job
+is unfinished; a resume with different ones is refused, naming them.
+
+exit status:
+  {batch.EXIT_OK}    every line translated
+  {batch.EXIT_FATAL}    fatal error (model or input missing, output longer than the input)
+  {batch.EXIT_USAGE}    bad arguments
+  {batch.EXIT_SOME_FAILED}    finished, but some lines failed (their records carry "error")
+  {batch.EXIT_INTERRUPTED}  interrupted; the output holds only complete records, rerun with --resume
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    add_io_arguments(parser)
+    add_engine_arguments(parser)
+    add_decoding_arguments(parser)
+    add_job_arguments(parser)
+    add_alignment_arguments(parser.add_argument_group("alignment"))
+
+
+def add_io_arguments(parser: argparse.ArgumentParser) -> None:
+    """What to translate and where the records go: text or files, formats, --resume."""
+    parser.add_argument("text", nargs="*", help="text to translate (default: read lines from --input or stdin)")
+    parser.add_argument(
+        "-m", "--model", type=Path, default=DEFAULT_MODEL, help=f"model directory (default {DEFAULT_MODEL})"
+    )
+    parser.add_argument("-i", "--input", type=Path, help="input file, one segment per line (default stdin)")
+    parser.add_argument("-o", "--output", type=Path, help="output file (default stdout)")
+    parser.add_argument("--input-format", choices=batch.INPUT_FORMATS, default="text", help="(default text)")
+    parser.add_argument(
+        "-f",
+        "--format",
+        choices=batch.OUTPUT_FORMATS,
+        default=batch.JobOptions.output_format,
+        help=f"output format (default {batch.JobOptions.output_format})",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="with -o: keep the complete records of an interrupted run and translate the rest",
+    )
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which inference backend and graphs run the model."""
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=batch.EngineSpec.backend,
+        help=f"inference backend (default {batch.EngineSpec.backend})",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=batch.EngineSpec.precision,
+        help="onnx graphs to run (default: the bundle's, named in its bundle.json)",
+    )
+
+
+def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
+    """Beam search settings: they decide the translations."""
+    parser.add_argument(
+        "--beam-size", type=int, default=DecodeConfig.beam_size, help=f"(default {DecodeConfig.beam_size})"
+    )
+    parser.add_argument(
+        "--length-penalty",
+        type=float,
+        default=DecodeConfig.length_penalty,
+        help=f"GNMT alpha (default {DecodeConfig.length_penalty})",
+    )
+    parser.add_argument(
+        "--coverage-penalty",
+        type=float,
+        default=DecodeConfig.coverage_penalty,
+        help=f"GNMT beta, 0 = off (default {DecodeConfig.coverage_penalty})",
+    )
+
+
+def add_job_arguments(parser: argparse.ArgumentParser) -> None:
+    """Batching, flushing, workers and the limits on a line."""
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=batch.JobOptions.batch_size,
+        help=f"sentences per batch (default {batch.JobOptions.batch_size})",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=batch.JobOptions.max_tokens,
+        help=f"padded source pieces per batch (default {batch.JobOptions.max_tokens})",
+    )
+    parser.add_argument(
+        "--flush-lines",
+        "--window",
+        type=int,
+        default=batch.JobOptions.flush_lines,
+        help="records are written at least every this many lines translated: lines are sorted by "
+        f"length within windows of at most this many (default {batch.JobOptions.flush_lines})",
+    )
+    parser.add_argument(
+        "--flush-seconds",
+        type=float,
+        default=batch.JobOptions.flush_seconds,
+        help="... and about every this many seconds: windows shrink to what the measured rate "
+        f"translates in that time (default {batch.JobOptions.flush_seconds:g})",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="worker processes, each with its own session; order is kept (default 1)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=batch.EngineSpec.threads,
+        help="inference threads per worker (0 = library default, or the cores shared out)",
+    )
+    parser.add_argument(
+        "--max-chars", type=int, default=batch.MAX_CHARS, help=f"longer lines are errors (default {batch.MAX_CHARS})"
+    )
+    parser.add_argument(
+        "--split-tokens",
+        type=int,
+        default=batch.JobOptions.split_tokens,
+        help=f"lines longer than this many source pieces are split into sentences "
+        f"(default {batch.JobOptions.split_tokens})",
+    )
+
+
+def add_alignment_arguments(group: argparse._ArgumentGroup) -> None:
+    """The alignment group: maps or links per record, their source, and heatmaps."""
+    group.add_argument(
+        "--alignment", action="store_true", help="add the alignment map (jsonl) or Pharaoh links (tsv) to each record"
+    )
+    group.add_argument(
+        "--alignment-level",
+        choices=("word", "subword"),
+        default=AlignmentOptions.level,
+        help=f"(default {AlignmentOptions.level})",
+    )
+    add_alignment_source_arguments(group)  # --layer, --heads, --step-shift, as `align` and `eval --gold`
+    # The spellings before the flags were shared; hidden, they keep old scripts working.
+    group.add_argument(
+        "--alignment-layer",
+        dest="layer",
+        type=int,
+        action=DeprecatedAlias,
+        new="--layer",
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
+    group.add_argument(
+        "--alignment-heads",
+        dest="heads",
+        type=int,
+        nargs="+",
+        action=DeprecatedAlias,
+        new="--heads",
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
+    group.add_argument(
+        "--heatmaps", type=Path, metavar="DIR", help="write one heatmap per line into DIR, named by line number or id"
+    )
+    group.add_argument(
+        "--heatmap-format",
+        choices=batch.HEATMAP_FORMATS,
+        default=batch.JobOptions.heatmap_format,
+        help=f"(default {batch.JobOptions.heatmap_format})",
+    )
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old spelling of the flag `new`: stores what it would store, and says so in a warning."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str, **kwargs: Any):
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        log.warning("%s is deprecated: use %s", option_string, self.new)
+        setattr(namespace, self.dest, values)
+
+
+def problems(args: argparse.Namespace) -> list[str]:
+    problems = []
+    if args.resume and not args.output:
+        problems.append("--resume needs -o/--output FILE")
+    if args.text and args.input:
+        problems.append("give text arguments or --input, not both")
+    for name in ("beam_size", "batch_size", "max_tokens", "workers", "max_chars", "split_tokens", "flush_lines"):
+        if getattr(args, name) < 1:
+            problems.append(f"--{name.replace('_', '-')} must be at least 1")
+    if args.threads < 0:
+        problems.append("--threads must not be negative")
+    if not args.flush_seconds > 0:
+        problems.append("--flush-seconds must be positive")
+    return problems
