@@ -424,3 +424,20 @@ def test_model_card_names_the_shipped_precision_and_the_other_figures() -> None:
     line = precision_line({"graphs": "int8", "fp32": fp32, "test_bleu_beam4": 8.63})
     assert "int8 graphs" in line and "test BLEU 8.6 / chrF 29.3" in line and "--in-place --graphs int8 fp32" in line
     assert precision_line({"graphs": "fp32", "test_bleu_beam4": 8.6}) == ""
+
+
+def test_release_figures_and_the_int8_rule(tmp_path: Path) -> None:
+    from export.figures import int8_refusal, release_figures
+
+    def write(prefix: str, bleu: float) -> None:
+        run = {"bleu": bleu, "chrf": 30.0, "length_ratio": 0.95}
+        for name in ("test_beam4", "test_greedy", "gold_beam4"):
+            (tmp_path / f"{prefix}{name}.json").write_text(json.dumps(run))
+        (tmp_path / f"{prefix}gold_aer.json").write_text(json.dumps({"aer": 14.6, "precision": 86.0, "recall": 84.0}))
+
+    write("fp32.", 9.4)
+    write("", 9.3)
+    fp32, int8 = release_figures(tmp_path, "fp32."), release_figures(tmp_path)
+    assert (fp32["test_bleu_beam4"], int8["test_bleu_beam4"], int8["gold_aer_default_map"]) == (9.4, 9.3, 14.6)
+    assert int8_refusal(fp32, int8) is None
+    assert "loses 0.50 test BLEU" in int8_refusal(fp32, {**int8, "test_bleu_beam4": 8.9})
