@@ -49,23 +49,14 @@ def toy_sentences(count: int, seed: int = 0) -> list[str]:
 def random_model(root: Path) -> Path:
     """config.json + model.pt + spm.model of a tiny random Transformer."""
     import torch
+    from toy import toy_model_config
 
     from data.tokenizer import Tokenizer, train_sentencepiece
-    from seq2seq.config import ModelConfig
     from seq2seq.model import Transformer, save_model
 
     spm_path = train_sentencepiece(toy_sentences(300), root / "spm", vocab_size=56)
     torch.manual_seed(0)
-    config = ModelConfig(
-        vocab_size=Tokenizer(spm_path).vocab_size,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        encoder_layers=2,
-        decoder_layers=2,
-        dropout=0.0,
-        max_positions=128,
-    )
+    config = toy_model_config(vocab_size=Tokenizer(spm_path).vocab_size, max_positions=128)
     directory = root / "model"
     save_model(Transformer(config).eval(), directory)
     shutil.copyfile(spm_path, directory / "spm.model")

@@ -35,11 +35,9 @@ def toy_tokenizer_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def tiny_model_config():
     """A 2+2-layer model with d_model 32: big enough for every mechanism, fast on CPU."""
-    from seq2seq.config import ModelConfig
+    from toy import toy_model_config
 
-    return ModelConfig(
-        vocab_size=24, d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64
-    )
+    return toy_model_config(vocab_size=24, max_positions=64)
 
 
 @pytest.fixture

@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 import torch
 from conftest import TOY_ALPHABET, write_toy_tokenizer
+from toy import toy_model_config
 
 from data.prepare import read_pairs
 from data.tokenizer import Tokenizer
 from seq2seq.aer import write_pharaoh
 from seq2seq.cli import main as cli_main
-from seq2seq.config import ModelConfig, TrainConfig
+from seq2seq.config import TrainConfig
 from seq2seq.guided import GuidedAlignment, guided_loss
 from seq2seq.train import train
 from seq2seq.train_data import load_examples
@@ -133,9 +134,7 @@ def test_guided_alignment_makes_the_head_align(tmp_path: Path, capsys: pytest.Ca
     write_pharaoh(tmp_path / "train.pharaoh", [anti_diagonal(s) for s, _ in training])
     gold = tmp_path / "gold.tsv"
     gold.write_text("".join(f"{s}\t{t}\t{' '.join(f'{i}-{j}' for i, j in anti_diagonal(s))}\n" for s, t in test))
-    model = ModelConfig(
-        d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64
-    )
+    model = toy_model_config(max_positions=64)
     aer = {}
     for guided in (False, True):
         out = tmp_path / ("guided" if guided else "plain")

@@ -82,6 +82,13 @@ def toy_pairs(count: int, seed: int = 0) -> list[tuple[str, str]]:
     return pairs
 
 
+def toy_model_config(**overrides: object) -> ModelConfig:
+    """The tests' tiny architecture (2+2 layers, d_model 32): big enough for every mechanism,
+    fast on CPU. `overrides` set the vocabulary, positions and the rest per test."""
+    values: dict = dict(d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
+    return ModelConfig(**(values | overrides))
+
+
 def train_tiny(directory: Path, steps: int = 30) -> Path:
     """A tiny model trained for `steps` (deterministic, ~3 s on one core) into `directory/ckpt`
     (config.json, model.pt, spm.model)."""
@@ -89,16 +96,7 @@ def train_tiny(directory: Path, steps: int = 30) -> Path:
     spm_path = train_sentencepiece([text for pair in pairs for text in pair], directory / "spm", vocab_size=80)
     tokenizer = Tokenizer(spm_path)
     torch.manual_seed(0)
-    config = ModelConfig(
-        vocab_size=tokenizer.vocab_size,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        encoder_layers=2,
-        decoder_layers=2,
-        dropout=0.0,
-        max_positions=256,
-    )
+    config = toy_model_config(vocab_size=tokenizer.vocab_size, max_positions=256)
     model = Transformer(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     sources = [tokenizer.encode(s) + [EOS_ID] for s, _ in pairs]
