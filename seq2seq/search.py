@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from seq2seq.alignment import AlignmentOptions
-from seq2seq.backend import DecoderCache, SearchBackend, StepOutput
+from seq2seq.backend import DecoderCache, SearchBackend, StepOutput, select_rows
 from seq2seq.config import DecodeConfig, ModelConfig
 
 
@@ -128,7 +128,10 @@ def beam_search(
     finished: list[list[Hypothesis]] = [[] for _ in range(len(src_ids))]
 
     for step in range(int(limits.max()) + 1):
-        out = backend.step(beams.tokens, beams.mask, beams.cache, need_attention)
+        if step == 0:
+            out = beams.first_step(backend, need_attention)
+        else:
+            out = backend.step(beams.tokens, beams.mask, beams.cache, need_attention)
         log_probs = _allowed(out.log_probs, backend, at_limit=np.repeat(limits[beams.active] <= step, k))
         trace.attention.append(out.cross_weights if config.return_attention else None)
         if beams.coverage is not None:
@@ -185,28 +188,54 @@ class _Beams:
     active: np.ndarray  # (B',) original index of each sentence in the batch
     tokens: np.ndarray  # (N, 1) int64, the input of the next step
     scores: np.ndarray  # (N,) float64 summed log-prob of each row
-    cache: DecoderCache  # cross K/V (L, N, H, S, Dh), self K/V (L, N, H, P, Dh)
+    # cross K/V (L, N, H, S, Dh), self K/V (L, N, H, P, Dh); one row per sentence (B) before
+    # `first_step`
+    cache: DecoderCache
     mask: np.ndarray  # (N, S) bool
     coverage: _Coverage | None
 
     @classmethod
     def start(cls, backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarray, config: DecodeConfig) -> _Beams:
-        """Encode the batch and open K beams per sentence, each at BOS."""
+        """Encode the batch and open K beams per sentence, each at BOS. The cache holds one
+        row per sentence until `first_step` expands it."""
         batch, k = src_ids.shape[0], config.beam_size
         cross_k, cross_v = backend.encode(src_ids, src_mask)
-        # Every sentence's encoder state is repeated for its K beams, once per batch (contiguous,
-        # so no step copies it again): row n = sentence n // K.
-        expand = np.repeat(np.arange(batch), k)
-        mask = src_mask[expand]
+        mask = src_mask[np.repeat(np.arange(batch), k)]
         return cls(
             k=k,
             active=np.arange(batch),
             tokens=np.full((batch * k, 1), backend.bos_id, dtype=np.int64),
             # Only beam 0 is alive at the start, so the first step does not pick K copies of one token.
             scores=np.tile(np.array([0.0] + [-np.inf] * (k - 1)), batch),
-            cache=DecoderCache.start(cross_k, cross_v).reorder(expand),
+            cache=DecoderCache.start(cross_k, cross_v),
             mask=mask,
             coverage=_Coverage(backend.config, mask) if config.coverage_penalty else None,
+        )
+
+    def first_step(self, backend: SearchBackend, need_attention: bool) -> StepOutput:
+        """The first decoder step, run on one row per sentence (all K beams of a sentence are
+        BOS over the same source, so their rows would be K equal copies), then expanded to
+        the K rows of each sentence: row n = sentence n // K. CTranslate2 does the same
+        ("expand after first step"); it saves (K-1)/K of the first step's work.
+
+        The outputs are the ones the K rows would have given: the rows do not interact (an
+        int8 graph's per-tensor activation scale reads the same minimum and maximum, since
+        expanded rows are copies), so search results do not change (tested).
+        """
+        batch = len(self.active)
+        sources = self.mask[:: self.k]  # (B, S): the first of each sentence's K equal rows
+        out = backend.step(self.tokens[:batch], sources, self.cache, need_attention)
+        if self.k == 1:
+            return out
+        expand = np.repeat(np.arange(batch), self.k)
+        # The cross K/V are repeated here once per batch (contiguous, so no later step copies
+        # them again); `advance` then keeps them while no sentence leaves.
+        cache = out.cache
+        expanded = (select_rows(a, expand) for a in (cache.cross_k, cache.cross_v, cache.self_k, cache.self_v))
+        return StepOutput(
+            np.repeat(out.log_probs, self.k, axis=0),
+            DecoderCache(*expanded),
+            None if out.cross_weights is None else out.cross_weights[:, expand],
         )
 
     def advance(self, rows: np.ndarray, tokens: np.ndarray, scores: np.ndarray, out: StepOutput) -> None:
