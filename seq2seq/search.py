@@ -279,6 +279,8 @@ class _Candidates:
         all its K·V candidates instead.
         """
         sentences, vocab, width = len(scores) // k, log_probs.shape[1], 2 * k
+        if k == 1:
+            return cls._greedy(scores, log_probs, eos_id)
         if vocab <= width:
             return cls._of(*_rank_all(scores, log_probs, k, np.arange(sentences)), eos_id, k)
         part = np.argpartition(log_probs, vocab - width - 1, axis=1)
@@ -295,6 +297,17 @@ class _Candidates:
         if len(redo):
             top_scores[redo], beam[redo], tokens[redo] = _rank_all(scores, log_probs, k, redo)
         return cls._of(top_scores, beam, tokens, eos_id, k)
+
+    @classmethod
+    def _greedy(cls, scores: np.ndarray, log_probs: np.ndarray, eos_id: int) -> _Candidates:
+        """K = 1: each sentence is one row, and only its best token matters (as EOS it ends
+        the sentence, otherwise it goes on), so an argmax (the first of equal maxima, as the
+        full ranking's tie order) replaces the partial sort. The second candidate is left
+        impossible (-inf)."""
+        rows = np.arange(len(scores))
+        tokens = np.stack([log_probs.argmax(axis=1), np.full(len(scores), eos_id)], axis=1)
+        top_scores = np.stack([scores + log_probs[rows, tokens[:, 0]], np.full(len(scores), -np.inf)], axis=1)
+        return cls._of(top_scores, np.zeros_like(tokens), tokens, eos_id, 1)
 
     @classmethod
     def _of(cls, top_scores: np.ndarray, beam: np.ndarray, tokens: np.ndarray, eos_id: int, k: int) -> _Candidates:
