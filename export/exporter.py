@@ -12,8 +12,9 @@ Two graphs, mapping one-to-one onto `Transformer.encode` and `Transformer.decode
 interface is listed in seq2seq/onnx_backend.py):
 
     encoder.onnx       src_ids, src_mask -> cross_k, cross_v, self_weights
-    decoder_step.onnx  tokens, src_mask, cross_k_l, cross_v_l, past_k_l, past_v_l (per layer l)
-                    -> log_probs, new_past_k_l, new_past_v_l (per layer l), cross_weights, self_weights
+    decoder_step.onnx  tokens, src_mask, cross_k_l, cross_v_l, past_k_l, past_v_l (per layer l), top_k
+                    -> log_probs, new_past_k_l, new_past_v_l (per layer l), cross_weights, self_weights,
+                       top_log_probs, top_ids (the search's TopK, appended after tracing: export/topk.py)
 
 The attention weights are always-present outputs rather than a second graph variant: the
 cross-attention is the product and is needed at every step anyway, and the legacy exporter
@@ -55,6 +56,7 @@ from export.parity import PARITY_SENTENCES, run_parity_checks
 from export.precisions import keep_graphs, precision_problems
 from export.quantize import quantize_graphs
 from export.shapes import fold_reshape_targets
+from export.topk import add_search_top_k
 from seq2seq.bundle import (
     BUNDLE_FILE,
     GRAPH_FILES,
@@ -62,7 +64,7 @@ from seq2seq.bundle import (
 )
 from seq2seq.config import ModelConfig, load_config, save_config
 from seq2seq.model import CONFIG_FILE, WEIGHTS_FILE, Transformer, load_model
-from seq2seq.onnx_backend import decoder_io
+from seq2seq.onnx_backend import decoder_graph_io, decoder_io
 from seq2seq.quality import QUALITY_FILE
 
 log = logging.getLogger("crossalign.export")
@@ -186,18 +188,21 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET)
                 dynamic_axes=_dynamic_axes(io),
                 do_constant_folding=False,
             )
-        _fold_shapes(out_dir / name)
+        _fold_shapes(out_dir / name, search_top_k=name == files["decoder_step"])
     return dict(files)
 
 
-def _fold_shapes(path: Path) -> None:
+def _fold_shapes(path: Path, search_top_k: bool = False) -> None:
     """Rewrite the graph at `path` with constant Reshape targets (export/shapes.py): the
-    decoder step loses ~60 of its ~200 kernels, outputs unchanged."""
+    decoder step loses ~60 of its ~200 kernels, outputs unchanged. With `search_top_k`, also
+    append the search's TopK (export/topk.py)."""
     import onnx
 
     graph = onnx.load(str(path))
     before = len(graph.graph.node)
     folded = fold_reshape_targets(graph)
+    if search_top_k:
+        add_search_top_k(graph)
     onnx.save(graph, str(path))
     log.info("%s: %d Reshape targets made constant, %d -> %d nodes", path.name, folded, before, len(graph.graph.node))
 
@@ -402,7 +407,11 @@ def write_bundle(loaded: LoadedCheckpoint, directory: Path, int8: bool, opset: i
     precision = "int8" if int8 else "fp32"
     extra = {
         "weights_dtype": "float16 (fp32 graphs exported from the same float16-rounded values)",
-        "interface": {"encoder": ENCODER_IO, "decoder_step": decoder_io(loaded.config.decoder_layers), "opset": opset},
+        "interface": {
+            "encoder": ENCODER_IO,
+            "decoder_step": decoder_graph_io(loaded.config.decoder_layers),
+            "opset": opset,
+        },
         "exporter": _versions(),
         "source_checkpoint": portable_path(loaded.checkpoint_dir),
     }

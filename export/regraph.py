@@ -21,6 +21,7 @@ from export.parity import PARITY_SENTENCES, run_parity_checks
 from export.precisions import keep_graphs, precision_problems
 from export.quantize import quantize_graphs
 from seq2seq.bundle import load_bundle_manifest, replace_graphs, write_manifest
+from seq2seq.onnx_backend import decoder_graph_io
 
 log = logging.getLogger("crossalign.export")
 
@@ -61,7 +62,14 @@ def regraph_bundle(
                 os.link(bundle_dir / name, staging / name)
             except OSError:  # a file system without hard links
                 shutil.copyfile(bundle_dir / name, staging / name)
-        write_manifest(staging, replace_graphs(bundle.manifest, staging, graphs, precisions[0]))
+        manifest = replace_graphs(bundle.manifest, staging, graphs, precisions[0])
+        # The graphs of this exporter, whose interface may have grown (export/topk.py).
+        manifest["interface"] = {
+            **manifest.get("interface", {}),
+            "decoder_step": decoder_graph_io(loaded.model.config.decoder_layers),
+            "opset": opset,
+        }
+        write_manifest(staging, manifest)
         parity = run_parity_checks(
             staging, loaded.model, parity_sentences or list(PARITY_SENTENCES), "int8" in precisions
         )

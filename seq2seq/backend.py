@@ -65,6 +65,10 @@ class StepOutput:
     log_probs: np.ndarray  # (N, V) float32, log-softmax of the new position (the search edits it)
     cache: DecoderCache  # the cache after this step: self K/V (L, N, H, P+1, Dh)
     cross_weights: np.ndarray | None  # (L, N, H, S) cross-attention of the new position
+    # (values (N, C) float32, largest first; ids (N, C) int64): each row's C best log-probs,
+    # when the search asked for them (`top_k`) and the backend ranks them itself; else None
+    # and the search ranks from log_probs.
+    top: tuple[np.ndarray, np.ndarray] | None = None
 
 
 @dataclass
@@ -95,10 +99,13 @@ class SearchBackend(Protocol):
         """src_ids (B, S) int64, src_mask (B, S) bool -> cross K and V, each (L, B, H, S, Dh)."""
         ...
 
-    def step(self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, need_attention: bool) -> StepOutput:
+    def step(
+        self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, need_attention: bool, top_k: int = 0
+    ) -> StepOutput:
         """tokens (N, 1) int64 at position P = cache.past_length, src_mask (N, S) bool -> the
-        new position's log-probs, the cache extended by it, and its cross-attention
-        (L, N, H, S) when `need_attention`."""
+        new position's log-probs, the cache extended by it, its cross-attention (L, N, H, S)
+        when `need_attention`, and, if the backend can and `top_k` > 0, each row's `top_k`
+        best log-probs with their ids (`StepOutput.top`; a backend may leave it None)."""
         ...
 
     def teacher_force(self, src_ids: np.ndarray, src_mask: np.ndarray, tgt_ids: np.ndarray) -> TeacherForced:

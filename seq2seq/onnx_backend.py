@@ -12,8 +12,12 @@ layers, H heads, Dh head size, V vocabulary):
                        self_weights (E, B, H, S, S) float32
     decoder_step.onnx  tokens (N, T) int64, src_mask (N, S) bool, and per decoder layer l:
                        cross_k_l, cross_v_l (N, H, S, Dh), past_k_l, past_v_l (N, H, P, Dh), P >= 0
+                       and top_k (1,) int64 = C
                     -> log_probs (N, T, V), per layer new_past_k_l, new_past_v_l (N, H, P+T, Dh),
-                       cross_weights (L, N, H, T, S), self_weights (L, N, H, T, P+T)
+                       cross_weights (L, N, H, T, S), self_weights (L, N, H, T, P+T),
+                       top_log_probs (N, T, C), top_ids (N, T, C) int64: each position's C
+                       largest log-probs, largest first (the search's candidates; bundles
+                       exported before them lack top_k and these two, and still run)
 
 The search keeps the cross K/V and the cache stacked, (L, N, H, ·, Dh), as one array each
 (`seq2seq.backend.DecoderCache`); the graph takes and gives them per layer, so the backend
@@ -74,6 +78,21 @@ def decoder_io(layers: int) -> dict[str, dict[str, tuple[str, ...]]]:
             "self_weights": ("decoder_layers", "rows", "heads", "new", "past+new"),
         },
     }
+
+
+# What the exporter appends to the decoder-step graph for the search (export/topk.py): the
+# C = top_k largest log-probs of each new position and their ids. A graph without them (an
+# older bundle) still runs: the search then ranks from log_probs in numpy.
+SEARCH_TOP_IO: dict[str, dict[str, tuple[str, ...]]] = {
+    "inputs": {"top_k": ("one",)},
+    "outputs": {"top_log_probs": ("rows", "new", "top"), "top_ids": ("rows", "new", "top")},
+}
+
+
+def decoder_graph_io(layers: int) -> dict[str, dict[str, tuple[str, ...]]]:
+    """The whole decoder-step graph's interface: the traced `decoder_io` plus the search's TopK."""
+    io = decoder_io(layers)
+    return {part: {**io[part], **SEARCH_TOP_IO[part]} for part in ("inputs", "outputs")}
 
 
 def default_threads() -> int:
@@ -142,7 +161,9 @@ class OnnxBackend:
         )
         expected = list(decoder_io(config.decoder_layers)["inputs"])
         found = [graph_input.name for graph_input in self.decoder.get_inputs()]
-        if found != expected:
+        # Whether the graph ranks the search's candidates itself (export/topk.py).
+        self.has_top_k = found == expected + list(SEARCH_TOP_IO["inputs"])
+        if found != expected and not self.has_top_k:
             raise BundleError(
                 f"{decoder_path}: decoder inputs {found}, this version expects {expected} "
                 "(per-layer caches); re-export the bundle with `crossalign export`"
@@ -160,29 +181,43 @@ class OnnxBackend:
         cross_k, cross_v = self.encoder.run(["cross_k", "cross_v"], self._source_feed(src_ids, src_mask))
         return cross_k, cross_v
 
-    def step(self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, need_attention: bool) -> StepOutput:
-        """tokens (N, 1) at position P = cache.past_length (see `SearchBackend.step`).
+    def step(
+        self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, need_attention: bool, top_k: int = 0
+    ) -> StepOutput:
+        """tokens (N, 1) at position P = cache.past_length (see `SearchBackend.step`). With
+        `top_k` > 0 and a graph that has the search's TopK, the output carries each row's
+        `top_k` best log-probs and their ids.
 
         The first step feeds the empty (N, H, 0, Dh) past of `DecoderCache.start` per layer:
         the graph concatenates it with the new keys, and onnxruntime handles the zero-length
         axis (tested).
         """
         names = DECODER_OUTPUTS[:4] if need_attention else DECODER_OUTPUTS[:3]
-        out = self.run_decoder(tokens, src_mask, cache, names)
+        top_k = min(top_k, self.config.vocab_size) if self.has_top_k else 0
+        if top_k:
+            names += tuple(SEARCH_TOP_IO["outputs"])
+        out = self.run_decoder(tokens, src_mask, cache, names, top_k=max(top_k, 1))
         return StepOutput(
             out["log_probs"][:, -1],
             DecoderCache(cache.cross_k, cache.cross_v, out["new_past_k"], out["new_past_v"]),
             out["cross_weights"][:, :, :, -1] if need_attention else None,
+            (out["top_log_probs"][:, -1], out["top_ids"][:, -1]) if top_k else None,
         )
 
     def run_decoder(
-        self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, names: tuple[str, ...] = DECODER_OUTPUTS
+        self,
+        tokens: np.ndarray,
+        src_mask: np.ndarray,
+        cache: DecoderCache,
+        names: tuple[str, ...] = DECODER_OUTPUTS,
+        top_k: int = 1,
     ) -> dict[str, np.ndarray]:
         """One run of the decoder-step graph on stacked arrays; returns the outputs in `names`.
 
         tokens (N, T), src_mask (N, S), cache with cross K/V (L, N, H, S, Dh) and self K/V
         (L, N, H, P, Dh) -> log_probs (N, T, V), new_past_k/v (L, N, H, P+T, Dh),
-        cross_weights (L, N, H, T, S), self_weights (L, N, H, T, P+T). Every output is
+        cross_weights (L, N, H, T, S), self_weights (L, N, H, T, P+T) and, from a graph with
+        the search's TopK, top_log_probs and top_ids (N, T, top_k). Every output is
         allocated here and written in place by the graph (I/O binding), the caches layer by
         layer into one stacked array, so nothing is copied or stacked after the run. At most
         `SMALL_STEP_ROWS` rows of int8 graphs run on one thread.
@@ -194,6 +229,8 @@ class OnnxBackend:
             "tokens": np.ascontiguousarray(tokens, dtype=np.int64),
             "src_mask": np.ascontiguousarray(src_mask, dtype=np.bool_),
         }
+        if self.has_top_k:
+            inputs["top_k"] = np.array([top_k], dtype=np.int64)
         stacked = {
             name: np.ascontiguousarray(value, dtype=np.float32)
             for name, value in (
@@ -216,13 +253,15 @@ class OnnxBackend:
             "new_past_v": (layers, rows, heads, past + new, head_dim),
             "cross_weights": (layers, rows, heads, new, source),
             "self_weights": (layers, rows, heads, new, past + new),
+            "top_log_probs": (rows, new, top_k),
+            "top_ids": (rows, new, top_k),
         }
-        outputs = {name: np.empty(shapes[name], dtype=np.float32) for name in names}
+        outputs = {name: np.empty(shapes[name], dtype=np.int64 if name == "top_ids" else np.float32) for name in names}
         for name, array in outputs.items():
             for graph_name, part in (
                 [(f"{name}_{layer}", array[layer]) for layer in range(layers)] if name in PER_LAYER else [(name, array)]
             ):
-                binding.bind_output(graph_name, "cpu", 0, np.float32, list(part.shape), part.ctypes.data)
+                binding.bind_output(graph_name, "cpu", 0, part.dtype.type, list(part.shape), part.ctypes.data)
         session.run_with_iobinding(binding)
         return outputs
 

@@ -125,18 +125,26 @@ def beam_search(
     beams = _Beams.start(backend, src_ids, src_mask, config)
     trace = _Trace()
     need_attention = config.return_attention or beams.coverage is not None
+    # Each row's 2K + 1 best tokens (`_Candidates.rank`), asked of the backend with room for
+    # the banned ones; greedy needs only the argmax.
+    banned = (backend.pad_id, backend.bos_id)
+    top_k = 2 * k + 1 + len(banned) if k > 1 else 0
     finished: list[list[Hypothesis]] = [[] for _ in range(len(src_ids))]
 
     for step in range(int(limits.max()) + 1):
         if step == 0:
-            out = beams.first_step(backend, need_attention)
+            out = beams.first_step(backend, need_attention, top_k)
         else:
-            out = backend.step(beams.tokens, beams.mask, beams.cache, need_attention)
-        log_probs = _allowed(out.log_probs, backend, at_limit=np.repeat(limits[beams.active] <= step, k))
+            out = backend.step(beams.tokens, beams.mask, beams.cache, need_attention, top_k)
+        at_limit = np.repeat(limits[beams.active] <= step, k)
+        log_probs = _allowed(out.log_probs, backend, at_limit)
         trace.attention.append(out.cross_weights if config.return_attention else None)
         if beams.coverage is not None:
             beams.coverage.read(step, out.cross_weights)
-        top = _Candidates.rank(beams.scores, log_probs, k, backend.eos_id)
+        # The backend's own TopK saw every token: it only serves steps where `_allowed` banned
+        # no more than PAD and BOS.
+        row_best = None if out.top is None or at_limit.any() else _RowBest.of(*out.top, 2 * k, banned)
+        top = _Candidates.rank(beams.scores, log_probs, k, backend.eos_id, row_best)
         _finish(top, log_probs, beams, trace, step, config, backend.eos_id, finished)
         going_on = top.possible & ~top.is_eos
         going_on &= np.cumsum(going_on, axis=1) <= k  # the K best that go on
@@ -212,7 +220,7 @@ class _Beams:
             coverage=_Coverage(backend.config, mask) if config.coverage_penalty else None,
         )
 
-    def first_step(self, backend: SearchBackend, need_attention: bool) -> StepOutput:
+    def first_step(self, backend: SearchBackend, need_attention: bool, top_k: int = 0) -> StepOutput:
         """The first decoder step, run on one row per sentence (all K beams of a sentence are
         BOS over the same source, so their rows would be K equal copies), then expanded to
         the K rows of each sentence: row n = sentence n // K. CTranslate2 does the same
@@ -224,7 +232,7 @@ class _Beams:
         """
         batch = len(self.active)
         sources = self.mask[:: self.k]  # (B, S): the first of each sentence's K equal rows
-        out = backend.step(self.tokens[:batch], sources, self.cache, need_attention)
+        out = backend.step(self.tokens[:batch], sources, self.cache, need_attention, top_k)
         if self.k == 1:
             return out
         expand = np.repeat(np.arange(batch), self.k)
@@ -236,6 +244,7 @@ class _Beams:
             np.repeat(out.log_probs, self.k, axis=0),
             DecoderCache(*expanded),
             None if out.cross_weights is None else out.cross_weights[:, expand],
+            None if out.top is None else (np.repeat(out.top[0], self.k, axis=0), np.repeat(out.top[1], self.k, axis=0)),
         )
 
     def advance(self, rows: np.ndarray, tokens: np.ndarray, scores: np.ndarray, out: StepOutput) -> None:
@@ -267,8 +276,11 @@ class _Candidates:
     is_eos: np.ndarray  # bool: it appends EOS
 
     @classmethod
-    def rank(cls, scores: np.ndarray, log_probs: np.ndarray, k: int, eos_id: int) -> _Candidates:
-        """scores (N,) float64 of the beams, log_probs (N, V) of their next token.
+    def rank(
+        cls, scores: np.ndarray, log_probs: np.ndarray, k: int, eos_id: int, row_best: _RowBest | None = None
+    ) -> _Candidates:
+        """scores (N,) float64 of the beams, log_probs (N, V) of their next token; `row_best`,
+        each row's 2K best tokens when the backend ranked them (else found here).
 
         The 2K best of each sentence's K·V candidates `scores[row] + log_probs[row, token]`,
         in `top_candidates`' order (sum descending, ties to the lower row, then the lower
@@ -283,11 +295,7 @@ class _Candidates:
             return cls._greedy(scores, log_probs, eos_id)
         if vocab <= width:
             return cls._of(*_rank_all(scores, log_probs, k, np.arange(sentences)), eos_id, k)
-        part = np.argpartition(log_probs, vocab - width - 1, axis=1)
-        # Each row's 2K best tokens, in token order (so ties keep the full ranking's order),
-        # and the best log-prob it leaves out.
-        kept = np.sort(part[:, vocab - width :], axis=1)  # (N, 2K)
-        left_out = np.take_along_axis(log_probs, part[:, vocab - width - 1 : vocab - width], axis=1)[:, 0]
+        kept, left_out = (row_best or _RowBest.of_log_probs(log_probs, width)).in_token_order()
         sums = (scores[:, None] + np.take_along_axis(log_probs, kept, axis=1)).reshape(sentences, k * width)
         order = top_candidates(sums, width)  # (B', 2K)
         top_scores = np.take_along_axis(sums, order, axis=1)
@@ -319,6 +327,37 @@ class _Candidates:
             possible=top_scores > -np.inf,
             is_eos=tokens == eos_id,
         )
+
+
+@dataclass
+class _RowBest:
+    """Each row's W best tokens (any order among them) and the best log-prob it leaves out."""
+
+    kept: np.ndarray  # (N, W) token ids
+    left_out: np.ndarray  # (N,) the (W+1)-th largest log-prob of the row
+
+    @classmethod
+    def of_log_probs(cls, log_probs: np.ndarray, width: int) -> _RowBest:
+        """From the (N, V) log-probs, by a partial sort (when the backend ranked nothing)."""
+        vocab = log_probs.shape[1]
+        part = np.argpartition(log_probs, vocab - width - 1, axis=1)
+        return cls(
+            part[:, vocab - width :], np.take_along_axis(log_probs, part[:, vocab - width - 1 : vocab - width], 1)[:, 0]
+        )
+
+    @classmethod
+    def of(cls, values: np.ndarray, ids: np.ndarray, width: int, banned: tuple[int, ...]) -> _RowBest | None:
+        """From a backend's TopK, values and ids (N, C) largest first, which saw every token:
+        the `banned` ones are skipped. None if C leaves fewer than W + 1 others."""
+        if values.shape[1] < width + 1 + len(banned):
+            return None
+        allowed_first = np.argsort(np.isin(ids, banned), axis=1, kind="stable")[:, : width + 1]
+        ids, values = np.take_along_axis(ids, allowed_first, 1), np.take_along_axis(values, allowed_first, 1)
+        return cls(ids[:, :width], values[:, width])
+
+    def in_token_order(self) -> tuple[np.ndarray, np.ndarray]:
+        """kept sorted by token id (so ties keep the full ranking's order), and left_out."""
+        return np.sort(self.kept, axis=1), self.left_out
 
 
 def _rank_all(

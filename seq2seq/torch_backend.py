@@ -30,7 +30,9 @@ class TorchBackend:
         return encoded.cross_k.numpy(), encoded.cross_v.numpy()
 
     @torch.inference_mode()
-    def step(self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, need_attention: bool) -> StepOutput:
+    def step(
+        self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, need_attention: bool, top_k: int = 0
+    ) -> StepOutput:
         """tokens (N, 1) at position P = cache.past_length (see `SearchBackend.step`)."""
         first = cache.past_length == 0  # decode's P = 0 is no past at all
         out = self.model.decode(
@@ -42,10 +44,13 @@ class TorchBackend:
             None if first else torch.from_numpy(np.ascontiguousarray(cache.self_v)),
             need_cross_weights=need_attention,
         )
+        log_probs = out.log_probs[:, -1]
+        top = log_probs.topk(min(top_k, log_probs.shape[1])) if top_k else None
         return StepOutput(
-            out.log_probs[:, -1].numpy(),
+            log_probs.numpy(),
             DecoderCache(cache.cross_k, cache.cross_v, out.self_k.numpy(), out.self_v.numpy()),
             None if out.cross_weights is None else out.cross_weights[:, :, :, -1].numpy(),
+            None if top is None else (top.values.numpy(), top.indices.numpy()),
         )
 
     @torch.inference_mode()

@@ -87,7 +87,7 @@ class ScriptedBackend:
         cross = np.broadcast_to(src_ids[None, :, None, :, None], (LAYERS, b, HEADS, s, 1)).astype(np.float32)
         return cross.copy(), cross.copy()
 
-    def step(self, tokens, src_mask, cache: DecoderCache, need_attention) -> StepOutput:
+    def step(self, tokens, src_mask, cache: DecoderCache, need_attention, top_k=0) -> StepOutput:
         self.calls += 1
         n, s = tokens.shape[0], src_mask.shape[1]
         new = np.broadcast_to(tokens[None, :, None, :, None], (LAYERS, n, HEADS, 1, 1)).astype(np.float32)

@@ -142,6 +142,21 @@ def test_ranking_from_each_rows_best_equals_ranking_all_candidates(seed: int):
         scores = rng.integers(-5, 0, size=sentences * k).astype(np.float64)
         scores[rng.random(scores.shape) < 0.1] = -np.inf
         ranked = search._Candidates.rank(scores, log_probs, k, eos_id=3)
+        if k > 1 and 2 * k + 3 <= vocab:  # greedy takes the argmax, never a TopK
+            # The same from a backend's TopK, which saw PAD (0) and BOS (2) before the search
+            # banned them: here they are the best of every row.
+            raw = log_probs.copy()
+            raw[:, [0, 2]] = 0.0
+            top_ids = np.argsort(-raw, axis=1, kind="stable")[:, : 2 * k + 3]
+            row_best = search._RowBest.of(np.take_along_axis(raw, top_ids, 1), top_ids, 2 * k, (0, 2))
+            assert not np.isin(row_best.kept, (0, 2)).any()  # skipped, so they cost no redo
+            banned = log_probs.copy()
+            banned[:, [0, 2]] = -np.inf
+            from_top = search._Candidates.rank(scores, banned, k, eos_id=3, row_best=row_best)
+            from_all = search._rank_all(scores, banned, k, np.arange(sentences))
+            finite = np.isfinite(from_all[0])
+            assert np.array_equal(from_top.scores, from_all[0])
+            assert np.array_equal(np.where(finite, from_top.tokens, -1), np.where(finite, from_all[2], -1))
         sums, beams, tokens = search._rank_all(scores, log_probs, k, np.arange(sentences))
         if k == 1:
             # Greedy keeps only the best candidate (the one the search reads); its second is

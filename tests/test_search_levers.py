@@ -1,11 +1,17 @@
-"""The beam search runs its first step on one row per sentence and expands it to K rows
-afterwards (`search._Beams.first_step`). These tests pin that this changes nothing: the
-same hypotheses, scores, token log-probs and attention as running the first step on all
-K equal rows, with the real onnxruntime graphs (the shipped int8 bundle, whose quantized
-MatMuls scale each run by its activations' range, and the tiny fp32 bundle)."""
+"""The search's speed levers change nothing, with the real onnxruntime graphs: the same
+hypotheses, scores, token log-probs and attention.
+
+- The first step runs on one row per sentence and is expanded to K rows afterwards
+  (`search._Beams.first_step`), against running it on all K equal rows (the shipped int8
+  bundle, whose quantized MatMuls scale each run by its activations' range, and the tiny
+  fp32 bundle).
+- The decoder graph's own TopK ranks each row's best tokens (export/topk.py), against the
+  partial sort in numpy.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -22,12 +28,14 @@ SHIPPED_BUNDLE = Path(__file__).resolve().parents[1] / "models" / "de-en"
 GOLD = Path(__file__).resolve().parents[1] / "data" / "gold" / "de-en.gold.tsv"
 
 
-def first_step_on_every_row(self: search._Beams, backend: SearchBackend, need_attention: bool) -> StepOutput:
+def first_step_on_every_row(
+    self: search._Beams, backend: SearchBackend, need_attention: bool, top_k: int = 0
+) -> StepOutput:
     """What the search did before: all K rows of every sentence step from BOS."""
     expand = np.repeat(np.arange(len(self.active)), self.k)
     arrays = (self.cache.cross_k, self.cache.cross_v, self.cache.self_k, self.cache.self_v)
     expanded = DecoderCache(*(select_rows(a, expand) for a in arrays))
-    return backend.step(self.tokens, self.mask, expanded, need_attention)
+    return backend.step(self.tokens, self.mask, expanded, need_attention, top_k)
 
 
 def search_both_ways(
@@ -73,3 +81,46 @@ def test_first_step_on_one_row_per_sentence_changes_nothing_fp32(
     config = DecodeConfig(beam_size=3, n_best=3, coverage_penalty=0.3)
     after, before = search_both_ways(monkeypatch, tiny_bundle, "fp32", sentences, config)
     assert_same_hypotheses(after, before)
+
+
+def test_the_graphs_top_k_is_the_best_of_its_log_probs(tiny_bundle: Path) -> None:
+    backend = load_translator(tiny_bundle, verify=False).backend
+    assert isinstance(backend, OnnxBackend) and backend.has_top_k
+    ids, mask = search.pad_batch([[5, 6, 7, 3], [8, 3]], backend.pad_id)
+    cache = DecoderCache.start(*backend.encode(ids, mask))
+    tokens = np.full((2, 1), backend.bos_id, dtype=np.int64)
+    out = backend.step(tokens, mask, cache, need_attention=True, top_k=7)
+    assert out.top is not None
+    values, top_ids = out.top
+    assert values.shape == top_ids.shape == (2, 7) and top_ids.dtype == np.int64
+    assert np.array_equal(values, np.take_along_axis(out.log_probs, top_ids, axis=1))
+    assert np.array_equal(values, -np.sort(-out.log_probs, axis=1)[:, :7])
+    assert backend.step(tokens, mask, cache, need_attention=False).top is None  # not asked for
+
+
+@pytest.mark.parametrize("beam", [2, 4])
+def test_search_from_the_graphs_top_k_equals_search_from_numpy(
+    monkeypatch: pytest.MonkeyPatch, tiny_bundle: Path, beam: int
+) -> None:
+    from toy import SENTENCES
+
+    translator = load_translator(tiny_bundle, verify=False)
+    backend = translator.backend
+    ids, mask = search.pad_batch([translator.encode_source(s) for s in SENTENCES], backend.pad_id)
+    config = DecodeConfig(beam_size=beam, n_best=beam, coverage_penalty=0.2)
+    used = []
+    rank = search._Candidates.rank.__func__
+
+    def spying_rank(cls, scores, log_probs, k, eos_id, row_best=None):
+        used.append(row_best is not None)
+        return rank(cls, scores, log_probs, k, eos_id, row_best)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(search._Candidates, "rank", classmethod(spying_rank))
+        from_graph = search.beam_search(backend, ids, mask, config)
+    assert any(used)
+    step = backend.step
+    with monkeypatch.context() as patched:  # the same runs, their TopK dropped
+        patched.setattr(backend, "step", lambda *args: dataclasses.replace(step(*args), top=None))
+        from_numpy = search.beam_search(backend, ids, mask, config)
+    assert_same_hypotheses(from_graph, from_numpy)
