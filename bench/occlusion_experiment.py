@@ -35,7 +35,7 @@ from seq2seq.quality import feature_names  # noqa: E402
 
 def features(base: np.ndarray, occluded: np.ndarray, attention: np.ndarray, to_words: np.ndarray) -> dict:
     """Candidate occlusion features per source word, from base (T+1,) and occluded (Sw, T+1) log-probs."""
-    drops = base[None, :] - occluded  # (Sw, T+1): how much less likely each piece got
+    drops = np.nan_to_num(base[None, :] - occluded, nan=0.0)  # (Sw, T+1): how much less likely each piece got
     total = drops.sum(axis=1)
     attended = np.stack([subword_map(attention, n, (), False) @ to_words for n in range(attention.shape[0])])
     weights = attended.mean(axis=0)  # (T, Sw) mean over layers, output steps
@@ -101,7 +101,7 @@ def main() -> int:
     occluded = [n for n, o in enumerate(signals.occluded) if o is not None]
     print(
         f"{len(signals.cases)} cases teacher-forced in {plain:.1f} s; {len(occluded)} intact/omission cases, "
-        f"{sum(len(signals.occluded[n]) for n in occluded)} occluded rows ({args.mode}) "
+        f"{sum(int((~np.isnan(signals.occluded[n][:, 0])).sum()) for n in occluded)} occluded rows ({args.mode}) "
         f"in {signals.occlusion_seconds:.1f} s",
         flush=True,
     )

@@ -445,10 +445,11 @@ def main(argv: list[str] | None = None) -> int:
     prepared = forced_attention(translator, [(c.source, c.target) for c in cases])
     forced = time.perf_counter() - started
     signals = Signals(cases, prepared, translator)
-    occluded = sum(len(o) for o in signals.occluded if o is not None)
+    occluded = sum(int((~np.isnan(o[:, 0])).sum()) for o in signals.occluded if o is not None)
     print(
         f"{args.model}: {len(cases)} pairs teacher-forced in {forced:.0f} s (seed {args.seed}); occlusion: "
-        f"{occluded} rows (a source word each) of the intact and omission pairs in {signals.occlusion_seconds:.0f} s",
+        f"{occluded} rows (one per non-punctuation source word of the intact and omission pairs) "
+        f"in {signals.occlusion_seconds:.0f} s",
         flush=True,
     )
     sources = [(layer, heads, shift)] + [

@@ -18,13 +18,19 @@ relied on the word, whatever others gained.
 Occluding = removing the word's pieces from the source (`OCCLUDE_MODES`: or replacing
 them by <unk>, or masking them out of attention). Measured on planted omissions
 (bench/occlusion_experiment.py, the shipped model, detector F1 valid-held / gold, seed 1):
-remove 71.0 / 72.4, mask 68.6 / 70.1, unk 69.1 / 72.2, attention features alone 65.2 / 67.1.
+remove 71.0 / 72.8, mask 68.6 / 70.1, unk 69.1 / 72.2, attention features alone 65.2 / 67.1
+(seed 2: remove 68.4 / 75.0 against 63.1 / 71.0). The int8 model's log-probs depend a little
+on the rest of the batch (dynamic quantization scales are per batch; ~0.02 per piece between
+the plain and the occlusion batches), so figures move by a few tenths with the batching;
+measuring the drop against an intact row in the occlusion batch did not help (70.9 / 72.2).
 
 Cost: one more teacher-forced row per source word (the target again, on a source one word
-shorter), every variant of many pairs batched into the backend's `teacher_force`: about
-(source words) x the plain teacher-forced pass, i.e. ~10-15x for typical sentences (the
-3.8k planted pairs of the benchmark: 20 s plain, +76 s for the occlusion of 2.5k of them on
-2 loaded cores). The translator and forced alignment run it only when the model's detector
+shorter; punctuation, never flagged, is skipped), every variant of many pairs batched into
+the backend's `teacher_force`: about (source words) x the plain teacher-forced pass. With the
+shipped int8 model on 2 busy cores: `crossalign align` of 500 valid pairs 3.0 s -> 16.6 s
+(~5.5x), translation with alignment (beam 4) of 150 sentences 2.2 s -> 6.0 s (~2.7x); the
+benchmark's 3.8k planted pairs take 16 s plain, + ~65 s for the occlusion of the 2.5k intact
+and omission ones. The translator and forced alignment run it only when the model's detector
 reads these features (`QualityThresholds.needs_occlusion`). Torch-free.
 """
 
@@ -34,7 +40,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from seq2seq.alignment import Alignments, projection
+from seq2seq.alignment import Alignments, is_punctuation, projection
 from seq2seq.backend import SearchBackend
 
 OCCLUDE_MODES = ("remove", "unk", "mask")
@@ -48,9 +54,13 @@ Occlusion = tuple[Sequence[int], Sequence[int], Sequence[Sequence[int]]]
 
 def word_pieces(alignments: Alignments) -> list[list[int]]:
     """Per source word of `alignments` (any options), the indices of the source pieces
-    overlapping it: the pieces occluded to take the word away."""
+    overlapping it: the pieces occluded to take the word away. Punctuation gets none (it
+    is never flagged, so it is not occluded: ~16% of the words of the valid split)."""
     to_words = projection(alignments.subword.source_tokens, alignments.word.source_tokens)  # (S, Sw)
-    return [np.flatnonzero(to_words[:, w] > 0).tolist() for w in range(to_words.shape[1])]
+    return [
+        [] if is_punctuation(word.text) else np.flatnonzero(to_words[:, w] > 0).tolist()
+        for w, word in enumerate(alignments.word.source_tokens)
+    ]
 
 
 def occluded_source(
@@ -72,7 +82,8 @@ def occluded_log_probs(
     backend: SearchBackend, pairs: Sequence[Occlusion], mode: str = "remove", max_batch_tokens: int = 4096
 ) -> list[np.ndarray]:
     """Per pair, (Sw, T+1) float64: the log-prob of each target piece (EOS last) when the
-    target is teacher-forced on the source with word w occluded (row w).
+    target is teacher-forced on the source with word w occluded (row w); NaN for a word
+    without pieces to occlude (not run).
 
     Every occluded variant of every pair is one row of a teacher-forced batch; rows are
     sorted by length and batched at most `max_batch_tokens` padded tokens at a time.
@@ -80,9 +91,11 @@ def occluded_log_probs(
     rows = []  # (pair, word, source ids, source mask, target ids)
     for index, (source_ids, target_ids, groups) in enumerate(pairs):
         for word, pieces in enumerate(groups):
+            if not pieces:
+                continue
             ids, mask = occluded_source(source_ids, pieces, mode, backend.config.unk_id)
             rows.append((index, word, ids, mask, list(target_ids)))
-    out = [np.zeros((len(groups), len(target_ids) + 1)) for _, target_ids, groups in pairs]
+    out = [np.full((len(groups), len(target_ids) + 1), np.nan) for _, target_ids, groups in pairs]
     rows.sort(key=lambda row: (len(row[4]), len(row[2])))
     start = 0
     while start < len(rows):
@@ -112,8 +125,10 @@ def _force(backend: SearchBackend, rows: list) -> list[np.ndarray]:
 
 def occlusion_features(token_log_probs: np.ndarray, occluded: np.ndarray) -> dict[str, np.ndarray]:
     """token_log_probs (T+1,) of the translation as it is, occluded (Sw, T+1) from
-    `occluded_log_probs` -> {name: (Sw,)} the `OCCLUSION_FEATURES` of each source word."""
+    `occluded_log_probs` -> {name: (Sw,)} the `OCCLUSION_FEATURES` of each source word.
+    A word that was not occluded (NaN row) dropped nothing."""
     drops = np.asarray(token_log_probs, dtype=np.float64)[None, :] - np.asarray(occluded, dtype=np.float64)
+    drops = np.nan_to_num(drops, nan=0.0)
     return {
         "occlusion_drop": drops.sum(axis=1),
         "log_occlusion_drop_positive": np.log(np.maximum(drops, 0.0).sum(axis=1) + DROP_FLOOR),

@@ -67,15 +67,10 @@ from pathlib import Path
 
 import numpy as np
 
-from seq2seq.alignment import AlignmentOptions, Alignments, projection, subword_map, word_map
+from seq2seq.alignment import AlignmentOptions, Alignments, is_punctuation, projection, subword_map, word_map
 from seq2seq.occlusion import OCCLUSION_FEATURES, occlusion_features
 
 QUALITY_FILE = "quality.json"
-
-
-def is_punctuation(word: str) -> bool:
-    """True for a word without any letter or digit ("," "?" "–")."""
-    return not any(character.isalnum() for character in word)
 
 
 # --------------------------------------------------------------------------- per word

@@ -39,6 +39,8 @@ def test_occlusion_features_sum_the_drops_signed_and_positive() -> None:
     features = occlusion_features(base, occluded)
     assert features["occlusion_drop"] == pytest.approx([np.log(10), np.log(0.5 / 0.8)])
     assert features["log_occlusion_drop_positive"] == pytest.approx(np.log([np.log(10) + 0.1, 0.1]))
+    not_occluded = occlusion_features(base, np.full((1, 3), np.nan))  # punctuation: dropped nothing
+    assert not_occluded["occlusion_drop"] == [0.0] and not_occluded["log_occlusion_drop_positive"] == [np.log(0.1)]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,7 @@ def test_batched_occlusion_equals_one_teacher_forced_run_per_occluded_source(tin
     for (source, target), (attention, source_pieces, target_pieces, _) in zip(pairs, prepared):
         maps = align(attention, source, source_pieces, target, target_pieces, tiny.own_source)
         groups = word_pieces(maps)
-        assert len(groups) == len(source.split()) and all(groups)
+        assert [not g for g in groups] == [w == "." for w in source.split()]  # punctuation is not occluded
         source_ids = tiny.tokenizer.encode(source) + [tiny.backend.eos_id]
         occlusions.append((source_ids, tiny.tokenizer.encode(target), groups))
     # A small budget: the rows of one pair land in several batches, beside other pairs' rows.
@@ -62,10 +64,14 @@ def test_batched_occlusion_equals_one_teacher_forced_run_per_occluded_source(tin
     for (source_ids, target_ids, groups), got in zip(occlusions, batched):
         assert got.shape == (len(groups), len(target_ids) + 1)
         for word, pieces in enumerate(groups):
+            if not pieces:
+                assert np.isnan(got[word]).all()
+                continue
             ids, _ = occluded_source(source_ids, pieces, mode, UNK)
             (_, expected), *_ = teacher_forced_attention(tiny.backend, [ids], [target_ids])
             np.testing.assert_allclose(got[word], expected, atol=1e-4)
-        assert not np.allclose(got, got[:1])  # each row occluded another word
+        occluded = got[[bool(pieces) for pieces in groups]]
+        assert not np.allclose(occluded, occluded[:1])  # each row occluded another word
 
 
 # --------------------------------------------------------------------------- the shipped model
