@@ -93,11 +93,14 @@ def read_pairs(path: Path) -> list[tuple[str, str]]:
 
 
 def decoder_sha256(model: Path) -> str | None:
-    """The decoder graph's sha256 from bundle.json: which weights the thresholds were chosen for."""
+    """The sha256 from bundle.json of the decoder graph the bundle serves (its precision's:
+    an int8-only bundle has no decoder_step.onnx): which weights the thresholds were chosen for."""
     manifest = model / "bundle.json"
     if not manifest.is_file():
         return None
-    return json.loads(manifest.read_text())["files"].get("decoder_step.onnx", {}).get("sha256")
+    values = json.loads(manifest.read_text())
+    name = values.get("graphs", {}).get(values.get("precision"), {}).get("decoder_step", "decoder_step.onnx")
+    return values["files"].get(name, {}).get("sha256")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
