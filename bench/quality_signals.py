@@ -11,6 +11,10 @@
    split (beam 4, as served); the sentence confidence and, alone, the length-normalised
    log-probability are ranked against sentence chrF (Spearman's ρ).
 
+The intact and omission pairs are also teacher-forced once per source word with that word
+removed (`seq2seq.occlusion`, about 3.5x the time of the plain pass here): the untranslated
+detector reads the drop of the target's log-probability, and "occlusion drop" is scored alone.
+
 The valid split is cut in two: the pairs with an even index (`valid-fit`) fit the flags'
 detectors (logistic regressions over `seq2seq.quality.word_features`) and choose every
 threshold; the odd ones (`valid-held`), test and gold are scored at those values. The
@@ -58,7 +62,7 @@ from seq2seq.aer import read_gold, read_pharaoh  # noqa: E402
 from seq2seq.alignment import AlignmentError, AlignmentOptions, align, words  # noqa: E402
 from seq2seq.bundle import BUNDLE_FILE, set_quality_file  # noqa: E402
 from seq2seq.config import DecodeConfig  # noqa: E402
-from seq2seq.forced import forced_attention  # noqa: E402
+from seq2seq.forced import forced_attention, occluded_given  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
 from seq2seq.quality import (  # noqa: E402
     Detector,
@@ -70,6 +74,7 @@ from seq2seq.quality import (  # noqa: E402
     target_peak,
     word_features,
 )
+from seq2seq.translator import Translator  # noqa: E402
 
 FIT, HELD = "valid-fit", "valid-held"
 
@@ -88,11 +93,14 @@ def read_pairs(path: Path) -> list[tuple[str, str]]:
 
 
 def decoder_sha256(model: Path) -> str | None:
-    """The decoder graph's sha256 from bundle.json: which weights the thresholds were chosen for."""
+    """The sha256 from bundle.json of the decoder graph the bundle serves (its precision's:
+    an int8-only bundle has no decoder_step.onnx): which weights the thresholds were chosen for."""
     manifest = model / "bundle.json"
     if not manifest.is_file():
         return None
-    return json.loads(manifest.read_text())["files"].get("decoder_step.onnx", {}).get("sha256")
+    values = json.loads(manifest.read_text())
+    name = values.get("graphs", {}).get(values.get("precision"), {}).get("decoder_step", "decoder_step.onnx")
+    return values["files"].get(name, {}).get("sha256")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -157,17 +165,28 @@ def scored(case: Case, values: np.ndarray, tokens) -> Scored:
 
 class Signals:
     """The per-word signals of every teacher-forced case: coverage and peak per alignment
-    source (layer, heads, step shift; computed once per source), and the detectors' features."""
+    source (layer, heads, step shift; computed once per source), and the detectors' features
+    (with source occlusion, `occlusion` mode, on the intact and omission cases)."""
 
-    def __init__(self, cases: list[Case], prepared: list, config) -> None:
+    def __init__(self, cases: list[Case], prepared: list, translator: Translator, occlusion: str = "remove") -> None:
         pairs = [(case, item) for case, item in zip(cases, prepared) if not isinstance(item, AlignmentError)]
-        self.cases, self.prepared, self.config = [c for c, _ in pairs], [p for _, p in pairs], config
-        self.own = AlignmentOptions().resolve(config)
+        self.cases, self.prepared, self.config = [c for c, _ in pairs], [p for _, p in pairs], translator.config
+        self.own = AlignmentOptions().resolve(self.config)
         self.memo: dict = {}
-        self.features = []  # per case: (per source word, per target word) feature tables
-        for case, (attention, source_pieces, target_pieces, token_log_probs) in zip(self.cases, self.prepared):
-            maps = align(attention, case.source, source_pieces, case.target, target_pieces, self.own)
-            self.features.append(word_features(maps, Evidence(attention, token_log_probs, self.own)))
+        maps = [align(a, c.source, sp, c.target, tp, self.own) for c, (a, sp, tp, _) in zip(self.cases, self.prepared)]
+        started = time.perf_counter()
+        occluded = occluded_given(
+            translator,
+            [(c.source, c.target) for c in self.cases],
+            [m if c.kind in ("intact", "omission") else AlignmentError("not scored") for c, m in zip(self.cases, maps)],
+            mode=occlusion,
+        )
+        self.occlusion_seconds = time.perf_counter() - started
+        self.occluded = occluded  # per case: (Sw, T+1) log-probs, each source word occluded; None for insertions
+        self.features = [  # per case: (per source word, per target word) feature tables
+            word_features(m, Evidence(attention, token_log_probs, self.own, o))
+            for m, (attention, _, _, token_log_probs), o in zip(maps, self.prepared, occluded)
+        ]
 
     def maps(self, source) -> list:
         if source not in self.memo:
@@ -339,6 +358,20 @@ def report_untranslated(
         )
         if source == sources[0]:
             chosen = threshold
+    drops = signals.feature(0, "occlusion_drop")
+    threshold, _ = best_threshold(select(drops, FIT, "omission"), False, np.round(np.arange(-3, 3.001, 0.05), 2))
+    score_rows(
+        report,
+        "untranslated",
+        "occlusion drop",
+        f"drop < {threshold:.2f}",
+        drops,
+        "omission",
+        threshold,
+        False,
+        own,
+        names,
+    )
     detector = report_detector(signals, 0, own, names, report)
     sweep(select(own, FIT, "omission"), select(own, FIT, "intact"), "coverage")
     print_detector("untranslated", detector)
@@ -413,9 +446,13 @@ def main(argv: list[str] | None = None) -> int:
     cases = planted_cases(splits, args.seed)
     started = time.perf_counter()
     prepared = forced_attention(translator, [(c.source, c.target) for c in cases])
-    signals = Signals(cases, prepared, config)
+    forced = time.perf_counter() - started
+    signals = Signals(cases, prepared, translator)
+    occluded = sum(int((~np.isnan(o[:, 0])).sum()) for o in signals.occluded if o is not None)
     print(
-        f"{args.model}: {len(cases)} pairs teacher-forced in {time.perf_counter() - started:.0f} s (seed {args.seed})",
+        f"{args.model}: {len(cases)} pairs teacher-forced in {forced:.0f} s (seed {args.seed}); occlusion: "
+        f"{occluded} rows (one per non-punctuation source word of the intact and omission pairs) "
+        f"in {signals.occlusion_seconds:.0f} s",
         flush=True,
     )
     sources = [(layer, heads, shift)] + [

@@ -50,6 +50,11 @@ class Token:
     end: int  # exclusive
 
 
+def is_punctuation(word: str) -> bool:
+    """True for a word without any letter or digit ("," "?" "–"): the quality flags skip them."""
+    return not any(character.isalnum() for character in word)
+
+
 def words(text: str) -> list[Token]:
     """Whitespace tokens with punctuation split off, with character offsets."""
     return [Token(m.group(), m.start(), m.end()) for m in WORD_PATTERN.finditer(text)]

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Token, align
+from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Alignments, Token, align
 from seq2seq.backend import DecoderCache, SearchBackend, TeacherForced
+from seq2seq.occlusion import occluded_log_probs, word_pieces
 from seq2seq.quality import Evidence, SentenceQuality, assess_alignment
 from seq2seq.search import pad_batch
 from seq2seq.translator import Translator
@@ -201,21 +202,47 @@ def align_given(
     aligned gives an `AlignmentError` in its place instead, so one bad line never stops a job.
     """
     resolved = options.resolve(translator.config)
+    prepared = forced_attention(translator, pairs, max_batch_tokens)
+    maps = [
+        item if isinstance(item, AlignmentError) else align(item[0], source, item[1], target, item[2], resolved)
+        for (source, target), item in zip(pairs, prepared)
+    ]
+    occluded: list[np.ndarray | None] = [None] * len(pairs)
+    if translator.quality.needs_occlusion:
+        occluded = occluded_given(translator, pairs, maps, max_batch_tokens)
     results: list[ForcedAlignment | AlignmentError] = []
-    for (source, target), prepared in zip(pairs, forced_attention(translator, pairs, max_batch_tokens)):
-        if isinstance(prepared, AlignmentError):
-            results.append(prepared)
+    for (source, target), item, alignments, occluded_row in zip(pairs, prepared, maps, occluded):
+        if isinstance(alignments, AlignmentError):  # the pair's error, as forced_attention gave it
+            results.append(alignments)
             continue
-        attention, source_pieces, target_pieces, token_log_probs = prepared
-        maps = align(attention, source, source_pieces, target, target_pieces, resolved)
-        quality = assess_alignment(
-            maps,
-            float(token_log_probs.mean()),
-            translator.quality,
-            Evidence(attention, token_log_probs, translator.own_source),
-        )
-        results.append(ForcedAlignment(source, target, maps.word, maps.requested, quality))
+        assert not isinstance(item, AlignmentError)
+        attention, _, _, token_log_probs = item
+        evidence = Evidence(attention, token_log_probs, translator.own_source, occluded_row)
+        quality = assess_alignment(alignments, float(token_log_probs.mean()), translator.quality, evidence)
+        results.append(ForcedAlignment(source, target, alignments.word, alignments.requested, quality))
     return results
+
+
+def occluded_given(
+    translator: Translator,
+    pairs: Sequence[tuple[str, str]],
+    maps: Sequence[Alignments | AlignmentError],
+    max_batch_tokens: int = 4096,
+    mode: str = "remove",
+) -> list[np.ndarray | None]:
+    """Per given pair, (Sw, T+1) log-probs of its target pieces with each source word
+    occluded (`seq2seq.occlusion`, `mode`), all pairs batched; None where the pair has no maps."""
+    kept = [n for n, item in enumerate(maps) if not isinstance(item, AlignmentError)]
+    occlusions = []
+    for n in kept:
+        alignments = maps[n]
+        assert not isinstance(alignments, AlignmentError)
+        source_ids = _pieces(translator, pairs[n][0])[0] + [translator.backend.eos_id]
+        occlusions.append((source_ids, _pieces(translator, pairs[n][1])[0], word_pieces(alignments)))
+    out: list[np.ndarray | None] = [None] * len(maps)
+    for n, occluded in zip(kept, occluded_log_probs(translator.backend, occlusions, mode, max_batch_tokens)):
+        out[n] = occluded
+    return out
 
 
 def align_pairs(

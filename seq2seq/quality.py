@@ -34,6 +34,10 @@ The two flags:
       source words it translated; the steps that looked at such a word produced surprising
       pieces (the decoder expected the translation that is missing), and other layers
       cover it less.
+      Where the detector reads them (`QualityThresholds.needs_occlusion`), also how much
+      less likely the target gets without the word (`seq2seq.occlusion`): one more
+      teacher-forced row per source word, batched (about source words x a teacher-forced
+      pass); F1 on planted omissions 65.2 / 67.1 -> 71.0 / 72.4 (valid-held / gold).
     * ungrounded: the word's surprise (mean and max over its pieces) with the peak and the
       entropy of its row in the model's own map: an invented word is one the decoder did
       not expect; attention alone hardly tells it.
@@ -63,14 +67,10 @@ from pathlib import Path
 
 import numpy as np
 
-from seq2seq.alignment import AlignmentOptions, Alignments, projection, subword_map, word_map
+from seq2seq.alignment import AlignmentOptions, Alignments, is_punctuation, projection, subword_map, word_map
+from seq2seq.occlusion import OCCLUSION_FEATURES, occlusion_features
 
 QUALITY_FILE = "quality.json"
-
-
-def is_punctuation(word: str) -> bool:
-    """True for a word without any letter or digit ("," "?" "–")."""
-    return not any(character.isalnum() for character in word)
 
 
 # --------------------------------------------------------------------------- per word
@@ -113,24 +113,31 @@ class Evidence:
     attention: np.ndarray  # (L, H, T+1, S+1) cross-attention, as `TranslationResult.attention`
     token_log_probs: np.ndarray  # (T+1,) log-prob of each produced piece, EOS last
     own_source: AlignmentOptions  # the model's own alignment source (resolved): the detectors read its map
+    # (Sw, T+1) log-prob of each produced piece with source word w occluded (seq2seq.occlusion);
+    # None where the detectors do not read it (it costs a teacher-forced row per source word)
+    occluded_log_probs: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        if np.shape(self.token_log_probs) != (np.shape(self.attention)[2],):
+        steps = np.shape(self.attention)[2]
+        if np.shape(self.token_log_probs) != (steps,):
+            raise ValueError(f"evidence: {np.shape(self.token_log_probs)} token log-probs for {steps} decoder steps")
+        if self.occluded_log_probs is not None and np.shape(self.occluded_log_probs)[1:] != (steps,):
             raise ValueError(
-                f"evidence: {np.shape(self.token_log_probs)} token log-probs for "
-                f"{np.shape(self.attention)[2]} decoder steps"
+                f"evidence: occluded log-probs of shape {np.shape(self.occluded_log_probs)} for {steps} decoder steps"
             )
 
 
 def feature_names(decoder_layers: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The names `word_features` computes for a model with `decoder_layers` layers: (per
-    source word, per target word)."""
+    source word, per target word). The source side ends with the `OCCLUSION_FEATURES`,
+    computed only from `Evidence` that has the occluded log-probs."""
     layers = range(decoder_layers)
     source = (
         ("log_coverage",)
         + tuple(f"log_coverage_layer{n}" for n in layers)
         + tuple(f"log_coverage_layer{n}_output" for n in layers)
         + tuple(f"attended_surprise_layer{n}" for n in layers)
+        + OCCLUSION_FEATURES
     )
     return source, ("surprise", "surprise_max", "peak", "entropy")
 
@@ -145,8 +152,10 @@ def word_features(alignments: Alignments, evidence: Evidence) -> tuple[dict[str,
     input (`..._layer{n}`) and where it is its output (`..._layer{n}_output`); and
     `attended_surprise_layer{n}`: the mean surprise (-log p) of the target pieces produced
     at the steps that attended to the word, weighted by that attention (layer n's mean
-    map, output steps). Target side, per word: `surprise` (mean -log p over its pieces),
-    `surprise_max`, and the `peak` and `entropy` of its row in the model's own map.
+    map, output steps); and with the evidence's occluded log-probs, the `OCCLUSION_FEATURES`
+    (`seq2seq.occlusion.occlusion_features`). Target side, per word: `surprise` (mean -log p
+    over its pieces), `surprise_max`, and the `peak` and `entropy` of its row in the model's
+    own map.
     """
     source_pieces, target_pieces = alignments.subword.source_tokens, alignments.subword.target_tokens
     to_source_words = projection(source_pieces, alignments.word.source_tokens)  # (S, Sw)
@@ -166,6 +175,13 @@ def word_features(alignments: Alignments, evidence: Evidence) -> tuple[dict[str,
     for n in range(attention.shape[0]):
         attended = subword_map(attention, n, (), False) @ to_source_words  # (T, Sw)
         source[f"attended_surprise_layer{n}"] = surprise @ attended / np.maximum(attended.sum(axis=0), 1e-6)
+    if evidence.occluded_log_probs is not None:
+        if len(evidence.occluded_log_probs) != to_source_words.shape[1]:
+            raise ValueError(
+                f"evidence: occluded log-probs for {len(evidence.occluded_log_probs)} source words, "
+                f"not {to_source_words.shape[1]}"
+            )
+        source |= occlusion_features(evidence.token_log_probs, evidence.occluded_log_probs)
     pieces_of = to_target_words > 0  # (T, Tw)
     share = to_target_words / np.maximum(to_target_words.sum(axis=0, keepdims=True), 1e-12)
     target = {
@@ -239,6 +255,12 @@ class QualityThresholds:
             raise ValueError("confidence_weights: expected (bias, log-prob, coverage, length) weights")
         if self.expected_length_ratio <= 0:
             raise ValueError(f"expected_length_ratio must be positive, not {self.expected_length_ratio}")
+
+    @property
+    def needs_occlusion(self) -> bool:
+        """True when the untranslated detector reads occlusion features: its `Evidence` must
+        then carry the occluded log-probs (`seq2seq.occlusion`)."""
+        return self.untranslated is not None and any(f in OCCLUSION_FEATURES for f in self.untranslated.features)
 
     def check(self, decoder_layers: int) -> None:
         """Raise ValueError if a detector reads a feature a model of `decoder_layers` layers lacks

@@ -14,6 +14,7 @@ from data.tokenizer import Tokenizer
 from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Alignments, Token, align, pieces_with_offsets
 from seq2seq.backend import SearchBackend
 from seq2seq.config import DecodeConfig, ModelConfig
+from seq2seq.occlusion import occluded_log_probs, word_pieces
 from seq2seq.quality import Evidence, QualityThresholds, SentenceQuality, assess_alignment
 from seq2seq.search import Hypothesis, beam_search, pad_batch
 
@@ -97,8 +98,8 @@ class Translator:
                 chunk, beam_search(self.backend, src_ids, src_mask, config, self.max_positions)
             ):
                 results[index] = self._result(encoded[index], hypotheses)
-                if options is not None:
-                    self._fill_alignments(texts[index], results[index], options)
+            if options is not None:
+                self._fill_alignments([(texts[i], results[i]) for i in chunk], options)
             start = end
         return [r for r in results if r is not None]
 
@@ -139,15 +140,37 @@ class Translator:
         target_text, target_pieces = pieces_with_offsets(result.target_tokens)
         return align(result.attention, source_text, source_pieces, target_text, target_pieces, options)
 
-    def _fill_alignments(self, source_text: str, result: TranslationResult, options: AlignmentOptions) -> None:
-        pieces = self.source_pieces(source_text, len(result.source_ids))
-        for hypothesis in [result, *result.alternatives]:
-            hypothesis.alignment = self.alignments(source_text, hypothesis, options, pieces)
-            assert hypothesis.attention is not None  # alignments() raised otherwise
-            evidence = Evidence(hypothesis.attention, np.asarray(hypothesis.token_log_probs), self.own_source)
+    def _fill_alignments(self, items: list[tuple[str, TranslationResult | None]], options: AlignmentOptions) -> None:
+        """The maps and quality of every hypothesis of (source text, result) `items`; the
+        occlusion runs, when the detector reads them, batched over them all."""
+        hypotheses = []
+        for source_text, result in items:
+            assert result is not None
+            pieces = self.source_pieces(source_text, len(result.source_ids))
+            for hypothesis in [result, *result.alternatives]:
+                hypothesis.alignment = self.alignments(source_text, hypothesis, options, pieces)
+                hypotheses.append(hypothesis)
+        occluded: list[np.ndarray | None] = [None] * len(hypotheses)
+        if self.quality.needs_occlusion:
+            occluded = list(self.occluded(hypotheses))
+        for hypothesis, occluded_row in zip(hypotheses, occluded):
+            assert hypothesis.attention is not None and hypothesis.alignment is not None  # alignments() raised
+            evidence = Evidence(
+                hypothesis.attention, np.asarray(hypothesis.token_log_probs), self.own_source, occluded_row
+            )
             hypothesis.quality = assess_alignment(
                 hypothesis.alignment, hypothesis.mean_log_prob, self.quality, evidence
             )
+
+    def occluded(self, hypotheses: list[TranslationResult]) -> list[np.ndarray]:
+        """Per aligned hypothesis, (Sw, T+1) log-probs of its pieces with each source word
+        occluded (`seq2seq.occlusion`): the `Evidence.occluded_log_probs` of its quality."""
+        pairs = []
+        for hypothesis in hypotheses:
+            assert hypothesis.alignment is not None
+            source_ids = [*hypothesis.source_ids, self.backend.eos_id]
+            pairs.append((source_ids, hypothesis.target_ids, word_pieces(hypothesis.alignment)))
+        return occluded_log_probs(self.backend, pairs, max_batch_tokens=self.max_batch_tokens)
 
     def _result(self, source_ids: list[int], hypotheses: list[Hypothesis]) -> TranslationResult:
         made = [self._one(source_ids, h) for h in hypotheses]

@@ -29,6 +29,7 @@ LIBRARY_MODULES = {
     "config",
     "alignment",
     "quality",
+    "occlusion",
     "search",
     "backend",
     "translator",

@@ -18,6 +18,7 @@ from export.exporter import export_model
 from seq2seq.alignment import AlignmentOptions, Alignments, Token, align, words
 from seq2seq.forced import align_pair
 from seq2seq.loading import load_translator
+from seq2seq.occlusion import DROP_FLOOR
 from seq2seq.quality import (
     COVERAGE_FLOOR,
     Detector,
@@ -204,6 +205,9 @@ def scripted_translation(gap: str = ",") -> tuple[Alignments, Evidence]:
     the translation of "morgen" is missing. In the alignment map "morgen" still gets 0.8 of
     a word's mass, from the rows of "," and "." beside the gap, so a coverage threshold
     below 0.8 does not see it. `gap` replaces "," by a word (the same surprise).
+
+    Occluded (leave-one-out), each word but "morgen" made the piece it translated far less
+    likely; without "morgen" the gap got *more* likely (-log p 5 instead of 6).
     """
     source, target = "Er kommt morgen .", f"He comes {gap} ."
     source_pieces = [Token(w.text, w.start, w.end) for w in words(source)]
@@ -215,7 +219,9 @@ def scripted_translation(gap: str = ",") -> tuple[Alignments, Evidence]:
     own = AlignmentOptions(layer=0, heads=(0,), step_shift=True)
     maps = align(attention, source, source_pieces, target, target_pieces, own)
     token_log_probs = np.log([0.9, 0.9, np.exp(-6.0), 0.8, 0.9])  # the gap was a surprise
-    return maps, Evidence(attention, token_log_probs, own)
+    occluded = np.tile(token_log_probs, (4, 1))  # (Sw=4, T+1=5)
+    occluded[0, 0], occluded[1, 1], occluded[2, 2], occluded[3, 3] = np.log(0.01), np.log(0.01), -5.0, np.log(0.1)
+    return maps, Evidence(attention, token_log_probs, own, occluded)
 
 
 SURPRISE = [-math.log(0.9), -math.log(0.9), 6.0, -math.log(0.8)]
@@ -238,6 +244,31 @@ def test_word_features_read_every_layer_and_the_surprise() -> None:
     assert target["peak"] == pytest.approx(target_peak(maps.word.matrix))
     with pytest.raises(ValueError, match="token log-probs"):
         Evidence(evidence.attention, evidence.token_log_probs[:-1], evidence.own_source)
+
+
+def test_occlusion_features_are_the_drops_of_the_target_without_the_word() -> None:
+    maps, evidence = scripted_translation()
+    source, _ = word_features(maps, evidence)
+    drops = [math.log(0.9 / 0.01), math.log(0.9 / 0.01), -1.0, math.log(0.8 / 0.1)]
+    assert source["occlusion_drop"] == pytest.approx(drops)
+    assert np.exp(source["log_occlusion_drop_positive"]) - DROP_FLOOR == pytest.approx(np.maximum(drops, 0.0))
+    # The word whose translation is missing is the one the target did not rely on.
+    detector = Detector(("occlusion_drop",), (-1.0,), 0.0, 0.0)
+    thresholds = QualityThresholds(untranslated_coverage=0.5, untranslated=detector)
+    assert thresholds.needs_occlusion and not QualityThresholds().needs_occlusion
+    assert assess_alignment(maps, None, thresholds, evidence).untranslated == [2]
+    thresholds.check(decoder_layers=2)  # the occlusion features are known to every model
+    # Evidence without the occluded log-probs has no occlusion features: such a detector cannot read it.
+    plain = Evidence(evidence.attention, evidence.token_log_probs, evidence.own_source)
+    assert "occlusion_drop" not in word_features(maps, plain)[0]
+    with pytest.raises(ValueError, match="occlusion_drop"):
+        assess_alignment(maps, None, thresholds, plain)
+    with pytest.raises(ValueError, match="occluded log-probs"):
+        Evidence(evidence.attention, evidence.token_log_probs, evidence.own_source, np.zeros((4, 3)))
+    with pytest.raises(ValueError, match="4"):
+        word_features(
+            maps, Evidence(evidence.attention, evidence.token_log_probs, evidence.own_source, np.zeros((3, 5)))
+        )
 
 
 def test_the_detector_flags_an_omission_the_coverage_threshold_misses() -> None:

@@ -47,7 +47,8 @@ def test_the_translator_fills_quality_in_the_same_pass(shipped: Translator) -> N
     result = shipped.translate("Das Haus ist klein.", config)
     assert result.text == "The house is small."
     for hypothesis in [result, *result.alternatives]:
-        evidence = Evidence(hypothesis.attention, np.asarray(hypothesis.token_log_probs), shipped.own_source)
+        occluded = shipped.occluded([hypothesis])[0] if shipped.quality.needs_occlusion else None
+        evidence = Evidence(hypothesis.attention, np.asarray(hypothesis.token_log_probs), shipped.own_source, occluded)
         assert hypothesis.quality == assess_alignment(
             hypothesis.alignment, hypothesis.mean_log_prob, shipped.quality, evidence
         )
