@@ -52,6 +52,7 @@ import torch
 from torch import Tensor, nn
 
 from data.tokenizer import Tokenizer
+from export.calibrate import DEFAULT_SOURCE, Calibration, calibrate_graphs
 from export.parity import PARITY_SENTENCES, run_parity_checks
 from export.precisions import keep_graphs, precision_problems
 from export.quantize import quantize_graphs
@@ -331,6 +332,7 @@ def export_model(
     opset: int = DEFAULT_OPSET,
     force: bool = False,
     parity_sentences: list[str] | None = None,
+    calibration: Calibration | None = None,
 ) -> ExportResult:
     """Checkpoint directory (config.json, model.pt, spm.model) -> verified bundle in `out_dir`.
 
@@ -340,6 +342,8 @@ def export_model(
     first its default: the fp32 graphs are always exported and checked against torch (the
     int8 ones are made from them), and left out at the end if not asked for; int8 graphs
     are checked for agreement with torch and reported, not held to the fp32 tolerance.
+    Their activation scales are calibrated on `calibration` (default: the parity sentences;
+    export/calibrate.py).
     """
     out_dir = Path(out_dir)
     loaded = load_checkpoint(Path(checkpoint_dir), tokenizer, data_manifest)
@@ -350,7 +354,8 @@ def export_model(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".staging", dir=out_dir.parent))
     try:
-        write_bundle(loaded, staging, "int8" in precisions, opset)
+        calibration = calibration or Calibration(tuple(parity_sentences or PARITY_SENTENCES), DEFAULT_SOURCE)
+        write_bundle(loaded, staging, calibration if "int8" in precisions else None, opset)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)  # nothing worth inspecting in a half-written bundle
         raise
@@ -369,8 +374,11 @@ def export_model(
     return ExportResult(out_dir, precisions[0], parity)
 
 
-def write_bundle(loaded: LoadedCheckpoint, directory: Path, int8: bool, opset: int = DEFAULT_OPSET) -> str:
-    """Write weights, config, tokenizer, graphs and bundle.json into `directory`; returns the precision."""
+def write_bundle(
+    loaded: LoadedCheckpoint, directory: Path, int8: Calibration | None, opset: int = DEFAULT_OPSET
+) -> str:
+    """Write weights, config, tokenizer, graphs and bundle.json into `directory`, with int8
+    graphs calibrated on `int8` when given; returns the precision."""
     assert loaded.model is not None and loaded.config is not None, "validate() first"
     umask = os.umask(0)
     os.umask(umask)
@@ -402,9 +410,12 @@ def write_bundle(loaded: LoadedCheckpoint, directory: Path, int8: bool, opset: i
         shutil.copyfile(loaded.checkpoint_dir / QUALITY_FILE, directory / QUALITY_FILE)
         quality_file = QUALITY_FILE
     graphs = {"fp32": export_graphs(loaded.model, directory, opset)}
-    if int8:
+    calibrated = None
+    if int8 is not None:
         graphs["int8"] = quantize_graphs(directory, directory)
-    precision = "int8" if int8 else "fp32"
+        int8_paths = {role: directory / name for role, name in graphs["int8"].items()}
+        calibrated = calibrate_graphs(directory, int8_paths, int8, loaded.config, directory / TOKENIZER_FILE)
+    precision = "int8" if int8 is not None else "fp32"
     extra = {
         "weights_dtype": "float16 (fp32 graphs exported from the same float16-rounded values)",
         "interface": {
@@ -414,6 +425,7 @@ def write_bundle(loaded: LoadedCheckpoint, directory: Path, int8: bool, opset: i
         },
         "exporter": _versions(),
         "source_checkpoint": portable_path(loaded.checkpoint_dir),
+        **({"int8_calibration": calibrated} if calibrated else {}),
     }
     write_bundle_manifest(
         directory,

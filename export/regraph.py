@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from export.calibrate import DEFAULT_SOURCE, Calibration, calibrate_graphs
 from export.exporter import (
     DEFAULT_OPSET,
     ExportError,
@@ -27,7 +28,11 @@ log = logging.getLogger("crossalign.export")
 
 
 def regraph_bundle(
-    bundle_dir: Path, precisions: tuple[str, ...], opset: int = DEFAULT_OPSET, parity_sentences: list[str] | None = None
+    bundle_dir: Path,
+    precisions: tuple[str, ...],
+    opset: int = DEFAULT_OPSET,
+    parity_sentences: list[str] | None = None,
+    calibration: Calibration | None = None,
 ) -> ExportResult:
     """Give an existing bundle exactly the graphs of `precisions` (the first its default),
     rebuilt from its own model.pt, in place (`crossalign export DIR --in-place --graphs ...`).
@@ -54,8 +59,12 @@ def regraph_bundle(
     staging = Path(tempfile.mkdtemp(prefix=f".{bundle_dir.name}.", suffix=".graphs", dir=bundle_dir.parent))
     try:
         graphs = {"fp32": export_graphs(loaded.model, staging, opset)}
+        calibrated = None
         if "int8" in precisions:
             graphs["int8"] = quantize_graphs(staging, staging)
+            calibration = calibration or Calibration(tuple(parity_sentences or PARITY_SENTENCES), DEFAULT_SOURCE)
+            int8_paths = {role: staging / name for role, name in graphs["int8"].items()}
+            calibrated = calibrate_graphs(staging, int8_paths, calibration, loaded.model.config, bundle.tokenizer_path)
         old_graphs = {name for files in bundle.manifest["graphs"].values() for name in files.values()}
         for name in set(bundle.manifest["files"]) - old_graphs:  # a bundle to check: the same other files
             try:
@@ -69,6 +78,9 @@ def regraph_bundle(
             "decoder_step": decoder_graph_io(loaded.model.config.decoder_layers),
             "opset": opset,
         }
+        manifest.pop("int8_calibration", None)
+        if calibrated:
+            manifest["int8_calibration"] = calibrated
         write_manifest(staging, manifest)
         parity = run_parity_checks(
             staging, loaded.model, parity_sentences or list(PARITY_SENTENCES), "int8" in precisions

@@ -47,8 +47,11 @@ print("default alignment source:", best)
 PY
 
 echo "== export"
+# The int8 graphs' activation scales are calibrated on the valid sources (the first 128;
+# export/calibrate.py), here and in the in-place rebuild at the end, so both are the same graphs.
+CALIBRATION=${CALIBRATION:-$DATA/valid.tsv}
 $PY -m seq2seq.cli export "$RUN/final" --out "$OUT" --data-manifest "$DATA/manifest.json" --force \
-    --graphs $PRECISIONS
+    --graphs $PRECISIONS --calibration "$CALIBRATION"
 cp "$RUN/alignment_sources.json" "$OUT/"   # the ranking behind the default, shipped for reference
 
 echo "== length penalty on the valid split (beam 4)"
@@ -103,7 +106,7 @@ print(json.dumps(metrics, indent=1))
 PY
 
 if [ "$GRAPHS" = int8 ]; then    # the bundle budget holds one precision's graphs
-    $PY -m seq2seq.cli export "$OUT" --in-place --graphs int8
+    $PY -m seq2seq.cli export "$OUT" --in-place --graphs int8 --calibration "$CALIBRATION"
 fi
 
 echo "== model card"

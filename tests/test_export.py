@@ -287,9 +287,17 @@ def test_int8_export_through_the_cli(tiny_checkpoint: Path, tmp_path: Path) -> N
     # A second export into the same place needs --force.
     with pytest.raises(ExportError, match="--force"):
         export_cli.main(parser.parse_args([str(tiny_checkpoint), "--out", str(out)]))
+    # Calibrated activation scales (export/calibrate.py): a translation is the same alone
+    # as in a batch, which dynamic per-tensor scales do not give.
+    calibration = loaded.manifest["int8_calibration"]
+    assert calibration["sentences"] == len(SENTENCES) and calibration["decoder_step"]["runs"] > 0
+    translator = load_translator(out, threads=1)
+    alone = [translator.translate(s, DecodeConfig(beam_size=4)).target_ids for s in SENTENCES]
+    assert alone == [r.target_ids for r in results]
     # Every MatMul that multiplies by a weight is quantized (before the weights' Transposes
-    # were folded, none was): the fp32 graph's weight MatMuls become MatMulInteger, and the
-    # MatMuls left in fp32 are the attention's, activation by activation.
+    # were folded, none was): the fp32 graph's weight MatMuls become MatMulIntegerToFloat
+    # with constant activation scales, and the MatMuls left in fp32 are the attention's,
+    # activation by activation.
     for role in ("encoder", "decoder_step"):
         fp32, int8 = (onnx.load(str(path)) for path in (out / f"{role}.onnx", out / f"{role}.int8.onnx"))
         weights = {tensor.name for tensor in fp32.graph.initializer}
@@ -303,7 +311,8 @@ def test_int8_export_through_the_cli(tiny_checkpoint: Path, tmp_path: Path) -> N
             and made_by[node.input[1]].input[0] in weights
         )
         ops = [node.op_type for node in int8.graph.node]
-        assert weight_matmuls > 0 and ops.count("MatMulInteger") == weight_matmuls
+        assert weight_matmuls > 0 and ops.count("MatMulIntegerToFloat") == weight_matmuls
+        assert "DynamicQuantizeLinear" not in ops and "MatMulInteger" not in ops
         assert ops.count("MatMul") == ops.count("Softmax") * 2
 
 

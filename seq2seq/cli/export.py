@@ -13,7 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
-from export.exporter import DEFAULT_OPSET, export_model
+from export.calibrate import Calibration, read_calibration_sentences
+from export.exporter import DEFAULT_OPSET, export_model, portable_path
 from export.regraph import regraph_bundle
 from seq2seq.bundle import PRECISIONS
 
@@ -56,6 +57,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
     parser.add_argument("--force", action="store_true", help="replace an existing bundle in --out")
     parser.add_argument(
+        "--calibration",
+        type=Path,
+        default=None,
+        help="German sentences the int8 graphs' activation scales are calibrated on, one per line "
+        "(TSV: first column; the first 128 are used; default: the parity sentences). Fixed scales "
+        "make an int8 translation the same alone or in any batch (export/calibrate.py)",
+    )
+    parser.add_argument(
         "--parity-file",
         type=Path,
         default=None,
@@ -69,8 +78,11 @@ def main(args: argparse.Namespace) -> int:
         lines = Path(args.parity_file).read_text(encoding="utf-8").splitlines()
         sentences = [line.split("\t")[0] for line in lines if line.strip()][:32]
     precisions = ("int8", "fp32") if args.int8 else tuple(args.graphs)
+    calibration = None
+    if args.calibration is not None:
+        calibration = Calibration(tuple(read_calibration_sentences(args.calibration)), portable_path(args.calibration))
     if args.in_place:
-        result = regraph_bundle(args.checkpoint_dir, precisions, args.opset, sentences)
+        result = regraph_bundle(args.checkpoint_dir, precisions, args.opset, sentences, calibration)
     else:
         result = export_model(
             args.checkpoint_dir,
@@ -81,6 +93,7 @@ def main(args: argparse.Namespace) -> int:
             opset=args.opset,
             force=args.force,
             parity_sentences=sentences,
+            calibration=calibration,
         )
     print(json.dumps({"bundle": str(result.out_dir), "precision": result.precision, "parity": result.parity}, indent=2))
     return 0
