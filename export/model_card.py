@@ -162,7 +162,9 @@ def precision_line(metrics: dict) -> str:
     if metrics.get("graphs") != "int8" or not fp32:
         return ""
     return (
-        f"\nThe bundle serves **int8 graphs** (dynamic quantization of the MatMul weights), and the "
+        "\nThe bundle serves **int8 graphs** (the MatMul weights quantized to int8, their inputs with "
+        "activation scales calibrated once on the valid sources, so a translation does not depend on what "
+        "else is in its batch: export/calibrate.py), and the "
         f"figures above are theirs. The fp32 graphs of the same weights measure test BLEU "
         f"{fp32['test_bleu_beam4']} / chrF {fp32['test_chrf_beam4']} (greedy {fp32['test_bleu_greedy']} / "
         f"{fp32['test_chrf_greedy']}), gold BLEU {fp32['gold_bleu_beam4']} / chrF {fp32['gold_chrf_beam4']}, "
