@@ -16,6 +16,7 @@ from toy import SENTENCES, toy_pairs, train_tiny
 
 from export.exporter import export_model
 from seq2seq.alignment import AlignmentOptions, Alignments, Token, align, words
+from seq2seq.confidence import confidence_features, length_misfit, sentence_coverage
 from seq2seq.forced import align_pair
 from seq2seq.loading import load_translator
 from seq2seq.occlusion import DROP_FLOOR
@@ -26,10 +27,7 @@ from seq2seq.quality import (
     QualityThresholds,
     assess,
     assess_alignment,
-    confidence_features,
     feature_names,
-    length_misfit,
-    sentence_coverage,
     source_coverage,
     target_entropy,
     target_peak,
