@@ -23,8 +23,8 @@ for path in (REPO, REPO / "bench"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from planted import best_threshold, fit_detector  # noqa: E402
-from quality_signals import FIT, HEADER, HELD, Signals, evaluate_split, planted_cases, print_row, read_splits  # noqa: E402
+from planted import HEADER, best_threshold, evaluate_split, fit_detector, print_row  # noqa: E402
+from quality_signals import FIT, HELD, Signals, planted_cases, read_splits  # noqa: E402
 
 from seq2seq.alignment import projection, subword_map, visible, words  # noqa: E402
 from seq2seq.forced import forced_attention  # noqa: E402

@@ -244,3 +244,57 @@ def fit_detector(items: list[tuple[dict[str, np.ndarray], Scored]], features: tu
     grid = np.unique(np.quantile(np.concatenate([s.values[s.candidates] for s in logits]), np.linspace(0, 1, 201)))
     threshold, _ = best_threshold(logits, above=True, grid=grid)
     return Detector(features, tuple(round(float(v), 5) for v in weights), round(bias, 5), round(threshold, 5))
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def select(items: list[Scored], split: str, kind: str) -> list[Scored]:
+    return [i for i in items if i.case.split == split and i.case.kind == kind]
+
+
+def evaluate_split(
+    items: list[Scored], split: str, kind: str, threshold: float, above: bool, baseline: list[Scored]
+) -> dict:
+    """Flags at `threshold` on the `kind` cases of `split` against the planted truth, the
+    rank baseline (lowest `baseline` values) with as many flags, the same two counting
+    unlinked source words, and the false alarms on the split's intact pairs."""
+    damaged, ranked = select(items, split, kind), select(baseline, split, kind)
+    truths = [i.case.truth for i in damaged]
+    flags = flag_below(damaged, threshold, above)
+    p, r, f1 = prf(flags, truths)
+    bp, br, bf1 = prf(rank_baseline(ranked, sum(map(len, flags))), truths)
+    flags_all = flag_below(damaged, threshold, above, unlinked=True)
+    f1_all = prf(flags_all, truths)[2]
+    bf1_all = prf(rank_baseline(ranked, sum(map(len, flags_all)), unlinked=True), truths)[2]
+    alarms = false_alarms(select(items, split, "intact"), threshold, above)
+    return {
+        "threshold": threshold,
+        "split": split,
+        "pairs": len(damaged),
+        "precision": p,
+        "recall": r,
+        "f1": f1,
+        "baseline_precision": bp,
+        "baseline_recall": br,
+        "baseline_f1": bf1,
+        "f1_counting_unlinked": f1_all,
+        "baseline_f1_counting_unlinked": bf1_all,
+        "intact_flags_per_100_words": alarms,
+    }
+
+
+HEADER = (
+    f"{'signal':<26} {'rule':<17} {'split':<10} {'pairs':>5} {'P':>6} {'R':>6} {'F1':>6} "
+    f"{'base P':>7} {'base R':>7} {'base F1':>7} {'F1/base, unlinked counted':>26} {'intact flags/100w':>18}"
+)
+
+
+def print_row(name: str, rule: str, row: dict) -> None:
+    unlinked = f"{100 * row['f1_counting_unlinked']:.1f} / {100 * row['baseline_f1_counting_unlinked']:.1f}"
+    print(
+        f"{name:<26} {rule:<17} {row['split']:<10} {row['pairs']:>5} "
+        f"{100 * row['precision']:6.1f} {100 * row['recall']:6.1f} {100 * row['f1']:6.1f} "
+        f"{100 * row['baseline_precision']:7.1f} {100 * row['baseline_recall']:7.1f} "
+        f"{100 * row['baseline_f1']:7.1f} {unlinked:>26} {row['intact_flags_per_100_words']:18.1f}"
+    )

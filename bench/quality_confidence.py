@@ -18,8 +18,9 @@ from planted import Links, spearman
 from tqdm import tqdm
 
 from seq2seq.alignment import words
+from seq2seq.confidence import confidence_features
 from seq2seq.config import DecodeConfig
-from seq2seq.quality import confidence_features, is_punctuation, source_coverage
+from seq2seq.quality import is_punctuation, source_coverage
 
 Splits = dict[str, tuple[list[tuple[str, str]], list[Links]]]
 

@@ -14,6 +14,8 @@
 The intact and omission pairs are also teacher-forced once per source word with that word
 removed (`seq2seq.occlusion`, about 3.5x the time of the plain pass here): the untranslated
 detector reads the drop of the target's log-probability, and "occlusion drop" is scored alone.
+Its attention-only twin (the same features but the occlusion ones: quality mode "fast") is
+fitted, scored and saved beside it (`untranslated_fast`).
 
 The valid split is cut in two: the pairs with an even index (`valid-fit`) fit the flags'
 detectors (logistic regressions over `seq2seq.quality.word_features`) and choose every
@@ -45,16 +47,19 @@ for path in (REPO, REPO / "bench"):
         sys.path.insert(0, str(path))
 
 from planted import (  # noqa: E402
+    HEADER,
     Case,
     Scored,
     best_threshold,
     content,
+    evaluate_split,
     false_alarms,
     fit_detector,
     flag_below,
     make_cases,
     prf,
-    rank_baseline,
+    print_row,
+    select,
 )
 from quality_confidence import Splits, report_confidence  # noqa: E402
 
@@ -64,6 +69,7 @@ from seq2seq.bundle import BUNDLE_FILE, set_quality_file  # noqa: E402
 from seq2seq.config import DecodeConfig  # noqa: E402
 from seq2seq.forced import forced_attention, occluded_given  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
+from seq2seq.occlusion import OCCLUSION_FEATURES  # noqa: E402
 from seq2seq.quality import (  # noqa: E402
     Detector,
     Evidence,
@@ -237,57 +243,6 @@ def describe(source) -> str:
     return f"layer {n} {'heads ' + ','.join(map(str, h)) if h else 'mean'}{' shift' if s else ''}"
 
 
-def select(items: list[Scored], split: str, kind: str) -> list[Scored]:
-    return [i for i in items if i.case.split == split and i.case.kind == kind]
-
-
-def evaluate_split(
-    items: list[Scored], split: str, kind: str, threshold: float, above: bool, baseline: list[Scored]
-) -> dict:
-    """Flags at `threshold` on the `kind` cases of `split` against the planted truth, the
-    rank baseline (lowest `baseline` values) with as many flags, the same two counting
-    unlinked source words, and the false alarms on the split's intact pairs."""
-    damaged, ranked = select(items, split, kind), select(baseline, split, kind)
-    truths = [i.case.truth for i in damaged]
-    flags = flag_below(damaged, threshold, above)
-    p, r, f1 = prf(flags, truths)
-    bp, br, bf1 = prf(rank_baseline(ranked, sum(map(len, flags))), truths)
-    flags_all = flag_below(damaged, threshold, above, unlinked=True)
-    f1_all = prf(flags_all, truths)[2]
-    bf1_all = prf(rank_baseline(ranked, sum(map(len, flags_all)), unlinked=True), truths)[2]
-    alarms = false_alarms(select(items, split, "intact"), threshold, above)
-    return {
-        "threshold": threshold,
-        "split": split,
-        "pairs": len(damaged),
-        "precision": p,
-        "recall": r,
-        "f1": f1,
-        "baseline_precision": bp,
-        "baseline_recall": br,
-        "baseline_f1": bf1,
-        "f1_counting_unlinked": f1_all,
-        "baseline_f1_counting_unlinked": bf1_all,
-        "intact_flags_per_100_words": alarms,
-    }
-
-
-HEADER = (
-    f"{'signal':<26} {'rule':<17} {'split':<10} {'pairs':>5} {'P':>6} {'R':>6} {'F1':>6} "
-    f"{'base P':>7} {'base R':>7} {'base F1':>7} {'F1/base, unlinked counted':>26} {'intact flags/100w':>18}"
-)
-
-
-def print_row(name: str, rule: str, row: dict) -> None:
-    unlinked = f"{100 * row['f1_counting_unlinked']:.1f} / {100 * row['baseline_f1_counting_unlinked']:.1f}"
-    print(
-        f"{name:<26} {rule:<17} {row['split']:<10} {row['pairs']:>5} "
-        f"{100 * row['precision']:6.1f} {100 * row['recall']:6.1f} {100 * row['f1']:6.1f} "
-        f"{100 * row['baseline_precision']:7.1f} {100 * row['baseline_recall']:7.1f} "
-        f"{100 * row['baseline_f1']:7.1f} {unlinked:>26} {row['intact_flags_per_100_words']:18.1f}"
-    )
-
-
 def score_rows(
     report: dict,
     signal: str,
@@ -331,9 +286,10 @@ def print_detector(name: str, detector: Detector | None) -> None:
 
 def report_untranslated(
     signals: Signals, sources: list, names: list[str], report: dict
-) -> tuple[float, Detector | None]:
-    """untranslated: coverage < t per alignment source, and the detector; thresholds and
-    weights fitted on FIT. Returns the own source's threshold and the detector."""
+) -> tuple[float, Detector | None, Detector | None]:
+    """untranslated: coverage < t per alignment source, and the detectors with and without
+    occlusion; thresholds and weights fitted on FIT. Returns the own source's threshold
+    and the two detectors (thorough, fast)."""
     own = signals.coverage(sources[0])
     print(
         f"\nuntranslated: planted omissions; thresholds and detector fitted on {FIT}; baseline = as many flags "
@@ -372,19 +328,31 @@ def report_untranslated(
         own,
         names,
     )
+    attention_only = tuple(f for f in feature_names(signals.config.decoder_layers)[0] if f not in OCCLUSION_FEATURES)
+    fast = report_detector(
+        signals, 0, own, names, report, attention_only, f"attention detector ({len(attention_only)})"
+    )
     detector = report_detector(signals, 0, own, names, report)
     sweep(select(own, FIT, "omission"), select(own, FIT, "intact"), "coverage")
     print_detector("untranslated", detector)
-    return chosen, detector
+    print_detector("untranslated_fast", fast)
+    return chosen, detector, fast
 
 
 def report_detector(
-    signals: Signals, side: int, baseline: list[Scored], names: list[str], report: dict
+    signals: Signals,
+    side: int,
+    baseline: list[Scored],
+    names: list[str],
+    report: dict,
+    features: tuple[str, ...] = (),
+    name: str = "",
 ) -> Detector | None:
     """Fit the detector of one side (0: untranslated on omissions, 1: ungrounded on
-    insertions) over all its features on FIT and score it on every split."""
+    insertions) over `features` (default: all of that side) on FIT and score it on every split
+    (its rows named `name`, default "detector (N features)")."""
     signal, kind = ("untranslated", "omission") if side == 0 else ("ungrounded", "insertion")
-    features = feature_names(signals.config.decoder_layers)[side]
+    features = features or feature_names(signals.config.decoder_layers)[side]
     detector = fit_detector(
         [
             (table, item)
@@ -397,7 +365,7 @@ def report_detector(
         score_rows(
             report,
             signal,
-            f"detector ({len(features)} features)",
+            name or f"detector ({len(features)} features)",
             f"logit > {detector.threshold:.2f}",
             signals.detector(side, detector),
             kind,
@@ -460,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     report: dict = {"model": str(args.model), "seed": args.seed, "signals": {}}
     names = [n for n in (HELD, "test", "gold") if n in {c.split for c in cases}]
-    coverage, untranslated = report_untranslated(signals, sources, names, report)
+    coverage, untranslated, untranslated_fast = report_untranslated(signals, sources, names, report)
     peak, ungrounded = report_ungrounded(signals, sources[0], names, report)
 
     # ---------------------------------------------------------------- confidence
@@ -485,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         untranslated=untranslated,
         ungrounded=ungrounded,
+        untranslated_fast=untranslated_fast,
     )
     print("\nthresholds:", json.dumps(thresholds.to_dict()))
     if args.save:

@@ -18,7 +18,7 @@ from data.tokenizer import Tokenizer
 from seq2seq.backend import SearchBackend
 from seq2seq.bundle import BUNDLE_FILE, load_bundle_manifest
 from seq2seq.onnx_backend import OnnxBackend
-from seq2seq.quality import QualityThresholds
+from seq2seq.quality import DEFAULT_QUALITY_MODE, QUALITY_MODES, QualityThresholds
 from seq2seq.translator import Translator
 
 BACKENDS = ("onnx", "torch")
@@ -33,6 +33,7 @@ def load_translator(
     verify: bool = True,
     max_source_tokens: int = 250,
     max_batch_tokens: int = 4096,
+    quality_mode: str = DEFAULT_QUALITY_MODE,
 ) -> Translator:
     """The shared `Translator` over the chosen backend.
 
@@ -40,12 +41,17 @@ def load_translator(
     precision bundle.json names as its default) with `threads` intra-op threads (0:
     `onnx_backend.default_threads`); "torch" runs config.json + model.pt in eager mode
     (`threads` then sets torch's process-wide thread count; `precision` must be None).
-    Raises ValueError for an unknown backend, FileNotFoundError for a missing directory or
-    bundle, BundleError for a corrupted bundle or one without graphs of `precision`.
+    quality_mode ("thorough" or "fast", `seq2seq.quality.QUALITY_MODES`) chooses the
+    untranslated detector of the quality blocks: with source occlusion, or attention only.
+    Raises ValueError for an unknown backend or quality mode, FileNotFoundError for a
+    missing directory or bundle, BundleError for a corrupted bundle or one without graphs
+    of `precision`.
     """
     model_dir = Path(model_dir)
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    if quality_mode not in QUALITY_MODES:  # before the graphs load, not after
+        raise ValueError(f"unknown quality mode {quality_mode!r}: choose one of {', '.join(QUALITY_MODES)}")
     if precision is not None and backend != "onnx":
         raise ValueError(
             f"a precision ({precision}) chooses the onnx backend's graphs; the {backend} backend runs model.pt"
@@ -72,4 +78,6 @@ def load_translator(
         search_backend = TorchBackend.from_directory(model_dir)
         tokenizer_path = model_dir / "spm.model"
         quality = QualityThresholds.load(model_dir)  # defaults when it has none
-    return Translator(search_backend, Tokenizer(tokenizer_path), max_source_tokens, max_batch_tokens, quality)
+    return Translator(
+        search_backend, Tokenizer(tokenizer_path), max_source_tokens, max_batch_tokens, quality, quality_mode
+    )

@@ -31,7 +31,8 @@ shipped int8 model on 2 busy cores: `crossalign align` of 500 valid pairs 3.0 s 
 (~5.5x), translation with alignment (beam 4) of 150 sentences 2.2 s -> 6.0 s (~2.7x); the
 benchmark's 3.8k planted pairs take 16 s plain, + ~65 s for the occlusion of the 2.5k intact
 and omission ones. The translator and forced alignment run it only when the model's detector
-reads these features (`QualityThresholds.needs_occlusion`). Torch-free.
+reads these features (`QualityThresholds.needs_occlusion`) and the quality mode is "thorough"
+(the default; "fast" flags with the attention-only detector instead). Torch-free.
 """
 
 from __future__ import annotations

@@ -37,7 +37,9 @@ The two flags:
       Where the detector reads them (`QualityThresholds.needs_occlusion`), also how much
       less likely the target gets without the word (`seq2seq.occlusion`): one more
       teacher-forced row per source word, batched (about source words x a teacher-forced
-      pass); F1 on planted omissions 65.2 / 67.1 -> 71.0 / 72.4 (valid-held / gold).
+      pass); F1 on planted omissions 65.2 / 67.1 -> 71.0 / 72.4 (valid-held / gold). The
+      quality mode "fast" (`QualityThresholds.for_mode`) skips it: the attention-only
+      detector fitted beside it flags instead, and each block says which did (`untranslated_by`).
     * ungrounded: the word's surprise (mean and max over its pieces) with the peak and the
       entropy of its row in the model's own map: an invented word is one the decoder did
       not expect; attention alone hardly tells it.
@@ -62,15 +64,22 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
 
 from seq2seq.alignment import AlignmentOptions, Alignments, is_punctuation, projection, subword_map, word_map
+from seq2seq.confidence import confidence_features, sentence_coverage
 from seq2seq.occlusion import OCCLUSION_FEATURES, occlusion_features
 
 QUALITY_FILE = "quality.json"
+# "thorough": the untranslated detector with source occlusion (a teacher-forced row per source
+# word); "fast": its attention-only twin, no occlusion (`QualityThresholds.for_mode`).
+QUALITY_MODES = ("thorough", "fast")
+DEFAULT_QUALITY_MODE = "thorough"
+# What flagged a sentence's untranslated words (`SentenceQuality.untranslated_by`).
+UNTRANSLATED_BY = ("occlusion", "attention", "coverage threshold")
 
 
 # --------------------------------------------------------------------------- per word
@@ -236,6 +245,8 @@ class Detector:
 
 # --------------------------------------------------------------------------- thresholds
 
+DETECTORS = ("untranslated", "ungrounded", "untranslated_fast")  # the `Detector` fields of quality.json
+
 
 @dataclass(frozen=True)
 class QualityThresholds:
@@ -249,6 +260,8 @@ class QualityThresholds:
     chosen_on: dict = field(default_factory=dict)  # provenance: data, counts, the figures they reached
     untranslated: Detector | None = None  # the learned flags (None: the thresholds above)
     ungrounded: Detector | None = None
+    # untranslated without the occlusion features: quality mode "fast" (None: files before it)
+    untranslated_fast: Detector | None = None
 
     def __post_init__(self) -> None:
         if len(self.confidence_weights) != 4:
@@ -262,12 +275,31 @@ class QualityThresholds:
         then carry the occluded log-probs (`seq2seq.occlusion`)."""
         return self.untranslated is not None and any(f in OCCLUSION_FEATURES for f in self.untranslated.features)
 
+    @property
+    def untranslated_by(self) -> str:
+        """What flags untranslated words, given the features (`UNTRANSLATED_BY`)."""
+        if self.untranslated is None:
+            return "coverage threshold"
+        return "occlusion" if self.needs_occlusion else "attention"
+
+    def for_mode(self, mode: str) -> QualityThresholds:
+        """The thresholds a quality `mode` flags with: "thorough" these; "fast" the same
+        without occlusion: the attention-only untranslated detector (an older file's only
+        detector if it reads no occlusion, else `untranslated_fast`; without one, the
+        coverage threshold). Raises ValueError for an unknown mode."""
+        if mode not in QUALITY_MODES:
+            raise ValueError(f"quality mode {mode!r}: choose one of {', '.join(QUALITY_MODES)}")
+        if mode == "thorough" or not self.needs_occlusion:
+            return self
+        return replace(self, untranslated=self.untranslated_fast)
+
     def check(self, decoder_layers: int) -> None:
         """Raise ValueError if a detector reads a feature a model of `decoder_layers` layers lacks
         (a quality.json of another architecture): at load, not at the first request."""
         source, target = feature_names(decoder_layers)
         for name, detector, known in (
             ("untranslated", self.untranslated, source),
+            ("untranslated_fast", self.untranslated_fast, source),
             ("ungrounded", self.ungrounded, target),
         ):
             unknown = [] if detector is None else [f for f in detector.features if f not in known]
@@ -279,27 +311,20 @@ class QualityThresholds:
 
     def to_dict(self) -> dict:
         values = asdict(self) | {"confidence_weights": list(self.confidence_weights)}
-        for name in ("untranslated", "ungrounded"):
+        for name in DETECTORS:
             detector = getattr(self, name)
             values[name] = None if detector is None else detector.to_dict()
         return values
 
     @classmethod
     def from_dict(cls, values: dict) -> QualityThresholds:
-        """From `to_dict` (or an older file without detectors: they stay None, the thresholds apply)."""
-        names = {
-            "untranslated_coverage",
-            "ungrounded_peak",
-            "expected_length_ratio",
-            "confidence_weights",
-            "untranslated",
-            "ungrounded",
-            "chosen_on",
-        }
+        """From `to_dict`, or an older file: detectors it lacks stay None (the thresholds apply;
+        for "fast", see `for_mode`); keys this version does not know are ignored."""
+        names = {f.name for f in fields(cls)}
         kept = {k: v for k, v in values.items() if k in names}
         if "confidence_weights" in kept:
             kept["confidence_weights"] = tuple(float(w) for w in kept["confidence_weights"])
-        for name in ("untranslated", "ungrounded"):
+        for name in DETECTORS:
             if kept.get(name) is not None:
                 kept[name] = Detector.from_dict(kept[name])
         return cls(**kept)
@@ -321,37 +346,6 @@ class QualityThresholds:
 # --------------------------------------------------------------------------- per sentence
 
 
-def sentence_coverage(coverage: np.ndarray, source_words: Sequence[str]) -> float:
-    """Mean of min(coverage, 1) over the source words that are not punctuation, in [0, 1]."""
-    kept = [min(float(c), 1.0) for c, w in zip(coverage, source_words) if not is_punctuation(w)]
-    return float(np.mean(kept)) if kept else 1.0
-
-
-def length_misfit(source_words: Sequence[str], target_words: Sequence[str], expected_ratio: float) -> float:
-    """-|log((target words + 1) / (source words + 1) / expected_ratio)|, punctuation not counted; ≤ 0."""
-    source = sum(not is_punctuation(w) for w in source_words)
-    target = sum(not is_punctuation(w) for w in target_words)
-    return -abs(math.log((target + 1) / (source + 1) / expected_ratio))
-
-
-def confidence_features(
-    mean_log_prob: float,
-    coverage: np.ndarray,
-    source_words: Sequence[str],
-    target_words: Sequence[str],
-    expected_ratio: float,
-) -> np.ndarray:
-    """(4,) [1, mean log-prob per token, sentence coverage, length misfit]: the confidence inputs."""
-    return np.array(
-        [
-            1.0,
-            mean_log_prob,
-            sentence_coverage(coverage, source_words),
-            length_misfit(source_words, target_words, expected_ratio),
-        ]
-    )
-
-
 @dataclass
 class SentenceQuality:
     """The quality block of one translation (API, batch records, explorer)."""
@@ -366,6 +360,7 @@ class SentenceQuality:
     mean_log_prob: float | None  # per target token, EOS included; None when not known
     confidence: float | None  # 0..1, about the sentence chrF / 100; None without log-prob
     target_surprise: list[float] | None = None  # per target word, -log p (mean over pieces); None when not known
+    untranslated_by: str = "coverage threshold"  # what flagged `untranslated` (UNTRANSLATED_BY)
 
     def to_dict(self, decimals: int = 4) -> dict:
         rounded = lambda values: [round(float(v), decimals) for v in values]  # noqa: E731
@@ -381,6 +376,7 @@ class SentenceQuality:
             "mean_log_prob": maybe(self.mean_log_prob),
             "confidence": maybe(self.confidence),
             "target_surprise": None if self.target_surprise is None else rounded(self.target_surprise),
+            "untranslated_by": self.untranslated_by,
         }
 
 
@@ -409,6 +405,7 @@ def join(parts: Sequence[tuple[SentenceQuality, int]]) -> SentenceQuality:
     joined.confidence = mean([q.confidence for q, _ in parts])
     surprises = [q.target_surprise for q, _ in parts]
     joined.target_surprise = None if any(v is None for v in surprises) else [v for s in surprises for v in s]
+    joined.untranslated_by = parts[0][0].untranslated_by  # one translator, one mode: the same for every sentence
     return joined
 
 
@@ -470,10 +467,12 @@ def assess(
         )
         confidence = float(np.clip(inputs @ np.array(thresholds.confidence_weights), 0.0, 1.0))
     source_features, target_features = features if features is not None else (None, None)
+    untranslated_by = "coverage threshold"
     if source_features is not None and thresholds.untranslated is not None:
         untranslated = flag_high(
             thresholds.untranslated.logits(source_features), source_words, thresholds.untranslated.threshold
         )
+        untranslated_by = thresholds.untranslated_by
     else:
         untranslated = flag_low(coverage, source_words, thresholds.untranslated_coverage)
     if target_features is not None and thresholds.ungrounded is not None:
@@ -495,4 +494,5 @@ def assess(
         mean_log_prob=mean_log_prob,
         confidence=confidence,
         target_surprise=None if target_features is None else target_features["surprise"].tolist(),
+        untranslated_by=untranslated_by,
     )

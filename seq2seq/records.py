@@ -68,6 +68,12 @@ class Quality(BaseModel):
     target_surprise: list[float] | None = Field(
         None, description="per target word: -log p under the decoder (mean over its pieces); null when not known"
     )
+    # seq2seq.quality.UNTRANSLATED_BY (a test keeps the two the same)
+    untranslated_by: Literal["occlusion", "attention", "coverage threshold"] = Field(
+        description="what flagged `untranslated`: the detector with source occlusion (quality mode "
+        "thorough), the attention-only detector (mode fast, or a model without the occlusion "
+        "features), or the coverage threshold (a model without detectors)"
+    )
 
     @classmethod
     def from_quality(cls, quality: SentenceQuality, decimals: int = 4) -> Quality:

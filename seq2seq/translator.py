@@ -15,7 +15,7 @@ from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Align
 from seq2seq.backend import SearchBackend
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.occlusion import occluded_log_probs, word_pieces
-from seq2seq.quality import Evidence, QualityThresholds, SentenceQuality, assess_alignment
+from seq2seq.quality import DEFAULT_QUALITY_MODE, Evidence, QualityThresholds, SentenceQuality, assess_alignment
 from seq2seq.search import Hypothesis, beam_search, pad_batch
 
 
@@ -48,7 +48,10 @@ class Translator:
     """Batches, searches and detokenizes; long inputs are sorted by length for padding.
 
     `quality` holds the model's detectors and thresholds (its `quality.json`) for the quality
-    block each aligned translation carries; raises ValueError if they do not fit the model."""
+    block each aligned translation carries, as `quality_mode` uses them ("thorough": with
+    source occlusion where the detector reads it; "fast": never, see
+    `QualityThresholds.for_mode`); forced alignment (`seq2seq.forced`) flags with the same.
+    Raises ValueError if they do not fit the model, or for an unknown mode."""
 
     def __init__(
         self,
@@ -57,11 +60,13 @@ class Translator:
         max_source_tokens: int = 250,
         max_batch_tokens: int = 4096,
         quality: QualityThresholds = QualityThresholds(),
+        quality_mode: str = DEFAULT_QUALITY_MODE,
     ):
         self.backend, self.tokenizer = backend, tokenizer
         self.config: ModelConfig = backend.config
         quality.check(self.config.decoder_layers)
-        self.quality = quality
+        self.quality_mode = quality_mode
+        self.quality = quality.for_mode(quality_mode)  # what the flags read: needs_occlusion says if it runs
         self.own_source = AlignmentOptions().resolve(self.config)  # the map the quality detectors read
         self.max_positions = self.config.max_positions
         self.max_source_tokens = min(max_source_tokens, self.max_positions)

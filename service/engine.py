@@ -24,6 +24,7 @@ from seq2seq.alignment import AlignmentError, AlignmentOptions
 from seq2seq.bundle import BUNDLE_FILE
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.forced import ForcedAlignment, align_given
+from seq2seq.quality import DEFAULT_QUALITY_MODE
 from seq2seq.translator import TranslationResult, Translator
 from service.batching import MicroBatcher
 
@@ -141,9 +142,11 @@ def load_engine(
     max_rows: int = 0,
     max_queue_work: int = 0,
     precision: str | None = None,
+    quality_mode: str = DEFAULT_QUALITY_MODE,
 ) -> TranslatorEngine:
     """Load every bundle under `models` on onnxruntime, with its graphs of `precision` (None: each
-    bundle's default); the language pair comes from bundle.json.
+    bundle's default), flagging untranslated words in `quality_mode` (`seq2seq.quality.QUALITY_MODES`);
+    the language pair comes from bundle.json.
 
     A bundle that cannot be loaded is logged in one line and skipped (`engine.failed` says
     why, and /health reports it); the others are served. Raises only if none loads.
@@ -161,7 +164,9 @@ def load_engine(
     for directory in bundles:
         try:
             languages = bundle_languages(directory)
-            translator = load_translator(directory, backend="onnx", threads=threads, precision=precision)
+            translator = load_translator(
+                directory, backend="onnx", threads=threads, precision=precision, quality_mode=quality_mode
+            )
             config = translator.config
             pair = (languages.get("source", config.source_lang), languages.get("target", config.target_lang))
             if pair in translators:

@@ -16,6 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from seq2seq.bundle import PRECISIONS
+from seq2seq.quality import DEFAULT_QUALITY_MODE, QUALITY_MODES
 
 ENV_PREFIX = "CROSSALIGN_"
 
@@ -31,6 +32,12 @@ class Settings(BaseSettings):
     threads: int = Field(0, ge=0, description="onnxruntime intra-op threads per model (0 = runtime default)")
     precision: str = Field(
         "", description="graph precision to run, fp32 or int8 (empty: each bundle's default, named in its bundle.json)"
+    )
+    quality: str = Field(
+        DEFAULT_QUALITY_MODE,
+        description="untranslated flags of the quality blocks: thorough (source occlusion: one more "
+        "teacher-forced row per source word, translation with alignment ~2.7x and /v1/align ~5.5x "
+        "the time) or fast (attention only: no extra cost, more false flags)",
     )
     # The server.
     host: str = Field("127.0.0.1", description="address to listen on (0.0.0.0 in a container)")
@@ -106,6 +113,13 @@ class Settings(BaseSettings):
     def _known_precision(cls, value: str) -> str:
         if value and value not in PRECISIONS:
             raise ValueError(f"precision {value!r}: choose one of {', '.join(PRECISIONS)}, or leave it empty")
+        return value
+
+    @field_validator("quality")
+    @classmethod
+    def _known_quality(cls, value: str) -> str:
+        if value not in QUALITY_MODES:
+            raise ValueError(f"quality {value!r}: choose one of {', '.join(QUALITY_MODES)}")
         return value
 
     @field_validator("api_keys", "cors_origins")

@@ -205,7 +205,7 @@ def test_align_cli_applies_the_service_input_rules_and_retries_a_failed_batch_li
     guilty = PAIRS[2]
     backend = FailsOn(onnx_translator.backend, onnx_translator.tokenizer.encode(guilty[1]))
     monkeypatch.setattr(
-        "seq2seq.cli.align.load_translator", lambda *args: Translator(backend, onnx_translator.tokenizer)
+        "seq2seq.cli.align.load_translator", lambda *args, **kwargs: Translator(backend, onnx_translator.tokenizer)
     )
     lines = [f"{s}\t{t}".encode() for s, t in PAIRS[:4]]
     lines[1:1] = [b"der \x00 Hund\tthe dog", b"der Hund\tthe \x1b[31mdog", b"der Hund\xc2\x85\tthe dog"]

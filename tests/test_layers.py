@@ -30,6 +30,7 @@ LIBRARY_MODULES = {
     "alignment",
     "quality",
     "occlusion",
+    "confidence",
     "search",
     "backend",
     "translator",

@@ -16,9 +16,10 @@ from toy import SENTENCES, toy_pairs, train_tiny
 
 from export.exporter import export_model
 from seq2seq.alignment import AlignmentOptions, Alignments, Token, align, words
+from seq2seq.confidence import confidence_features, length_misfit, sentence_coverage
 from seq2seq.forced import align_pair
 from seq2seq.loading import load_translator
-from seq2seq.occlusion import DROP_FLOOR
+from seq2seq.occlusion import DROP_FLOOR, OCCLUSION_FEATURES
 from seq2seq.quality import (
     COVERAGE_FLOOR,
     Detector,
@@ -26,10 +27,7 @@ from seq2seq.quality import (
     QualityThresholds,
     assess,
     assess_alignment,
-    confidence_features,
     feature_names,
-    length_misfit,
-    sentence_coverage,
     source_coverage,
     target_entropy,
     target_peak,
@@ -396,6 +394,12 @@ def test_the_script_chooses_thresholds_a_model_can_load(
     assert thresholds.chosen_on["decoder_sha256"] == files["decoder_step.onnx"]["sha256"]
     assert f"detector ({len(feature_names(2)[0])} features)" in out or "untranslated detector: nothing to fit" in out
     assert thresholds.chosen_on["fit_pairs"] == 6  # the even half of valid
+    # Beside it, the attention-only detector of quality mode "fast": the same features but occlusion.
+    attention_only = tuple(f for f in feature_names(2)[0] if f not in OCCLUSION_FEATURES)
+    assert f"attention detector ({len(attention_only)})" in out
+    if thresholds.untranslated is not None:
+        assert thresholds.untranslated_fast is not None and thresholds.untranslated_fast.features == attention_only
+        assert thresholds.for_mode("fast").untranslated == thresholds.untranslated_fast
     assert thresholds.ungrounded is not None and thresholds.ungrounded.features == feature_names(2)[1]
     # The ratio of the toy language is exactly one target word per source word.
     assert thresholds.expected_length_ratio == pytest.approx(1.0)

@@ -28,6 +28,7 @@ from seq2seq.cli import batch, translate_args
 from seq2seq.cli.align import alignment_options
 from seq2seq.cli.translate_args import add_arguments  # noqa: F401 - `crossalign` calls translate.add_arguments
 from seq2seq.config import CONFIG_FILE, DecodeConfig, ModelConfig, load_config
+from seq2seq.quality import DEFAULT_QUALITY_MODE
 
 log = logging.getLogger("crossalign.translate")
 
@@ -52,6 +53,7 @@ def job_options(args: argparse.Namespace) -> dict:
                 "alignment",
                 "alignment_level",
                 "step_shift",
+                "quality",
                 "heatmap_format",
             )
         },
@@ -60,6 +62,10 @@ def job_options(args: argparse.Namespace) -> dict:
         "alignment_heads": args.heads,
         "heatmaps": str(args.heatmaps) if args.heatmaps else None,
     }
+
+
+# Options a job file written before them lacks: what those runs did (they resume with it).
+OPTIONS_ADDED_SINCE = {"quality": DEFAULT_QUALITY_MODE}
 
 
 def job_file(output: Path) -> Path:
@@ -73,7 +79,8 @@ def check_resume_options(args: argparse.Namespace) -> list[str]:
         if args.output.exists():
             log.warning("%s: no record of the first run's options; assuming they are the same", path)
         return []
-    before, now = json.loads(path.read_text()), json.loads(json.dumps(job_options(args)))
+    before = OPTIONS_ADDED_SINCE | json.loads(path.read_text())
+    now = json.loads(json.dumps(job_options(args)))
     return [
         f"{name}: {before.get(name)!r} in the first run, {now.get(name)!r} now"
         for name in sorted(set(before) | set(now))
@@ -193,7 +200,12 @@ def _decode_config(args: argparse.Namespace) -> DecodeConfig:
 def _start_engine(args: argparse.Namespace, decode: DecodeConfig) -> tuple[batch.Engine, Tokenizer, int]:
     """The engine, the tokenizer to bucket with and the model's source limit in pieces."""
     spec = batch.EngineSpec(
-        args.model, args.backend, batch.worker_threads(args.threads, args.workers), args.precision, decode
+        args.model,
+        args.backend,
+        batch.worker_threads(args.threads, args.workers),
+        args.precision,
+        decode,
+        args.quality,
     )
     try:
         if args.workers == 1:

@@ -14,7 +14,7 @@ from typing import Any
 from seq2seq.alignment import AlignmentOptions
 from seq2seq.bundle import PRECISIONS
 from seq2seq.cli import batch
-from seq2seq.cli.align import add_alignment_source_arguments
+from seq2seq.cli.align import add_alignment_source_arguments, add_quality_argument
 from seq2seq.config import DecodeConfig
 from seq2seq.loading import BACKENDS
 
@@ -211,6 +211,7 @@ def add_alignment_arguments(group: argparse._ArgumentGroup) -> None:
         default=argparse.SUPPRESS,
         help=argparse.SUPPRESS,
     )
+    add_quality_argument(group, batch.EngineSpec.quality_mode)  # jsonl records' quality blocks
     group.add_argument(
         "--heatmaps", type=Path, metavar="DIR", help="write one heatmap per line into DIR, named by line number or id"
     )

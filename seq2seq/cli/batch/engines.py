@@ -19,7 +19,7 @@ from typing import Protocol
 from seq2seq.alignment import Alignment
 from seq2seq.config import DecodeConfig
 from seq2seq.loading import DEFAULT_BACKEND, load_translator
-from seq2seq.quality import SentenceQuality
+from seq2seq.quality import DEFAULT_QUALITY_MODE, SentenceQuality
 from seq2seq.translator import TranslationResult, Translator
 
 log = logging.getLogger("crossalign.translate")
@@ -35,6 +35,7 @@ class EngineSpec:
     precision: str | None = None  # onnx graphs; None = the bundle's default
     # `decode.alignment` None = no alignment (and no attention kept)
     decode: DecodeConfig = DecodeConfig(return_attention=False)
+    quality_mode: str = DEFAULT_QUALITY_MODE  # the untranslated flags: with source occlusion, or "fast"
 
 
 @dataclass
@@ -57,7 +58,9 @@ class SentenceTranslator:
 
     @classmethod
     def load(cls, spec: EngineSpec) -> SentenceTranslator:
-        translator = load_translator(spec.model, spec.backend, spec.threads, spec.precision)
+        translator = load_translator(
+            spec.model, spec.backend, spec.threads, spec.precision, quality_mode=spec.quality_mode
+        )
         return cls(translator, spec.decode)
 
     def run(self, texts: list[str]) -> list[UnitResult]:
