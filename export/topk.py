@@ -1,7 +1,7 @@
 """The search's candidates in the decoder graph: a TopK over the step's log-probs.
 
 Beam search ranks, at every step, the 2K best continuations of each sentence from each
-row's own best log-probs (`seq2seq.search._Candidates.rank`). Picking those few out of the
+row's own best log-probs (`seq2seq.candidates.Candidates.rank`). Picking those few out of the
 vocabulary in numpy (a partial sort of (N, V) float32, `np.argpartition`) was 11-13% of
 beam-4 batch-32 decoding; onnxruntime's TopK kernel does it in about a third of the time on
 the graph's own thread pool, in the same run. So the decoder-step graph gets one input and

@@ -37,7 +37,7 @@ The two flags:
       Where the detector reads them (`QualityThresholds.needs_occlusion`), also how much
       less likely the target gets without the word (`seq2seq.occlusion`): one more
       teacher-forced row per source word, batched (about source words x a teacher-forced
-      pass); F1 on planted omissions 65.2 / 67.1 -> 71.0 / 72.4 (valid-held / gold). The
+      pass); F1 on planted omissions 65.2 / 67.1 -> 71.0 / 72.6 (valid-held / gold). The
       quality mode "fast" (`QualityThresholds.for_mode`) skips it: the attention-only
       detector fitted beside it flags instead, and each block says which did (`untranslated_by`).
     * ungrounded: the word's surprise (mean and max over its pieces) with the peak and the

@@ -20,6 +20,7 @@ import numpy as np
 
 from seq2seq.alignment import AlignmentOptions
 from seq2seq.backend import DecoderCache, SearchBackend, StepOutput, select_rows
+from seq2seq.candidates import Candidates, RowBest
 from seq2seq.config import DecodeConfig, ModelConfig
 
 
@@ -74,33 +75,6 @@ def max_target_length(source_length: int, config: DecodeConfig) -> int:
     return int(config.max_length_ratio * source_length + config.max_length_extra)
 
 
-def top_candidates(candidates: np.ndarray, count: int) -> np.ndarray:
-    """Indices of the `count` largest entries of each row, best first: (R, M) -> (R, count).
-
-    Exactly what a stable full sort (`argsort(-candidates, kind="stable")[:, :count]`)
-    returns, ties included (the lower index first), at a fraction of its cost: a partial
-    selection (argpartition) finds the `count` best of the M = K·V candidates and only
-    those are sorted. Sorting all of them was about half of the decoding time.
-    """
-    rows, width = candidates.shape
-    if count >= width:
-        return np.argsort(-candidates, axis=1, kind="stable")
-    best = np.argpartition(candidates, width - count, axis=1)[:, width - count :]
-    values = np.take_along_axis(candidates, best, axis=1)
-    # argpartition picks arbitrarily among entries equal to the cut-off value; the stable
-    # sort takes the lowest indices. Rows where some equal entry was left out (rare: real
-    # log-probs rarely tie) are redone with the full sort. At -inf nothing is ever used.
-    cutoff = values.min(axis=1, keepdims=True)
-    tied = (np.count_nonzero(candidates == cutoff, axis=1) > np.count_nonzero(values == cutoff, axis=1)) & np.isfinite(
-        cutoff[:, 0]
-    )
-    order = np.lexsort((best, -values), axis=1)  # by value descending, then by index
-    best = np.take_along_axis(best, order, axis=1)
-    for row in np.flatnonzero(tied):
-        best[row] = np.argsort(-candidates[row], kind="stable")[:count]
-    return best
-
-
 def beam_search(
     backend: SearchBackend,
     src_ids: np.ndarray,
@@ -125,7 +99,7 @@ def beam_search(
     beams = _Beams.start(backend, src_ids, src_mask, config)
     trace = _Trace()
     need_attention = config.return_attention or beams.coverage is not None
-    # Each row's 2K + 1 best tokens (`_Candidates.rank`), asked of the backend with room for
+    # Each row's 2K + 1 best tokens (`Candidates.rank`), asked of the backend with room for
     # the banned ones; greedy needs only the argmax.
     banned = (backend.pad_id, backend.bos_id)
     top_k = 2 * k + 1 + len(banned) if k > 1 else 0
@@ -143,8 +117,8 @@ def beam_search(
             beams.coverage.read(step, out.cross_weights)
         # The backend's own TopK saw every token: it only serves steps where `_allowed` banned
         # no more than PAD and BOS.
-        row_best = None if out.top is None or at_limit.any() else _RowBest.of(*out.top, 2 * k, banned)
-        top = _Candidates.rank(beams.scores, log_probs, k, backend.eos_id, row_best)
+        row_best = None if out.top is None or at_limit.any() else RowBest.of(*out.top, 2 * k, banned)
+        top = Candidates.rank(beams.scores, log_probs, k, backend.eos_id, row_best)
         _finish(top, log_probs, beams, trace, step, config, backend.eos_id, finished)
         going_on = top.possible & ~top.is_eos
         going_on &= np.cumsum(going_on, axis=1) <= k  # the K best that go on
@@ -265,117 +239,8 @@ class _Beams:
         self.active = self.active[keep]
 
 
-@dataclass
-class _Candidates:
-    """The 2K best continuations of each sentence still decoding, best first: each (B', 2K)."""
-
-    scores: np.ndarray  # float64 summed log-prob
-    rows: np.ndarray  # the beam row each extends
-    tokens: np.ndarray  # the token it appends
-    possible: np.ndarray  # bool: its score is finite
-    is_eos: np.ndarray  # bool: it appends EOS
-
-    @classmethod
-    def rank(
-        cls, scores: np.ndarray, log_probs: np.ndarray, k: int, eos_id: int, row_best: _RowBest | None = None
-    ) -> _Candidates:
-        """scores (N,) float64 of the beams, log_probs (N, V) of their next token; `row_best`,
-        each row's 2K best tokens when the backend ranked them (else found here).
-
-        The 2K best of each sentence's K·V candidates `scores[row] + log_probs[row, token]`,
-        in `top_candidates`' order (sum descending, ties to the lower row, then the lower
-        token). Found from each row's own 2K best log-probs (float32, no (N, V) float64
-        sums): within a row the sum orders as the log-prob. Exact by a check, not by
-        assumption: where something a row left out could still reach the sentence's 2K-th
-        best sum (a tie, or fewer than 2K finite candidates), that sentence is ranked over
-        all its K·V candidates instead.
-        """
-        sentences, vocab, width = len(scores) // k, log_probs.shape[1], 2 * k
-        if k == 1:
-            return cls._greedy(scores, log_probs, eos_id)
-        if vocab <= width:
-            return cls._of(*_rank_all(scores, log_probs, k, np.arange(sentences)), eos_id, k)
-        kept, left_out = (row_best or _RowBest.of_log_probs(log_probs, width)).in_token_order()
-        sums = (scores[:, None] + np.take_along_axis(log_probs, kept, axis=1)).reshape(sentences, k * width)
-        order = top_candidates(sums, width)  # (B', 2K)
-        top_scores = np.take_along_axis(sums, order, axis=1)
-        beam = order // width  # within the sentence
-        tokens = kept[beam + (np.arange(sentences) * k)[:, None], order % width]
-        redo = np.flatnonzero(~((scores + left_out).reshape(sentences, k).max(axis=1) < top_scores[:, -1]))
-        if len(redo):
-            top_scores[redo], beam[redo], tokens[redo] = _rank_all(scores, log_probs, k, redo)
-        return cls._of(top_scores, beam, tokens, eos_id, k)
-
-    @classmethod
-    def _greedy(cls, scores: np.ndarray, log_probs: np.ndarray, eos_id: int) -> _Candidates:
-        """K = 1: each sentence is one row, and only its best token matters (as EOS it ends
-        the sentence, otherwise it goes on), so an argmax (the first of equal maxima, as the
-        full ranking's tie order) replaces the partial sort. The second candidate is left
-        impossible (-inf)."""
-        rows = np.arange(len(scores))
-        tokens = np.stack([log_probs.argmax(axis=1), np.full(len(scores), eos_id)], axis=1)
-        top_scores = np.stack([scores + log_probs[rows, tokens[:, 0]], np.full(len(scores), -np.inf)], axis=1)
-        return cls._of(top_scores, np.zeros_like(tokens), tokens, eos_id, 1)
-
-    @classmethod
-    def _of(cls, top_scores: np.ndarray, beam: np.ndarray, tokens: np.ndarray, eos_id: int, k: int) -> _Candidates:
-        """From (B', 2K) sums, beams within their sentence (0..K-1) and tokens."""
-        return cls(
-            scores=top_scores,
-            rows=beam + (np.arange(len(beam)) * k)[:, None],  # row of the beam extended
-            tokens=tokens,
-            possible=top_scores > -np.inf,
-            is_eos=tokens == eos_id,
-        )
-
-
-@dataclass
-class _RowBest:
-    """Each row's W best tokens (any order among them) and the best log-prob it leaves out."""
-
-    kept: np.ndarray  # (N, W) token ids
-    left_out: np.ndarray  # (N,) the (W+1)-th largest log-prob of the row
-
-    @classmethod
-    def of_log_probs(cls, log_probs: np.ndarray, width: int) -> _RowBest:
-        """From the (N, V) log-probs, by a partial sort (when the backend ranked nothing)."""
-        vocab = log_probs.shape[1]
-        part = np.argpartition(log_probs, vocab - width - 1, axis=1)
-        return cls(
-            part[:, vocab - width :], np.take_along_axis(log_probs, part[:, vocab - width - 1 : vocab - width], 1)[:, 0]
-        )
-
-    @classmethod
-    def of(cls, values: np.ndarray, ids: np.ndarray, width: int, banned: tuple[int, ...]) -> _RowBest | None:
-        """From a backend's TopK, values and ids (N, C) largest first, which saw every token:
-        the `banned` ones are skipped. None if C leaves fewer than W + 1 others."""
-        if values.shape[1] < width + 1 + len(banned):
-            return None
-        allowed_first = np.argsort(np.isin(ids, banned), axis=1, kind="stable")[:, : width + 1]
-        ids, values = np.take_along_axis(ids, allowed_first, 1), np.take_along_axis(values, allowed_first, 1)
-        return cls(ids[:, :width], values[:, width])
-
-    def in_token_order(self) -> tuple[np.ndarray, np.ndarray]:
-        """kept sorted by token id (so ties keep the full ranking's order), and left_out."""
-        return np.sort(self.kept, axis=1), self.left_out
-
-
-def _rank_all(
-    scores: np.ndarray, log_probs: np.ndarray, k: int, sentences: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The 2K best of all K·V candidates of `sentences` (indices): sums, beams, tokens, each
-    (len(sentences), 2K)."""
-    vocab = log_probs.shape[1]
-    # float64 running scores: the float32 log-probs are promoted exactly.
-    candidates = (scores.reshape(-1, k)[sentences][:, :, None] + log_probs.reshape(-1, k, vocab)[sentences]).reshape(
-        len(sentences), k * vocab
-    )
-    top = top_candidates(candidates, 2 * k)
-    return np.take_along_axis(candidates, top, axis=1), top // vocab, top % vocab
-
-
 def _finish(
-    top: _Candidates,
+    top: Candidates,
     log_probs: np.ndarray,
     beams: _Beams,
     trace: _Trace,

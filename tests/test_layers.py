@@ -32,6 +32,7 @@ LIBRARY_MODULES = {
     "occlusion",
     "confidence",
     "search",
+    "candidates",
     "backend",
     "translator",
     "forced",

@@ -29,10 +29,11 @@ from scripted_backend import (
     sources,
 )
 
-from seq2seq import search
+from seq2seq import candidates
 from seq2seq.backend import DecoderCache
+from seq2seq.candidates import top_candidates
 from seq2seq.model import key_padding_mask
-from seq2seq.search import beam_search, greedy_search, top_candidates
+from seq2seq.search import beam_search, greedy_search
 from seq2seq.torch_backend import TorchBackend
 
 # --------------------------------------------------------------------------- exact results
@@ -129,8 +130,8 @@ def test_top_candidates_equals_a_stable_full_sort(seed: int):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_ranking_from_each_rows_best_equals_ranking_all_candidates(seed: int):
-    """`_Candidates.rank` picks from each row's 2K best log-probs; it must give what ranking
-    all K·V candidates of a sentence gives (`search._rank_all`), ties and -inf included."""
+    """`Candidates.rank` picks from each row's 2K best log-probs; it must give what ranking
+    all K·V candidates of a sentence gives (`candidates.rank_all`), ties and -inf included."""
     rng = np.random.default_rng(seed)
     for k, vocab in ((1, 30), (2, 30), (4, 50), (3, 7)):
         sentences = 40
@@ -141,28 +142,28 @@ def test_ranking_from_each_rows_best_equals_ranking_all_candidates(seed: int):
         log_probs[:k, 3] = -1.0  # only EOS left: fewer than 2K finite
         scores = rng.integers(-5, 0, size=sentences * k).astype(np.float64)
         scores[rng.random(scores.shape) < 0.1] = -np.inf
-        ranked = search._Candidates.rank(scores, log_probs, k, eos_id=3)
+        ranked = candidates.Candidates.rank(scores, log_probs, k, eos_id=3)
         if k > 1 and 2 * k + 3 <= vocab:  # greedy takes the argmax, never a TopK
             # The same from a backend's TopK, which saw PAD (0) and BOS (2) before the search
             # banned them: here they are the best of every row.
             raw = log_probs.copy()
             raw[:, [0, 2]] = 0.0
             top_ids = np.argsort(-raw, axis=1, kind="stable")[:, : 2 * k + 3]
-            row_best = search._RowBest.of(np.take_along_axis(raw, top_ids, 1), top_ids, 2 * k, (0, 2))
+            row_best = candidates.RowBest.of(np.take_along_axis(raw, top_ids, 1), top_ids, 2 * k, (0, 2))
             assert not np.isin(row_best.kept, (0, 2)).any()  # skipped, so they cost no redo
             banned = log_probs.copy()
             banned[:, [0, 2]] = -np.inf
-            from_top = search._Candidates.rank(scores, banned, k, eos_id=3, row_best=row_best)
-            from_all = search._rank_all(scores, banned, k, np.arange(sentences))
+            from_top = candidates.Candidates.rank(scores, banned, k, eos_id=3, row_best=row_best)
+            from_all = candidates.rank_all(scores, banned, k, np.arange(sentences))
             finite = np.isfinite(from_all[0])
             assert np.array_equal(from_top.scores, from_all[0])
             assert np.array_equal(np.where(finite, from_top.tokens, -1), np.where(finite, from_all[2], -1))
-        sums, beams, tokens = search._rank_all(scores, log_probs, k, np.arange(sentences))
+        sums, beams, tokens = candidates.rank_all(scores, log_probs, k, np.arange(sentences))
         if k == 1:
             # Greedy keeps only the best candidate (the one the search reads); its second is
             # left impossible.
             assert not ranked.possible[:, 1].any()
-            ranked = search._Candidates(*(getattr(ranked, f.name)[:, :1] for f in dataclasses.fields(ranked)))
+            ranked = candidates.Candidates(*(getattr(ranked, f.name)[:, :1] for f in dataclasses.fields(ranked)))
             sums, beams, tokens = sums[:, :1], beams[:, :1], tokens[:, :1]
         finite = np.isfinite(sums)
         assert np.array_equal(ranked.scores, sums)
@@ -176,10 +177,10 @@ def test_beam_search_with_partial_top_k_equals_full_sort(tiny_model, monkeypatch
     sentences = [[5, 9, 7, 11, 6, 14, EOS], [13, 8, EOS], [21, 4, 17, 10, EOS], [9, 7, 5, 5, 5, 5, 5, 5, EOS]]
     runs = []
     for select in (
-        search.top_candidates,
+        candidates.top_candidates,
         lambda candidates, count: np.argsort(-candidates, axis=1, kind="stable")[:, :count],
     ):
-        monkeypatch.setattr(search, "top_candidates", select)
+        monkeypatch.setattr(candidates, "top_candidates", select)
         for config in (
             plain(beam_size=1),
             plain(beam_size=4, n_best=4),

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from seq2seq import search
+from seq2seq import candidates, search
 from seq2seq.backend import DecoderCache, SearchBackend, StepOutput, select_rows
 from seq2seq.bundle import load_bundle_manifest
 from seq2seq.config import DecodeConfig
@@ -109,14 +109,14 @@ def test_search_from_the_graphs_top_k_equals_search_from_numpy(
     ids, mask = search.pad_batch([translator.encode_source(s) for s in SENTENCES], backend.pad_id)
     config = DecodeConfig(beam_size=beam, n_best=beam, coverage_penalty=0.2)
     used = []
-    rank = search._Candidates.rank.__func__
+    rank = candidates.Candidates.rank.__func__
 
     def spying_rank(cls, scores, log_probs, k, eos_id, row_best=None):
         used.append(row_best is not None)
         return rank(cls, scores, log_probs, k, eos_id, row_best)
 
     with monkeypatch.context() as patched:
-        patched.setattr(search._Candidates, "rank", classmethod(spying_rank))
+        patched.setattr(candidates.Candidates, "rank", classmethod(spying_rank))
         from_graph = search.beam_search(backend, ids, mask, config)
     assert any(used)
     step = backend.step
