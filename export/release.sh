@@ -59,7 +59,14 @@ for alpha in ${ALPHAS:-0.6 1.0 1.5 2.0}; do
     $PY -m seq2seq.cli eval --model "$OUT" --test "$DATA/valid.tsv" --beam-size 4 --length-penalty "$alpha" --json \
         | $PY -c "import json, sys; print(json.dumps(json.load(sys.stdin) | {'length_penalty': $alpha}))"
 done > "$RUN/valid_length_penalty.jsonl"
-ALPHA=$($PY -c "import json, sys; rows = [json.loads(l) for l in open(sys.argv[1])]; print(max(rows, key=lambda r: (r['bleu'], -abs(1 - r['length_ratio'])))['length_penalty'])" "$RUN/valid_length_penalty.jsonl")
+# Valid BLEU moves by a few tenths from one alpha to the next (noise at 1,112 sentences), so
+# among the alphas within 0.3 BLEU of the best, the one whose length ratio is closest to 1.
+# The service and CLIs decode with DecodeConfig's alpha, so a choice other than it is flagged.
+ALPHA=${ALPHA:-$($PY -c "import json, sys; rows = [json.loads(l) for l in open(sys.argv[1])]; best = max(r['bleu'] for r in rows); print(min((r for r in rows if r['bleu'] >= best - 0.3), key=lambda r: abs(1 - r['length_ratio']))['length_penalty'])" "$RUN/valid_length_penalty.jsonl")}
+DEFAULT_ALPHA=$($PY -c "from seq2seq.config import DecodeConfig; print(DecodeConfig.length_penalty)")
+if [ "$ALPHA" != "$DEFAULT_ALPHA" ]; then
+    echo "WARNING: chosen length penalty $ALPHA differs from DecodeConfig's $DEFAULT_ALPHA, which the service uses" >&2
+fi
 echo "chosen length penalty: $ALPHA"; cat "$RUN/valid_length_penalty.jsonl"
 
 echo "== evaluate"
