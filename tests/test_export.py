@@ -375,7 +375,11 @@ def test_unknown_or_repeated_precisions_are_refused(tiny_checkpoint: Path, tmp_p
 @pytest.mark.skipif(not (SHIPPED_BUNDLE / BUNDLE_FILE).exists(), reason="models/de-en is not shipped yet")
 def test_shipped_bundle_matches_torch() -> None:
     """fp32 graphs (when the bundle carries them) within the tolerance; int8 graphs (when it
-    does) with the same tokens as torch on these sentences."""
+    does) within quantization error of torch: teacher-forced log-probs within 0.5 nats
+    everywhere (a wrong scale or weight is off by whole nats) and the same beam-4 tokens on
+    most sentences. Where torch's top two tokens are close, int8 rounding may pick the other
+    one (stage 5: greedy differs on 2 of these 4 sentences by one token), so greedy is not
+    required to agree everywhere."""
     bundle = load_bundle_manifest(SHIPPED_BUNDLE, verify=False)
     sentences = PARITY_SENTENCES[:4]
     if "fp32" in bundle.precisions:
@@ -383,7 +387,8 @@ def test_shipped_bundle_matches_torch() -> None:
         assert not report.problems, report.problems
     if "int8" in bundle.precisions:
         report = check_parity(SHIPPED_BUNDLE, sentences=sentences, precision="int8", tolerance=float("inf"))
-        assert report.token_agreement == {"greedy": 1.0, "beam4": 1.0}, report.problems
+        assert report.max_log_prob_diff < 0.5, report
+        assert report.token_agreement["beam4"] >= 0.75 and report.token_agreement["greedy"] >= 0.5, report.problems
 
 
 def test_model_card_joins_the_curves_of_continued_runs(tmp_path: Path) -> None:
