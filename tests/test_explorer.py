@@ -174,6 +174,8 @@ def test_untranslated_and_ungrounded_words_are_marked_with_a_legend(page, server
     legend = page.locator("#flag-legend")
     assert legend.is_visible() and "untranslated" in legend.inner_text() and "ungrounded" in legend.inner_text()
     assert "4 flagged" in legend.inner_text()
+    # What flagged them: this toy model's quality.json has thresholds only.
+    assert f"found by {answer['quality']['untranslated_by']}" in legend.inner_text()
 
 
 def test_cross_attention_starts_on_the_models_alignment_head(page) -> None:

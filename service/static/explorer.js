@@ -257,6 +257,12 @@ const FLAGS = {
   source: ["untranslated", "untranslated: little attention reached this word; it was probably left out"],
   target: ["ungrounded", "ungrounded: drawn from no one source word; it may be made up"],
 };
+// What found the untranslated words (the quality block's `untranslated_by`): in the
+// thorough mode, also how little the translation changed without the word.
+const UNTRANSLATED_BY = {
+  occlusion: "untranslated: the translation hardly changes without this word, and little attention " +
+    "reached it; it was probably left out",
+};
 
 function renderTokens() {
   const { aligned } = wordAlignment();
@@ -267,7 +273,8 @@ function renderTokens() {
     button.className = "token";
     button.textContent = token.text;
     Object.assign(button.dataset, { side, index: i });
-    const [flag, why] = FLAGS[side];
+    const [flag, attentionWhy] = FLAGS[side];
+    const why = (side === "source" && quality && UNTRANSLATED_BY[quality.untranslated_by]) || attentionWhy;
     if (quality && quality[flag].includes(i)) {
       button.classList.add(flag);
       button.title = why;
@@ -280,7 +287,8 @@ function renderTokens() {
   const flagged = quality ? quality.untranslated.length + quality.ungrounded.length : 0;
   $("flag-legend").hidden = !quality;
   $("flag-count").textContent = quality
-    ? `${flagged} flagged; confidence ${quality.confidence === null ? "n/a" : quality.confidence.toFixed(2)}.`
+    ? `${flagged} flagged (untranslated words found by ${quality.untranslated_by || "attention"}); ` +
+      `confidence ${quality.confidence === null ? "n/a" : quality.confidence.toFixed(2)}.`
     : "";
 }
 
