@@ -45,7 +45,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(models: Path, window_ms: float, threads: int) -> tuple[subprocess.Popen, str]:
+def start_server(
+    models: Path, window_ms: float, threads: int, quality: str = "thorough"
+) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {
         **os.environ,
@@ -53,6 +55,7 @@ def start_server(models: Path, window_ms: float, threads: int) -> tuple[subproce
         "CROSSALIGN_THREADS": str(threads),
         "CROSSALIGN_RATE_LIMIT": "0",
         "CROSSALIGN_API_KEYS": "",
+        "CROSSALIGN_QUALITY": quality,
     }
     process = subprocess.Popen(
         [
@@ -85,14 +88,15 @@ def start_server(models: Path, window_ms: float, threads: int) -> tuple[subproce
     raise SystemExit("the server did not start within 120 s")
 
 
-async def load(url: str, concurrency: int, requests: int) -> dict[str, float]:
+async def load(url: str, concurrency: int, requests: int, alignment: bool = False) -> dict[str, float]:
     latencies: list[float] = []
     counter = iter(range(requests))
+    extra = {"alignment": True} if alignment else {}
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_connections=concurrency)) as client:
 
         async def worker() -> None:
             for index in counter:
-                body = {"q": SENTENCES[index % len(SENTENCES)], "source": "de", "target": "en"}
+                body = {"q": SENTENCES[index % len(SENTENCES)], "source": "de", "target": "en", **extra}
                 start = time.perf_counter()
                 response = await client.post("/translate", json=body)
                 latencies.append(time.perf_counter() - start)
@@ -120,14 +124,23 @@ def main() -> int:
     parser.add_argument("--window-ms", type=float, default=5.0, help="micro-batching window when on (default 5)")
     parser.add_argument("--threads", type=int, default=0, help="onnxruntime threads per model (0 = default)")
     parser.add_argument("--json", type=Path, help="also write the results as JSON")
+    parser.add_argument(
+        "--alignment", action="store_true", help="every request asks for the alignment (and its quality block)"
+    )
+    parser.add_argument(
+        "--quality", choices=("thorough", "fast"), default="thorough", help="the server's quality mode (--alignment)"
+    )
+    parser.add_argument(
+        "--batching", nargs="+", choices=("on", "off"), default=["on", "off"], help="micro-batching runs (default both)"
+    )
     args = parser.parse_args()
 
     results = []
-    for mode, window in (("on", args.window_ms), ("off", 0.0)):
-        process, url = start_server(args.models, window, args.threads)
+    for mode, window in [(m, w) for m, w in (("on", args.window_ms), ("off", 0.0)) if m in args.batching]:
+        process, url = start_server(args.models, window, args.threads, args.quality)
         try:
             for concurrency in args.concurrency:
-                row = {"batching": mode, **asyncio.run(load(url, concurrency, args.requests))}
+                row = {"batching": mode, **asyncio.run(load(url, concurrency, args.requests, args.alignment))}
                 results.append(row)
                 print(
                     f"batching {mode:3}  c={concurrency:<3} {row['throughput_rps']:8.1f} req/s   "

@@ -302,8 +302,9 @@ class RequestContext:
     def align(
         self, model: ServedModel, pairs: list[tuple[str, str]], options: AlignmentOptions
     ) -> list[ForcedAlignment | AlignmentError]:
-        """Align given pairs (one teacher-forced pass: a beam of one over both texts), through the
-        same work cap, queue bound, fair turns and timeout as a translation."""
+        """Align given pairs (one teacher-forced pass: a beam of one over both texts, plus the
+        occlusion rows in the thorough quality mode), through the same work cap, queue bound,
+        fair turns and timeout as a translation."""
         self.check_work(pairs, 1)
         return self._scheduled(lambda: model.align(pairs, options, self.settings.request_timeout, self.client))
 

@@ -35,7 +35,8 @@ Pair = tuple[str, str]
 @dataclass(frozen=True)
 class ForcedJob:
     """The scheduler's job for given (source, translation) pairs: one teacher-forced pass,
-    a beam of one, the map read with `options` (resolved)."""
+    a beam of one, the map read with `options` (resolved); in the thorough quality mode one
+    more teacher-forced row per source word (seq2seq/occlusion.py) for the flags."""
 
     options: AlignmentOptions
     beam_size: int = 1
