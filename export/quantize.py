@@ -1,4 +1,5 @@
-"""Dynamic int8 quantization of a bundle's fp32 graphs (`crossalign export --int8`).
+"""Dynamic int8 quantization of a bundle's fp32 graphs (`crossalign export --int8`; the
+exporter then calibrates their activation scales, export/calibrate.py).
 
 Used by the exporter (export/exporter.py) to add int8 graphs beside the fp32 ones, and by
 bench/inference.py and bench/ctranslate2_compare.py for bundles exported without them.
@@ -64,9 +65,11 @@ def quantize_graphs(source_dir: Path, out_dir: Path) -> dict[str, str]:
     MatMul is quantized (25 of the decoder's 37 MatMuls; the rest multiply activations).
     Attention scores and weights (activation x activation) stay fp32, so the alignment
     maps are not quantized directly. Activations are quantized per tensor with a scale
-    computed at run time over the whole input, so an int8 translation can change slightly
-    with what else is in its batch (fp32 does not). The embedding lookup stays fp32.
-    bench/inference.py uses this for bundles exported without int8 graphs.
+    computed at run time over the whole input, so an int8 translation changes with what else
+    is in its batch (fp32 does not): the exporter then fixes those scales by calibration
+    (export/calibrate.py). The embedding lookup stays fp32. bench/inference.py and
+    bench/ctranslate2_compare.py use this, dynamic as it is, for bundles exported without
+    int8 graphs.
     """
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
