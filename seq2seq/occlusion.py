@@ -19,10 +19,11 @@ Occluding = removing the word's pieces from the source (`OCCLUDE_MODES`: or repl
 them by <unk>, or masking them out of attention). Measured on planted omissions
 (bench/occlusion_experiment.py, the shipped model, detector F1 valid-held / gold, seed 1):
 remove 71.0 / 72.8, mask 68.6 / 70.1, unk 69.1 / 72.2, attention features alone 65.2 / 67.1
-(seed 2: remove 68.4 / 75.0 against 63.1 / 71.0). The int8 model's log-probs depend a little
-on the rest of the batch (dynamic quantization scales are per batch; ~0.02 per piece between
-the plain and the occlusion batches), so figures move by a few tenths with the batching;
-measuring the drop against an intact row in the occlusion batch did not help (70.9 / 72.2).
+(seed 2: remove 68.4 / 75.0 against 63.1 / 71.0). Those int8 graphs were dynamically
+quantized, so their log-probs depended a little on the rest of the batch (~0.02 per piece
+between the plain and the occlusion batches); the calibrated int8 graphs shipped since
+(export/calibrate.py) do not, and give 71.0 / 72.6 on the same weights, 70.4 / 70.8 on
+release stage 5.
 
 Cost: one more teacher-forced row per source word (the target again, on a source one word
 shorter; punctuation, never flagged, is skipped), every variant of many pairs batched into
