@@ -42,6 +42,7 @@ from seq2seq.search import beam_search, pad_batch
 MAX_CALIBRATION_SENTENCES = 128
 DEFAULT_SOURCE = "the export's parity sentences (export/parity.py, or --parity-file)"
 CALIBRATION_BATCH = 16
+CALIBRATION_BEAM = 4  # the served search, so the ranges are the ones serving meets
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,12 @@ class Calibration:
     source: str
 
     def record(self) -> dict[str, Any]:
-        return {"sentences": len(self.sentences), "source": self.source, "batch": CALIBRATION_BATCH, "beam_size": 4}
+        return {
+            "sentences": len(self.sentences),
+            "source": self.source,
+            "batch": CALIBRATION_BATCH,
+            "beam_size": CALIBRATION_BEAM,
+        }
 
 
 def read_calibration_sentences(path: Path) -> list[str]:
@@ -146,7 +152,7 @@ def observe_calibration(
     encoded = [tokenizer.encode(s)[: limit - 1] + [backend.eos_id] for s in calibration.sentences]
     for first in range(0, len(encoded), CALIBRATION_BATCH):
         src_ids, src_mask = pad_batch(encoded[first : first + CALIBRATION_BATCH], backend.pad_id)
-        beam_search(backend, src_ids, src_mask, DecodeConfig(beam_size=4), config.max_positions)
+        beam_search(backend, src_ids, src_mask, DecodeConfig(beam_size=CALIBRATION_BEAM), config.max_positions)
 
 
 def fix_activation_scales(model: Any, ranges: dict[str, tuple[float, float]]) -> int:
