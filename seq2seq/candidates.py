@@ -134,6 +134,16 @@ class RowBest:
         ids, values = np.take_along_axis(ids, allowed_first, 1), np.take_along_axis(values, allowed_first, 1)
         return cls(ids[:, :width], values[:, width])
 
+    def reranked(self, rows: np.ndarray, log_probs: np.ndarray) -> RowBest:
+        """The same, with `rows` (indices) ranked afresh from log_probs (N, V): for rows where
+        the search banned tokens the backend's TopK saw (the repetition guard), so a banned
+        token is neither kept nor taken as the best left out. Few rows, so a partial sort of
+        them costs little, and the result stays exact."""
+        fresh = RowBest.of_log_probs(log_probs[rows], self.kept.shape[1])
+        kept, left_out = self.kept.copy(), self.left_out.copy()
+        kept[rows], left_out[rows] = fresh.kept, fresh.left_out
+        return RowBest(kept, left_out)
+
     def in_token_order(self) -> tuple[np.ndarray, np.ndarray]:
         """kept sorted by token id (so ties keep the full ranking's order), and left_out."""
         return np.sort(self.kept, axis=1), self.left_out

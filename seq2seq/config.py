@@ -160,6 +160,9 @@ class DecodeConfig:
     # from the model's alignment head (Wu et al. 2016); 0 = off. 0.2 was tuned on valid
     # (README, "Coverage-aware beam search"): BLEU 7.78 -> 8.10, length ratio 0.876 -> 0.948.
     coverage_penalty: float = 0.2
+    # No hypothesis may produce an n-gram of target pieces it already holds (fairseq's and
+    # CTranslate2's no_repeat_ngram_size, seq2seq/repeats.py); 0 = off.
+    no_repeat_ngram_size: int = 0
     max_length_ratio: float = 2.0  # max target length = ratio * source length + 10
     max_length_extra: int = 10
     return_attention: bool = True
@@ -172,6 +175,8 @@ class DecodeConfig:
             raise ValueError(f"need 1 <= n_best ({self.n_best}) <= beam_size ({self.beam_size})")
         if self.coverage_penalty < 0:
             raise ValueError(f"coverage_penalty must be >= 0, not {self.coverage_penalty}")
+        if self.no_repeat_ngram_size < 0:
+            raise ValueError(f"no_repeat_ngram_size must be >= 0 (0 = off), not {self.no_repeat_ngram_size}")
         if self.alignment is not None and not self.return_attention:
             raise ValueError("an alignment needs the attention: set return_attention")
 

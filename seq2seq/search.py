@@ -22,6 +22,7 @@ from seq2seq.alignment import AlignmentOptions
 from seq2seq.backend import DecoderCache, SearchBackend, StepOutput, select_rows
 from seq2seq.candidates import Candidates, RowBest
 from seq2seq.config import DecodeConfig, ModelConfig
+from seq2seq.repeats import RepeatGuard
 
 
 @dataclass
@@ -92,7 +93,9 @@ def beam_search(
     stops when K hypotheses have finished or its length limit is reached; finished
     sentences leave the batch so the rest decode faster. Finished hypotheses are ranked by
     `hypothesis_score` (the length penalty and, with `config.coverage_penalty`, the coverage
-    penalty over what the model's alignment head read: `_Coverage`).
+    penalty over what the model's alignment head read: `_Coverage`). With
+    `config.no_repeat_ngram_size` n > 0, a piece that would repeat an n-gram already in its
+    hypothesis is banned before the ranking (`seq2seq.repeats`).
     """
     k = config.beam_size
     limits = _length_limits(src_mask, config, max_positions)
@@ -112,12 +115,16 @@ def beam_search(
             out = backend.step(beams.tokens, beams.mask, beams.cache, need_attention, top_k)
         at_limit = np.repeat(limits[beams.active] <= step, k)
         log_probs = _allowed(out.log_probs, backend, at_limit)
+        repeating = beams.repeats.ban(log_probs) if beams.repeats is not None else np.zeros(0, dtype=np.intp)
         trace.attention.append(out.cross_weights if config.return_attention else None)
         if beams.coverage is not None:
             beams.coverage.read(step, out.cross_weights)
         # The backend's own TopK saw every token: it only serves steps where `_allowed` banned
-        # no more than PAD and BOS.
+        # no more than PAD and BOS, and rows where the repetition guard banned more are
+        # ranked afresh from their log-probs.
         row_best = None if out.top is None or at_limit.any() else RowBest.of(*out.top, 2 * k, banned)
+        if row_best is not None and len(repeating):
+            row_best = row_best.reranked(repeating, log_probs)
         top = Candidates.rank(beams.scores, log_probs, k, backend.eos_id, row_best)
         _finish(top, log_probs, beams, trace, step, config, backend.eos_id, finished)
         going_on = top.possible & ~top.is_eos
@@ -175,6 +182,7 @@ class _Beams:
     cache: DecoderCache
     mask: np.ndarray  # (N, S) bool
     coverage: _Coverage | None
+    repeats: RepeatGuard | None  # each row's pieces so far, with `config.no_repeat_ngram_size`
 
     @classmethod
     def start(cls, backend: SearchBackend, src_ids: np.ndarray, src_mask: np.ndarray, config: DecodeConfig) -> _Beams:
@@ -192,6 +200,7 @@ class _Beams:
             cache=DecoderCache.start(cross_k, cross_v),
             mask=mask,
             coverage=_Coverage(backend.config, mask) if config.coverage_penalty else None,
+            repeats=RepeatGuard(config.no_repeat_ngram_size, batch * k) if config.no_repeat_ngram_size else None,
         )
 
     def first_step(self, backend: SearchBackend, need_attention: bool, top_k: int = 0) -> StepOutput:
@@ -228,6 +237,8 @@ class _Beams:
         self.cache = out.cache.reorder(rows)  # drops the rows of sentences that finish
         if self.coverage is not None:
             self.coverage.select(rows)
+        if self.repeats is not None:
+            self.repeats.select(rows, tokens)
 
     def leave(self, keep: np.ndarray) -> None:
         """Sentences that finished leave the batch: keep (B',) bool; drop their rows (their

@@ -33,6 +33,7 @@ LIBRARY_MODULES = {
     "confidence",
     "search",
     "candidates",
+    "repeats",
     "backend",
     "translator",
     "forced",
