@@ -43,7 +43,7 @@ from seq2seq.records import Quality, TokenSpan
 from seq2seq.translator import TranslationResult, Translator
 from service.deps import APIError, CheckedRoute, RequestContext, get_context
 from service.engine import ServedModel
-from service.requests import BeamSize, JSONRequest, Source, Target
+from service.requests import BeamSize, JSONRequest, NoRepeatNgramSize, Source, Target
 from service.translation import TranslatedText
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -300,6 +300,7 @@ class AttentionRequest(JSONRequest):
     source: Source
     target: Target
     beam_size: BeamSize
+    no_repeat_ngram_size: NoRepeatNgramSize
 
 
 class AttentionQuery(JSONRequest):
@@ -312,6 +313,7 @@ class AttentionQuery(JSONRequest):
     source: Source
     target: Target
     beam_size: BeamSize
+    no_repeat_ngram_size: NoRepeatNgramSize
 
 
 def attention_for(body: AttentionRequest, ctx: RequestContext) -> AttentionResponse:
@@ -319,7 +321,7 @@ def attention_for(body: AttentionRequest, ctx: RequestContext) -> AttentionRespo
     model, _ = ctx.resolve_pair(body.source, body.target, [body.text])
     # The model's own word map is built with the translation, for its quality signals.
     config = ctx.decode_config(
-        body.beam_size, 1, attention=True, alignment=ctx.resolve_alignment(model, AlignmentOptions())
+        body.beam_size, 1, True, ctx.resolve_alignment(model, AlignmentOptions()), body.no_repeat_ngram_size
     )
     translated = ctx.translate(model, [body.text], config)[0]
     return attention_response(model, translated, ctx.settings.heatmap_max_tokens)
@@ -337,9 +339,8 @@ def attention(body: AttentionRequest, ctx: RequestContext = Depends(get_context)
 def attention_get(
     query: Annotated[AttentionQuery, Query()], ctx: RequestContext = Depends(get_context)
 ) -> AttentionResponse:
-    return attention_for(
-        AttentionRequest(text=query.q, source=query.source, target=query.target, beam_size=query.beam_size), ctx
-    )
+    asked = query.model_dump(exclude={"q"})
+    return attention_for(AttentionRequest(text=query.q, **asked), ctx)
 
 
 @page.get("/")

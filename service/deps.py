@@ -256,9 +256,15 @@ class RequestContext:
             raise APIError(400, str(error)) from None
 
     def decode_config(
-        self, beam_size: int, n_best: int, attention: bool, alignment: AlignmentOptions | None = None
+        self,
+        beam_size: int,
+        n_best: int,
+        attention: bool,
+        alignment: AlignmentOptions | None = None,
+        no_repeat_ngram_size: int = DecodeConfig.no_repeat_ngram_size,
     ) -> DecodeConfig:
-        """The search settings of a request; `alignment` (resolved) is built with the translation."""
+        """The search settings of a request; `alignment` (resolved) is built with the translation.
+        `no_repeat_ngram_size` comes validated by its field (service.requests.NoRepeatNgramSize)."""
         largest = self.settings.max_beam_size
         if not 1 <= beam_size <= largest:
             raise APIError(400, f"beam_size must be between 1 and {largest}, not {beam_size}")
@@ -268,6 +274,7 @@ class RequestContext:
         return DecodeConfig(
             beam_size=max(beam_size, n_best),
             n_best=n_best,
+            no_repeat_ngram_size=no_repeat_ngram_size,
             return_attention=attention or alignment is not None,
             alignment=alignment,
         )

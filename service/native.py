@@ -13,7 +13,16 @@ from seq2seq.heatmap import FORMATS, filename, render_heatmap
 from seq2seq.records import TextTranslation
 from service.attention import self_attention_alignment
 from service.deps import APIError, CheckedRoute, RequestContext, get_context
-from service.requests import AlignmentRequest, BeamSize, JSONRequest, Source, StepShift, Target, exactly_one
+from service.requests import (
+    AlignmentRequest,
+    BeamSize,
+    JSONRequest,
+    NoRepeatNgramSize,
+    Source,
+    StepShift,
+    Target,
+    exactly_one,
+)
 from service.translation import text_alignment, text_quality, text_translation
 
 router = APIRouter(prefix="/v1", tags=["native"], route_class=CheckedRoute)
@@ -27,6 +36,7 @@ class TranslateRequest(JSONRequest):
     source: Source
     target: Target
     beam_size: BeamSize
+    no_repeat_ngram_size: NoRepeatNgramSize
     n_best: int = Field(
         1, description="hypotheses per sentence, each with its own alignment (a smaller beam_size is raised to n_best)"
     )
@@ -55,7 +65,7 @@ def translate(body: TranslateRequest, ctx: RequestContext = Depends(get_context)
     model, _ = ctx.resolve_pair(body.source, body.target, texts)
     alignment = AlignmentRequest() if body.alignment is True else body.alignment or None
     options = ctx.resolve_alignment(model, alignment.options()) if alignment else None
-    config = ctx.decode_config(body.beam_size, body.n_best, attention=options is not None, alignment=options)
+    config = ctx.decode_config(body.beam_size, body.n_best, options is not None, options, body.no_repeat_ngram_size)
     translated = ctx.translate(model, texts, config)
     return TranslateResponse(translations=[text_translation(model, t, body.n_best) for t in translated])
 
@@ -80,6 +90,7 @@ class HeatmapRequest(JSONRequest):
     )
     step_shift: StepShift
     beam_size: BeamSize
+    no_repeat_ngram_size: NoRepeatNgramSize
     width: int | None = Field(None, description="pixels (default: fitted to the tokens)")
     height: int | None = Field(None, description="pixels (default: fitted to the tokens)")
 
@@ -101,7 +112,8 @@ def heatmap_response(body: HeatmapRequest, ctx: RequestContext) -> Response:
     options = AlignmentOptions(body.level, body.layer, None if body.head is None else tuple(body.head), body.step_shift)
     # A self-attention layer is checked against its own stack (the encoder's may be deeper).
     options = ctx.resolve_alignment(model, options if body.kind == "cross" else replace(options, layer=None))
-    config = ctx.decode_config(body.beam_size, 1, attention=True, alignment=options if body.kind == "cross" else None)
+    cross = options if body.kind == "cross" else None
+    config = ctx.decode_config(body.beam_size, 1, True, cross, body.no_repeat_ngram_size)
     translated = ctx.translate(model, [body.q], config)[0]
     if body.kind == "cross":
         alignment, title, axes = text_alignment(translated, options), None, ("source", "target")

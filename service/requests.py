@@ -1,6 +1,6 @@
 """The request bodies' building blocks: each field that several routes take is declared once, here.
 
-`Source`, `Target`, `BeamSize` and `StepShift` are field types with their one default and
+`Source`, `Target`, `BeamSize`, `NoRepeatNgramSize` and `StepShift` are field types with their one default and
 description (a model says `source: Source`); `AlignmentRequest` is the group of
 alignment-source fields (level, layer, heads, step shift) that /translate and
 /v1/translate take as `alignment` and /v1/align takes at the top level. `JSONRequest` is
@@ -20,6 +20,18 @@ from seq2seq.config import DecodeConfig
 Source = Annotated[str, Field("auto", description="source language code, or 'auto'")]
 Target = Annotated[str | None, Field(None, description="target language (default: the only one served for the source)")]
 BeamSize = Annotated[int, Field(DecodeConfig.beam_size, description="beam width of the search")]
+# Past 10 pieces (a few words) a repeated n-gram is a phrase said twice, not a stutter.
+MAX_NO_REPEAT_NGRAM_SIZE = 10
+NoRepeatNgramSize = Annotated[
+    int,
+    Field(
+        DecodeConfig.no_repeat_ngram_size,
+        ge=0,
+        le=MAX_NO_REPEAT_NGRAM_SIZE,
+        description="no translation repeats an n-gram of target pieces it already holds "
+        "(a stutter such as 'office office office'); 0 = off",
+    ),
+]
 StepShift = Annotated[
     bool | None,
     Field(None, description="read the map where the target token is the decoder input (default: the model's)"),

@@ -98,6 +98,11 @@ def test_maps_are_those_of_the_translation(client: TestClient, answer: dict) -> 
 def test_get_equals_post(client: TestClient, answer: dict) -> None:
     got = client.get("/v1/attention", params={"q": SENTENCE, "source": "de", "target": "en"})
     assert got.status_code == 200 and got.json() == answer
+    # Every decoding field of the query reaches the search, as the body's do.
+    query = {"q": SENTENCE, "beam_size": 2, "no_repeat_ngram_size": 1}
+    posted = client.post("/v1/attention", json={"text": SENTENCE, "beam_size": 2, "no_repeat_ngram_size": 1})
+    assert client.get("/v1/attention", params=query).json() == posted.json()
+    assert posted.json()["translation"] != answer["translation"]  # n = 1: no piece twice
 
 
 @pytest.mark.parametrize("kind, rows", [("encoder", "encoder"), ("decoder", "decoder")])

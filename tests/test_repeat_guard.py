@@ -1,7 +1,7 @@
 """The repetition guard (`DecodeConfig.no_repeat_ngram_size`, seq2seq/repeats.py): which
 pieces it bans, that a guarded search is the search of a model that never repeats (greedy
-and beam 4, with and without the decoder graph's TopK), and that it changes nothing where
-nothing repeats.
+and beam 4, with and without the decoder graph's TopK), that it changes nothing where
+nothing repeats, and that the CLIs and the HTTP service pass it on and refuse bad values.
 
 The stuttering decoder below likes to say its last piece again, so unguarded searches
 repeat; its twin bans the repeats in its own log-probs (a plain Python loop over each
@@ -12,16 +12,27 @@ unguarded search of the twin, scores and all.
 from __future__ import annotations
 
 import dataclasses
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import numpy as np
 import pytest
+from batch_toy import toy_sentences, translate
+from echo_backend import make_client
+from fastapi.testclient import TestClient
 from scripted_backend import EOS, A, B, ScriptedBackend, lp, plain, sources
 
 from seq2seq import candidates, repeats
 from seq2seq.backend import DecoderCache, StepOutput
+from seq2seq.cli import build_parser
+from seq2seq.cli import main as cli_main
+from seq2seq.cli.translate import check_resume_options, job_file, job_options
 from seq2seq.config import DecodeConfig, ModelConfig
+from seq2seq.loading import load_translator
 from seq2seq.repeats import repeated_ngram_bans
 from seq2seq.search import beam_search, greedy_search, pad_batch
+from service.engine import TranslatorEngine
 
 PAD, UNK, BOS = 0, 1, 2
 
@@ -229,3 +240,100 @@ def test_config_validation() -> None:
     assert DecodeConfig(no_repeat_ngram_size=3).no_repeat_ngram_size == 3
     with pytest.raises(ValueError, match="no_repeat_ngram_size must be >= 0"):
         DecodeConfig(no_repeat_ngram_size=-1)
+
+
+# --------------------------------------------------------------------------- command lines
+
+
+def test_the_cli_option_reaches_the_search(batch_model_dir: Path, tmp_path: Path) -> None:
+    lines = toy_sentences(16, seed=5)
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    translator = load_translator(batch_model_dir, "torch")
+    outputs = {}
+    for n in (0, 2):
+        out = tmp_path / f"out.{n}.txt"
+        assert translate(batch_model_dir, "-i", source, "-o", out, "--beam-size", "2", "--no-repeat-ngram-size", n) == 0
+        outputs[n] = out.read_text(encoding="utf-8").splitlines()
+        expected = translator.translate_batch(lines, DecodeConfig(beam_size=2, no_repeat_ngram_size=n))
+        assert outputs[n] == [r.text for r in expected]
+        assert any(has_repeated_ngram(r.target_ids, 2) for r in expected) == (n == 0)
+    assert outputs[0] != outputs[2]
+    # eval takes the same flag (the same decoding arguments as translate).
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{s}\tx\n" for s in lines), encoding="utf-8")
+    saved = tmp_path / "eval.txt"
+    command = ["eval", "--model", str(batch_model_dir), "--backend", "torch", "--test", str(pairs), "--beam-size", "2"]
+    assert cli_main([*command, "--no-repeat-ngram-size", "2", "--save-hyp", str(saved), "--json"]) == 0
+    assert saved.read_text(encoding="utf-8").splitlines() == outputs[2]
+
+
+@pytest.mark.parametrize("command", ["translate", "eval"])
+def test_the_cli_refuses_a_negative_size(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli_main([command, "--no-repeat-ngram-size", "-1"])
+    assert exit_.value.code == 2
+    assert "--no-repeat-ngram-size: must be >= 0 (0 = off), not -1" in capsys.readouterr().err
+
+
+def test_a_job_file_without_the_field_resumes(batch_model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.txt"
+    command = ["translate", "-m", str(batch_model_dir), "-o", str(out), "--resume"]
+    parse = lambda *more: build_parser([*command, *more]).parse_args([*command, *more])  # noqa: E731
+    off, on = parse("--no-repeat-ngram-size", "0"), parse("--no-repeat-ngram-size", "3")
+    job_file(out).write_text(json.dumps(job_options(on)))
+    assert check_resume_options(on) == [] and "no_repeat_ngram_size: 3" in check_resume_options(off)[0]
+    # Written before the guard: those runs decoded without it, and resume so.
+    job_file(out).write_text(json.dumps({k: v for k, v in job_options(off).items() if k != "no_repeat_ngram_size"}))
+    assert check_resume_options(off) == [] and len(check_resume_options(on)) == 1
+
+
+# --------------------------------------------------------------------------- the service
+
+
+@pytest.fixture(scope="module")
+def client(echo_engine: TranslatorEngine) -> TestClient:
+    with make_client(echo_engine) as client:
+        yield client
+
+
+def test_the_service_field_reaches_the_search(client: TestClient) -> None:
+    # The echo backend copies its source: "a a a a" comes back as it is, unless the guard
+    # forbids the piece bigram (a, a) a second time.
+    text = "a a a a"
+    said = {}
+    for n in (0, 2):
+        answer = client.post("/v1/translate", json={"text": text, "no_repeat_ngram_size": n})
+        assert answer.status_code == 200, answer.text
+        said[n] = answer.json()["translations"][0]["text"]
+        heatmap = client.get("/v1/heatmap", params={"q": text, "format": "svg", "no_repeat_ngram_size": n})
+        assert heatmap.status_code == 200, heatmap.text
+        labels = [e.text for e in ET.fromstring(heatmap.content).iter("{http://www.w3.org/2000/svg}text")]
+        assert labels.count("a") == (8 if n == 0 else 4 + said[n].split().count("a"))  # source and target axes
+    # Guarded: a, a, then not a again but the next best piece (<unk>, shown as nothing), then a.
+    assert said == {0: text, 2: "a a a"}
+
+
+@pytest.mark.parametrize("value", [-1, 11, "3", 2.5])
+@pytest.mark.parametrize(
+    "method,route",
+    [("POST", "/v1/translate"), ("POST", "/v1/attention"), ("GET", "/v1/heatmap"), ("POST", "/v1/heatmap")],
+)
+def test_the_service_refuses_bad_sizes(client: TestClient, method: str, route: str, value: object) -> None:
+    if method == "GET":
+        if isinstance(value, str):
+            return  # a query is text: "3" is 3
+        response = client.get(route, params={"q": "a", "no_repeat_ngram_size": value})
+    else:
+        response = client.post(
+            route, json={"text" if "heatmap" not in route else "q": "a", "no_repeat_ngram_size": value}
+        )
+    assert response.status_code == 400, response.text
+    assert "no_repeat_ngram_size" in response.json()["error"]
+
+
+def test_the_api_document_states_the_range(client: TestClient) -> None:
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    for name in ("TranslateRequest", "HeatmapRequest", "AttentionRequest"):
+        field = schemas[name]["properties"]["no_repeat_ngram_size"]
+        assert (field["minimum"], field["maximum"], field["default"]) == (0, 10, DecodeConfig.no_repeat_ngram_size)

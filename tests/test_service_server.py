@@ -145,6 +145,7 @@ def test_native_api(http: httpx.Client) -> None:
             "text": text,
             "beam_size": 4,
             "n_best": 2,
+            "no_repeat_ngram_size": 3,
             "alignment": {"level": "subword", "layer": -1, "heads": [0, 2]},
         },
     ).json()
@@ -202,6 +203,8 @@ BAD_REQUESTS = [
     ("POST", "/v1/translate", {"content": b'{"text": "\xc3\x28"}', "headers": {"content-type": "application/json"}}),
     ("POST", "/v1/translate", {"json": {"texts": ["der"] * 9}}),
     ("POST", "/v1/translate", {"json": {"text": "der", "alignment": {"layer": 99}}}),
+    ("POST", "/v1/translate", {"json": {"text": "der", "no_repeat_ngram_size": 11}}),
+    ("GET", "/v1/attention", {"params": {"q": "der Hund", "no_repeat_ngram_size": -1}}),
     ("GET", "/v1/heatmap", {"params": {"q": "der Hund", "width": 100000, "height": 100000}}),
     ("GET", "/v1/heatmap", {"params": {"q": "der Hund", "format": "bmp"}}),
     ("POST", "/detect", {"json": {}}),

@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from seq2seq.bundle import PRECISIONS
 from seq2seq.cli.align import add_alignment_source_arguments
+from seq2seq.cli.translate_args import add_decoding_arguments
 from seq2seq.config import DecodeConfig
 from seq2seq.loading import BACKENDS, DEFAULT_BACKEND
 
@@ -102,19 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="onnx graphs to run (default: the bundle's, named in its bundle.json)",
     )
-    parser.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size)
-    parser.add_argument(
-        "--length-penalty",
-        type=float,
-        default=DecodeConfig.length_penalty,
-        help="GNMT length-penalty exponent alpha (default %(default)s)",
-    )
-    parser.add_argument(
-        "--coverage-penalty",
-        type=float,
-        default=DecodeConfig.coverage_penalty,
-        help="GNMT coverage-penalty weight beta, 0 = off (default %(default)s)",
-    )
+    add_decoding_arguments(parser)  # --beam-size, --length-penalty, ..., as `translate`
     parser.add_argument("--limit", type=int, default=0, help="score only the first N sentences")
     parser.add_argument(
         "--save-hyp", type=Path, help="write the model's translations (with --gold: its Pharaoh links) here"
@@ -229,6 +218,7 @@ def main(args: argparse.Namespace) -> int:
                 beam_size=args.beam_size,
                 length_penalty=args.length_penalty,
                 coverage_penalty=args.coverage_penalty,
+                no_repeat_ngram_size=args.no_repeat_ngram_size,
                 return_attention=False,
             ),
             precision=args.precision,

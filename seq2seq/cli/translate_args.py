@@ -111,7 +111,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    """Beam search settings: they decide the translations."""
+    """Beam search settings: they decide the translations (`translate` and `eval` take them)."""
     parser.add_argument(
         "--beam-size", type=int, default=DecodeConfig.beam_size, help=f"(default {DecodeConfig.beam_size})"
     )
@@ -127,6 +127,22 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         default=DecodeConfig.coverage_penalty,
         help=f"GNMT beta, 0 = off (default {DecodeConfig.coverage_penalty})",
     )
+    parser.add_argument(
+        "--no-repeat-ngram-size",
+        type=ngram_size,
+        default=DecodeConfig.no_repeat_ngram_size,
+        metavar="N",
+        help="no translation repeats an n-gram of target pieces it already holds, 0 = off "
+        f"(default {DecodeConfig.no_repeat_ngram_size})",
+    )
+
+
+def ngram_size(text: str) -> int:
+    """--no-repeat-ngram-size: an integer >= 0, refused when parsing (exit status 2)."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (0 = off), not {value}")
+    return value
 
 
 def add_job_arguments(parser: argparse.ArgumentParser) -> None:
