@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 import time
@@ -138,6 +139,7 @@ class CTranslate2System:
             max_batch_size=0,
             max_decoding_length=limit,
             suppress_sequences=self.banned,
+            no_repeat_ngram_size=decode.no_repeat_ngram_size,
             return_attention=decode.return_attention,
         )
         outputs = []
@@ -158,10 +160,12 @@ class OurSystem:
 
 def check_identity(systems: dict, reference: str, sources: list[str]) -> list[str]:
     lines = []
-    # No coverage penalty: CTranslate2's is computed differently, so both run the plain search.
+    # No coverage penalty: CTranslate2's is computed differently, so both run the plain search
+    # (and no repetition guard, as these counts were taken before it).
+    plain = DecodeConfig(coverage_penalty=0.0, no_repeat_ngram_size=0)
     for label, decode in (
-        ("greedy", DecodeConfig(beam_size=1, coverage_penalty=0.0)),
-        ("beam 4, no length penalty", DecodeConfig(beam_size=4, length_penalty=0.0, coverage_penalty=0.0)),
+        ("greedy", dataclasses.replace(plain, beam_size=1)),
+        ("beam 4, no length penalty", dataclasses.replace(plain, beam_size=4, length_penalty=0.0)),
     ):
         expected = [
             ids

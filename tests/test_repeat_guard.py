@@ -11,6 +11,7 @@ unguarded search of the twin, scores and all.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import xml.etree.ElementTree as ET
@@ -27,7 +28,7 @@ from seq2seq import candidates, repeats
 from seq2seq.backend import DecoderCache, StepOutput
 from seq2seq.cli import build_parser
 from seq2seq.cli import main as cli_main
-from seq2seq.cli.translate import check_resume_options, job_file, job_options
+from seq2seq.cli.translate import check_resume_options, fill_unset_options, job_file, job_options
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.loading import load_translator
 from seq2seq.repeats import repeated_ngram_bans
@@ -276,16 +277,47 @@ def test_the_cli_refuses_a_negative_size(command: str, capsys: pytest.CaptureFix
     assert "--no-repeat-ngram-size: must be >= 0 (0 = off), not -1" in capsys.readouterr().err
 
 
-def test_a_job_file_without_the_field_resumes(batch_model_dir: Path, tmp_path: Path) -> None:
+def test_a_resumed_job_keeps_its_guard_setting(batch_model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out.txt"
     command = ["translate", "-m", str(batch_model_dir), "-o", str(out), "--resume"]
-    parse = lambda *more: build_parser([*command, *more]).parse_args([*command, *more])  # noqa: E731
+
+    def parse(*more: str) -> argparse.Namespace:
+        args = build_parser([*command, *more]).parse_args([*command, *more])
+        fill_unset_options(args)
+        return args
+
     off, on = parse("--no-repeat-ngram-size", "0"), parse("--no-repeat-ngram-size", "3")
     job_file(out).write_text(json.dumps(job_options(on)))
     assert check_resume_options(on) == [] and "no_repeat_ngram_size: 3" in check_resume_options(off)[0]
+    assert parse().no_repeat_ngram_size == 3  # unset: the job's own
     # Written before the guard: those runs decoded without it, and resume so.
     job_file(out).write_text(json.dumps({k: v for k, v in job_options(off).items() if k != "no_repeat_ngram_size"}))
     assert check_resume_options(off) == [] and len(check_resume_options(on)) == 1
+    assert parse().no_repeat_ngram_size == 0 and check_resume_options(parse()) == []
+    job_file(out).unlink()
+    assert parse().no_repeat_ngram_size == DecodeConfig.no_repeat_ngram_size  # a new job: the default
+
+
+def test_an_old_interrupted_job_resumes_as_it_ran(batch_model_dir: Path, tmp_path: Path) -> None:
+    """End to end: a job started before the guard (its job file has no such field) and
+    interrupted, resumed by repeating its command, ends as an uninterrupted run without
+    the guard."""
+    lines = toy_sentences(16, seed=5)
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    whole = tmp_path / "whole.txt"
+    assert translate(batch_model_dir, "-i", source, "-o", whole, "--beam-size", "2", "--no-repeat-ngram-size", 0) == 0
+    out = tmp_path / "out.txt"
+    command = ["-i", source, "-o", out, "--beam-size", "2", "--resume"]
+    out.write_text("".join(whole.read_text(encoding="utf-8").splitlines(keepends=True)[:5]), encoding="utf-8")
+    args = build_parser(["translate"]).parse_args(
+        ["translate", "-m", str(batch_model_dir), "--backend", "torch", *map(str, command)]
+    )
+    fill_unset_options(args)
+    old = {k: v for k, v in job_options(args).items() if k != "no_repeat_ngram_size"}
+    job_file(out).write_text(json.dumps(old))
+    assert translate(batch_model_dir, *command) == 0
+    assert out.read_text(encoding="utf-8") == whole.read_text(encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- the service

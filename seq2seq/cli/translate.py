@@ -8,6 +8,7 @@ writing -- is seq2seq.cli.batch.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import io
 import json
@@ -67,20 +68,42 @@ def job_options(args: argparse.Namespace) -> dict:
 
 # Options a job file written before them lacks: what those runs did (they resume with it).
 OPTIONS_ADDED_SINCE = {"quality": DEFAULT_QUALITY_MODE, "no_repeat_ngram_size": 0}
+# Options whose default may differ from what a job ran with: left unset on the command
+# line (None), a resumed job keeps its own value, so repeating its command resumes it.
+KEPT_ON_RESUME = {"no_repeat_ngram_size": DecodeConfig.no_repeat_ngram_size}
 
 
 def job_file(output: Path) -> Path:
     return output.with_name(output.name + ".job.json")
 
 
-def check_resume_options(args: argparse.Namespace) -> list[str]:
-    """Differences between this run's options and those of the run it resumes."""
+def first_run_options(args: argparse.Namespace) -> dict | None:
+    """The options recorded by the run that `args` resumes; None without a record."""
     path = job_file(args.output)
     if not path.is_file():
+        return None
+    return OPTIONS_ADDED_SINCE | json.loads(path.read_text())
+
+
+def fill_unset_options(args: argparse.Namespace) -> None:
+    """Give each option of `KEPT_ON_RESUME` left unset its value: with --resume, the first
+    run's (a job started before the default changed goes on as it ran), else the default."""
+    before: dict = {}
+    if args.resume and args.output:
+        with contextlib.suppress(OSError, ValueError):  # an unreadable record: the resume reports it
+            before = first_run_options(args) or {}
+    for name, default in KEPT_ON_RESUME.items():
+        if getattr(args, name) is None:
+            setattr(args, name, before.get(name, default))
+
+
+def check_resume_options(args: argparse.Namespace) -> list[str]:
+    """Differences between this run's options and those of the run it resumes."""
+    before = first_run_options(args)
+    if before is None:
         if args.output.exists():
-            log.warning("%s: no record of the first run's options; assuming they are the same", path)
+            log.warning("%s: no record of the first run's options; assuming they are the same", job_file(args.output))
         return []
-    before = OPTIONS_ADDED_SINCE | json.loads(path.read_text())
     now = json.loads(json.dumps(job_options(args)))
     return [
         f"{name}: {before.get(name)!r} in the first run, {now.get(name)!r} now"
@@ -148,6 +171,7 @@ class _Input:
 
 
 def _run(args: argparse.Namespace) -> int:
+    fill_unset_options(args)
     problems = translate_args.problems(args)
     if problems:
         for problem in problems:

@@ -50,7 +50,8 @@ resume: with -o FILE --resume, a run that was interrupted (Ctrl-C, kill, crash) 
 where it stopped: complete records are kept, a partial last record is removed, and that
 many input lines are skipped. The options that decide what a record holds (model, input,
 formats, beam, alignment, ...) are kept beside the output in FILE.job.json while the job
-is unfinished; a resume with different ones is refused, naming them.
+is unfinished; a resume with different ones is refused, naming them. Left unset,
+--no-repeat-ngram-size is the resumed job's own (a job started before the guard: 0).
 
 exit status:
   {batch.EXIT_OK}    every line translated
@@ -67,6 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_io_arguments(parser)
     add_engine_arguments(parser)
     add_decoding_arguments(parser)
+    # Unset, it is the default, or a resumed job's own (translate.fill_unset_options).
+    parser.set_defaults(no_repeat_ngram_size=None)
     add_job_arguments(parser)
     add_alignment_arguments(parser.add_argument_group("alignment"))
 
