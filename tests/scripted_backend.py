@@ -21,8 +21,9 @@ LAYERS, HEADS = 2, 3
 
 
 def plain(**settings) -> DecodeConfig:
-    """A decode config without the coverage penalty: ranking by (length-penalised) log-prob."""
-    return DecodeConfig(**{"coverage_penalty": 0.0, **settings})
+    """A decode config without the coverage penalty or the repetition guard: ranking by
+    (length-penalised) log-prob alone."""
+    return DecodeConfig(**{"coverage_penalty": 0.0, "no_repeat_ngram_size": 0, **settings})
 
 
 def lp(p: float) -> float:

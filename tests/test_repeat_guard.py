@@ -318,6 +318,10 @@ def test_an_old_interrupted_job_resumes_as_it_ran(batch_model_dir: Path, tmp_pat
     job_file(out).write_text(json.dumps(old))
     assert translate(batch_model_dir, *command) == 0
     assert out.read_text(encoding="utf-8") == whole.read_text(encoding="utf-8")
+    # A new job gets the default guard, which changes these lines: the resume did not.
+    fresh = tmp_path / "fresh.txt"
+    assert translate(batch_model_dir, "-i", source, "-o", fresh, "--beam-size", "2") == 0
+    assert DecodeConfig.no_repeat_ngram_size == 0 or fresh.read_text() != whole.read_text()
 
 
 # --------------------------------------------------------------------------- the service
