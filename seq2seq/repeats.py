@@ -15,26 +15,30 @@ Shapes: N active rows, T pieces generated so far, V vocabulary.
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 
 def repeated_ngram_bans(history: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """The next pieces that would repeat an n-gram: history (N, T) int, each row's pieces so
     far -> (rows, tokens), each (M,) int, one entry per earlier n-gram whose first n - 1
-    pieces equal the row's last n - 1 (a token may appear more than once for a row).
+    pieces equal the row's last n - 1, in row order (a token may appear more than once).
 
-    n = 1 bans every piece already produced. Vectorised over rows and positions: one
-    (N, T - n + 1, n - 1) comparison per step, tiny beside a decoder step.
+    n = 1 bans every piece already produced. Vectorised over rows and positions: n - 1
+    comparisons of (N, T - n + 1) shifted views with the row's context, tiny beside a
+    decoder step (about 50 µs at 128 rows of 20 pieces; building all windows at once was
+    3x slower).
     """
     rows, length = history.shape
     if n < 1 or length < n:
         # Fewer than n pieces: no earlier n-gram to repeat yet.
         return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=history.dtype)
-    windows = sliding_window_view(history, n, axis=1)  # (N, T - n + 1, n): every n-gram so far
-    context = history[:, length - n + 1 :]  # (N, n - 1): what the next piece would follow
-    matches = (windows[:, :, : n - 1] == context[:, None, :]).all(axis=2)  # (N, T - n + 1)
+    starts = length - n + 1  # the n-grams so far begin at 0 .. starts - 1
+    # (N, starts): piece `offset` of each n-gram against piece `offset` of the context (the
+    # row's last n - 1 pieces), for every offset; n = 1 has no context, so every piece.
+    matches = np.ones((rows, starts), dtype=bool) if n == 1 else history[:, :starts] == history[:, starts, None]
+    for offset in range(1, n - 1):
+        matches &= history[:, offset : offset + starts] == history[:, starts + offset, None]
     row, start = np.nonzero(matches)
-    return row, windows[row, start, n - 1]
+    return row, history[row, start + n - 1]
 
 
 class RepeatGuard:
@@ -56,6 +60,8 @@ class RepeatGuard:
         row gets -inf. Returns the rows that got a ban (sorted, unique), whose best tokens a
         backend's TopK no longer knows."""
         rows, tokens = repeated_ngram_bans(self.history, self.n)
+        if not len(rows):  # most steps
+            return rows
         log_probs[rows, tokens] = -np.inf
         return np.unique(rows)
 
