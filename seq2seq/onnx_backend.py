@@ -231,22 +231,20 @@ class OnnxBackend:
         }
         if self.has_top_k:
             inputs["top_k"] = np.array([top_k], dtype=np.int64)
-        stacked = {
-            name: np.ascontiguousarray(value, dtype=np.float32)
-            for name, value in (
-                ("cross_k", cache.cross_k),
-                ("cross_v", cache.cross_v),
-                ("past_k", cache.self_k),
-                ("past_v", cache.self_v),
-            )
-        }
+        # Per layer: the search's cache may be a view whose layers are each contiguous but
+        # not adjacent (`seq2seq.backend.move_rows`); such a layer is bound as it is, no copy.
+        for name, stacked in (
+            ("cross_k", cache.cross_k),
+            ("cross_v", cache.cross_v),
+            ("past_k", cache.self_k),
+            ("past_v", cache.self_v),
+        ):
+            for layer in range(layers):
+                inputs[f"{name}_{layer}"] = np.ascontiguousarray(stacked[layer], dtype=np.float32)
         session = self.small_decoder if rows <= SMALL_STEP_ROWS else self.decoder
         binding = session.io_binding()
         for name, value in inputs.items():
             binding.bind_cpu_input(name, value)
-        for name, value in stacked.items():
-            for layer in range(layers):
-                binding.bind_cpu_input(f"{name}_{layer}", value[layer])  # a view: no copy
         shapes = {
             "log_probs": (rows, new, self.config.vocab_size),
             "new_past_k": (layers, rows, heads, past + new, head_dim),

@@ -91,7 +91,8 @@ def beam_search(
     beams by summed log-prob and takes the 2K best: an EOS among the first K finishes a
     hypothesis, and the K best that are not EOS go on (2K guarantee K of them). A sentence
     stops when K hypotheses have finished or its length limit is reached; finished
-    sentences leave the batch so the rest decode faster. Finished hypotheses are ranked by
+    sentences leave the batch so the rest decode faster (the last sentence takes each one's
+    place: `_batch_order`). Finished hypotheses are ranked by
     `hypothesis_score` (the length penalty and, with `config.coverage_penalty`, the coverage
     penalty over what the model's alignment head read: `_Coverage`). With
     `config.no_repeat_ngram_size` n > 0, a piece that would repeat an n-gram already in its
@@ -132,18 +133,47 @@ def beam_search(
         keep = (going_on.sum(axis=1) == k) & np.array([len(finished[s]) < k for s in beams.active])
         if not keep.any():
             break
-        chosen = going_on & keep[:, None]  # row-major: by sentence, then rank
-        rows, next_tokens = top.rows[chosen], top.tokens[chosen]
+        order = np.arange(len(keep)) if keep.all() else _batch_order(keep)
+        rows, next_tokens, next_scores = _next_rows(top, going_on & keep[:, None], keep, order, k)
         trace.select(rows, next_tokens, log_probs[rows, next_tokens])
-        beams.advance(rows, next_tokens, top.scores[chosen], out)
-        if not keep.all():
-            beams.leave(keep)
+        beams.advance(rows, next_tokens, next_scores, out, order)
 
     results = []
     for hypotheses in finished:
         hypotheses.sort(key=lambda h: -h.score)
         results.append(hypotheses[: config.n_best])
     return results
+
+
+def _batch_order(keep: np.ndarray) -> np.ndarray:
+    """keep (B',) bool -> (B'',) the sentences that go on, in their new batch order.
+
+    Each finished sentence's place is taken by one that goes on from the end of the batch;
+    the others keep theirs. So only the moved sentences' rows are copied in the cache
+    (`seq2seq.backend.move_rows`), not every row behind the first gap. Rows do not interact
+    (batch-invariant graphs), so the order of sentences in the batch changes no result.
+    """
+    kept = np.flatnonzero(keep)
+    order = np.arange(len(kept))
+    order[~keep[: len(kept)]] = kept[kept >= len(kept)]  # as many gaps in front as keepers behind
+    return order
+
+
+def _next_rows(
+    top: Candidates, chosen: np.ndarray, keep: np.ndarray, order: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of the next step, K per sentence in the batch `order` (B'',): the row each
+    extends, the token it appends and its summed log-prob, each (B''·K,).
+
+    chosen (B', 2K) bool marks the K candidates that go on of each sentence in `keep`
+    (B',); they are taken in rank order.
+    """
+    position = np.cumsum(keep) - 1  # each kept sentence's place among the kept ones
+    picked = position[order]
+    rows, tokens, scores = (
+        values[chosen].reshape(-1, k)[picked].reshape(-1) for values in (top.rows, top.tokens, top.scores)
+    )
+    return rows, tokens, scores
 
 
 def _length_limits(src_mask: np.ndarray, config: DecodeConfig, max_positions: int | None) -> np.ndarray:
@@ -230,24 +260,28 @@ class _Beams:
             None if out.top is None else (np.repeat(out.top[0], self.k, axis=0), np.repeat(out.top[1], self.k, axis=0)),
         )
 
-    def advance(self, rows: np.ndarray, tokens: np.ndarray, scores: np.ndarray, out: StepOutput) -> None:
-        """Next row i extends row `rows[i]` with `tokens[i]`, its summed log-prob now `scores[i]`."""
+    def advance(
+        self, rows: np.ndarray, tokens: np.ndarray, scores: np.ndarray, out: StepOutput, order: np.ndarray
+    ) -> None:
+        """Next row i extends row `rows[i]` with `tokens[i]`, its summed log-prob now
+        `scores[i]`; `order` (B'',): the sentences that go on, in their new batch order
+        (`_batch_order`). Sentences that finished leave the batch here."""
+        left = len(order) != len(self.active)
+        sentence_rows = (order[:, None] * self.k + np.arange(self.k)).reshape(-1)
         self.tokens = tokens[:, None].astype(np.int64)
         self.scores = scores
-        self.cache = out.cache.reorder(rows)  # drops the rows of sentences that finish
+        # The step's cache is a fresh output and the cross K/V are the search's own: rows are
+        # moved within them (drops the rows of sentences that finish).
+        self.cache = out.cache.reorder(rows, sentence_rows if left else None, owned=True)
         if self.coverage is not None:
             self.coverage.select(rows)
         if self.repeats is not None:
             self.repeats.select(rows, tokens)
-
-    def leave(self, keep: np.ndarray) -> None:
-        """Sentences that finished leave the batch: keep (B',) bool; drop their rows (their
-        cache rows are already gone: `advance` took only the rows that go on)."""
-        kept_rows = (np.flatnonzero(keep)[:, None] * self.k + np.arange(self.k)).reshape(-1)
-        self.mask = self.mask[kept_rows]
-        if self.coverage is not None:
-            self.coverage.counted = self.coverage.counted[kept_rows]
-        self.active = self.active[keep]
+        if left:
+            self.mask = self.mask[sentence_rows]
+            if self.coverage is not None:
+                self.coverage.counted = self.coverage.counted[sentence_rows]
+            self.active = self.active[order]
 
 
 def _finish(

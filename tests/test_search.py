@@ -30,10 +30,10 @@ from scripted_backend import (
 )
 
 from seq2seq import candidates
-from seq2seq.backend import DecoderCache
+from seq2seq.backend import DecoderCache, move_rows, select_rows
 from seq2seq.candidates import top_candidates
 from seq2seq.model import key_padding_mask
-from seq2seq.search import beam_search, greedy_search
+from seq2seq.search import _batch_order, beam_search, greedy_search
 from seq2seq.torch_backend import TorchBackend
 
 # --------------------------------------------------------------------------- exact results
@@ -252,6 +252,61 @@ def test_batch_equals_each_sentence_alone():
             assert (h_together.attention[..., len(sentence) :] == 0).all()
     # Sentence 9's limit is 0.5 * 6 + 2 = 5 tokens; the others end early on their own.
     assert [len(h.tokens) for h in batched[0]] == [5, 5]
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_a_finished_sentence_hands_its_place_to_the_last_and_the_cache_is_not_copied(beam: int):
+    """When sentences finish, the last ones in the batch take their places (`_batch_order`)
+    and only their rows move, within the search's own arrays (`move_rows`): the cross K/V
+    of every later step are the buffer of the first, never copied out. Each sentence still
+    gets exactly what it gets alone (the scripted backend reads each row's sentence from its
+    cross K/V and its prefix from its self K/V, so a row moved wrongly would show)."""
+
+    class Recording(ScriptedBackend):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cross: list[np.ndarray] = []
+
+        def step(self, tokens, src_mask, cache, need_attention, top_k=0):
+            self.cross.append(cache.cross_k)
+            return super().step(tokens, src_mask, cache, need_attention, top_k)
+
+    # Sentences 7 and 8 end after a few tokens; both 9s run to their length limit.
+    sentences = [[7, 6, EOS], [9, 5, 5, 4, EOS], [8, EOS], [9, 4, 4, 4, EOS]]
+    config = plain(beam_size=beam, n_best=beam, max_length_ratio=1.0, max_length_extra=2)
+    backend = Recording()
+    batched = beam_search(backend, *sources(*sentences), config)
+    for sentence, together in zip(sentences, batched):
+        [alone] = beam_search(ScriptedBackend(), *sources(sentence), config)
+        assert [(h.tokens, h.score) for h in together] == [(h.tokens, h.score) for h in alone]
+    rows = [len(cross[0]) for cross in backend.cross]
+    assert rows[1] == 4 * beam and rows[-1] == 2 * beam  # two sentences left the batch
+    first = backend.cross[0 if beam == 1 else 1]  # beam > 1: the expanded copy of step 1
+    assert all(np.shares_memory(cross, first) for cross in backend.cross[2:])
+    # The last rows hold the two 9s, whichever place they now have.
+    assert backend.cross[-1][0, :, 0, 0, 0].tolist() == [9.0] * (2 * beam)
+
+
+def test_move_rows_equals_select_rows_and_copies_only_what_moves():
+    """`move_rows` gives what `select_rows` gives, as a view of the array it was handed,
+    with each layer's rows contiguous; a swap (each row read and overwritten) comes out right."""
+    layers, rows = 2, 6
+    states = np.arange(layers * rows * 3, dtype=np.float32).reshape(layers, rows, 1, 3, 1)
+    for picked in ([0, 5, 2, 3], [1, 0, 2, 3, 4, 5], [0, 1, 2]):
+        given = states.copy()
+        moved = move_rows(given, np.array(picked))
+        assert np.array_equal(moved, select_rows(states, np.array(picked)))
+        assert np.shares_memory(moved, given)
+        assert all(moved[layer].flags.c_contiguous for layer in range(layers))
+    everything = move_rows(states.copy(), np.array([5, 4, 3, 2, 1, 0]))  # most rows move: one take
+    assert np.array_equal(everything, states[:, ::-1])
+
+
+def test_batch_order_fills_each_gap_from_the_end():
+    keep = np.array([False, True, True, False, True, True])
+    assert _batch_order(keep).tolist() == [4, 1, 2, 5]
+    assert _batch_order(np.array([True, False, True])).tolist() == [0, 2]
+    assert _batch_order(np.array([False, False, True])).tolist() == [2]
 
 
 def test_each_hypothesis_carries_its_own_attention_rows():
