@@ -61,9 +61,11 @@ from export.topk import add_search_top_k
 from seq2seq.bundle import (
     BUNDLE_FILE,
     GRAPH_FILES,
+    BundleError,
+    decode_defaults,
     write_bundle_manifest,
 )
-from seq2seq.config import ModelConfig, load_config, save_config
+from seq2seq.config import DecodeConfig, ModelConfig, load_config, save_config
 from seq2seq.model import CONFIG_FILE, WEIGHTS_FILE, Transformer, load_model
 from seq2seq.onnx_backend import decoder_graph_io, decoder_io
 from seq2seq.quality import QUALITY_FILE
@@ -220,6 +222,9 @@ class LoadedCheckpoint:
     tokenizer: Tokenizer | None = None
     data_manifest_path: Path | None = None
     data_manifest: dict[str, Any] | None = None  # its parsed content
+    # The serving decoding the bundle records: DecodeConfig's, or that of the bundle being
+    # re-exported (the settings its figures were measured with travel with its weights).
+    decoding: DecodeConfig = field(default_factory=DecodeConfig)
     problems: list[str] = field(default_factory=list)
 
 
@@ -257,6 +262,10 @@ def load_checkpoint(
             loaded.data_manifest = json.loads(Path(data_manifest).read_text())
         except (OSError, json.JSONDecodeError) as error:
             loaded.problems.append(f"{data_manifest}: unreadable data manifest: {error}")
+    try:
+        loaded.decoding = decode_defaults(checkpoint_dir)
+    except BundleError as error:
+        loaded.problems.append(str(error))
     return loaded
 
 
@@ -436,6 +445,7 @@ def write_bundle(
         files=files,
         data_manifest=loaded.data_manifest,
         quality_file=quality_file,
+        decoding=loaded.decoding,
         extra=extra,
     )
     return precision

@@ -15,6 +15,13 @@ A bundle holds everything needed to translate and to keep working on the model:
                          carried over from the checkpoint directory or added by
                          `bench/quality_signals.py --save` (`set_quality_file`)
 
+bundle.json's `decoding` holds the search settings (`seq2seq.config.SEARCH_FIELDS`: beam size,
+length penalty, coverage penalty, repetition guard) the model is served and measured with:
+every translation that does not set them gets them (`Translator.decode_defaults`), so the
+figures in `metrics` describe what users get. The export writes DecodeConfig's (or those of
+the bundle it re-exports), export/release.sh the ones it chose on valid (`set_decoding`); a
+bundle without the section, from before it, decodes with DecodeConfig's defaults.
+
 A bundle carries the graphs of one or both precisions (`graphs` in bundle.json, chosen
 with `crossalign export --graphs`); `precision` names the ones a runtime loads unless
 told otherwise. Graphs of the other precision are rebuilt from model.pt in place, as the
@@ -31,13 +38,14 @@ Torch-free: the onnxruntime serving path reads bundles.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from data.files import sha256_file
-from seq2seq.config import ModelConfig, from_dict, to_dict
+from seq2seq.config import SEARCH_FIELDS, DecodeConfig, ModelConfig, from_dict, to_dict
 from seq2seq.quality import QUALITY_FILE
 
 BUNDLE_FILE = "bundle.json"
@@ -70,6 +78,8 @@ class Bundle:
     manifest: dict[str, Any]
     model_config: ModelConfig
     precisions: tuple[str, ...] = field(default=())  # graph precisions present, e.g. ("fp32", "int8")
+    # The search settings translations get unless they set their own (bundle.json `decoding`).
+    decode_defaults: DecodeConfig = field(default_factory=DecodeConfig)
 
     @property
     def default_precision(self) -> str:
@@ -113,12 +123,14 @@ def write_bundle_manifest(
     data_manifest: dict[str, Any] | None = None,
     metrics: dict[str, Any] | None = None,
     quality_file: str | None = None,
+    decoding: DecodeConfig = DecodeConfig(),
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Hash `files` (names inside `directory`) and write `directory/bundle.json`; returns it.
 
     graphs maps precision -> {"encoder": file, "decoder_step": file}; `precision` names the
-    graphs a runtime loads by default; `quality_file` names the quality thresholds, if any.
+    graphs a runtime loads by default; `quality_file` names the quality thresholds, if any;
+    `decoding`'s search settings become the bundle's serving defaults.
     `extra` adds free-form keys (exporter versions, the
     graph interface, parity results).
     """
@@ -147,6 +159,7 @@ def write_bundle_manifest(
             "heads": list(model_config.alignment_heads),
             "step_shift": model_config.alignment_step_shift,
         },
+        "decoding": decoding.search_settings,
         "quality": quality_file,
         "metrics": dict(metrics or {}),
         "data": data_manifest,
@@ -222,9 +235,63 @@ def load_bundle_manifest(directory: Path, verify: bool = True) -> Bundle:
         config = from_dict(ModelConfig, manifest["model_config"])
     except (TypeError, ValueError) as error:
         problems.append(f"{BUNDLE_FILE}: model_config: {error}")
+    try:
+        decoding = parse_decoding(manifest.get("decoding"))
+    except BundleError as error:
+        problems.append(f"{BUNDLE_FILE}: {error}")
     if problems:
         raise BundleError(f"{directory}: damaged bundle: " + "; ".join(problems))
-    return Bundle(directory, manifest, config, tuple(p for p in PRECISIONS if p in manifest["graphs"]))
+    precisions = tuple(p for p in PRECISIONS if p in manifest["graphs"])
+    return Bundle(directory, manifest, config, precisions, decoding)
+
+
+def parse_decoding(section: Any) -> DecodeConfig:
+    """The serving defaults a bundle.json `decoding` section records: DecodeConfig's defaults
+    with the section's values (None, no section: a bundle from before it, DecodeConfig's alone).
+
+    Keys this code does not know (a newer exporter's) are ignored, as `from_dict` does, and a
+    setting the section lacks keeps DecodeConfig's default. Raises BundleError naming every
+    bad value (a wrong type, a beam below 1, a negative penalty or n-gram size)."""
+    if section is None:
+        return DecodeConfig()
+    if not isinstance(section, dict):
+        raise BundleError(f"decoding must be an object of search settings, not {json.dumps(section)}")
+    problems: list[str] = []
+    values: dict[str, Any] = {}
+    for name in SEARCH_FIELDS:
+        if name not in section:
+            continue
+        value, kind = section[name], type(getattr(DecodeConfig, name))  # int or float, from its default
+        lowest = 1 if name == "beam_size" else 0
+        # JSON has no bool-as-number, and an integral number such as 4.0 is the integer 4 in JSON Schema.
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        number = number and (isinstance(value, int) or math.isfinite(value))
+        if not number or value < lowest or (kind is int and isinstance(value, float) and not value.is_integer()):
+            noun = "an integer" if kind is int else "a number"
+            problems.append(f"decoding.{name} must be {noun} >= {lowest}, not {json.dumps(value)}")
+        else:
+            values[name] = kind(value)
+    if problems:
+        raise BundleError("; ".join(problems))
+    return DecodeConfig(**values)
+
+
+def decode_defaults(directory: Path) -> DecodeConfig:
+    """The serving defaults of the model in `directory`: its bundle.json `decoding`, read
+    without checking the files' hashes (the torch backend and the CLIs, which decode before or
+    without the graphs); DecodeConfig's for a directory without bundle.json (a training
+    output). Raises BundleError for an unreadable manifest or a bad section."""
+    path = Path(directory) / BUNDLE_FILE
+    if not path.is_file():
+        return DecodeConfig()
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise BundleError(f"{path}: unreadable manifest: {error}") from error
+    try:
+        return parse_decoding(manifest.get("decoding") if isinstance(manifest, dict) else None)
+    except BundleError as error:
+        raise BundleError(f"{path}: {error}") from None
 
 
 def update_metrics(directory: Path, metrics: dict[str, Any]) -> dict[str, Any]:
@@ -245,6 +312,16 @@ def set_quality_file(directory: Path, name: str = QUALITY_FILE) -> None:
     manifest["files"][name] = file_entry(Path(directory) / name)
     manifest["files"] = dict(sorted(manifest["files"].items()))
     _write_json(path, manifest)
+
+
+def set_decoding(directory: Path, config: DecodeConfig) -> dict[str, Any]:
+    """Record `config`'s search settings as the bundle's serving defaults in bundle.json
+    (export/release.sh, once it has chosen them on valid); returns the section."""
+    path = Path(directory) / BUNDLE_FILE
+    manifest = json.loads(path.read_text())
+    manifest["decoding"] = config.search_settings
+    _write_json(path, manifest)
+    return manifest["decoding"]
 
 
 def _verify_files(directory: Path, files: dict[str, dict[str, Any]]) -> list[str]:

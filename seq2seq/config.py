@@ -148,13 +148,22 @@ class TrainConfig:
         return Path(self.out_dir).expanduser()
 
 
+# The DecodeConfig fields that decide which translation the search finds. A bundle records
+# them (bundle.json `decoding`) as the defaults it was measured with and is served with; the
+# others (n_best, attention, alignment, length limits) are per call.
+SEARCH_FIELDS = ("beam_size", "length_penalty", "coverage_penalty", "no_repeat_ngram_size")
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
+    """The settings of one search. Its defaults are the fallback for a model whose bundle has
+    no `decoding` section; `Translator.decode_defaults` holds each model's own."""
+
     beam_size: int = 4
     n_best: int = 1
     # GNMT alpha: a finished score is log-prob / ((5 + len) / 6) ** alpha. 1.0 was chosen on
     # valid for the shipped model by export/release.sh (its bundle.json records it under
-    # metrics.decoding): BLEU 9.32 -> 9.36, length ratio 0.906 -> 0.947 against alpha 0.6.
+    # `decoding`): BLEU 9.32 -> 9.36, length ratio 0.906 -> 0.947 against alpha 0.6.
     length_penalty: float = 1.0
     # GNMT beta: plus beta * sum over source pieces of log(min(attention received, 1)), read
     # from the model's alignment head (Wu et al. 2016); 0 = off. 0.2 was tuned on valid
@@ -181,6 +190,20 @@ class DecodeConfig:
             raise ValueError(f"no_repeat_ngram_size must be >= 0 (0 = off), not {self.no_repeat_ngram_size}")
         if self.alignment is not None and not self.return_attention:
             raise ValueError("an alignment needs the attention: set return_attention")
+
+    def override(self, **asked: Any) -> DecodeConfig:
+        """This config with each setting in `asked` that is set (not None) in place of its own:
+        what a flag or a request field asks for, over a model's defaults, which fill the rest."""
+        return dataclasses.replace(self, **{name: value for name, value in asked.items() if value is not None})
+
+    @property
+    def search_settings(self) -> dict[str, Any]:
+        """The `SEARCH_FIELDS` and their values: what a bundle records, logs and /health show."""
+        return {name: getattr(self, name) for name in SEARCH_FIELDS}
+
+    def settings_text(self) -> str:
+        """The search settings as `beam_size=4 length_penalty=1.0 ...`: the line logs show."""
+        return " ".join(f"{name}={value}" for name, value in self.search_settings.items())
 
 
 def to_dict(config: Any) -> dict[str, Any]:

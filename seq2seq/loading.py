@@ -16,7 +16,7 @@ from pathlib import Path
 
 from data.tokenizer import Tokenizer
 from seq2seq.backend import SearchBackend
-from seq2seq.bundle import BUNDLE_FILE, load_bundle_manifest
+from seq2seq.bundle import BUNDLE_FILE, decode_defaults, load_bundle_manifest
 from seq2seq.onnx_backend import OnnxBackend
 from seq2seq.quality import DEFAULT_QUALITY_MODE, QUALITY_MODES, QualityThresholds
 from seq2seq.translator import Translator
@@ -43,6 +43,8 @@ def load_translator(
     (`threads` then sets torch's process-wide thread count; `precision` must be None).
     quality_mode ("thorough" or "fast", `seq2seq.quality.QUALITY_MODES`) chooses the
     untranslated detector of the quality blocks: with source occlusion, or attention only.
+    The translator's `decode_defaults` are the bundle's `decoding` (on either backend; a
+    training output, or a bundle from before the section: DecodeConfig's).
     Raises ValueError for an unknown backend or quality mode, FileNotFoundError for a
     missing directory or bundle, BundleError for a corrupted bundle or one without graphs
     of `precision`.
@@ -68,6 +70,7 @@ def load_translator(
         search_backend = OnnxBackend.from_bundle(bundle, precision, threads or None)
         tokenizer_path = bundle.tokenizer_path
         quality = QualityThresholds() if bundle.quality_path is None else QualityThresholds.load(bundle.quality_path)
+        decoding = bundle.decode_defaults
     else:
         import torch  # only here: the onnx path must never import torch
 
@@ -78,6 +81,7 @@ def load_translator(
         search_backend = TorchBackend.from_directory(model_dir)
         tokenizer_path = model_dir / "spm.model"
         quality = QualityThresholds.load(model_dir)  # defaults when it has none
+        decoding = decode_defaults(model_dir)  # a bundle's on model.pt decodes as its graphs do
     return Translator(
-        search_backend, Tokenizer(tokenizer_path), max_source_tokens, max_batch_tokens, quality, quality_mode
+        search_backend, Tokenizer(tokenizer_path), max_source_tokens, max_batch_tokens, quality, quality_mode, decoding
     )

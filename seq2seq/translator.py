@@ -51,6 +51,8 @@ class Translator:
     block each aligned translation carries, as `quality_mode` uses them ("thorough": with
     source occlusion where the detector reads it; "fast": never, see
     `QualityThresholds.for_mode`); forced alignment (`seq2seq.forced`) flags with the same.
+    `decode_defaults` are the search settings of a call that sets none (the bundle's
+    `decoding`, which its figures were measured with; `seq2seq.loading` reads them).
     Raises ValueError if they do not fit the model, or for an unknown mode."""
 
     def __init__(
@@ -61,8 +63,10 @@ class Translator:
         max_batch_tokens: int = 4096,
         quality: QualityThresholds = QualityThresholds(),
         quality_mode: str = DEFAULT_QUALITY_MODE,
+        decode_defaults: DecodeConfig = DecodeConfig(),
     ):
         self.backend, self.tokenizer = backend, tokenizer
+        self.decode_defaults = decode_defaults
         self.config: ModelConfig = backend.config
         quality.check(self.config.decoder_layers)
         self.quality_mode = quality_mode
@@ -81,9 +85,11 @@ class Translator:
         _, pieces, offsets = self.tokenizer.encode_with_offsets(text)
         return [Token(p, s, e) for p, (s, e) in list(zip(pieces, offsets))[:limit]]
 
-    def translate_batch(self, texts: list[str], config: DecodeConfig = DecodeConfig()) -> list[TranslationResult]:
-        """Translate `texts`; results in input order, each with `config.n_best - 1` alternatives
-        and, when `config.alignment` is set, each with its `alignment` and `quality`."""
+    def translate_batch(self, texts: list[str], config: DecodeConfig | None = None) -> list[TranslationResult]:
+        """Translate `texts` with `config` (None: `decode_defaults`); results in input order, each
+        with `config.n_best - 1` alternatives and, when `config.alignment` is set, each with its
+        `alignment` and `quality`."""
+        config = self.decode_defaults if config is None else config
         options = config.alignment.resolve(self.config) if config.alignment is not None else None
         encoded = [self.encode_source(t) for t in texts]
         order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
@@ -108,7 +114,7 @@ class Translator:
             start = end
         return [r for r in results if r is not None]
 
-    def translate(self, text: str, config: DecodeConfig = DecodeConfig()) -> TranslationResult:
+    def translate(self, text: str, config: DecodeConfig | None = None) -> TranslationResult:
         return self.translate_batch([text], config)[0]
 
     def align(
