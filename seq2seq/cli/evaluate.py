@@ -20,13 +20,15 @@ import json
 import logging
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
 from seq2seq.bundle import PRECISIONS
 from seq2seq.cli.align import add_alignment_source_arguments
-from seq2seq.cli.translate_args import add_decoding_arguments
+from seq2seq.cli.translate_args import add_decoding_arguments, asked_decoding
 from seq2seq.config import DecodeConfig
 from seq2seq.loading import BACKENDS, DEFAULT_BACKEND
 
@@ -57,13 +59,17 @@ def translate_file(
     model: Path,
     backend: str,
     sources: list[str],
-    config: DecodeConfig,
+    asked: dict[str, Any] | None = None,
     batch_size: int = 64,
     precision: str | None = None,
-) -> list[str]:
+) -> tuple[list[str], DecodeConfig]:
+    """The translations of `sources` with the search settings `asked` (name -> value, None or
+    absent: the model's own, from its bundle.json), and the settings they were made with."""
     from seq2seq.loading import load_translator
 
     translator = load_translator(model, backend, precision=precision)
+    config = replace(translator.decode_defaults, return_attention=False).override(**(asked or {}))
+    log.info("decoding: %s", config.settings_text())
     out = []
     for start in tqdm(
         range(0, len(sources), batch_size),
@@ -73,7 +79,7 @@ def translate_file(
         disable=not sys.stderr.isatty(),
     ):
         out.extend(r.text for r in translator.translate_batch(sources[start : start + batch_size], config))
-    return out
+    return out, config
 
 
 def read_tsv_pairs(path: Path) -> tuple[list[str], list[str]]:
@@ -205,30 +211,22 @@ def main(args: argparse.Namespace) -> int:
             raise SystemExit("--hyp needs --ref or --test")
         hypotheses = args.hyp.read_text(encoding="utf-8").splitlines()
         references = args.ref.read_text(encoding="utf-8").splitlines() if args.ref else read_tsv_pairs(args.test)[1]
+        decoding = None
     elif args.model and args.test:
         sources, references = read_tsv_pairs(args.test)
         if args.limit:
             sources, references = sources[: args.limit], references[: args.limit]
         started = time.time()
-        hypotheses = translate_file(
-            args.model,
-            args.backend,
-            sources,
-            DecodeConfig(
-                beam_size=args.beam_size,
-                length_penalty=args.length_penalty,
-                coverage_penalty=args.coverage_penalty,
-                no_repeat_ngram_size=args.no_repeat_ngram_size,
-                return_attention=False,
-            ),
-            precision=args.precision,
+        hypotheses, config = translate_file(
+            args.model, args.backend, sources, asked_decoding(args), precision=args.precision
         )
+        decoding = config.search_settings  # what the figures were measured with
         log.info("translated %d sentences in %.1fs", len(sources), time.time() - started)
         if args.save_hyp:
             args.save_hyp.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     else:
         raise SystemExit("give --model and --test, or --hyp with --ref/--test")
-    result = score(hypotheses, references)
+    result = score(hypotheses, references) | ({"decoding": decoding} if decoding else {})
     if args.json:
         print(json.dumps(result))
     else:

@@ -25,10 +25,11 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from data.tokenizer import Tokenizer
 from seq2seq.alignment import AlignmentError, AlignmentOptions
+from seq2seq.bundle import BundleError, decode_defaults
 from seq2seq.cli import batch, translate_args
 from seq2seq.cli.align import alignment_options
 from seq2seq.cli.translate_args import add_arguments  # noqa: F401 - `crossalign` calls translate.add_arguments
-from seq2seq.config import CONFIG_FILE, DecodeConfig, ModelConfig, load_config
+from seq2seq.config import CONFIG_FILE, SEARCH_FIELDS, DecodeConfig, ModelConfig, load_config
 from seq2seq.quality import DEFAULT_QUALITY_MODE
 
 log = logging.getLogger("crossalign.translate")
@@ -68,9 +69,6 @@ def job_options(args: argparse.Namespace) -> dict:
 
 # Options a job file written before them lacks: what those runs did (they resume with it).
 OPTIONS_ADDED_SINCE = {"quality": DEFAULT_QUALITY_MODE, "no_repeat_ngram_size": 0}
-# Options whose default may differ from what a job ran with: left unset on the command
-# line (None), a resumed job keeps its own value, so repeating its command resumes it.
-KEPT_ON_RESUME = {"no_repeat_ngram_size": DecodeConfig.no_repeat_ngram_size}
 
 
 def job_file(output: Path) -> Path:
@@ -86,15 +84,19 @@ def first_run_options(args: argparse.Namespace) -> dict | None:
 
 
 def fill_unset_options(args: argparse.Namespace) -> None:
-    """Give each option of `KEPT_ON_RESUME` left unset its value: with --resume, the first
-    run's (a job started before the default changed goes on as it ran), else the default."""
+    """Give each decoding option left unset (None) its value: with --resume, the first run's,
+    which its job file records (a job goes on as it ran, even where the model's defaults or
+    DecodeConfig's changed since: one started before the repetition guard resumes without
+    it), else the model's own (its bundle.json `decoding`), so repeating a command resumes
+    it. Raises BundleError for an unreadable bundle.json or a bad `decoding` section."""
     before: dict = {}
     if args.resume and args.output:
         with contextlib.suppress(OSError, ValueError):  # an unreadable record: the resume reports it
             before = first_run_options(args) or {}
-    for name, default in KEPT_ON_RESUME.items():
+    defaults = decode_defaults(args.model).search_settings
+    for name in SEARCH_FIELDS:
         if getattr(args, name) is None:
-            setattr(args, name, before.get(name, default))
+            setattr(args, name, before.get(name, defaults[name]))
 
 
 def check_resume_options(args: argparse.Namespace) -> list[str]:
@@ -171,7 +173,11 @@ class _Input:
 
 
 def _run(args: argparse.Namespace) -> int:
-    fill_unset_options(args)
+    try:
+        fill_unset_options(args)
+    except BundleError as error:
+        log.error("cannot load the model: %s", error)
+        return batch.EXIT_FATAL
     problems = translate_args.problems(args)
     if problems:
         for problem in problems:
@@ -213,14 +219,12 @@ def _run(args: argparse.Namespace) -> int:
 def _decode_config(args: argparse.Namespace) -> DecodeConfig:
     want_alignment = args.alignment or args.heatmaps is not None
     alignment = alignment_options(args, args.alignment_level) if want_alignment else None
-    return DecodeConfig(
-        beam_size=args.beam_size,
-        length_penalty=args.length_penalty,
-        coverage_penalty=args.coverage_penalty,
-        no_repeat_ngram_size=args.no_repeat_ngram_size,
-        return_attention=want_alignment,
-        alignment=alignment,
+    # Every search setting is set by now (fill_unset_options): a flag, the resumed job's or the model's.
+    decode = DecodeConfig(return_attention=want_alignment, alignment=alignment).override(
+        **translate_args.asked_decoding(args)
     )
+    log.info("decoding: %s", decode.settings_text())
+    return decode
 
 
 def _start_engine(args: argparse.Namespace, decode: DecodeConfig) -> tuple[batch.Engine, Tokenizer, int]:

@@ -15,7 +15,7 @@ from seq2seq.alignment import AlignmentOptions
 from seq2seq.bundle import PRECISIONS
 from seq2seq.cli import batch
 from seq2seq.cli.align import add_alignment_source_arguments, add_quality_argument
-from seq2seq.config import DecodeConfig
+from seq2seq.config import SEARCH_FIELDS, DecodeConfig
 from seq2seq.loading import BACKENDS
 
 log = logging.getLogger("crossalign.translate")
@@ -50,8 +50,13 @@ resume: with -o FILE --resume, a run that was interrupted (Ctrl-C, kill, crash) 
 where it stopped: complete records are kept, a partial last record is removed, and that
 many input lines are skipped. The options that decide what a record holds (model, input,
 formats, beam, alignment, ...) are kept beside the output in FILE.job.json while the job
-is unfinished; a resume with different ones is refused, naming them. Left unset,
---no-repeat-ngram-size is the resumed job's own (a job started before the guard: 0).
+is unfinished; a resume with different ones is refused, naming them.
+
+decoding: left unset, --beam-size, --length-penalty, --coverage-penalty and
+--no-repeat-ngram-size are the model's own, those its figures were measured with (its
+bundle.json `decoding`; DecodeConfig's for a model without one), and the run logs them.
+With --resume they are the resumed job's own (a job started before the repetition guard
+goes on without it).
 
 exit status:
   {batch.EXIT_OK}    every line translated
@@ -67,9 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     add_io_arguments(parser)
     add_engine_arguments(parser)
-    add_decoding_arguments(parser)
-    # Unset, it is the default, or a resumed job's own (translate.fill_unset_options).
-    parser.set_defaults(no_repeat_ngram_size=None)
+    add_decoding_arguments(parser)  # unset: the bundle's, or a resumed job's own (translate.fill_unset_options)
     add_job_arguments(parser)
     add_alignment_arguments(parser.add_argument_group("alignment"))
 
@@ -114,30 +117,33 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    """Beam search settings: they decide the translations (`translate` and `eval` take them)."""
+    """Beam search settings: they decide the translations (`translate` and `eval` take them).
+
+    Each defaults to None, unset: the model's own then applies (`Translator.decode_defaults`,
+    from its bundle.json), so a flag given overrides it and only then."""
+    parser.add_argument("--beam-size", type=int, help=f"beam width ({bundle_default('beam_size')})")
+    parser.add_argument("--length-penalty", type=float, help=f"GNMT alpha ({bundle_default('length_penalty')})")
     parser.add_argument(
-        "--beam-size", type=int, default=DecodeConfig.beam_size, help=f"(default {DecodeConfig.beam_size})"
-    )
-    parser.add_argument(
-        "--length-penalty",
-        type=float,
-        default=DecodeConfig.length_penalty,
-        help=f"GNMT alpha (default {DecodeConfig.length_penalty})",
-    )
-    parser.add_argument(
-        "--coverage-penalty",
-        type=float,
-        default=DecodeConfig.coverage_penalty,
-        help=f"GNMT beta, 0 = off (default {DecodeConfig.coverage_penalty})",
+        "--coverage-penalty", type=float, help=f"GNMT beta, 0 = off ({bundle_default('coverage_penalty')})"
     )
     parser.add_argument(
         "--no-repeat-ngram-size",
         type=ngram_size,
-        default=DecodeConfig.no_repeat_ngram_size,
         metavar="N",
         help="no translation repeats an n-gram of target pieces it already holds, 0 = off "
-        f"(default {DecodeConfig.no_repeat_ngram_size})",
+        f"({bundle_default('no_repeat_ngram_size')})",
     )
+
+
+def bundle_default(name: str) -> str:
+    """A decoding flag's default, as --help says it."""
+    return f"default: the bundle's, else {getattr(DecodeConfig, name)}"
+
+
+def asked_decoding(args: argparse.Namespace) -> dict[str, Any]:
+    """The search settings given on the command line (None = unset: the model's own), for
+    `DecodeConfig.override` over `Translator.decode_defaults`."""
+    return {name: getattr(args, name) for name in SEARCH_FIELDS}
 
 
 def ngram_size(text: str) -> int:
