@@ -36,10 +36,21 @@ log = logging.getLogger("crossalign.service")
 ops = APIRouter(tags=["operations"])
 
 
+class Decoding(BaseModel):
+    """The search settings a request that sets none gets: the model's bundle's `decoding`, which its
+    figures were measured with (seq2seq.config.SEARCH_FIELDS)."""
+
+    beam_size: int
+    length_penalty: float = Field(description="GNMT alpha")
+    coverage_penalty: float = Field(description="GNMT beta; 0 = off")
+    no_repeat_ngram_size: int = Field(description="no repeated n-gram of target pieces; 0 = off")
+
+
 class ModelStatus(BaseModel):
     name: str
     source: str
     target: str
+    decoding: Decoding = Field(description="what a request that leaves its search settings out decodes with")
 
 
 class FailedModel(BaseModel):
@@ -60,7 +71,15 @@ def health(ctx: RequestContext = Depends(get_context)) -> Health:
     return Health(
         status="degraded" if failed else "ok",
         failed=failed,
-        models=[ModelStatus(name=m.name, source=m.source, target=m.target) for m in engine.models.values()],
+        models=[
+            ModelStatus(
+                name=m.name,
+                source=m.source,
+                target=m.target,
+                decoding=Decoding(**m.decode_defaults.search_settings),
+            )
+            for m in engine.models.values()
+        ],
     )
 
 

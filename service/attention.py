@@ -321,7 +321,7 @@ def attention_for(body: AttentionRequest, ctx: RequestContext) -> AttentionRespo
     model, _ = ctx.resolve_pair(body.source, body.target, [body.text])
     # The model's own word map is built with the translation, for its quality signals.
     config = ctx.decode_config(
-        body.beam_size, 1, True, ctx.resolve_alignment(model, AlignmentOptions()), body.no_repeat_ngram_size
+        model, body.beam_size, 1, True, ctx.resolve_alignment(model, AlignmentOptions()), body.no_repeat_ngram_size
     )
     translated = ctx.translate(model, [body.text], config)[0]
     return attention_response(model, translated, ctx.settings.heatmap_max_tokens)

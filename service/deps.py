@@ -17,7 +17,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fastapi import Depends, Request, Response
@@ -257,24 +257,34 @@ class RequestContext:
 
     def decode_config(
         self,
-        beam_size: int,
+        model: ServedModel,
+        beam_size: int | None,
         n_best: int,
         attention: bool,
         alignment: AlignmentOptions | None = None,
-        no_repeat_ngram_size: int = DecodeConfig.no_repeat_ngram_size,
+        no_repeat_ngram_size: int | None = None,
     ) -> DecodeConfig:
-        """The search settings of a request; `alignment` (resolved) is built with the translation.
-        `no_repeat_ngram_size` comes validated by its field (service.requests.NoRepeatNgramSize)."""
+        """The search settings of a request: those it sets, the model's own (`decode_defaults`,
+        its bundle's) for those it leaves unset (None); `alignment` (resolved) is built with the
+        translation. `no_repeat_ngram_size` comes validated by its field (service.requests)."""
         largest = self.settings.max_beam_size
-        if not 1 <= beam_size <= largest:
+        defaults = model.decode_defaults
+        if beam_size is not None and not 1 <= beam_size <= largest:
             raise APIError(400, f"beam_size must be between 1 and {largest}, not {beam_size}")
+        if beam_size is None and defaults.beam_size > largest:
+            raise APIError(
+                400,
+                f"the model's default beam_size ({defaults.beam_size}) is over this server's limit "
+                f"({largest}): ask for a beam_size between 1 and {largest}",
+            )
         if not 1 <= n_best <= largest:
             raise APIError(400, f"n_best (or alternatives + 1) must be between 1 and {largest}, not {n_best}")
+        asked = defaults.override(beam_size=beam_size, no_repeat_ngram_size=no_repeat_ngram_size)
         # n best hypotheses need a beam at least n wide: a smaller beam_size is raised to n_best.
-        return DecodeConfig(
-            beam_size=max(beam_size, n_best),
+        return replace(
+            asked,
+            beam_size=max(asked.beam_size, n_best),
             n_best=n_best,
-            no_repeat_ngram_size=no_repeat_ngram_size,
             return_attention=attention or alignment is not None,
             alignment=alignment,
         )

@@ -57,6 +57,12 @@ class ServedModel:
         """The model's architecture and default alignment source (what options resolve against)."""
         return self.translator.config
 
+    @property
+    def decode_defaults(self) -> DecodeConfig:
+        """The search settings of a request that sets none: the bundle's `decoding`, which its
+        figures were measured with (DecodeConfig's for a bundle without the section)."""
+        return self.translator.decode_defaults
+
     def translate(
         self, texts: list[str], config: DecodeConfig, timeout: float | None = None, client: str = ""
     ) -> list[TranslationResult]:
@@ -179,7 +185,13 @@ def load_engine(
             log.error("not serving %s: %s", directory, failed[directory.name])
             continue
         translators[pair] = (directory.name, translator)
-        log.info("serving %s (%s -> %s) from %s", directory.name, *pair, directory)
+        log.info(
+            "serving %s (%s -> %s) from %s; decoding defaults %s",
+            directory.name,
+            *pair,
+            directory,
+            translator.decode_defaults.settings_text(),
+        )
     if not translators:
         raise RuntimeError("no model bundle could be loaded: " + "; ".join(f"{n}: {e}" for n, e in failed.items()))
     return TranslatorEngine(translators, window_s, max_sentences, on_batch, max_rows, max_queue_work, failed)

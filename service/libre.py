@@ -194,12 +194,8 @@ def translate(
     plain = [_visible_text(t) for t in texts] if params.format == "html" else texts
     model, detection = ctx.resolve_pair(params.source, params.target, plain)
     options = ctx.resolve_alignment(model, alignment.options()) if alignment else None
-    config = ctx.decode_config(
-        max(DecodeConfig.beam_size, params.alternatives + 1),
-        params.alternatives + 1,
-        attention=options is not None,
-        alignment=options,
-    )
+    # LibreTranslate takes no search settings: the model's own, its beam raised to the alternatives.
+    config = ctx.decode_config(model, None, params.alternatives + 1, attention=options is not None, alignment=options)
     if params.format == "html":
         translations = _translate_html(ctx, model, texts, config)
         alternatives: list[list[str]] = [[] for _ in texts]

@@ -65,7 +65,9 @@ def translate(body: TranslateRequest, ctx: RequestContext = Depends(get_context)
     model, _ = ctx.resolve_pair(body.source, body.target, texts)
     alignment = AlignmentRequest() if body.alignment is True else body.alignment or None
     options = ctx.resolve_alignment(model, alignment.options()) if alignment else None
-    config = ctx.decode_config(body.beam_size, body.n_best, options is not None, options, body.no_repeat_ngram_size)
+    config = ctx.decode_config(
+        model, body.beam_size, body.n_best, options is not None, options, body.no_repeat_ngram_size
+    )
     translated = ctx.translate(model, texts, config)
     return TranslateResponse(translations=[text_translation(model, t, body.n_best) for t in translated])
 
@@ -113,7 +115,7 @@ def heatmap_response(body: HeatmapRequest, ctx: RequestContext) -> Response:
     # A self-attention layer is checked against its own stack (the encoder's may be deeper).
     options = ctx.resolve_alignment(model, options if body.kind == "cross" else replace(options, layer=None))
     cross = options if body.kind == "cross" else None
-    config = ctx.decode_config(body.beam_size, 1, True, cross, body.no_repeat_ngram_size)
+    config = ctx.decode_config(model, body.beam_size, 1, True, cross, body.no_repeat_ngram_size)
     translated = ctx.translate(model, [body.q], config)[0]
     if body.kind == "cross":
         alignment, title, axes = text_alignment(translated, options), None, ("source", "target")

@@ -1,7 +1,9 @@
 """The request bodies' building blocks: each field that several routes take is declared once, here.
 
 `Source`, `Target`, `BeamSize`, `NoRepeatNgramSize` and `StepShift` are field types with their one default and
-description (a model says `source: Source`); `AlignmentRequest` is the group of
+description (a model says `source: Source`); the search settings default to unset (None),
+which is the served model's own (its bundle.json `decoding`, `ServedModel.decode_defaults`);
+`AlignmentRequest` is the group of
 alignment-source fields (level, layer, heads, step shift) that /translate and
 /v1/translate take as `alignment` and /v1/align takes at the top level. `JSONRequest` is
 the base of every JSON body: validated as its JSON Schema reads.
@@ -19,17 +21,27 @@ from seq2seq.config import DecodeConfig
 
 Source = Annotated[str, Field("auto", description="source language code, or 'auto'")]
 Target = Annotated[str | None, Field(None, description="target language (default: the only one served for the source)")]
-BeamSize = Annotated[int, Field(DecodeConfig.beam_size, description="beam width of the search")]
+
+
+def model_default(name: str) -> str:
+    """What a search setting left out (or null) gets, as the API document says it: the setting
+    the model's figures were measured with."""
+    return (
+        f"default: the served model's own, its bundle's `decoding` shown by /health, else {getattr(DecodeConfig, name)}"
+    )
+
+
+BeamSize = Annotated[int | None, Field(None, description=f"beam width of the search ({model_default('beam_size')})")]
 # Past 10 pieces (a few words) a repeated n-gram is a phrase said twice, not a stutter.
 MAX_NO_REPEAT_NGRAM_SIZE = 10
 NoRepeatNgramSize = Annotated[
-    int,
+    int | None,
     Field(
-        DecodeConfig.no_repeat_ngram_size,
+        None,
         ge=0,
         le=MAX_NO_REPEAT_NGRAM_SIZE,
         description="no translation repeats an n-gram of target pieces it already holds "
-        "(a stutter such as 'office office office'); 0 = off",
+        f"(a stutter such as 'office office office'); 0 = off ({model_default('no_repeat_ngram_size')})",
     ),
 ]
 StepShift = Annotated[

@@ -152,7 +152,7 @@ BAD_LIBRE = [
     ({"json": {"q": "a", "source": "de", "target": "xx"}}, "not served"),
     ({"json": {"q": "a", "source": "de"}}, "missing target"),
     ({"json": {"q": ["a"] * 5, "source": "de", "target": "en"}}, "batch limit"),
-    ({"json": {"q": "a", "source": "de", "target": "en", "alternatives": 99}}, "beam_size"),
+    ({"json": {"q": "a", "source": "de", "target": "en", "alternatives": 99}}, "alternatives + 1) must be"),
     ({"json": {"q": "a", "source": "de", "target": "en", "alternatives": -1}}, "alternatives"),
     ({"json": {"q": "a", "source": "de", "target": "en", "format": "pdf"}}, "format"),
     ({"json": {"q": "a", "source": "de", "target": "en", "alignment": {"layer": 7}}}, "layer 7"),
@@ -282,7 +282,8 @@ def test_health_metrics_and_unknown_routes(client: TestClient) -> None:
     assert client.get("/health").json() == {
         "status": "ok",
         "failed": [],
-        "models": [{"name": "de-en", "source": "de", "target": "en"}],
+        # The search settings a request that sets none gets: here DecodeConfig's (no bundle).
+        "models": [{"name": "de-en", "source": "de", "target": "en", "decoding": DecodeConfig().search_settings}],
     }
     client.post("/translate", json={"q": "a b", "source": "de", "target": "en"})
     assert client.get("/nowhere").status_code == 404

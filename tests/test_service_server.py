@@ -26,6 +26,8 @@ import numpy as np
 import pytest
 from toy import SENTENCES
 
+from seq2seq.config import DecodeConfig
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -109,7 +111,11 @@ def http(server: tuple[str, subprocess.Popen]) -> httpx.Client:
 
 
 def test_server_runs_onnx_without_torch(server: tuple[str, subprocess.Popen], http: httpx.Client) -> None:
-    assert http.get("/health").json()["models"] == [{"name": "de-en", "source": "de", "target": "en"}]
+    # An export records DecodeConfig's search settings as the bundle's serving defaults.
+    decoding = DecodeConfig().search_settings
+    assert http.get("/health").json()["models"] == [
+        {"name": "de-en", "source": "de", "target": "en", "decoding": decoding}
+    ]
     maps = Path(f"/proc/{server[1].pid}/maps")
     if maps.exists():
         loaded = maps.read_text()
