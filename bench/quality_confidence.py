@@ -37,7 +37,8 @@ def translate_split(
     """Per pair: the translation, its mean token log-prob and its word map from the default source."""
     path = None
     if cache is not None:
-        digest = hashlib.sha256(json.dumps([key, split, pairs, config.beam_size, config.length_penalty]).encode())
+        # Every search setting: a translation made with other ones (say, before the guard) is not reused.
+        digest = hashlib.sha256(json.dumps([key, split, pairs, config.search_settings]).encode())
         path = cache / f"translations-{split}-{digest.hexdigest()[:16]}.json"
         if path.is_file():
             return json.loads(path.read_text())
@@ -67,7 +68,7 @@ def report_confidence(
 ) -> tuple[np.ndarray, float]:
     """Fit the confidence weights on valid against sentence chrF and score every split;
     returns the weights and the expected length ratio (reference / source words on valid)."""
-    decode = DecodeConfig(beam_size=args.beam_size)
+    decode = translator.decode_defaults.override(beam_size=args.beam_size)  # as served: the bundle's decoding
     import sacrebleu
 
     translated = {

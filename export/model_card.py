@@ -13,6 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
+from seq2seq.config import SEARCH_FIELDS
+
 QUALITY_LABELS = {
     "test_bleu_beam4": "BLEU, beam 4",
     "test_chrf_beam4": "chrF, beam 4",
@@ -147,13 +149,27 @@ with its cross-attention alignment map.
 
 
 def decoding_line(metrics: dict) -> str:
+    """The search the figures were measured with: the bundle's `decoding`, which it serves (a
+    release before the section recorded beam and length penalty only)."""
     decoding = metrics.get("decoding")
     if not decoding:
         return ""
-    return (
-        f"\nDecoding: beam {decoding['beam_size']}, length penalty {decoding['length_penalty']} "
-        "(chosen on the valid split; the release script's `valid_length_penalty.jsonl`).\n"
+    parts = [
+        f"beam {decoding['beam_size']}",
+        f"length penalty {decoding['length_penalty']} (chosen on the valid split; the release script's "
+        "`valid_length_penalty.jsonl`)",
+    ]
+    if "coverage_penalty" in decoding:
+        parts.append(f"coverage penalty {decoding['coverage_penalty']}")
+    if "no_repeat_ngram_size" in decoding:
+        n = decoding["no_repeat_ngram_size"]
+        parts.append(f"no repeated {n}-gram of pieces" if n else "no repetition guard")
+    served = (
+        " The bundle serves these (bundle.json `decoding`): a translation that does not set them gets them."
+        if set(SEARCH_FIELDS) <= set(decoding)
+        else ""
     )
+    return f"\nDecoding: {', '.join(parts)}.{served}\n"
 
 
 def precision_line(metrics: dict) -> str:

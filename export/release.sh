@@ -3,6 +3,7 @@
 # write its model card. Every figure in the model card comes from this script.
 #
 #   [NOTES=notes.md] [EARLIER="RUN ..."] [PREPARE="crossalign data prepare ..."] [GRAPHS=int8|fp32] \
+#   [ALPHA=1.0] [BETA=0.2] [NGRAM=4] \
 #       export/release.sh [RUN_DIR] [DATA_DIR=~/.cache/crossalign/data/ding8k] [OUT=models/de-en]
 #
 # EARLIER names the runs that RUN_DIR continues (`crossalign train --init-from`), oldest
@@ -10,7 +11,10 @@
 # the training command(s) the card gives for reproduction.
 #
 # 1. choose the default alignment source (layer, heads) on the gold set, 2. export to
-# ONNX with parity checks, 3. choose the length penalty on the valid split (never on test),
+# ONNX with parity checks, 3. choose the length penalty on the valid split (never on test)
+# and record it, with the coverage penalty and repetition guard it was chosen with (BETA and
+# NGRAM, default DecodeConfig's), as the bundle's serving decoding (bundle.json `decoding`:
+# what the service and the CLIs decode with unless told otherwise, and every eval below),
 # 4. test-split BLEU/chrF/length ratio (beam 4 and greedy), the same on the 162 everyday
 # gold sentences, and gold-set AER, 5. quality-signal thresholds chosen on valid
 # (bench/quality_signals.py), 6. with GRAPHS=int8 (the default, issue #13's decision): the
@@ -55,24 +59,27 @@ $PY -m seq2seq.cli export "$RUN/final" --out "$OUT" --data-manifest "$DATA/manif
 cp "$RUN/alignment_sources.json" "$OUT/"   # the ranking behind the default, shipped for reference
 
 echo "== length penalty on the valid split (beam 4)"
+BETA=${BETA:-$($PY -c "from seq2seq.config import DecodeConfig; print(DecodeConfig.coverage_penalty)")}
+NGRAM=${NGRAM:-$($PY -c "from seq2seq.config import DecodeConfig; print(DecodeConfig.no_repeat_ngram_size)")}
 for alpha in ${ALPHAS:-0.6 1.0 1.5 2.0}; do
-    $PY -m seq2seq.cli eval --model "$OUT" --test "$DATA/valid.tsv" --beam-size 4 --length-penalty "$alpha" --json \
+    $PY -m seq2seq.cli eval --model "$OUT" --test "$DATA/valid.tsv" --beam-size 4 --length-penalty "$alpha" \
+        --coverage-penalty "$BETA" --no-repeat-ngram-size "$NGRAM" --json \
         | $PY -c "import json, sys; print(json.dumps(json.load(sys.stdin) | {'length_penalty': $alpha}))"
 done > "$RUN/valid_length_penalty.jsonl"
 # Valid BLEU moves by a few tenths from one alpha to the next (noise at 1,112 sentences), so
 # among the alphas within 0.3 BLEU of the best, the one whose length ratio is closest to 1.
-# The service and CLIs decode with DecodeConfig's alpha, so a choice other than it is flagged.
 ALPHA=${ALPHA:-$($PY -c "import json, sys; rows = [json.loads(l) for l in open(sys.argv[1])]; best = max(r['bleu'] for r in rows); print(min((r for r in rows if r['bleu'] >= best - 0.3), key=lambda r: abs(1 - r['length_ratio']))['length_penalty'])" "$RUN/valid_length_penalty.jsonl")}
-DEFAULT_ALPHA=$($PY -c "from seq2seq.config import DecodeConfig; print(DecodeConfig.length_penalty)")
-if [ "$ALPHA" != "$DEFAULT_ALPHA" ]; then
-    echo "WARNING: chosen length penalty $ALPHA differs from DecodeConfig's $DEFAULT_ALPHA, which the service uses" >&2
-fi
 echo "chosen length penalty: $ALPHA"; cat "$RUN/valid_length_penalty.jsonl"
+# The bundle's serving decoding from here on: every eval below measures it (the greedy ones
+# with --beam-size 1), and users get it (the service, `crossalign translate` and `eval`).
+$PY -c "import sys; from seq2seq.bundle import set_decoding; from seq2seq.config import DecodeConfig
+print('serving decoding:', set_decoding(sys.argv[1], DecodeConfig(beam_size=4, length_penalty=float(sys.argv[2]),
+    coverage_penalty=float(sys.argv[3]), no_repeat_ngram_size=int(sys.argv[4]))))" "$OUT" "$ALPHA" "$BETA" "$NGRAM"
 
 echo "== evaluate"
-$PY -m seq2seq.cli eval --model "$OUT" --test "$DATA/test.tsv" --beam-size 4 --length-penalty "$ALPHA" --json --save-hyp "$RUN/test.beam4.en" > "$RUN/test_beam4.json"
+$PY -m seq2seq.cli eval --model "$OUT" --test "$DATA/test.tsv" --beam-size 4 --json --save-hyp "$RUN/test.beam4.en" > "$RUN/test_beam4.json"
 $PY -m seq2seq.cli eval --model "$OUT" --test "$DATA/test.tsv" --beam-size 1 --json > "$RUN/test_greedy.json"
-$PY -m seq2seq.cli eval --model "$OUT" --test "$GOLD" --beam-size 4 --length-penalty "$ALPHA" --json > "$RUN/gold_beam4.json"
+$PY -m seq2seq.cli eval --model "$OUT" --test "$GOLD" --beam-size 4 --json > "$RUN/gold_beam4.json"
 $PY -m seq2seq.cli eval --gold "$GOLD" --model "$OUT" --json > "$RUN/gold_aer.json"
 $PY -m seq2seq.cli eval --gold "$GOLD" --hyp data/gold/eflomal.gold.pharaoh --json > "$RUN/gold_aer_eflomal.json"
 
@@ -82,26 +89,30 @@ $PY bench/quality_signals.py --model "$OUT" --data "$DATA" --save "$OUT/quality.
 
 if [ "$GRAPHS" = int8 ]; then
     echo "== the fp32 graphs, for the int8 decision"
-    $PY -m seq2seq.cli eval --model "$OUT" --precision fp32 --test "$DATA/test.tsv" --beam-size 4 --length-penalty "$ALPHA" --json > "$RUN/fp32.test_beam4.json"
+    $PY -m seq2seq.cli eval --model "$OUT" --precision fp32 --test "$DATA/test.tsv" --beam-size 4 --json > "$RUN/fp32.test_beam4.json"
     $PY -m seq2seq.cli eval --model "$OUT" --precision fp32 --test "$DATA/test.tsv" --beam-size 1 --json > "$RUN/fp32.test_greedy.json"
-    $PY -m seq2seq.cli eval --model "$OUT" --precision fp32 --test "$GOLD" --beam-size 4 --length-penalty "$ALPHA" --json > "$RUN/fp32.gold_beam4.json"
+    $PY -m seq2seq.cli eval --model "$OUT" --precision fp32 --test "$GOLD" --beam-size 4 --json > "$RUN/fp32.gold_beam4.json"
     $PY -m seq2seq.cli eval --gold "$GOLD" --model "$OUT" --precision fp32 --json > "$RUN/fp32.gold_aer.json"
 fi
 
-$PY - "$RUN" "$OUT" "$ALPHA" "$GRAPHS" <<'PY'
+$PY - "$RUN" "$OUT" "$GRAPHS" <<'PY'
 import json, sys
 from pathlib import Path
 from export.figures import int8_refusal, release_figures
 from seq2seq.bundle import update_metrics
 
-run, out, alpha, graphs = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+run, out, graphs = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 beam4, gold = (json.loads((run / f).read_text()) for f in ("test_beam4.json", "gold_beam4.json"))
 eflomal = json.loads((run / "gold_aer_eflomal.json").read_text())
 metrics = release_figures(run) | {
-    "gold_sentences": gold["sentences"], "decoding": {"beam_size": 4, "length_penalty": alpha},
+    # The settings the beam-4 figures were measured with (eval --json says), the bundle's `decoding`.
+    "gold_sentences": gold["sentences"], "decoding": beam4["decoding"],
     "test_sentences": beam4["sentences"], "bleu_signature": beam4["bleu_signature"],
     "chrf_signature": beam4["chrf_signature"], "gold_aer_eflomal_baseline": eflomal["aer"], "graphs": graphs,
 }
+served = json.loads((out / "bundle.json").read_text())["decoding"]
+if metrics["decoding"] != served:
+    sys.exit(f"the test figures were measured with {metrics['decoding']}, but the bundle serves {served}")
 if graphs == "int8":
     metrics["fp32"] = release_figures(run, "fp32.")
     refusal = int8_refusal(metrics["fp32"], metrics)
