@@ -35,6 +35,7 @@ LIBRARY_MODULES = {
     "candidates",
     "backend",
     "translator",
+    "casing",
     "forced",
     "segment",
     "aer",
