@@ -48,6 +48,7 @@ def job_options(args: argparse.Namespace) -> dict:
                 "beam_size",
                 "length_penalty",
                 "coverage_penalty",
+                "restore_case",
                 "max_chars",
                 "split_tokens",
                 "alignment",
@@ -65,7 +66,7 @@ def job_options(args: argparse.Namespace) -> dict:
 
 
 # Options a job file written before them lacks: what those runs did (they resume with it).
-OPTIONS_ADDED_SINCE = {"quality": DEFAULT_QUALITY_MODE}
+OPTIONS_ADDED_SINCE = {"quality": DEFAULT_QUALITY_MODE, "restore_case": False}
 
 
 def job_file(output: Path) -> Path:
@@ -192,6 +193,7 @@ def _decode_config(args: argparse.Namespace) -> DecodeConfig:
         beam_size=args.beam_size,
         length_penalty=args.length_penalty,
         coverage_penalty=args.coverage_penalty,
+        restore_case=args.restore_case,
         return_attention=want_alignment,
         alignment=alignment,
     )

@@ -127,6 +127,13 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         default=DecodeConfig.coverage_penalty,
         help=f"GNMT beta, 0 = off (default {DecodeConfig.coverage_penalty})",
     )
+    parser.add_argument(
+        "--restore-case",
+        action=argparse.BooleanOptionalAction,
+        default=DecodeConfig.restore_case,
+        help="read a shouted (all-caps) line with its case restored and translate it in capitals; "
+        "--no-restore-case: the model reads every line as given",
+    )
 
 
 def add_job_arguments(parser: argparse.ArgumentParser) -> None:
