@@ -6,6 +6,7 @@ the search never need to ask the tokenizer which id means what.
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Iterable
 from pathlib import Path
@@ -75,6 +76,19 @@ class Tokenizer:
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         return [self.sp.id_to_piece(i) for i in ids]
+
+    def segmentation_score(self, text: str) -> float:
+        """Log-probability of `text`'s best segmentation under the unigram model: the sum of
+        its pieces' scores (their log-probabilities in the training text), so a form seen
+        often in training scores higher than one spelled out piece by piece.
+
+        An unknown piece scores `unk_score` (SentencePiece's own penalty, 10 below the least
+        likely piece), not the 0 its vocabulary entry holds."""
+        return sum(self.unk_score if i == UNK_ID else self.sp.get_score(i) for i in self.sp.encode(text))
+
+    @functools.cached_property
+    def unk_score(self) -> float:
+        return min(self.sp.get_score(i) for i in range(self.vocab_size) if i != UNK_ID) - 10.0
 
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[str], list[tuple[int, int]]]:
         """Ids, pieces and (start, end) character offsets into `text` for each piece."""

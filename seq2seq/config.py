@@ -180,6 +180,10 @@ class DecodeConfig:
     # The alignment map to build in the same pass as each translation (it needs the
     # attention); None = none.
     alignment: AlignmentOptions | None = None
+    # Read shouted (all-caps) input with its case restored and answer it in capitals
+    # (seq2seq/casing.py): the SentencePiece model cuts capitals into letters, and the model
+    # then writes garbage. False = the model reads every text as given.
+    restore_case: bool = True
 
     def __post_init__(self) -> None:
         if self.beam_size < 1 or not 1 <= self.n_best <= self.beam_size:

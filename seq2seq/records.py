@@ -83,6 +83,11 @@ class Quality(BaseModel):
 class AlignedTranslation(BaseModel):
     text: str = Field(description="the translation")
     score: float = Field(description="length-normalised log-probability of the translation")
+    case_restored: bool = Field(
+        False,
+        description="the source was shouted (all capitals): the model read it with its case restored "
+        "and the translation is in capitals; offsets still refer to the text as given (seq2seq/casing.py)",
+    )
     alignment: AlignmentMap | None = None
     quality: Quality | None = Field(None, description="quality signals, with the alignment")
     # Added for the HTTP API's /v1/translate; optional, so records without them stay valid.
@@ -134,6 +139,7 @@ def aligned_translation(result: TranslationResult, alignment: Alignment | None) 
     return AlignedTranslation(
         text=result.text,
         score=round(result.score, 4),
+        case_restored=result.case_restored,
         alignment=None if alignment is None else AlignmentMap.from_alignment(alignment),
         quality=None if result.quality is None else Quality.from_quality(result.quality),
     )

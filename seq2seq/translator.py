@@ -1,7 +1,9 @@
 """The one `Translator`: text in, `TranslationResult`s out, for any search backend.
 
 The CLI, the evaluation and the HTTP service all call `translate_batch`; only the backend
-differs (torch eager for research, onnxruntime for serving). Torch-free.
+differs (torch eager for research, onnxruntime for serving). Shouted (all-caps) input is
+read with its case restored and answered in capitals (seq2seq/casing.py,
+`DecodeConfig.restore_case`). Torch-free.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import numpy as np
 from data.tokenizer import Tokenizer
 from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Alignments, Token, align, pieces_with_offsets
 from seq2seq.backend import SearchBackend
+from seq2seq.casing import Truecaser, cased_pieces, shout
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.occlusion import occluded_log_probs, word_pieces
 from seq2seq.quality import DEFAULT_QUALITY_MODE, Evidence, QualityThresholds, SentenceQuality, assess_alignment
@@ -23,8 +26,8 @@ from seq2seq.search import Hypothesis, beam_search, pad_batch
 class TranslationResult:
     text: str  # detokenized translation
     score: float  # length-normalised log-probability
-    source_tokens: list[str]  # SentencePiece pieces of the source, EOS excluded
-    target_tokens: list[str]  # pieces of the translation, EOS excluded
+    source_tokens: list[str]  # SentencePiece pieces of the source, EOS excluded, in the input's case
+    target_tokens: list[str]  # pieces of the translation, EOS excluded (upper case, as `text`, when shouted)
     source_ids: list[int] = field(default_factory=list)
     target_ids: list[int] = field(default_factory=list)
     log_prob: float = 0.0  # summed token log-probs, EOS included (unpenalised)
@@ -37,6 +40,14 @@ class TranslationResult:
     alignment: Alignments | None = None
     # Its quality signals (seq2seq.quality), from the word map of `alignment`, filled with it.
     quality: SentenceQuality | None = None
+    # The source as the model read it when the input was shouted and its case was restored
+    # (seq2seq.casing): a case change of the input, character for character, so offsets into
+    # it are offsets into the input. None: read as given. The translation is then in capitals.
+    cased_source: str | None = None
+
+    @property
+    def case_restored(self) -> bool:
+        return self.cased_source is not None
 
     @property
     def mean_log_prob(self) -> float:
@@ -75,6 +86,7 @@ class Translator:
         self.max_positions = self.config.max_positions
         self.max_source_tokens = min(max_source_tokens, self.max_positions)
         self.max_batch_tokens = max_batch_tokens
+        self.truecaser = Truecaser(tokenizer.segmentation_score, self.config.source_lang)
 
     def encode_source(self, text: str) -> list[int]:
         ids = self.tokenizer.encode(text)[: self.max_source_tokens - 1]
@@ -85,13 +97,21 @@ class Translator:
         _, pieces, offsets = self.tokenizer.encode_with_offsets(text)
         return [Token(p, s, e) for p, (s, e) in list(zip(pieces, offsets))[:limit]]
 
+    def pieces_read(self, source_text: str, result: TranslationResult) -> list[Token]:
+        """The source pieces the model read for `result`, the translation of `source_text`:
+        those of its restored case when it was shouted, as many as the translator kept (it
+        truncates a very long source), with offsets into `source_text` (the same length)."""
+        read = source_text if result.cased_source is None else result.cased_source
+        return self.source_pieces(read, len(result.source_ids))
+
     def translate_batch(self, texts: list[str], config: DecodeConfig | None = None) -> list[TranslationResult]:
         """Translate `texts` with `config` (None: `decode_defaults`); results in input order, each
         with `config.n_best - 1` alternatives and, when `config.alignment` is set, each with its
         `alignment` and `quality`."""
         config = self.decode_defaults if config is None else config
         options = config.alignment.resolve(self.config) if config.alignment is not None else None
-        encoded = [self.encode_source(t) for t in texts]
+        cased = [self.truecaser.restore_shouted(t) if config.restore_case else None for t in texts]
+        encoded = [self.encode_source(t if c is None else c) for t, c in zip(texts, cased)]
         order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
         results: list[TranslationResult | None] = [None] * len(texts)
         start = 0
@@ -108,7 +128,7 @@ class Translator:
             for index, hypotheses in zip(
                 chunk, beam_search(self.backend, src_ids, src_mask, config, self.max_positions)
             ):
-                results[index] = self._result(encoded[index], hypotheses)
+                results[index] = self._result(encoded[index], hypotheses, texts[index], cased[index])
             if options is not None:
                 self._fill_alignments([(texts[i], results[i]) for i in chunk], options)
             start = end
@@ -146,8 +166,7 @@ class Translator:
         if result.attention is None:
             raise AlignmentError("the translation was made without attention (DecodeConfig.return_attention=False)")
         if source_pieces is None:
-            # The translator may have truncated a very long source: keep the pieces it read.
-            source_pieces = self.source_pieces(source_text, len(result.source_ids))
+            source_pieces = self.pieces_read(source_text, result)
         target_text, target_pieces = pieces_with_offsets(result.target_tokens)
         return align(result.attention, source_text, source_pieces, target_text, target_pieces, options)
 
@@ -157,7 +176,7 @@ class Translator:
         hypotheses = []
         for source_text, result in items:
             assert result is not None
-            pieces = self.source_pieces(source_text, len(result.source_ids))
+            pieces = self.pieces_read(source_text, result)
             for hypothesis in [result, *result.alternatives]:
                 hypothesis.alignment = self.alignments(source_text, hypothesis, options, pieces)
                 hypotheses.append(hypothesis)
@@ -183,25 +202,42 @@ class Translator:
             pairs.append((source_ids, hypothesis.target_ids, word_pieces(hypothesis.alignment)))
         return occluded_log_probs(self.backend, pairs, max_batch_tokens=self.max_batch_tokens)
 
-    def _result(self, source_ids: list[int], hypotheses: list[Hypothesis]) -> TranslationResult:
-        made = [self._one(source_ids, h) for h in hypotheses]
+    def _result(
+        self, source_ids: list[int], hypotheses: list[Hypothesis], text: str, cased: str | None
+    ) -> TranslationResult:
+        """The best of `hypotheses` with the others as its alternatives; `cased` is `text`
+        with its case restored (None: not shouted), and then every hypothesis is shouted back."""
+        source_tokens = self.tokenizer.pieces(source_ids[:-1])
+        if cased is not None:
+            pieces = [(t.text, t.start, t.end) for t in self.source_pieces(cased, len(source_ids) - 1)]
+            source_tokens = cased_pieces(pieces, cased, text)
+        made = [self._one(source_ids, source_tokens, h, cased) for h in hypotheses]
         best = made[0]
         best.alternatives = made[1:]
         return best
 
-    def _one(self, source_ids: list[int], hypothesis: Hypothesis) -> TranslationResult:
+    def _one(
+        self, source_ids: list[int], source_tokens: list[str], hypothesis: Hypothesis, cased: str | None
+    ) -> TranslationResult:
         source_length = len(source_ids)
         attention = None
         if hypothesis.attention is not None:
             attention = hypothesis.attention[..., :source_length]  # drop batch padding columns
+        text, target_tokens = self.tokenizer.decode(hypothesis.tokens), self.tokenizer.pieces(hypothesis.tokens)
+        if cased is not None:  # answer a shouter in capitals, character for character (offsets hold)
+            text = shout(text)
+            target_tokens = [
+                piece if i == self.config.unk_id else shout(piece) for i, piece in zip(hypothesis.tokens, target_tokens)
+            ]
         return TranslationResult(
-            text=self.tokenizer.decode(hypothesis.tokens),
+            text=text,
             score=hypothesis.score,
-            source_tokens=self.tokenizer.pieces(source_ids[:-1]),
-            target_tokens=self.tokenizer.pieces(hypothesis.tokens),
+            source_tokens=source_tokens,
+            target_tokens=target_tokens,
             source_ids=source_ids[:-1],
             target_ids=list(hypothesis.tokens),
             log_prob=hypothesis.log_prob,
             token_log_probs=list(hypothesis.token_log_probs),
             attention=attention,
+            cased_source=cased,
         )

@@ -219,7 +219,7 @@ def alignment_maps(
     /v1/translate uses, read with the model's step shift."""
     config = translator.config
     head_sets = [(h,) for h in range(config.n_heads)] + [()]
-    pieces = translator.source_pieces(source, len(result.source_ids))
+    pieces = translator.pieces_read(source, result)
     found = [
         [
             translator.alignments(

@@ -287,6 +287,7 @@ class RequestContext:
             n_best=n_best,
             return_attention=attention or alignment is not None,
             alignment=alignment,
+            restore_case=self.settings.restore_case,
         )
 
     def check_work(self, items: list[Item], beam_size: int) -> None:

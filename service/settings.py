@@ -16,6 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from seq2seq.bundle import PRECISIONS
+from seq2seq.config import DecodeConfig
 from seq2seq.quality import DEFAULT_QUALITY_MODE, QUALITY_MODES
 
 ENV_PREFIX = "CROSSALIGN_"
@@ -38,6 +39,11 @@ class Settings(BaseSettings):
         description="untranslated flags of the quality blocks: thorough (source occlusion: one more "
         "teacher-forced row per source word, translation with alignment ~2.7x and /v1/align ~5.5x "
         "the time) or fast (attention only: no extra cost, more false flags)",
+    )
+    restore_case: bool = Field(
+        DecodeConfig.restore_case,
+        description="read shouted (all-caps) text with its case restored and answer it in capitals "
+        "(false: the model reads every text as given)",
     )
     # The server.
     host: str = Field("127.0.0.1", description="address to listen on (0.0.0.0 in a container)")

@@ -115,12 +115,13 @@ def _spans(tokens: list[Token]) -> list[TokenSpan]:
 def _aligned(result: TranslationResult, source_offset: int, target_offset: int) -> AlignedTranslation:
     """A sentence translation with tokens, words and (when it has one) its alignment."""
     if result.alignment is None:
-        return AlignedTranslation(text=result.text, score=round(result.score, 4))
+        return AlignedTranslation(text=result.text, score=round(result.score, 4), case_restored=result.case_restored)
     maps = result.alignment.shifted(source_offset, target_offset)
     subword, word = maps.subword, maps.word
     return AlignedTranslation(
         text=result.text,
         score=round(result.score, 4),
+        case_restored=result.case_restored,
         alignment=AlignmentMap.from_alignment(maps.requested),
         source_tokens=_spans(subword.source_tokens),
         target_tokens=_spans(subword.target_tokens),

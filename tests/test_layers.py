@@ -36,6 +36,7 @@ LIBRARY_MODULES = {
     "repeats",
     "backend",
     "translator",
+    "casing",
     "forced",
     "segment",
     "aer",

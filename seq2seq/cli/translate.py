@@ -51,6 +51,7 @@ def job_options(args: argparse.Namespace) -> dict:
                 "length_penalty",
                 "coverage_penalty",
                 "no_repeat_ngram_size",
+                "restore_case",
                 "max_chars",
                 "split_tokens",
                 "alignment",
@@ -68,7 +69,7 @@ def job_options(args: argparse.Namespace) -> dict:
 
 
 # Options a job file written before them lacks: what those runs did (they resume with it).
-OPTIONS_ADDED_SINCE = {"quality": DEFAULT_QUALITY_MODE, "no_repeat_ngram_size": 0}
+OPTIONS_ADDED_SINCE = {"quality": DEFAULT_QUALITY_MODE, "no_repeat_ngram_size": 0, "restore_case": False}
 
 
 def job_file(output: Path) -> Path:
@@ -220,9 +221,9 @@ def _decode_config(args: argparse.Namespace) -> DecodeConfig:
     want_alignment = args.alignment or args.heatmaps is not None
     alignment = alignment_options(args, args.alignment_level) if want_alignment else None
     # Every search setting is set by now (fill_unset_options): a flag, the resumed job's or the model's.
-    decode = DecodeConfig(return_attention=want_alignment, alignment=alignment).override(
-        **translate_args.asked_decoding(args)
-    )
+    decode = DecodeConfig(
+        restore_case=args.restore_case, return_attention=want_alignment, alignment=alignment
+    ).override(**translate_args.asked_decoding(args))
     log.info("decoding: %s", decode.settings_text())
     return decode
 

@@ -133,6 +133,13 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         help="no translation repeats an n-gram of target pieces it already holds, 0 = off "
         f"({bundle_default('no_repeat_ngram_size')})",
     )
+    parser.add_argument(
+        "--restore-case",
+        action=argparse.BooleanOptionalAction,
+        default=DecodeConfig.restore_case,
+        help="read a shouted (all-caps) line with its case restored and translate it in capitals; "
+        "--no-restore-case: the model reads every line as given",
+    )
 
 
 def bundle_default(name: str) -> str:

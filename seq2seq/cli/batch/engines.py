@@ -48,6 +48,7 @@ class UnitResult:
     alignment: Alignment | None = None
     error: str | None = None
     quality: SentenceQuality | None = None  # with the alignment
+    case_restored: bool = False  # read with its case restored (shouted, seq2seq.casing)
 
 
 class SentenceTranslator:
@@ -81,7 +82,14 @@ class SentenceTranslator:
     @staticmethod
     def _unit(result: TranslationResult) -> UnitResult:
         alignment = None if result.alignment is None else result.alignment.requested
-        return UnitResult(result.text, float(result.score), len(result.target_ids), alignment, quality=result.quality)
+        return UnitResult(
+            result.text,
+            float(result.score),
+            len(result.target_ids),
+            alignment,
+            quality=result.quality,
+            case_restored=result.case_restored,
+        )
 
 
 class Engine(Protocol):

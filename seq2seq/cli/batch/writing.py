@@ -38,6 +38,7 @@ class LineResult:
     sentences: list[tuple[int, int]] | None = None  # spans, when the line was split
     quality: SentenceQuality | None = None
     error: str | None = None
+    case_restored: bool = False  # some sentence of it was shouted (seq2seq.casing)
 
 
 def join_line(segment: Segment, spans: list[tuple[int, int]], results: list[UnitResult]) -> LineResult:
@@ -63,7 +64,15 @@ def join_line(segment: Segment, spans: list[tuple[int, int]], results: list[Unit
         alignment = parts[0][0] if len(parts) == 1 and spans[0][0] == 0 else concat(parts)
     qualities = [(r.quality, w) for r, w in zip(results, weights) if r.quality is not None]
     quality = quality_join(qualities) if qualities and len(qualities) == len(results) else None
-    return LineResult(segment, text, score, alignment, spans if len(spans) > 1 else None, quality=quality)
+    return LineResult(
+        segment,
+        text,
+        score,
+        alignment,
+        spans if len(spans) > 1 else None,
+        quality=quality,
+        case_restored=any(r.case_restored for r in results),
+    )
 
 
 def _one_line(text: str) -> str:
@@ -90,6 +99,7 @@ def format_record(result: LineResult, output_format: str) -> str:
         source=segment.source,
         text=result.text,
         score=None if result.score is None else round(result.score, 4),
+        case_restored=result.case_restored,
         alignment=None if result.alignment is None else AlignmentMap.from_alignment(result.alignment),
         quality=None if result.quality is None else Quality.from_quality(result.quality),
         sentences=None
