@@ -112,14 +112,15 @@ def test_eos_ranked_below_k_does_not_finish():
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_top_candidates_equals_a_stable_full_sort(seed: int):
+@pytest.mark.parametrize("width", [40, candidates.FULL_SORT_WIDTH + 1, 200])  # sorted whole; partial selection
+def test_top_candidates_equals_a_stable_full_sort(seed: int, width: int):
     rng = np.random.default_rng(seed)
     # Few distinct values, so ties straddle the cut-off; and -inf (banned or dead beams).
-    candidates = rng.integers(-6, 0, size=(50, 40)).astype(np.float64)
+    candidates = rng.integers(-6, 0, size=(50, width)).astype(np.float64)
     candidates[rng.random(candidates.shape) < 0.3] = -np.inf
     candidates[0] = -np.inf
     candidates[1, :3] = 0.0
-    for count in (1, 2, 6, 8, 39, 40):
+    for count in (1, 2, 6, 8, width - 1, width):
         expected = np.argsort(-candidates, axis=1, kind="stable")[:, :count]
         actual = top_candidates(candidates, count)
         values = np.take_along_axis(candidates, expected, axis=1)
