@@ -51,6 +51,7 @@ Torch-free: the translator (and so the service and the CLIs) uses it.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -106,12 +107,26 @@ def is_cased(character: str) -> bool:
     return _upper(character) != _lower(character)
 
 
+@lru_cache(maxsize=4096)
+def _letter_case(character: str) -> tuple[bool, bool]:
+    """(is cased, is upper case) of one character, as `is_shouting` counts it."""
+    cased = is_cased(character)
+    return cased, cased and character == _upper(character)
+
+
 def is_shouting(text: str) -> bool:
     """Whether `text` is shouted: at least MIN_UPPER_LETTERS of its cased letters are upper
-    case, and they are at least UPPER_SHARE of them (the rule and its reasons: module doc)."""
-    cased = [character for character in text if is_cased(character)]
-    upper = sum(character == _upper(character) for character in cased)
-    return upper >= MIN_UPPER_LETTERS and upper >= UPPER_SHARE * len(cased)
+    case, and they are at least UPPER_SHARE of them (the rule and its reasons: module doc).
+
+    Every text the translator gets passes through here, so each distinct character is
+    classified once (cached) and counted by `Counter` in C: 2.5x faster than a Python loop
+    over the characters (README, lever 14)."""
+    cased = upper = 0
+    for character, count in Counter(text).items():
+        is_letter, is_upper = _letter_case(character)
+        cased += count * is_letter
+        upper += count * is_upper
+    return upper >= MIN_UPPER_LETTERS and upper >= UPPER_SHARE * cased
 
 
 class Truecaser:

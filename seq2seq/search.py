@@ -321,32 +321,38 @@ def _finish(
 class _Trace:
     """The search's back-pointers, one entry per step: a finished hypothesis reads its
     tokens, token log-probs and attention rows by walking back from its last row, so no
-    growing per-hypothesis history is copied when the beams reorder (that is O(T²))."""
+    growing per-hypothesis history is copied when the beams reorder (that is O(T²)).
+
+    The back-pointers are kept as Python lists: the walk reads one entry a step, and a list
+    item costs a fraction of a numpy scalar and its `int()`/`float()` (README, lever 15)."""
 
     def __init__(self) -> None:
         self.attention: list[np.ndarray | None] = []  # step t: (L, N_t, H, S) cross weights of its rows
-        self.parents: list[np.ndarray] = []  # step t: (N_t+1,) the row each next row extends
-        self.tokens: list[np.ndarray] = []  # step t: (N_t+1,) the token it appended
-        self.log_probs: list[np.ndarray] = []  # step t: (N_t+1,) that token's log-prob
+        self.parents: list[list[int]] = []  # step t: (N_t+1,) the row each next row extends
+        self.tokens: list[list[int]] = []  # step t: (N_t+1,) the token it appended
+        self.log_probs: list[list[float]] = []  # step t: (N_t+1,) that token's log-prob
 
     def select(self, parents: np.ndarray, tokens: np.ndarray, log_probs: np.ndarray) -> None:
-        self.parents.append(parents)
-        self.tokens.append(tokens)
-        self.log_probs.append(log_probs)
+        self.parents.append(parents.tolist())
+        self.tokens.append(tokens.tolist())
+        self.log_probs.append(log_probs.tolist())  # float32 -> float, as float() of each
 
     def backtrack(self, step: int, row: int) -> tuple[list[int], list[float], np.ndarray | None]:
         """Tokens and their log-probs before `row` at `step`, and its attention rows
         (L, H, step + 1, S): row i is the step that produced token i, the last `step` itself."""
-        tokens, log_probs, attention = [], [], []
-        for t in range(step, -1, -1):
-            if self.attention[t] is not None:
-                attention.append(self.attention[t][:, row])
-            if t > 0:
-                tokens.append(int(self.tokens[t - 1][row]))
-                log_probs.append(float(self.log_probs[t - 1][row]))
-                row = int(self.parents[t - 1][row])
-        stacked = np.stack(attention[::-1], axis=2).astype(np.float32, copy=False) if attention else None
-        return tokens[::-1], log_probs[::-1], stacked
+        rows = [row]  # rows[i]: the row at step `step - i`
+        for t in range(step, 0, -1):
+            rows.append(self.parents[t - 1][rows[-1]])
+        rows.reverse()  # rows[t]: the row at step t
+        tokens = [self.tokens[t][rows[t + 1]] for t in range(step)]
+        log_probs = [self.log_probs[t][rows[t + 1]] for t in range(step)]
+        if self.attention[0] is None:
+            return tokens, log_probs, None
+        layers, _, heads, source = self.attention[0].shape
+        stacked = np.empty((layers, heads, step + 1, source), dtype=np.float32)
+        for t in range(step + 1):
+            stacked[:, :, t] = self.attention[t][:, rows[t]]
+        return tokens, log_probs, stacked
 
 
 class _Coverage:

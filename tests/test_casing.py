@@ -10,6 +10,7 @@ shipped SentencePiece model, so its answer is the restored source, shouted back.
 from __future__ import annotations
 
 import json
+import random
 import re
 from pathlib import Path
 
@@ -18,7 +19,17 @@ from echo_backend import EchoBackend, make_client
 
 from data.tokenizer import Tokenizer
 from seq2seq.alignment import AlignmentOptions, pieces_with_offsets, words
-from seq2seq.casing import Truecaser, capitalise, cased_pieces, is_cased, is_shouting, lower, shout
+from seq2seq.casing import (
+    MIN_UPPER_LETTERS,
+    UPPER_SHARE,
+    Truecaser,
+    capitalise,
+    cased_pieces,
+    is_cased,
+    is_shouting,
+    lower,
+    shout,
+)
 from seq2seq.config import DecodeConfig
 from seq2seq.heatmap import render_heatmap
 from seq2seq.loading import load_translator
@@ -66,6 +77,40 @@ def truecaser() -> Truecaser:
 )
 def test_shouting_is_nearly_all_capitals_with_enough_letters(text: str, shouted: bool) -> None:
     assert is_shouting(text) is shouted
+
+
+def _is_shouting_per_character(text: str) -> bool:
+    """The rule as first written, one character at a time: what `is_shouting` must agree with."""
+    cased = [character for character in text if is_cased(character)]
+    upper = sum(character == shout(character) for character in cased)
+    return upper >= MIN_UPPER_LETTERS and upper >= UPPER_SHARE * len(cased)
+
+
+def test_shouting_counts_as_the_per_character_rule() -> None:
+    """`is_shouting` counts distinct characters (cached); on tricky strings (ß, ẞ, İ, the
+    titlecase ǅ and ᾈ, ligatures, digits, final sigma) and on the boundaries of both
+    thresholds it agrees with the per-character rule everywhere."""
+    tricky = "AaÄäßẞİıiIǅǄǆᾈᾀﬁΣσςŉ1 .-ÉéЖжǰ"
+    rng = random.Random(0)
+    texts = ["".join(rng.choice(tricky) for _ in range(rng.randint(0, 40))) for _ in range(3000)] + [
+        "ABC",
+        "ABCD",
+        "ABCDEFGHIa",
+        "ABCDEFGHIab",
+        "ABCDEFGHIJKLMNOPQRa",
+        "ǅǅǅǅ",
+        "ᾈᾈᾈᾈ",
+        "İİİİ",
+        "ßßßßABCD",
+        SHOUTED,
+        lower(SHOUTED),
+        shout("Die EU-Kommission tagt in den USA."),
+    ]
+    fired = 0
+    for text in texts:
+        fired += _is_shouting_per_character(text)
+        assert is_shouting(text) is _is_shouting_per_character(text), text
+    assert 0 < fired < len(texts)  # the corpus tells both ways
 
 
 def test_case_changes_keep_every_characters_length() -> None:

@@ -112,20 +112,37 @@ def test_eos_ranked_below_k_does_not_finish():
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_top_candidates_equals_a_stable_full_sort(seed: int):
+@pytest.mark.parametrize("width", [40, candidates.FULL_SORT_WIDTH + 1, 200])  # sorted whole; partial selection
+def test_top_candidates_equals_a_stable_full_sort(seed: int, width: int):
     rng = np.random.default_rng(seed)
     # Few distinct values, so ties straddle the cut-off; and -inf (banned or dead beams).
-    candidates = rng.integers(-6, 0, size=(50, 40)).astype(np.float64)
+    candidates = rng.integers(-6, 0, size=(50, width)).astype(np.float64)
     candidates[rng.random(candidates.shape) < 0.3] = -np.inf
     candidates[0] = -np.inf
     candidates[1, :3] = 0.0
-    for count in (1, 2, 6, 8, 39, 40):
+    for count in (1, 2, 6, 8, width - 1, width):
         expected = np.argsort(-candidates, axis=1, kind="stable")[:, :count]
         actual = top_candidates(candidates, count)
         values = np.take_along_axis(candidates, expected, axis=1)
         # Positions that are -inf are never used by the search; all others must be identical.
         assert np.array_equal(np.take_along_axis(candidates, actual, axis=1), values)
         assert np.array_equal(np.where(np.isfinite(values), actual, -1), np.where(np.isfinite(values), expected, -1))
+
+
+def test_row_best_skips_banned_tokens_as_a_stable_sort_does():
+    """`RowBest.of` keeps each row's W best tokens that are not banned and the best it leaves
+    out, whether a row's TopK holds a banned token (skipped, the rest moved up in order) or,
+    the common case it answers without sorting, none."""
+    rng = np.random.default_rng(0)
+    width, banned = 4, (0, 2)
+    ids = np.stack([rng.permutation(np.arange(3, 40))[: width + 3] for _ in range(30)])
+    ids[5, 0], ids[6, width], ids[7, [1, width + 2]], ids[8, [0, 1]] = 0, 2, (2, 0), (2, 0)
+    values = -np.sort(rng.random(ids.shape).astype(np.float32), axis=1)
+    for rows in (slice(None), slice(10, None)):  # some rows with banned tokens; none
+        best = candidates.RowBest.of(values[rows], ids[rows], width, banned)
+        allowed_first = np.argsort(np.isin(ids[rows], banned), axis=1, kind="stable")[:, : width + 1]
+        assert np.array_equal(best.kept, np.take_along_axis(ids[rows], allowed_first, 1)[:, :width])
+        assert np.array_equal(best.left_out, np.take_along_axis(values[rows], allowed_first, 1)[:, width])
 
 
 @pytest.mark.parametrize("seed", range(4))

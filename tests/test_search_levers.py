@@ -7,6 +7,8 @@ hypotheses, scores, token log-probs and attention.
   fp32 bundle).
 - The decoder graph's own TopK ranks each row's best tokens (export/topk.py), against the
   partial sort in numpy.
+- The back-pointers are walked as Python lists (`search._Trace.backtrack`), against the walk
+  over numpy scalars.
 """
 
 from __future__ import annotations
@@ -124,3 +126,47 @@ def test_search_from_the_graphs_top_k_equals_search_from_numpy(
         patched.setattr(backend, "step", lambda *args: dataclasses.replace(step(*args), top=None))
         from_numpy = search.beam_search(backend, ids, mask, config)
     assert_same_hypotheses(from_graph, from_numpy)
+
+
+def backtrack_one_step_at_a_time(
+    attention: list[np.ndarray],
+    parents: list[np.ndarray],
+    tokens: list[np.ndarray],
+    log_probs: list[np.ndarray],
+    step: int,
+    row: int,
+) -> tuple[list[int], list[float], np.ndarray]:
+    """What `_Trace.backtrack` did before: numpy scalars read step by step, then `np.stack`."""
+    generated, token_log_probs, rows_attention = [], [], []
+    for t in range(step, -1, -1):
+        rows_attention.append(attention[t][:, row])
+        if t > 0:
+            generated.append(int(tokens[t - 1][row]))
+            token_log_probs.append(float(log_probs[t - 1][row]))
+            row = int(parents[t - 1][row])
+    return generated[::-1], token_log_probs[::-1], np.stack(rows_attention[::-1], axis=2).astype(np.float32)
+
+
+def test_backtrack_from_lists_equals_the_walk_over_numpy_scalars() -> None:
+    """`_Trace` keeps its back-pointers as lists and fills the attention rows into one array:
+    the same tokens, float32 log-probs (as floats) and maps as the old walk, with rows whose
+    count changes from step to step (sentences leaving the batch)."""
+    rng = np.random.default_rng(0)
+    layers, heads, source, steps = 2, 3, 5, 9
+    counts = [12, 12, 12, 8, 8, 8, 4, 4, 4, 4]  # rows at each step
+    trace = search._Trace()
+    attention, parents, tokens, log_probs = [], [], [], []
+    for t in range(steps + 1):
+        attention.append(rng.random((layers, counts[t], heads, source), dtype=np.float32))
+        trace.attention.append(attention[-1])
+        if t < steps:
+            parents.append(rng.integers(0, counts[t], counts[t + 1]))
+            tokens.append(rng.integers(0, 8000, counts[t + 1]))
+            log_probs.append(-rng.random(counts[t + 1], dtype=np.float32) * 10)
+            trace.select(parents[-1], tokens[-1], log_probs[-1])
+    for step in range(steps + 1):
+        for row in range(counts[step]):
+            mine = trace.backtrack(step, row)
+            theirs = backtrack_one_step_at_a_time(attention, parents, tokens, log_probs, step, row)
+            assert mine[0] == theirs[0] and mine[1] == theirs[1]
+            assert mine[2].dtype == theirs[2].dtype and np.array_equal(mine[2], theirs[2])
