@@ -13,7 +13,10 @@ for character, as caps lock types them), and prints case-insensitive BLEU and ch
   so the two rows must be the same;
 - shouted sources read as given (restoration off): what the model did before;
 - shouted sources in "all lower case but the first word" (the naive restoration), and
-- shouted sources with the truecaser (restoration on).
+- shouted sources with the truecaser (restoration on);
+- sources with one word shouted (the first word of 4+ letters after the first, upper case:
+  "Das ist UNGLAUBLICH teuer."), read as given and with that word restored
+  (`Truecaser.restore_emphasised`).
 
 Then how many normal sources of valid, test and gold the detector fires on (should be 0)
 and how many shouted ones it misses (those with fewer than 4 letters), and the word accuracy
@@ -46,6 +49,14 @@ def naive_case(text: str) -> str:
     if match is None:
         return lower(text)
     return lower(text[: match.start()]) + capitalise(match.group()) + lower(text[match.end() :])
+
+
+def emphasise(text: str) -> str:
+    """`text` with one word shouted: the first run of 4+ letters after the first word (else as is)."""
+    words = [m for m in WORD_LETTERS.finditer(text) if len(m.group()) >= 4][1:2] or []
+    for match in words:
+        return text[: match.start()] + shout(match.group()) + text[match.end() :]
+    return text
 
 
 def translate(translator: Translator, sources: list[str], restore_case: bool) -> list[str]:
@@ -83,6 +94,8 @@ def quality_rows(translator: Translator, name: str, sources: list[str], referenc
         ("shouted, read as given (off)", shouted, False),
         ("shouted, naive: lower case, first word capitalised", [naive_case(s) for s in shouted], False),
         ("shouted, truecaser (on)", shouted, True),
+        ("one word shouted, read as given (off)", [emphasise(s) for s in sources], False),
+        ("one word shouted, restored (on)", [emphasise(s) for s in sources], True),
     ]
     rows, outputs = [], {}
     for label, texts, restore in runs:
@@ -92,6 +105,8 @@ def quality_rows(translator: Translator, name: str, sources: list[str], referenc
         print(rows[-1], file=sys.stderr, flush=True)  # progress: the raw shouted run takes minutes
     same = sum(a == b for a, b in zip(outputs[runs[0][0]], outputs[runs[1][0]]))
     rows.append(f"| {name} | normal sources translated the same on and off | {same}/{len(sources)} | |")
+    restored = sum(translator.truecaser.restore_emphasised(s) is not None for s in sources)
+    rows.append(f"| {name} | normal sources with a shouted word (restored) | {restored}/{len(sources)} | |")
     return rows
 
 

@@ -39,6 +39,11 @@ capitalised (or kept as given if that scores better). On the valid split 89.7% o
 come back in their original case, against 79.8% for "all lower case but the first word"
 (bench/shouting.py; README, "Shouted input").
 
+**A shouted word in a normal text** (`Truecaser.restore_emphasised`): a run of 4+
+capitals in a text that is not shouted as a whole ("Das ist UNGLAUBLICH teuer.") is cut into
+letters just the same, so it is restored word by word too; the translation is not shouted
+back, since the sentence was not.
+
 **Offsets stay valid**: every change of case is one character for one character; a
 character whose other case has another length ("ß" -> "SS", "İ" -> "i̇") is left as it is.
 So the restored text has the input's length, each SentencePiece offset into it is an offset
@@ -167,6 +172,37 @@ class Truecaser:
     def restore_shouted(self, text: str) -> str | None:
         """`text` with its case restored if it is shouted (`is_shouting`), else None."""
         return self.restore(text) if is_shouting(text) else None
+
+    def restore_emphasised(self, text: str) -> str | None:
+        """A normal text's shouted words ("Das ist UNGLAUBLICH teuer.", "WICHTIG: Bitte ...")
+        in their most plausible case, the rest as given; None if it has none (or is shouted as
+        a whole: `restore_shouted`).
+
+        A shouted word is a run of letters with at least MIN_UPPER_LETTERS cased letters, all
+        upper case; shorter ones ("USA", "EU") are abbreviations the vocabulary often knows.
+        Left as typed, such a word is cut into single letters, and the model writes letters
+        ("Das ist UNGLAUBLICH teuer." -> "This is a UNNNNLLL."). An acronym of four letters or
+        more ("NATO") is restored too ("Nato", the form British English writes): the model
+        cannot read it in capitals either.
+        """
+        if is_shouting(text):
+            return None
+        parts, position, previous, changed = [], 0, "", False
+        for index, match in enumerate(WORD_LETTERS.finditer(text)):
+            word = match.group()
+            if is_shouted_word(word):
+                restored = self.restore_word(word, first=index == 0, after=previous)
+                changed |= restored != word
+                word = restored
+            parts += [text[position : match.start()], word]
+            position, previous = match.end(), lower(word)
+        return "".join(parts) + text[position:] if changed else None
+
+
+def is_shouted_word(word: str) -> bool:
+    """A run of letters with at least MIN_UPPER_LETTERS cased letters, all upper case."""
+    cased = [character for character in word if is_cased(character)]
+    return len(cased) >= MIN_UPPER_LETTERS and all(character == _upper(character) for character in cased)
 
 
 def cased_pieces(pieces: list[tuple[str, int, int]], read: str, original: str) -> list[str]:

@@ -110,7 +110,12 @@ class Translator:
         `alignment` and `quality`."""
         config = self.decode_defaults if config is None else config
         options = config.alignment.resolve(self.config) if config.alignment is not None else None
-        cased = [self.truecaser.restore_shouted(t) if config.restore_case else None for t in texts]
+        shouted = [self.truecaser.restore_shouted(t) if config.restore_case else None for t in texts]
+        # A normal text's shouted words are read in their case too, but its translation is not shouted back.
+        cased = [
+            s if s is not None or not config.restore_case else self.truecaser.restore_emphasised(t)
+            for t, s in zip(texts, shouted)
+        ]
         encoded = [self.encode_source(t if c is None else c) for t, c in zip(texts, cased)]
         order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
         results: list[TranslationResult | None] = [None] * len(texts)
@@ -128,7 +133,9 @@ class Translator:
             for index, hypotheses in zip(
                 chunk, beam_search(self.backend, src_ids, src_mask, config, self.max_positions)
             ):
-                results[index] = self._result(encoded[index], hypotheses, texts[index], cased[index])
+                results[index] = self._result(
+                    encoded[index], hypotheses, texts[index], cased[index], shouted[index] is not None
+                )
             if options is not None:
                 self._fill_alignments([(texts[i], results[i]) for i in chunk], options)
             start = end
@@ -203,28 +210,34 @@ class Translator:
         return occluded_log_probs(self.backend, pairs, max_batch_tokens=self.max_batch_tokens)
 
     def _result(
-        self, source_ids: list[int], hypotheses: list[Hypothesis], text: str, cased: str | None
+        self, source_ids: list[int], hypotheses: list[Hypothesis], text: str, cased: str | None, shouted: bool = False
     ) -> TranslationResult:
         """The best of `hypotheses` with the others as its alternatives; `cased` is `text`
-        with its case restored (None: not shouted), and then every hypothesis is shouted back."""
+        with its case restored (None: nothing restored); when the whole text was `shouted`,
+        every hypothesis is shouted back."""
         source_tokens = self.tokenizer.pieces(source_ids[:-1])
         if cased is not None:
             pieces = [(t.text, t.start, t.end) for t in self.source_pieces(cased, len(source_ids) - 1)]
             source_tokens = cased_pieces(pieces, cased, text)
-        made = [self._one(source_ids, source_tokens, h, cased) for h in hypotheses]
+        made = [self._one(source_ids, source_tokens, h, cased, shouted) for h in hypotheses]
         best = made[0]
         best.alternatives = made[1:]
         return best
 
     def _one(
-        self, source_ids: list[int], source_tokens: list[str], hypothesis: Hypothesis, cased: str | None
+        self,
+        source_ids: list[int],
+        source_tokens: list[str],
+        hypothesis: Hypothesis,
+        cased: str | None,
+        shouted: bool,
     ) -> TranslationResult:
         source_length = len(source_ids)
         attention = None
         if hypothesis.attention is not None:
             attention = hypothesis.attention[..., :source_length]  # drop batch padding columns
         text, target_tokens = self.tokenizer.decode(hypothesis.tokens), self.tokenizer.pieces(hypothesis.tokens)
-        if cased is not None:  # answer a shouter in capitals, character for character (offsets hold)
+        if shouted:  # answer a shouter in capitals, character for character (offsets hold)
             text = shout(text)
             target_tokens = [
                 piece if i == self.config.unk_id else shout(piece) for i, piece in zip(hypothesis.tokens, target_tokens)

@@ -187,13 +187,38 @@ def test_switched_off_the_model_reads_shouted_text_as_given(shipped: Translator)
 
 
 def test_normal_text_translates_the_same_with_restoration_on_and_off(shipped: Translator) -> None:
-    texts = ["Das Haus ist klein.", "Die EU-Kommission tagt in den USA.", "Das ist UNGLAUBLICH!", "USA"]
+    texts = ["Das Haus ist klein.", "Die EU-Kommission tagt in den USA.", "Die GmbH ist klein.", "USA"]
     on = shipped.translate_batch(texts, ALIGNED)
     off = shipped.translate_batch(texts, DecodeConfig(n_best=2, alignment=AlignmentOptions(), restore_case=False))
     for a, b in zip(on, off, strict=True):
         assert not a.case_restored
         assert (a.text, a.target_ids, a.score, a.source_tokens) == (b.text, b.target_ids, b.score, b.source_tokens)
         assert [t.text for t in a.alignment.word.source_tokens] == [t.text for t in b.alignment.word.source_tokens]
+
+
+def test_a_shouted_word_in_normal_text_is_read_in_its_case(truecaser: Truecaser) -> None:
+    """Only words of 4+ capitals change, in a text that is not shouted as a whole."""
+    assert truecaser.restore_emphasised("Das ist UNGLAUBLICH teuer.") == "Das ist unglaublich teuer."
+    assert truecaser.restore_emphasised("WICHTIG: Bitte lesen Sie die Anleitung.") == (
+        "Wichtig: Bitte lesen Sie die Anleitung."
+    )
+    for untouched in ("Das Haus ist klein.", "Die EU-Kommission tagt in den USA.", "Die GmbH ist klein.", SHOUTED):
+        assert truecaser.restore_emphasised(untouched) is None, untouched
+
+
+def test_a_shouted_word_is_translated_as_the_word_not_its_letters(shipped: Translator) -> None:
+    emphasised, plain = "Das ist UNGLAUBLICH teuer.", "Das ist unglaublich teuer."
+    result, reference = shipped.translate_batch([emphasised, plain], ALIGNED)
+    # The model reads the word ("unglaublich"), so it says what it says for the plain sentence,
+    # not shouted back (the sentence was not shouted), and the maps show the user's word.
+    assert result.case_restored and result.cased_source == plain
+    assert (result.text, result.target_ids) == (reference.text, reference.target_ids)
+    assert result.text != shout(result.text)
+    assert [t.text for t in result.alignment.word.source_tokens] == ["Das", "ist", "UNGLAUBLICH", "teuer", "."]
+    pieces = [t for t in result.alignment.subword.source_tokens if t.end > t.start]  # not a bare "▁"
+    assert all(emphasised[t.start : t.end] == t.text for t in pieces) and "LAUB" in [t.text for t in pieces]
+    off = shipped.translate(emphasised, DecodeConfig(restore_case=False))
+    assert not off.case_restored and off.target_ids != reference.target_ids  # read as letters, it differs
 
 
 # --------------------------------------------------------------------------- service, explorer, batch CLI
