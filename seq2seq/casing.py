@@ -60,6 +60,8 @@ from collections import Counter
 from collections.abc import Callable
 from functools import lru_cache
 
+from seq2seq.alignment import pieces_with_offsets
+
 MIN_UPPER_LETTERS = 4  # fewer capitals may be an abbreviation ("USA", "EU", "OK")
 UPPER_SHARE = 0.9  # of the cased letters; a shouter's "kg" or "iPHONE" still shouts
 # Both chosen on the 18,791 sentences of the training split, by the share of words restored to
@@ -217,3 +219,30 @@ def cased_pieces(pieces: list[tuple[str, int, int]], read: str, original: str) -
             piece = piece[: len(piece) - len(visible)] + original[end - len(visible) : end]
         shown.append(piece)
     return shown
+
+
+def keep_shouted_words(source: str, text: str, pieces: list[str]) -> tuple[str, list[str]]:
+    """A translation (`text` and its SentencePiece `pieces`) with every word that copies a
+    shouted word of the `source` back in its capitals.
+
+    The model reads a shouted word of a normal sentence in its restored case
+    (`Truecaser.restore_emphasised`: "NATO" as "Nato") and may copy it in that case ("The
+    nato has ..."); a name or an acronym should come back as the user wrote it. Only whole
+    words whose letters are a shouted source word's, case aside, change, character for
+    character, in the text and in the pieces, so the pieces still spell the text and every
+    offset holds. Nothing changes where the pieces do not spell the text exactly.
+    """
+    shouted = {lower(m.group()): m.group() for m in WORD_LETTERS.finditer(source) if is_shouted_word(m.group())}
+    characters = list(text)
+    for match in WORD_LETTERS.finditer(text):
+        original = shouted.get(lower(match.group()))
+        if original is not None and len(original) == len(match.group()):
+            characters[match.start() : match.end()] = original
+    restored = "".join(characters)
+    spelled, spans = pieces_with_offsets(pieces)
+    if restored == text or spelled != text:
+        return text, pieces
+    return restored, [
+        piece[: len(piece) - (span.end - span.start)] + restored[span.start : span.end]
+        for piece, span in zip(pieces, spans, strict=True)
+    ]

@@ -15,7 +15,7 @@ import numpy as np
 from data.tokenizer import Tokenizer
 from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Alignments, Token, align, pieces_with_offsets
 from seq2seq.backend import SearchBackend
-from seq2seq.casing import Truecaser, cased_pieces, shout
+from seq2seq.casing import Truecaser, cased_pieces, keep_shouted_words, shout
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.occlusion import occluded_log_probs, word_pieces
 from seq2seq.quality import DEFAULT_QUALITY_MODE, Evidence, QualityThresholds, SentenceQuality, assess_alignment
@@ -219,7 +219,7 @@ class Translator:
         if cased is not None:
             pieces = [(t.text, t.start, t.end) for t in self.source_pieces(cased, len(source_ids) - 1)]
             source_tokens = cased_pieces(pieces, cased, text)
-        made = [self._one(source_ids, source_tokens, h, cased, shouted) for h in hypotheses]
+        made = [self._one(source_ids, source_tokens, h, text, cased, shouted) for h in hypotheses]
         best = made[0]
         best.alternatives = made[1:]
         return best
@@ -229,6 +229,7 @@ class Translator:
         source_ids: list[int],
         source_tokens: list[str],
         hypothesis: Hypothesis,
+        source_text: str,
         cased: str | None,
         shouted: bool,
     ) -> TranslationResult:
@@ -242,6 +243,8 @@ class Translator:
             target_tokens = [
                 piece if i == self.config.unk_id else shout(piece) for i, piece in zip(hypothesis.tokens, target_tokens)
             ]
+        elif cased is not None:  # a shouted word the model copied ("nato") back as the user wrote it
+            text, target_tokens = keep_shouted_words(source_text, text, target_tokens)
         return TranslationResult(
             text=text,
             score=hypothesis.score,

@@ -27,6 +27,7 @@ from seq2seq.casing import (
     cased_pieces,
     is_cased,
     is_shouting,
+    keep_shouted_words,
     lower,
     shout,
 )
@@ -219,6 +220,30 @@ def test_a_shouted_word_is_translated_as_the_word_not_its_letters(shipped: Trans
     assert all(emphasised[t.start : t.end] == t.text for t in pieces) and "LAUB" in [t.text for t in pieces]
     off = shipped.translate(emphasised, DecodeConfig(restore_case=False))
     assert not off.case_restored and off.target_ids != reference.target_ids  # read as letters, it differs
+
+
+def test_a_copied_shouted_word_comes_back_in_its_capitals() -> None:
+    pieces = ["▁The", "▁na", "to", "▁has", "▁met", "."]
+    text, shown = keep_shouted_words("Die NATO hat getagt.", "The nato has met.", pieces)
+    assert text == "The NATO has met." and shown == ["▁The", "▁NA", "TO", "▁has", "▁met", "."]
+    assert pieces_with_offsets(shown)[0] == text  # the pieces still spell the text: offsets hold
+    # Nothing else changes: a word that is not a copy, a source without shouted words, pieces
+    # that do not spell the text.
+    assert keep_shouted_words("Die NATO hat getagt.", "The alliance met.", ["▁The", "▁alliance", "▁met", "."]) == (
+        "The alliance met.",
+        ["▁The", "▁alliance", "▁met", "."],
+    )
+    assert keep_shouted_words("Die Nato hat getagt.", "The nato has met.", pieces) == ("The nato has met.", pieces)
+    assert keep_shouted_words("Die NATO hat getagt.", "The nato has met!", pieces) == ("The nato has met!", pieces)
+
+
+def test_the_shipped_model_keeps_an_acronym_it_copies(shipped: Translator) -> None:
+    source = "Die NATO hat großes Interesse daran, dass das Abkommen funktioniert."
+    result = shipped.translate(source, ALIGNED)
+    assert result.case_restored and "NATO" in [w.text for w in words(result.text)], result.text
+    for hypothesis in [result, *result.alternatives]:
+        assert pieces_with_offsets(hypothesis.target_tokens)[0] == hypothesis.text
+        assert all(hypothesis.text[t.start : t.end] == t.text for t in hypothesis.alignment.word.target_tokens)
 
 
 # --------------------------------------------------------------------------- service, explorer, batch CLI
