@@ -151,9 +151,16 @@ class Truecaser:
         """`text` with each word in its most plausible case; the same length, every character
         the input's or its other case. Applied to any text; the translator applies it to
         shouted ones (`restore_shouted`)."""
+        return self._restore_words(text, lambda word: True)
+
+    def _restore_words(self, text: str, chosen: Callable[[str], bool]) -> str:
+        """`text` with the words (runs of letters) that are `chosen` in their most plausible
+        case, the rest as given."""
         parts, position, previous = [], 0, ""
         for index, match in enumerate(WORD_LETTERS.finditer(text)):
-            word = self.restore_word(match.group(), first=index == 0, after=previous)
+            word = match.group()
+            if chosen(word):
+                word = self.restore_word(word, first=index == 0, after=previous)
             parts += [text[position : match.start()], word]
             position, previous = match.end(), lower(word)
         return "".join(parts) + text[position:]
@@ -189,16 +196,8 @@ class Truecaser:
         """
         if is_shouting(text):
             return None
-        parts, position, previous, changed = [], 0, "", False
-        for index, match in enumerate(WORD_LETTERS.finditer(text)):
-            word = match.group()
-            if is_shouted_word(word):
-                restored = self.restore_word(word, first=index == 0, after=previous)
-                changed |= restored != word
-                word = restored
-            parts += [text[position : match.start()], word]
-            position, previous = match.end(), lower(word)
-        return "".join(parts) + text[position:] if changed else None
+        restored = self._restore_words(text, is_shouted_word)
+        return None if restored == text else restored
 
 
 def is_shouted_word(word: str) -> bool:

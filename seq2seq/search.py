@@ -267,12 +267,12 @@ class _Beams:
         `scores[i]`; `order` (B'',): the sentences that go on, in their new batch order
         (`_batch_order`). Sentences that finished leave the batch here."""
         left = len(order) != len(self.active)
-        sentence_rows = (order[:, None] * self.k + np.arange(self.k)).reshape(-1)
+        sentence_rows = (order[:, None] * self.k + np.arange(self.k)).reshape(-1) if left else None
         self.tokens = tokens[:, None].astype(np.int64)
         self.scores = scores
         # The step's cache is a fresh output and the cross K/V are the search's own: rows are
         # moved within them (drops the rows of sentences that finish).
-        self.cache = out.cache.reorder(rows, sentence_rows if left else None, owned=True)
+        self.cache = out.cache.reorder(rows, sentence_rows, owned=True)
         if self.coverage is not None:
             self.coverage.select(rows)
         if self.repeats is not None:
