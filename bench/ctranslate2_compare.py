@@ -15,10 +15,14 @@
    by length ** alpha, we by the GNMT ((5 + length) / 6) ** alpha, so with a penalty the
    n-best ranking may legitimately differ.
 3. Times every system on the same sentences, greedy and beam 4 at batch 32 (sentences/s)
-   and beam 4 at batch 1 (p50/p99 ms), with the product's settings (length penalty 0.6,
+   and beam 4 at batch 1 (p50/p99 ms), with DecodeConfig's settings (length penalty 1.0,
+   repetition guard 4, no coverage penalty: CTranslate2 computes its own differently;
    our alignment maps computed as in the service; CTranslate2 returns its attention
    vector too). The systems take turns on slices of the sentences, so a load change on a
    shared machine hits them alike; ratios are to CTranslate2 fp32 (>1 = faster).
+4. With two threads or more, CTranslate2 also runs as two workers of half the threads each,
+   a batch split between them: its own counterpart of our two search streams
+   (`onnx_backend.default_streams`), so each side is timed at its best use of the cores.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.inference import training_paused  # noqa: E402
 from data.tokenizer import Tokenizer  # noqa: E402
-from seq2seq.bundle import load_bundle_manifest  # noqa: E402
+from seq2seq.bundle import Bundle, load_bundle_manifest  # noqa: E402
 from seq2seq.config import DecodeConfig, ModelConfig  # noqa: E402
 from seq2seq.onnx_backend import OnnxBackend, default_threads  # noqa: E402
 from seq2seq.search import max_target_length  # noqa: E402
@@ -117,13 +121,30 @@ def convert(bundle_dir: Path, out_dir: Path) -> Path:
 
 
 class CTranslate2System:
-    """Text in, token ids out, through CTranslate2 with our tokenizer and our length limit."""
+    """Text in, token ids out, through CTranslate2 with our tokenizer and our length limit.
 
-    def __init__(self, model_dir: Path, tokenizer: Tokenizer, config: ModelConfig, compute_type: str, threads: int):
+    `workers` > 1: CTranslate2's own way of spreading a batch over cores, the one our search
+    streams match: that many translators (`inter_threads`) of threads // workers threads
+    each, a batch split among them (`max_batch_size`)."""
+
+    def __init__(
+        self,
+        model_dir: Path,
+        tokenizer: Tokenizer,
+        config: ModelConfig,
+        compute_type: str,
+        threads: int,
+        workers: int = 1,
+    ):
         import ctranslate2
 
+        self.workers = workers
         self.translator = ctranslate2.Translator(
-            str(model_dir), device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=threads
+            str(model_dir),
+            device="cpu",
+            compute_type=compute_type,
+            inter_threads=workers,
+            intra_threads=max(1, threads // workers),
         )
         self.tokenizer, self.config = tokenizer, config
         self.banned = [[tokenizer.sp.id_to_piece(config.pad_id)], [tokenizer.sp.id_to_piece(config.bos_id)]]
@@ -136,7 +157,7 @@ class CTranslate2System:
             sources,
             beam_size=decode.beam_size,
             length_penalty=decode.length_penalty,
-            max_batch_size=0,
+            max_batch_size=0 if self.workers == 1 else -(-len(sources) // self.workers),
             max_decoding_length=limit,
             suppress_sequences=self.banned,
             no_repeat_ngram_size=decode.no_repeat_ngram_size,
@@ -221,6 +242,55 @@ def format_table(times: dict, reference: str) -> str:
     return "\n".join(lines)
 
 
+def build_systems(args: argparse.Namespace, bundle: Bundle, tokenizer: Tokenizer, scratch: Path) -> dict:
+    """CTranslate2 (one worker, and two of half the threads) and ours, by name."""
+    model_dir = convert(args.bundle, scratch / "ct2")
+    systems: dict = {}
+    for compute_type, name in (("float32", "fp32"), ("int8", "int8")):
+        systems[f"ctranslate2 {name}"] = CTranslate2System(
+            model_dir, tokenizer, bundle.model_config, compute_type, args.threads
+        )
+        if args.threads >= 2 and not args.no_ct2_workers:
+            systems[f"ctranslate2 {name} 2x{args.threads // 2}"] = CTranslate2System(
+                model_dir, tokenizer, bundle.model_config, compute_type, args.threads, workers=2
+            )
+    backends = {
+        precision: OnnxBackend.from_bundle(bundle, precision, args.threads, args.streams or None)
+        for precision in bundle.precisions
+    }
+    if "int8" not in backends:
+        from export.quantize import quantize_graphs  # the export's own int8 step
+
+        files = quantize_graphs(bundle.directory, scratch / "int8")
+        backends["int8"] = OnnxBackend(
+            scratch / "int8" / files["encoder"],
+            scratch / "int8" / files["decoder_step"],
+            bundle.model_config,
+            args.threads,
+            "int8",
+            args.streams or None,
+        )
+    for precision, backend in backends.items():
+        translator = Translator(
+            backend,
+            tokenizer,
+            max_batch_tokens=sys.maxsize,
+            streams=backend.streams,
+            stream_backend=backend.stream_backend,
+        )
+        systems[f"crossalign ort {precision}"] = OurSystem(translator)
+    if not args.no_torch:
+        import torch
+
+        from seq2seq.torch_backend import TorchBackend
+
+        torch.set_num_threads(args.threads)
+        systems["crossalign torch"] = OurSystem(
+            Translator(TorchBackend.from_directory(bundle.directory), tokenizer, max_batch_tokens=sys.maxsize)
+        )
+    return systems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
@@ -233,6 +303,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slices", type=int, default=4, help="turns the timed sentences are split into")
     parser.add_argument("--b1-sentences", type=int, default=16, help="sentences per slice timed at batch 1")
     parser.add_argument("--no-torch", action="store_true", help="leave our torch backend out")
+    parser.add_argument(
+        "--streams", type=int, default=0, help="our search streams (default 0: the backend's, two from two threads)"
+    )
+    parser.add_argument(
+        "--no-ct2-workers",
+        action="store_true",
+        help="leave out CTranslate2 with two workers of threads/2 each (its batch split among them)",
+    )
     parser.add_argument(
         "--pause-training",
         action="store_true",
@@ -252,36 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = Tokenizer(bundle.tokenizer_path)
     with tempfile.TemporaryDirectory(prefix="crossalign-ct2-") as scratch:
         print(f"converting {args.bundle} to CTranslate2 in {scratch}", file=sys.stderr)
-        model_dir = convert(args.bundle, Path(scratch) / "ct2")
-        systems: dict = {
-            "ctranslate2 fp32": CTranslate2System(model_dir, tokenizer, bundle.model_config, "float32", args.threads),
-            "ctranslate2 int8": CTranslate2System(model_dir, tokenizer, bundle.model_config, "int8", args.threads),
-        }
-        backends = {
-            precision: OnnxBackend.from_bundle(bundle, precision, args.threads) for precision in bundle.precisions
-        }
-        if "int8" not in backends:
-            from export.quantize import quantize_graphs  # the export's own int8 step
-
-            files = quantize_graphs(bundle.directory, Path(scratch) / "int8")
-            backends["int8"] = OnnxBackend(
-                Path(scratch) / "int8" / files["encoder"],
-                Path(scratch) / "int8" / files["decoder_step"],
-                bundle.model_config,
-                args.threads,
-            )
-        for precision, backend in backends.items():
-            translator = Translator(backend, tokenizer, max_batch_tokens=sys.maxsize)
-            systems[f"crossalign ort {precision}"] = OurSystem(translator)
-        if not args.no_torch:
-            import torch
-
-            from seq2seq.torch_backend import TorchBackend
-
-            torch.set_num_threads(args.threads)
-            systems["crossalign torch"] = OurSystem(
-                Translator(TorchBackend.from_directory(bundle.directory), tokenizer, max_batch_tokens=sys.maxsize)
-            )
+        systems = build_systems(args, bundle, tokenizer, Path(scratch))
         for system in systems.values():
             system.translate(sources[:2], DecodeConfig())  # warm-up
         identity = check_identity(systems, "crossalign ort fp32", sources[: args.check])

@@ -461,8 +461,15 @@ def main_systems(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
     with tempfile.TemporaryDirectory(prefix="crossalign-int8-") as scratch:
         backends = build_backends(args.bundle, args.checkpoint, args.systems, args.threads, Path(scratch))
         for system, backend in backends.items():
-            # No token budget: the batch size under test is the only thing that splits work.
-            translator = Translator(backend, tokenizer, max_batch_tokens=sys.maxsize)  # type: ignore[arg-type]
+            # No token budget: the batch size under test is the only thing that splits work
+            # (besides an onnx backend's search streams, as in the product).
+            translator = Translator(
+                backend,  # type: ignore[arg-type]
+                tokenizer,
+                max_batch_tokens=sys.maxsize,
+                streams=getattr(backend, "streams", 1),
+                stream_backend=getattr(backend, "stream_backend", None),
+            )
             for beam in args.beams:
                 for batch in args.batch_sizes:
                     log.info("%s beam %d batch %d: %d sentences", system, beam, batch, len(sources))

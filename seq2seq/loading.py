@@ -34,6 +34,7 @@ def load_translator(
     max_source_tokens: int = 250,
     max_batch_tokens: int = 4096,
     quality_mode: str = DEFAULT_QUALITY_MODE,
+    streams: int = 0,
 ) -> Translator:
     """The shared `Translator` over the chosen backend.
 
@@ -41,6 +42,9 @@ def load_translator(
     precision bundle.json names as its default) with `threads` intra-op threads (0:
     `onnx_backend.default_threads`); "torch" runs config.json + model.pt in eager mode
     (`threads` then sets torch's process-wide thread count; `precision` must be None).
+    `streams`: sub-batches of a batch searched at once on the onnx backend (0:
+    `onnx_backend.default_streams`, two once there are two threads; see `Translator`); the
+    torch backend searches a batch whole.
     quality_mode ("thorough" or "fast", `seq2seq.quality.QUALITY_MODES`) chooses the
     untranslated detector of the quality blocks: with source occlusion, or attention only.
     The translator's `decode_defaults` are the bundle's `decoding` (on either backend; a
@@ -67,7 +71,8 @@ def load_translator(
                 f"{model_dir}: no {BUNDLE_FILE}; export the model with `crossalign export` or use --backend torch"
             )
         bundle = load_bundle_manifest(model_dir, verify=verify)
-        search_backend = OnnxBackend.from_bundle(bundle, precision, threads or None)
+        onnx_backend = OnnxBackend.from_bundle(bundle, precision, threads or None, streams or None)
+        search_backend, stream_backend, streams = onnx_backend, onnx_backend.stream_backend, onnx_backend.streams
         tokenizer_path = bundle.tokenizer_path
         quality = QualityThresholds() if bundle.quality_path is None else QualityThresholds.load(bundle.quality_path)
         decoding = bundle.decode_defaults
@@ -79,9 +84,18 @@ def load_translator(
         if threads:
             torch.set_num_threads(threads)
         search_backend = TorchBackend.from_directory(model_dir)
+        stream_backend, streams = None, 1
         tokenizer_path = model_dir / "spm.model"
         quality = QualityThresholds.load(model_dir)  # defaults when it has none
         decoding = decode_defaults(model_dir)  # a bundle's on model.pt decodes as its graphs do
     return Translator(
-        search_backend, Tokenizer(tokenizer_path), max_source_tokens, max_batch_tokens, quality, quality_mode, decoding
+        search_backend,
+        Tokenizer(tokenizer_path),
+        max_source_tokens,
+        max_batch_tokens,
+        quality,
+        quality_mode,
+        decoding,
+        streams,
+        stream_backend,
     )

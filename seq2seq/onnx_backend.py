@@ -108,6 +108,19 @@ def default_threads() -> int:
     return max(1, min(4, cores))
 
 
+def default_streams(threads: int) -> int:
+    """Search streams when none are given: two once there are two threads, each stream then
+    running its graphs on half of them.
+
+    The search's own work (ranking, the cache's reorder, back-pointers: about a quarter of a
+    beam-4 batch) runs in Python on one core while the graphs' pool waits; a second stream,
+    searching the other half of the batch, runs its graphs meanwhile. Measured (README,
+    lever 19). More than two streams would split a batch into sub-batches too small for the
+    graphs' MatMuls to pay off, and a service runs several requests side by side anyway.
+    """
+    return 2 if threads >= 2 else 1
+
+
 def session_options(threads: int | None = None) -> ort.SessionOptions:
     """The options both graphs run with, chosen deliberately:
 
@@ -165,6 +178,11 @@ class OnnxBackend:
 
     Holds no per-request state (the KV cache is a value the search passes in and out), so
     one backend serves concurrent requests: `InferenceSession.run` is thread-safe.
+
+    `streams`: how many sub-batches of one batch the translator searches at once
+    (`seq2seq.translator.Translator`; None: `default_streams`). With more than one,
+    `stream_backend` runs the same graphs on threads // streams intra-op threads each, so
+    the streams together use the threads one batch would; otherwise it is this backend.
     """
 
     def __init__(
@@ -174,6 +192,7 @@ class OnnxBackend:
         config: ModelConfig,
         threads: int | None = None,
         precision: str = "fp32",
+        streams: int | None = None,
     ):
         keep_freed_memory()
         self.config = config
@@ -188,6 +207,15 @@ class OnnxBackend:
             if options.intra_op_num_threads == 1 or precision != "int8"
             else ort.InferenceSession(str(decoder_path), session_options(1), providers=providers)
         )
+        threads = options.intra_op_num_threads
+        self.streams = default_streams(threads) if streams is None else streams
+        if self.streams < 1:
+            raise ValueError(f"streams must be at least 1, not {self.streams}")
+        self.stream_backend = (
+            self
+            if self.streams == 1
+            else OnnxBackend(encoder_path, decoder_path, config, max(1, threads // self.streams), precision, streams=1)
+        )
         expected = list(decoder_io(config.decoder_layers)["inputs"])
         found = [graph_input.name for graph_input in self.decoder.get_inputs()]
         # Whether the graph ranks the search's candidates itself (export/topk.py).
@@ -199,11 +227,13 @@ class OnnxBackend:
             )
 
     @classmethod
-    def from_bundle(cls, bundle: Bundle, precision: str | None = None, threads: int | None = None) -> OnnxBackend:
+    def from_bundle(
+        cls, bundle: Bundle, precision: str | None = None, threads: int | None = None, streams: int | None = None
+    ) -> OnnxBackend:
         """The bundle's graphs of `precision` (None: the default precision its bundle.json names)."""
         precision = precision or bundle.default_precision
         encoder, decoder = bundle.graph_paths(precision)
-        return cls(encoder, decoder, bundle.model_config, threads, precision)
+        return cls(encoder, decoder, bundle.model_config, threads, precision, streams)
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """src_ids (B, S) int64, src_mask (B, S) bool -> cross K and V, each (L, B, H, S, Dh)."""

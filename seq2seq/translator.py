@@ -8,6 +8,8 @@ read with its case restored and answered in capitals (seq2seq/casing.py,
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,6 +66,10 @@ class Translator:
     `QualityThresholds.for_mode`); forced alignment (`seq2seq.forced`) flags with the same.
     `decode_defaults` are the search settings of a call that sets none (the bundle's
     `decoding`, which its figures were measured with; `seq2seq.loading` reads them).
+    `streams` > 1: a batch of several sentences is split into that many sub-batches, searched
+    at once on as many threads over `stream_backend` (default: `backend`; it must be
+    thread-safe), so one sub-batch's graphs run while another's search works in Python; the
+    results are the same (each sentence's rows are searched alone).
     Raises ValueError if they do not fit the model, or for an unknown mode."""
 
     def __init__(
@@ -75,8 +81,15 @@ class Translator:
         quality: QualityThresholds = QualityThresholds(),
         quality_mode: str = DEFAULT_QUALITY_MODE,
         decode_defaults: DecodeConfig = DecodeConfig(),
+        streams: int = 1,
+        stream_backend: SearchBackend | None = None,
     ):
         self.backend, self.tokenizer = backend, tokenizer
+        if streams < 1:
+            raise ValueError(f"streams must be at least 1, not {streams}")
+        self.streams, self.stream_backend = streams, stream_backend or backend
+        self._stream_pool: ThreadPoolExecutor | None = None
+        self._stream_pool_lock = threading.Lock()
         self.decode_defaults = decode_defaults
         self.config: ModelConfig = backend.config
         quality.check(self.config.decoder_layers)
@@ -129,10 +142,7 @@ class Translator:
             ):
                 end += 1
             chunk = order[start:end]
-            src_ids, src_mask = pad_batch([encoded[i] for i in chunk], self.backend.pad_id)
-            for index, hypotheses in zip(
-                chunk, beam_search(self.backend, src_ids, src_mask, config, self.max_positions)
-            ):
+            for index, hypotheses in zip(chunk, self._search([encoded[i] for i in chunk], config), strict=True):
                 results[index] = self._result(
                     encoded[index], hypotheses, texts[index], cased[index], shouted[index] is not None
                 )
@@ -140,6 +150,36 @@ class Translator:
                 self._fill_alignments([(texts[i], results[i]) for i in chunk], options)
             start = end
         return [r for r in results if r is not None]
+
+    def _search(self, sources: list[list[int]], config: DecodeConfig) -> list[list[Hypothesis]]:
+        """Each source's hypotheses, in order. Sources are sorted by length; with `streams` > 1
+        they are dealt out in turn to the streams' sub-batches, so each spans the same lengths
+        and they finish together. One sub-batch is searched on this thread, the others on the
+        stream pool's."""
+        parts = min(self.streams, len(sources))
+        if parts == 1:
+            return self._search_one(self.backend, sources, config)
+        shares = [sources[i::parts] for i in range(parts)]
+        pool = self._pool()
+        others = [pool.submit(self._search_one, self.stream_backend, share, config) for share in shares[1:]]
+        found = [self._search_one(self.stream_backend, shares[0], config), *(f.result() for f in others)]
+        merged: list[list[Hypothesis]] = [[] for _ in sources]
+        for part, hypotheses in enumerate(found):
+            merged[part::parts] = hypotheses
+        return merged
+
+    def _search_one(
+        self, backend: SearchBackend, sources: list[list[int]], config: DecodeConfig
+    ) -> list[list[Hypothesis]]:
+        src_ids, src_mask = pad_batch(sources, backend.pad_id)
+        return beam_search(backend, src_ids, src_mask, config, self.max_positions)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        """The threads of the streams beyond the caller's, started at the first split batch."""
+        with self._stream_pool_lock:
+            if self._stream_pool is None:
+                self._stream_pool = ThreadPoolExecutor(self.streams - 1, thread_name_prefix="search-stream")
+            return self._stream_pool
 
     def translate(self, text: str, config: DecodeConfig | None = None) -> TranslationResult:
         return self.translate_batch([text], config)[0]

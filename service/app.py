@@ -233,6 +233,7 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
             max_queue_work=settings.max_queue_work,
             precision=settings.precision or None,
             quality_mode=settings.quality,
+            streams=settings.streams,
         )
         app.state.engine = loaded
         # Load the language identifier in the background: the first "auto" request need not wait.

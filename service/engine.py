@@ -150,6 +150,7 @@ def load_engine(
     max_queue_work: int = 0,
     precision: str | None = None,
     quality_mode: str = DEFAULT_QUALITY_MODE,
+    streams: int = 0,
 ) -> TranslatorEngine:
     """Load every bundle under `models` on onnxruntime, with its graphs of `precision` (None: each
     bundle's default), flagging untranslated words in `quality_mode` (`seq2seq.quality.QUALITY_MODES`);
@@ -172,7 +173,12 @@ def load_engine(
         try:
             languages = bundle_languages(directory)
             translator = load_translator(
-                directory, backend="onnx", threads=threads, precision=precision, quality_mode=quality_mode
+                directory,
+                backend="onnx",
+                threads=threads,
+                precision=precision,
+                quality_mode=quality_mode,
+                streams=streams,
             )
             config = translator.config
             pair = (languages.get("source", config.source_lang), languages.get("target", config.target_lang))

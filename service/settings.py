@@ -31,6 +31,12 @@ class Settings(BaseSettings):
         description="directory of model bundles; every bundle in it (or the directory itself, if it is one) is served",
     )
     threads: int = Field(0, ge=0, description="onnxruntime intra-op threads per model (0 = runtime default)")
+    streams: int = Field(
+        0,
+        ge=0,
+        description="sub-batches of one micro-batch searched at once, sharing the model's threads "
+        "(0 = two once there are two threads; 1 = search each batch whole)",
+    )
     precision: str = Field(
         "", description="graph precision to run, fp32 or int8 (empty: each bundle's default, named in its bundle.json)"
     )

@@ -237,6 +237,7 @@ def _start_engine(args: argparse.Namespace, decode: DecodeConfig) -> tuple[batch
         args.precision,
         decode,
         args.quality,
+        args.streams,
     )
     try:
         if args.workers == 1:

@@ -200,6 +200,13 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         help="inference threads per worker (0 = library default, or the cores shared out)",
     )
     parser.add_argument(
+        "--streams",
+        type=int,
+        default=batch.EngineSpec.streams,
+        help="sub-batches of a batch searched at once, sharing a worker's threads "
+        "(0 = two once a worker has two threads; 1 = search each batch whole)",
+    )
+    parser.add_argument(
         "--max-chars", type=int, default=batch.MAX_CHARS, help=f"longer lines are errors (default {batch.MAX_CHARS})"
     )
     parser.add_argument(
@@ -284,6 +291,8 @@ def problems(args: argparse.Namespace) -> list[str]:
             problems.append(f"--{name.replace('_', '-')} must be at least 1")
     if args.threads < 0:
         problems.append("--threads must not be negative")
+    if args.streams < 0:
+        problems.append("--streams must not be negative")
     if not args.flush_seconds > 0:
         problems.append("--flush-seconds must be positive")
     return problems

@@ -36,6 +36,7 @@ class EngineSpec:
     # `decode.alignment` None = no alignment (and no attention kept)
     decode: DecodeConfig = DecodeConfig(return_attention=False)
     quality_mode: str = DEFAULT_QUALITY_MODE  # the untranslated flags: with source occlusion, or "fast"
+    streams: int = 0  # sub-batches searched at once (0 = the library default: two from two threads)
 
 
 @dataclass
@@ -60,7 +61,7 @@ class SentenceTranslator:
     @classmethod
     def load(cls, spec: EngineSpec) -> SentenceTranslator:
         translator = load_translator(
-            spec.model, spec.backend, spec.threads, spec.precision, quality_mode=spec.quality_mode
+            spec.model, spec.backend, spec.threads, spec.precision, quality_mode=spec.quality_mode, streams=spec.streams
         )
         return cls(translator, spec.decode)
 
