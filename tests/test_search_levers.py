@@ -170,3 +170,42 @@ def test_backtrack_from_lists_equals_the_walk_over_numpy_scalars() -> None:
             theirs = backtrack_one_step_at_a_time(attention, parents, tokens, log_probs, step, row)
             assert mine[0] == theirs[0] and mine[1] == theirs[1]
             assert mine[2].dtype == theirs[2].dtype and np.array_equal(mine[2], theirs[2])
+
+
+def assert_small_runs_unbound_equal_bound(
+    monkeypatch: pytest.MonkeyPatch, bundle_dir: Path, precision: str, sentences: list[str]
+) -> None:
+    """Runs of at most PLAIN_RUN_ROWS rows go through `InferenceSession.run` and are stacked
+    afterwards (onnx_backend.run_decoder): the same arrays as the I/O-bound run, and the
+    same search."""
+    from seq2seq import onnx_backend
+
+    translator = load_translator(bundle_dir, precision=precision, threads=2, streams=1, verify=False)
+    backend = translator.backend
+    ids, mask = search.pad_batch([translator.encode_source(s) for s in sentences], backend.pad_id)
+    config = DecodeConfig(beam_size=4, n_best=2)
+    assert len(sentences) * config.beam_size <= onnx_backend.PLAIN_RUN_ROWS
+    cache = DecoderCache.start(*backend.encode(ids, mask))
+    tokens = np.full((len(sentences), 1), backend.bos_id, dtype=np.int64)
+    names = onnx_backend.DECODER_OUTPUTS
+    unbound = backend.run_decoder(tokens, mask, cache, names, top_k=9)
+    plain_search = search.beam_search(backend, ids, mask, config)
+    with monkeypatch.context() as patched:
+        patched.setattr(onnx_backend, "PLAIN_RUN_ROWS", 0)
+        bound = backend.run_decoder(tokens, mask, cache, names, top_k=9)
+        bound_search = search.beam_search(backend, ids, mask, config)
+    assert unbound.keys() == bound.keys()
+    for name in names:
+        assert unbound[name].shape == bound[name].shape and np.array_equal(unbound[name], bound[name]), name
+    assert_same_hypotheses(plain_search, bound_search)
+
+
+def test_small_runs_unbound_equal_the_bound_runs_int8(monkeypatch: pytest.MonkeyPatch) -> None:
+    sentences = [line.split("\t")[0] for line in GOLD.read_text(encoding="utf-8").splitlines()[:2]]
+    assert_small_runs_unbound_equal_bound(monkeypatch, SHIPPED_BUNDLE, "int8", sentences)
+
+
+def test_small_runs_unbound_equal_the_bound_runs_fp32(monkeypatch: pytest.MonkeyPatch, tiny_bundle: Path) -> None:
+    from toy import SENTENCES
+
+    assert_small_runs_unbound_equal_bound(monkeypatch, tiny_bundle, "fp32", SENTENCES[:2])
