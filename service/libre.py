@@ -185,7 +185,9 @@ def translate(
     params: LibreTranslateRequest = Depends(translate_params), ctx: RequestContext = Depends(get_context)
 ) -> dict[str, Any]:
     """`{translatedText, alternatives}`, lists when `q` is a list; `alignment` and `quality` when
-    the alignment is asked for."""
+    the alignment is asked for; `caseRestored` (format text, when a text was shouted): per text,
+    whether a sentence of it was read with its case restored (seq2seq/casing.py), its answer
+    then in capitals."""
     texts = [params.q] if isinstance(params.q, str) else list(params.q)
     ctx.check_texts(texts)
     if params.format == "html" and params.alignment:
@@ -201,17 +203,21 @@ def translate(
         alternatives: list[list[str]] = [[] for _ in texts]
         maps: list[AlignmentMap | None] = [None for _ in texts]
         qualities: list[Quality | None] = [None for _ in texts]
+        restored: list[bool] | None = None
     else:
         translated = ctx.translate(model, texts, config)
         translations = [t.text for t in translated]
         alternatives = [[t.alternative(k)[0] for k in range(params.alternatives)] for t in translated]
         maps = [AlignmentMap.from_alignment(text_alignment(t, options)) if options else None for t in translated]
         qualities = [text_quality(t) if options else None for t in translated]
+        restored = [any(r.case_restored for r in t.results) for t in translated]
     single = isinstance(params.q, str)
     response: dict[str, Any] = {
         "translatedText": translations[0] if single else translations,
         "alternatives": alternatives[0] if single else alternatives,
     }
+    if restored is not None and any(restored):  # a plain answer keeps LibreTranslate's exact shape
+        response["caseRestored"] = restored[0] if single else restored
     if detection is not None:
         detected = {"confidence": round(detection.confidence * 100, 1), "language": detection.language}
         response["detectedLanguage"] = detected if single else [detected for _ in texts]

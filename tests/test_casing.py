@@ -280,6 +280,19 @@ def test_the_service_says_when_the_case_was_restored(echo_shipped_spm: Translato
     assert [t["text"] for t in sentence["source_tokens"]][:3] == ["I", "C", "H"]
 
 
+def test_the_libretranslate_answer_says_when_the_case_was_restored(echo_shipped_spm: TranslatorEngine) -> None:
+    with make_client(echo_shipped_spm) as client:
+        single = client.post("/translate", json={"q": SHOUTED, "source": "de", "target": "en"}).json()
+        listed = client.post("/translate", json={"q": ["Das Haus ist klein.", SHOUTED], "source": "de", "target": "en"})
+        plain = client.post("/translate", json={"q": "Das Haus ist klein.", "source": "de", "target": "en"}).json()
+    assert single["translatedText"] == SHOUTED and single["caseRestored"] is True
+    assert listed.json()["caseRestored"] == [False, True]
+    assert "caseRestored" not in plain  # nothing restored: LibreTranslate's own shape
+    with make_client(echo_shipped_spm, restore_case=False) as client:
+        raw = client.post("/translate", json={"q": SHOUTED, "source": "de", "target": "en"}).json()
+    assert "caseRestored" not in raw
+
+
 def test_the_explorer_labels_show_the_shouted_input(shipped: Translator) -> None:
     engine = TranslatorEngine({("de", "en"): ("de-en", shipped)})
     try:
