@@ -81,6 +81,9 @@ class TrainConfig:
     max_minutes: float = 0.0  # stop after this wall time (0 = no limit)
     lr: float = 1e-3  # peak learning rate
     warmup_steps: int = 1000  # linear warmup, then inverse-sqrt decay (Vaswani et al.)
+    # Over the last this many of max_steps the rate falls linearly to zero (a cooldown, as in
+    # warmup-stable-decay schedules); 0 = none, inverse-sqrt to the end.
+    cooldown_steps: int = 0
     weight_decay: float = 0.01  # AdamW decoupled weight decay
     betas: tuple[float, float] = (0.9, 0.98)  # AdamW betas (Vaswani et al.)
     label_smoothing: float = 0.1  # mass spread over the vocabulary (Szegedy et al.)
@@ -134,6 +137,8 @@ class TrainConfig:
             problems.append(f"precision {self.precision!r} is not auto, bf16 or fp32")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             problems.append(f"device {self.device!r} is not cpu, cuda or cuda:N")
+        if not 0 <= self.cooldown_steps <= self.max_steps:
+            problems.append(f"cooldown_steps {self.cooldown_steps} outside [0, max_steps {self.max_steps}]")
         if not 0.0 <= self.word_dropout < 1.0:
             problems.append(f"word_dropout {self.word_dropout} outside [0, 1)")
         if problems:

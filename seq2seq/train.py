@@ -58,9 +58,14 @@ log = logging.getLogger("crossalign.train")
 
 
 def learning_rate(step: int, config: TrainConfig) -> float:
-    """Linear warmup to `lr`, then inverse-square-root decay (Vaswani et al. 2017)."""
+    """Linear warmup to `lr`, then inverse-square-root decay (Vaswani et al. 2017); with
+    `cooldown_steps`, scaled down linearly to zero over the last of them up to `max_steps`."""
     step = max(step, 1)
-    return config.lr * min(step / config.warmup_steps, math.sqrt(config.warmup_steps / step))
+    rate = config.lr * min(step / config.warmup_steps, math.sqrt(config.warmup_steps / step))
+    if config.cooldown_steps:
+        # The last step (max_steps) still learns, at 1/cooldown_steps of the rate.
+        rate *= min(1.0, max(0.0, (config.max_steps + 1 - step) / config.cooldown_steps))
+    return rate
 
 
 def smoothed_loss(

@@ -210,6 +210,18 @@ def test_learning_rate_warms_up_linearly_then_decays_as_inverse_sqrt():
     assert all(a > b for a, b in zip(rates[99:], rates[100:]))
 
 
+def test_cooldown_takes_the_rate_linearly_to_zero_over_the_last_steps():
+    plain = TrainConfig(lr=1e-3, warmup_steps=100, max_steps=1000)
+    cooled = TrainConfig(lr=1e-3, warmup_steps=100, max_steps=1000, cooldown_steps=200)
+    assert all(learning_rate(s, cooled) == learning_rate(s, plain) for s in range(1, 802))
+    assert learning_rate(901, cooled) == pytest.approx(learning_rate(901, plain) * 0.5)
+    assert learning_rate(1000, cooled) == pytest.approx(learning_rate(1000, plain) / 200)
+    rates = [learning_rate(s, cooled) for s in range(801, 1001)]
+    assert all(a > b > 0 for a, b in zip(rates, rates[1:]))
+    with pytest.raises(ValueError, match="cooldown_steps"):
+        TrainConfig(max_steps=100, cooldown_steps=101)
+
+
 def test_smoothed_loss_ignores_padding():
     torch.manual_seed(0)
     log_probs = torch.randn(2, 4, 7).log_softmax(-1)
