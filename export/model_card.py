@@ -239,6 +239,15 @@ def data_mix(train_config: dict) -> str:
     return f"(upsampled x{train_config['sentence_upsample']}) and"
 
 
+def schedule(train_config: dict) -> str:
+    """The learning-rate schedule in words (seq2seq.train.learning_rate)."""
+    words = f"peak lr {train_config['lr']}, {train_config['warmup_steps']} warmup steps then inverse-sqrt decay"
+    cooldown = train_config.get("cooldown_steps", 0)  # absent from runs before the option
+    if cooldown:
+        words += f", falling linearly to zero over the last {cooldown} steps (to step {train_config['max_steps']})"
+    return words
+
+
 def bleu_sentences(train_config: dict) -> str:
     count = train_config["valid_bleu_sentences"]
     return "the whole valid split" if count < 0 else f"{count} sent."
@@ -256,7 +265,7 @@ def training_section(history: list[dict], train_config: dict, config: dict, mani
   {data_mix(train_config)} {manifest["counts"]["train"].get("phrase", 0)} dictionary phrase pairs.
 - {last["step"]} steps{f" in {last['stage']} stages (each later stage starts from the previous stage's weights with a fresh optimizer: `--init-from`)" if last["stage"] > 1 else ""}, {last["minutes"]} minutes on a 2-core CPU
   ({last["tokens_per_s"]} target tokens/s in the last window). {"Last stage: " if last["stage"] > 1 else ""}{last["epoch"] + 1} epochs; AdamW (betas {train_config["betas"]}),
-  peak lr {train_config["lr"]}, {train_config["warmup_steps"]} warmup steps then inverse-sqrt decay,
+  {schedule(train_config)},
   label smoothing {train_config["label_smoothing"]}, dropout {config["dropout"]}, word dropout {train_config.get("word_dropout", 0)},
   {train_config["max_tokens"]} tokens per batch;
   {"the final weights are the last checkpoint" if train_config["average_last"] == 1 else f"the final weights average the last {train_config['average_last']} checkpoints"}.{guided_line(train_config, config)}

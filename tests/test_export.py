@@ -423,6 +423,15 @@ def test_model_card_joins_the_curves_of_continued_runs(tmp_path: Path) -> None:
     assert (tmp_path / "curve.png").stat().st_size > 1000
 
 
+def test_model_card_states_the_cooldown_of_the_schedule() -> None:
+    from export.model_card import schedule
+
+    plain = {"lr": 7e-4, "warmup_steps": 300, "max_steps": 9500}
+    assert schedule(plain) == "peak lr 0.0007, 300 warmup steps then inverse-sqrt decay"  # runs before the option
+    cooled = schedule({**plain, "cooldown_steps": 600})
+    assert cooled.endswith("falling linearly to zero over the last 600 steps (to step 9500)")
+
+
 def test_model_card_names_the_shipped_precision_and_the_other_figures() -> None:
     from export.model_card import precision_line
 
