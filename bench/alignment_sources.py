@@ -100,7 +100,7 @@ def score_source(config, gold: list, prepared: list, layer: int, heads: tuple[in
         if isinstance(item, AlignmentError):
             hypotheses.append(set())
             continue
-        attention, source_pieces, target_pieces, _ = item
+        attention, source_pieces, target_pieces, *_ = item
         maps = align(attention, pair.source, source_pieces, pair.target, target_pieces, options)
         hypotheses.append(set(maps.word.links))
     return score(hypotheses, gold)

@@ -106,7 +106,7 @@ def main() -> int:
         flush=True,
     )
     for n in occluded:
-        attention, source_pieces, _, base = signals.prepared[n]
+        attention, source_pieces, _, base, _ = signals.prepared[n]
         case = signals.cases[n]
         to_words = projection(
             [visible(p, case.source) for p in source_pieces], words(case.source)

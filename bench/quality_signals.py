@@ -179,7 +179,7 @@ class Signals:
         self.cases, self.prepared, self.config = [c for c, _ in pairs], [p for _, p in pairs], translator.config
         self.own = AlignmentOptions().resolve(self.config)
         self.memo: dict = {}
-        maps = [align(a, c.source, sp, c.target, tp, self.own) for c, (a, sp, tp, _) in zip(self.cases, self.prepared)]
+        maps = [align(a, c.source, sp, c.target, tp, self.own) for c, (a, sp, tp, *_) in zip(self.cases, self.prepared)]
         started = time.perf_counter()
         occluded = occluded_given(
             translator,
@@ -191,7 +191,7 @@ class Signals:
         self.occluded = occluded  # per case: (Sw, T+1) log-probs, each source word occluded; None for insertions
         self.features = [  # per case: (per source word, per target word) feature tables
             word_features(m, Evidence(attention, token_log_probs, self.own, o))
-            for m, (attention, _, _, token_log_probs), o in zip(maps, self.prepared, occluded)
+            for m, (attention, _, _, token_log_probs, _), o in zip(maps, self.prepared, occluded)
         ]
 
     def maps(self, source) -> list:
@@ -199,7 +199,7 @@ class Signals:
             options = AlignmentOptions("word", *source).resolve(self.config)
             self.memo[source] = [
                 align(attention, case.source, sp, case.target, tp, options).word
-                for case, (attention, sp, tp, _) in zip(self.cases, self.prepared)
+                for case, (attention, sp, tp, *_) in zip(self.cases, self.prepared)
             ]
         return self.memo[source]
 

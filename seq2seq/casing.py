@@ -191,6 +191,12 @@ class Truecaser:
         """`text` with its case restored if it is shouted (`is_shouting`), else None."""
         return self.restore(text) if is_shouting(text) else None
 
+    def restored(self, text: str) -> str | None:
+        """`text` as the model should read it, when that is not as given: its case restored if
+        it is shouted as a whole (`restore_shouted`) or in words (`restore_emphasised`); else None.
+        For given texts (forced alignment), where nothing is answered in capitals."""
+        return self.restore_shouted(text) or self.restore_emphasised(text)
+
     def restore_emphasised(self, text: str) -> str | None:
         """A normal text's shouted words ("Das ist UNGLAUBLICH teuer.", "WICHTIG: Bitte ...")
         in their most plausible case, the rest as given; None if it has none (or is shouted as

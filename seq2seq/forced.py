@@ -14,7 +14,10 @@ can only step.
 
 Words are `seq2seq.alignment.words()` of the texts *as given* (both sides use the
 tokenizer's character offsets into the original text), so word indices are those of the
-gold set (seq2seq/aer.py) and of eflomal's Pharaoh files. Torch-free.
+gold set (seq2seq/aer.py) and of eflomal's Pharaoh files. A shouted text, or one with
+shouted words, is read with its case restored, as a translation's source is
+(seq2seq/casing.py; `restore_case`): the vocabulary cuts capitals into letters. The pieces
+and words still show the text as given, at the same offsets. Torch-free.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 
 from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Alignments, Token, align
 from seq2seq.backend import DecoderCache, SearchBackend, TeacherForced
+from seq2seq.casing import Truecaser, cased_pieces
 from seq2seq.occlusion import occluded_log_probs, word_pieces
 from seq2seq.quality import Evidence, SentenceQuality, assess_alignment
 from seq2seq.search import pad_batch
@@ -45,6 +49,7 @@ class ForcedAlignment:
     word: Alignment  # rows = target words, columns = source words
     alignment: Alignment  # the requested level (the same object when level="word")
     quality: SentenceQuality  # from the maps and the decoder's log-probs of the target
+    case_restored: bool = False  # a side was shouted and read with its case restored
 
     @property
     def links(self) -> list[tuple[int, int]]:
@@ -65,6 +70,7 @@ class ForcedAlignment:
             "heads": list(self.word.heads) or "mean",
             "step_shift": self.word.step_shift,
             "quality": self.quality.to_dict(decimals),
+            "case_restored": self.case_restored,
         }
         if self.alignment is not self.word:
             record["subword_alignment"] = self.alignment.to_dict(decimals)
@@ -125,20 +131,34 @@ def teacher_force_by_steps(
 # --------------------------------------------------------------------------- the map
 
 
-def _pieces(translator: Translator, text: str) -> tuple[list[int], list[Token]]:
-    """Ids and pieces with character offsets into `text` (the text as given, not normalised)."""
-    ids, pieces, offsets = translator.tokenizer.encode_with_offsets(text)
-    return ids, [Token(p, s, e) for p, (s, e) in zip(pieces, offsets)]
+def _pieces(
+    translator: Translator, text: str, truecaser: Truecaser | None = None
+) -> tuple[list[int], list[Token], bool]:
+    """Ids and pieces with character offsets into `text` (the text as given, not normalised),
+    and whether its case was restored for the model (with a `truecaser`: a shouted text or
+    shouted words, `Truecaser.restored`); the pieces then show the text's own characters."""
+    read = truecaser.restored(text) if truecaser is not None else None
+    ids, pieces, offsets = translator.tokenizer.encode_with_offsets(text if read is None else read)
+    spans = [(p, s, e) for p, (s, e) in zip(pieces, offsets)]
+    shown = pieces if read is None else cased_pieces(spans, read, text)
+    return ids, [Token(p, s, e) for p, (_, s, e) in zip(shown, spans)], read is not None
 
 
-# attention (L, H, T+1, S+1), source pieces, target pieces, log-prob of each target piece (T+1,), EOS last
-Prepared = tuple[np.ndarray, list[Token], list[Token], np.ndarray]
+def _truecasers(translator: Translator, restore_case: bool) -> tuple[Truecaser | None, Truecaser | None]:
+    """Source and target truecasers of a forced alignment, or none when case is read as given."""
+    return (translator.truecaser, translator.target_truecaser) if restore_case else (None, None)
+
+
+# attention (L, H, T+1, S+1), source pieces, target pieces, log-prob of each target piece (T+1,),
+# EOS last, and whether a side was read with its case restored
+Prepared = tuple[np.ndarray, list[Token], list[Token], np.ndarray, bool]
 
 
 def forced_attention(
-    translator: Translator, pairs: Sequence[tuple[str, str]], max_batch_tokens: int = 4096
+    translator: Translator, pairs: Sequence[tuple[str, str]], max_batch_tokens: int = 4096, restore_case: bool = True
 ) -> list[Prepared | AlignmentError]:
     """Per pair: its teacher-forced attention and pieces, or why it cannot be aligned.
+    `restore_case`: shouted texts are read with their case restored (module doc).
 
     The raw material of `align_given`, and of scoring many alignment sources from one
     forward pass (bench/alignment_sources.py: `seq2seq.alignment.align` with any options).
@@ -147,20 +167,22 @@ def forced_attention(
     source_limit = translator.max_source_tokens  # already <= max_positions
     target_limit = translator.max_positions
     results: list[Prepared | AlignmentError | None] = [None] * len(pairs)
-    todo: list[tuple[int, list[int], list[Token], list[int], list[Token]]] = []
+    todo: list[tuple[int, list[int], list[Token], list[int], list[Token], bool]] = []
+    source_case, target_case = _truecasers(translator, restore_case)
     for index, (source, target) in enumerate(pairs):
         if not source.strip() or not target.strip():
             results[index] = AlignmentError("empty " + ("source" if not source.strip() else "target"))
             continue
-        source_ids, source_pieces = _pieces(translator, source)
-        target_ids, target_pieces = _pieces(translator, target)
+        source_ids, source_pieces, source_restored = _pieces(translator, source, source_case)
+        target_ids, target_pieces, target_restored = _pieces(translator, target, target_case)
         if len(source_ids) + 1 > source_limit or len(target_ids) + 1 > target_limit:
             results[index] = AlignmentError(
                 f"too long: {len(source_ids)} source and {len(target_ids)} target pieces (the model takes at "
                 f"most {source_limit - 1} and {target_limit - 1})"
             )
             continue
-        todo.append((index, source_ids + [translator.backend.eos_id], source_pieces, target_ids, target_pieces))
+        source_ids = source_ids + [translator.backend.eos_id]
+        todo.append((index, source_ids, source_pieces, target_ids, target_pieces, source_restored or target_restored))
     todo.sort(key=lambda item: (len(item[3]), len(item[1])))  # similar lengths share a batch
     start = 0
     while start < len(todo):
@@ -174,7 +196,7 @@ def forced_attention(
 
 
 def _attend(
-    backend: SearchBackend, chunk: list[tuple[int, list[int], list[Token], list[int], list[Token]]]
+    backend: SearchBackend, chunk: list[tuple[int, list[int], list[Token], list[int], list[Token], bool]]
 ) -> list[tuple[int, Prepared | AlignmentError]]:
     """One batch through the model; if it fails, pair by pair, so only the guilty pair fails
     (as the service's scheduler retries a failed batch request by request)."""
@@ -185,8 +207,10 @@ def _attend(
             return [(chunk[0][0], AlignmentFailed(f"alignment failed: {type(error).__name__}: {error}"))]
         return [result for item in chunk for result in _attend(backend, [item])]
     return [
-        (index, (attention, source_pieces, target_pieces, token_log_probs))
-        for (index, _, source_pieces, _, target_pieces), (attention, token_log_probs) in zip(chunk, attentions)
+        (index, (attention, source_pieces, target_pieces, token_log_probs, restored))
+        for (index, _, source_pieces, _, target_pieces, restored), (attention, token_log_probs) in zip(
+            chunk, attentions
+        )
     ]
 
 
@@ -195,31 +219,33 @@ def align_given(
     pairs: Sequence[tuple[str, str]],
     options: AlignmentOptions = AlignmentOptions(),
     max_batch_tokens: int = 4096,
+    restore_case: bool = True,
 ) -> list[ForcedAlignment | AlignmentError]:
-    """Align given (source, target) pairs; one result per pair, in order.
+    """Align given (source, target) pairs; one result per pair, in order. `restore_case`: a
+    shouted text is read with its case restored (module doc), as `DecodeConfig.restore_case`.
 
     Options the model cannot satisfy raise AlignmentError at once; a pair that cannot be
     aligned gives an `AlignmentError` in its place instead, so one bad line never stops a job.
     """
     resolved = options.resolve(translator.config)
-    prepared = forced_attention(translator, pairs, max_batch_tokens)
+    prepared = forced_attention(translator, pairs, max_batch_tokens, restore_case)
     maps = [
         item if isinstance(item, AlignmentError) else align(item[0], source, item[1], target, item[2], resolved)
         for (source, target), item in zip(pairs, prepared)
     ]
     occluded: list[np.ndarray | None] = [None] * len(pairs)
     if translator.quality.needs_occlusion:
-        occluded = occluded_given(translator, pairs, maps, max_batch_tokens)
+        occluded = occluded_given(translator, pairs, maps, max_batch_tokens, restore_case=restore_case)
     results: list[ForcedAlignment | AlignmentError] = []
     for (source, target), item, alignments, occluded_row in zip(pairs, prepared, maps, occluded):
         if isinstance(alignments, AlignmentError):  # the pair's error, as forced_attention gave it
             results.append(alignments)
             continue
         assert not isinstance(item, AlignmentError)
-        attention, _, _, token_log_probs = item
+        attention, _, _, token_log_probs, restored = item
         evidence = Evidence(attention, token_log_probs, translator.own_source, occluded_row)
         quality = assess_alignment(alignments, float(token_log_probs.mean()), translator.quality, evidence)
-        results.append(ForcedAlignment(source, target, alignments.word, alignments.requested, quality))
+        results.append(ForcedAlignment(source, target, alignments.word, alignments.requested, quality, restored))
     return results
 
 
@@ -229,16 +255,19 @@ def occluded_given(
     maps: Sequence[Alignments | AlignmentError],
     max_batch_tokens: int = 4096,
     mode: str = "remove",
+    restore_case: bool = True,
 ) -> list[np.ndarray | None]:
     """Per given pair, (Sw, T+1) log-probs of its target pieces with each source word
-    occluded (`seq2seq.occlusion`, `mode`), all pairs batched; None where the pair has no maps."""
+    occluded (`seq2seq.occlusion`, `mode`), all pairs batched; None where the pair has no maps.
+    The pieces are read as `forced_attention` read them (`restore_case`)."""
     kept = [n for n, item in enumerate(maps) if not isinstance(item, AlignmentError)]
     occlusions = []
+    source_case, target_case = _truecasers(translator, restore_case)
     for n in kept:
         alignments = maps[n]
         assert not isinstance(alignments, AlignmentError)
-        source_ids = _pieces(translator, pairs[n][0])[0] + [translator.backend.eos_id]
-        occlusions.append((source_ids, _pieces(translator, pairs[n][1])[0], word_pieces(alignments)))
+        source_ids = _pieces(translator, pairs[n][0], source_case)[0] + [translator.backend.eos_id]
+        occlusions.append((source_ids, _pieces(translator, pairs[n][1], target_case)[0], word_pieces(alignments)))
     out: list[np.ndarray | None] = [None] * len(maps)
     for n, occluded in zip(kept, occluded_log_probs(translator.backend, occlusions, mode, max_batch_tokens)):
         out[n] = occluded

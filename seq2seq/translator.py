@@ -100,6 +100,8 @@ class Translator:
         self.max_source_tokens = min(max_source_tokens, self.max_positions)
         self.max_batch_tokens = max_batch_tokens
         self.truecaser = Truecaser(tokenizer.segmentation_score, self.config.source_lang)
+        # For given translations (forced alignment, seq2seq.forced): the shared vocabulary scores them too.
+        self.target_truecaser = Truecaser(tokenizer.segmentation_score, self.config.target_lang)
 
     def encode_source(self, text: str) -> list[int]:
         ids = self.tokenizer.encode(text)[: self.max_source_tokens - 1]

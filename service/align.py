@@ -75,6 +75,11 @@ class PairAlignment(BaseModel):
         description="quality signals of the given translation: source words it left "
         "untranslated, target words not grounded in the source, a confidence"
     )
+    case_restored: bool = Field(
+        False,
+        description="a side was shouted (all caps, or shouted words) and the model read it with its "
+        "case restored; words and offsets are those of the texts as given",
+    )
 
 
 class AlignResponse(BaseModel):

@@ -324,7 +324,11 @@ class RequestContext:
         occlusion rows in the thorough quality mode), through the same work cap, queue bound,
         fair turns and timeout as a translation."""
         self.check_work(pairs, 1)
-        return self._scheduled(lambda: model.align(pairs, options, self.settings.request_timeout, self.client))
+        return self._scheduled(
+            lambda: model.align(
+                pairs, options, self.settings.request_timeout, self.client, restore_case=self.settings.restore_case
+            )
+        )
 
     def _scheduled(self, call: Callable[[], Any]) -> Any:
         """Run a model call; a full queue or a timeout is a 503 (with Retry-After)."""

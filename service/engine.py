@@ -40,6 +40,7 @@ class ForcedJob:
 
     options: AlignmentOptions
     beam_size: int = 1
+    restore_case: bool = True  # read a shouted side with its case restored (seq2seq.forced)
 
 
 @dataclass(eq=False)
@@ -72,12 +73,17 @@ class ServedModel:
         return self._wait(self.batcher.submit(texts, config, client), timeout)
 
     def align(
-        self, pairs: list[tuple[str, str]], options: AlignmentOptions, timeout: float | None = None, client: str = ""
+        self,
+        pairs: list[tuple[str, str]],
+        options: AlignmentOptions,
+        timeout: float | None = None,
+        client: str = "",
+        restore_case: bool = True,
     ) -> list[ForcedAlignment | AlignmentError]:
         """Blocking: align given (source, translation) pairs in order, through the same turns,
         queue bound and timeout as `translate`; a pair that cannot be aligned gets its
         AlignmentError in its place (seq2seq.forced.align_given)."""
-        return self._wait(self.batcher.submit(pairs, ForcedJob(options), client), timeout)
+        return self._wait(self.batcher.submit(pairs, ForcedJob(options, restore_case=restore_case), client), timeout)
 
     def _wait(self, future: concurrent.futures.Future, timeout: float | None) -> list[Any]:
         try:
@@ -92,7 +98,7 @@ def model_call(translator: Translator) -> Callable[[Sequence[Any], DecodeConfig 
 
     def run(items: Sequence[Any], job: DecodeConfig | ForcedJob) -> list[Any]:
         if isinstance(job, ForcedJob):
-            return align_given(translator, list(items), job.options)
+            return align_given(translator, list(items), job.options, restore_case=job.restore_case)
         return translator.translate_batch(list(items), job)
 
     return run

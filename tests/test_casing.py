@@ -323,3 +323,45 @@ def test_batch_cli_records_say_when_the_case_was_restored(tmp_path: Path) -> Non
         assert [t["text"] for t in shouted["alignment"]["source_tokens"]] == SHOUTED.split()
         if restored:
             assert shouted["text"] == shout(shouted["text"]) and not re.search(r"(\w)\1{4}", shouted["text"])
+
+
+# --------------------------------------------------------------------------- forced alignment
+
+PLAIN_PAIR = ("Ich habe meinen Regenschirm im Bus vergessen.", "I forgot my umbrella on the bus.")
+SHOUTED_PAIR = (PLAIN_PAIR[0].upper(), PLAIN_PAIR[1].upper())
+
+
+def test_a_shouted_pair_is_aligned_as_its_restored_case_reads(shipped: Translator) -> None:
+    from seq2seq.forced import align_given
+
+    plain, shouted = align_given(shipped, [PLAIN_PAIR, SHOUTED_PAIR])
+    (as_typed,) = align_given(shipped, [SHOUTED_PAIR], restore_case=False)
+    assert not plain.case_restored and shouted.case_restored and not as_typed.case_restored
+    # Both sides restore to the plain pair here, so the model reads the same pieces: the same links.
+    assert shouted.word.pharaoh == plain.word.pharaoh and as_typed.word.pharaoh != plain.word.pharaoh
+    for text, tokens in ((SHOUTED_PAIR[0], shouted.word.source_tokens), (SHOUTED_PAIR[1], shouted.word.target_tokens)):
+        assert [t.text for t in tokens] == [text[t.start : t.end] for t in tokens]  # the user's capitals
+    assert [t.text for t in shouted.word.source_tokens][:4] == ["ICH", "HABE", "MEINEN", "REGENSCHIRM"]
+    assert shouted.to_record()["case_restored"] is True
+
+
+def test_the_align_cli_and_the_service_say_when_the_case_was_restored(
+    tmp_path: Path, echo_shipped_spm: TranslatorEngine
+) -> None:
+    from seq2seq.cli import main as cli_main
+
+    source = tmp_path / "pairs.tsv"
+    source.write_text("\n".join("\t".join(pair) for pair in (PLAIN_PAIR, SHOUTED_PAIR)) + "\n", encoding="utf-8")
+    for flag, restored in (("--restore-case", True), ("--no-restore-case", False)):
+        output = tmp_path / f"{flag}.jsonl"
+        arguments = ["align", "--model", str(SHIPPED), "-i", str(source), "-o", str(output), "--threads", "1"]
+        assert cli_main([*arguments, "--format", "jsonl", "--quality", "fast", flag]) == 0
+        plain, shouted = (json.loads(line) for line in output.read_text().splitlines())
+        assert plain["case_restored"] is False and shouted["case_restored"] is restored
+    body = {"text": SHOUTED_PAIR[0], "translation": SHOUTED_PAIR[1], "source": "de", "target": "en"}
+    with make_client(echo_shipped_spm) as client:
+        answer = client.post("/v1/align", json=body).json()
+    assert answer["alignments"][0]["case_restored"] is True
+    with make_client(echo_shipped_spm, restore_case=False) as client:
+        answer = client.post("/v1/align", json=body).json()
+    assert answer["alignments"][0]["case_restored"] is False

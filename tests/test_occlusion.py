@@ -53,7 +53,7 @@ def test_batched_occlusion_equals_one_teacher_forced_run_per_occluded_source(tin
     pairs = [(s, " ".join(LEXICON.get(w, w) for w in s.split())) for s in SENTENCES[:3]]
     prepared = forced_attention(tiny, pairs)
     occlusions = []
-    for (source, target), (attention, source_pieces, target_pieces, _) in zip(pairs, prepared):
+    for (source, target), (attention, source_pieces, target_pieces, *_) in zip(pairs, prepared):
         maps = align(attention, source, source_pieces, target, target_pieces, tiny.own_source)
         groups = word_pieces(maps)
         assert [not g for g in groups] == [w == "." for w in source.split()]  # punctuation is not occluded

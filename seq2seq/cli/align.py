@@ -10,7 +10,7 @@ input order:
   `seq2seq.alignment.words()`), ready for `crossalign eval --gold FILE --hyp FILE`;
   a line that could not be aligned is an empty line, and its error goes to stderr;
 - `--format jsonl`: `{"line", "source", "target", "source_words", "target_words",
-  "word_alignment", "matrix", "layer", "heads", "step_shift", "quality"}` (+
+  "word_alignment", "matrix", "layer", "heads", "step_shift", "quality", "case_restored"}` (+
   `subword_alignment` with `--level subword`; `quality` is the block of seq2seq/quality.py
   with the model's thresholds); a bad line is `{"line", "source", "target", "error"}`;
 - `--format untranslated`: the source words the given translation left out (flagged
@@ -40,6 +40,7 @@ from typing import BinaryIO, TextIO
 from seq2seq.alignment import AlignmentError, AlignmentOptions
 from seq2seq.cli.batch import EXIT_OK, EXIT_SOME_FAILED
 from seq2seq.cli.batch.reading import MAX_CHARS, strip_line_ending
+from seq2seq.config import DecodeConfig
 from seq2seq.forced import align_given
 from seq2seq.inputs import text_problem
 from seq2seq.loading import BACKENDS, DEFAULT_BACKEND, load_translator
@@ -103,6 +104,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-chars", type=int, default=MAX_CHARS, help="longer sides are error records")
     parser.add_argument("--threads", type=int, default=0, help="inference threads (0: the backend's default)")
     add_quality_argument(parser, DEFAULT_QUALITY_MODE)
+    parser.add_argument(
+        "--restore-case",
+        action=argparse.BooleanOptionalAction,
+        default=DecodeConfig.restore_case,
+        help="read a shouted side (all caps, or shouted words) with its case restored, as translation "
+        "does; records say `case_restored`; --no-restore-case: read both sides as given",
+    )
 
 
 def add_quality_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, default: str) -> None:
@@ -148,7 +156,9 @@ def write_records(
 ) -> int:
     """Align one chunk of lines and write its records in order; returns the number of failures."""
     good = [p for p in lines if p.error is None]
-    aligned = iter(align_given(translator, [(p.source, p.target) for p in good], options))
+    aligned = iter(
+        align_given(translator, [(p.source, p.target) for p in good], options, restore_case=args.restore_case)
+    )
     failures = 0
     for pair in lines:
         result = AlignmentError(pair.error) if pair.error else next(aligned)
