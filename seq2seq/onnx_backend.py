@@ -53,8 +53,8 @@ PER_LAYER = ("new_past_k", "new_past_v")
 SMALL_STEP_ROWS = 4
 # Runs of at most this many rows go through `InferenceSession.run` and stack their per-layer
 # caches afterwards: at 4-8 rows the stacking copies less than binding ~25 inputs and outputs
-# one by one costs through onnxruntime's Python wrappers (0.65 against 0.79 ms a step at 4
-# rows, int8; equal at 16). Larger runs are bound in place (no copy of megabytes of cache).
+# one by one costs through onnxruntime's Python wrappers (README, lever 20: batch 1 1.05x).
+# Larger runs are bound in place (no copy of megabytes of cache).
 PLAIN_RUN_ROWS = 8
 
 
