@@ -154,3 +154,34 @@ def move_rows(states: np.ndarray, rows: np.ndarray) -> np.ndarray:
         # row that is both read and overwritten is read first.
         states[:, moved] = states[:, rows[moved]]
     return states[:, : len(rows)]
+
+
+def length_groups(lengths: np.ndarray, run_cost: float) -> list[np.ndarray]:
+    """Split sentences into groups, each to be run padded only to its own longest one.
+
+    lengths (B,) int, each sentence's real positions -> the row indices of each group,
+    shortest sentences first; together they hold every row once. A group costs `run_cost`
+    (a graph run's fixed cost, in positions) plus its size times its longest length; the
+    split is the cheapest one into runs of sentences adjacent in length order (dynamic
+    programming over the sorted lengths: O(B^2) numpy work, a few ms at B = 256).
+
+    Why: a batch padded to its longest sentence wastes most of the encoder's work when one
+    sentence is long (the Ding test batches of 32: 35 positions padded, 15 real on average),
+    and its MatMuls cost in proportion to the positions they are given. CTranslate2 removes
+    the padding inside its dense layers for the same reason.
+    """
+    order = np.argsort(lengths, kind="stable")
+    ordered = np.asarray(lengths, dtype=np.float64)[order]
+    count = len(ordered)
+    best = np.zeros(count + 1)  # best[j]: the cheapest split of the j shortest sentences
+    cut = np.zeros(count + 1, dtype=np.int64)  # where the last group of that split starts
+    for end in range(1, count + 1):
+        starts = np.arange(end)
+        costs = best[:end] + run_cost + (end - starts) * ordered[end - 1]
+        cut[end] = int(np.argmin(costs))
+        best[end] = costs[cut[end]]
+    groups, end = [], count
+    while end > 0:
+        groups.append(order[cut[end] : end])
+        end = int(cut[end])
+    return groups[::-1]

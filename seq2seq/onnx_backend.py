@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from seq2seq.backend import DecoderCache, StepOutput, TeacherForced
+from seq2seq.backend import DecoderCache, StepOutput, TeacherForced, length_groups
 from seq2seq.bundle import Bundle, BundleError
 from seq2seq.config import ModelConfig
 
@@ -56,6 +56,10 @@ SMALL_STEP_ROWS = 4
 # one by one costs through onnxruntime's Python wrappers (README, lever 20: batch 1 1.05x).
 # Larger runs are bound in place (no copy of megabytes of cache).
 PLAIN_RUN_ROWS = 8
+# The fixed cost of one encoder run, in source positions (`length_groups`): fitted to
+# encoder runs of 1-32 sentences, about 10 positions on one thread for fp32, 4 for int8,
+# and 30 on two threads for fp32; 16 is between them (README, lever 21).
+ENCODE_RUN_POSITIONS = 16.0
 
 
 def decoder_io(layers: int) -> dict[str, dict[str, tuple[str, ...]]]:
@@ -241,8 +245,31 @@ class OnnxBackend:
         return cls(encoder, decoder, bundle.model_config, threads, precision, streams)
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """src_ids (B, S) int64, src_mask (B, S) bool -> cross K and V, each (L, B, H, S, Dh)."""
-        cross_k, cross_v = self.encoder.run(["cross_k", "cross_v"], self._source_feed(src_ids, src_mask))
+        """src_ids (B, S) int64, src_mask (B, S) bool -> cross K and V, each (L, B, H, S, Dh).
+
+        Sentences of similar length are encoded together, each group padded only to its own
+        longest (`seq2seq.backend.length_groups`, README lever 21); the groups' K/V are then
+        written into arrays of the whole batch's S. Every real position gets the values a
+        whole-batch run gives (the encoder masks padding, so no sentence reads another's
+        length); padded positions hold zeros or their group's padding, which the decoder masks out of every
+        score.
+        """
+        lengths = np.where(src_mask.any(axis=1), src_mask.shape[1] - np.argmax(src_mask[:, ::-1], axis=1), 0)
+        groups = length_groups(lengths, ENCODE_RUN_POSITIONS)
+        if len(groups) == 1:
+            cross_k, cross_v = self.encoder.run(["cross_k", "cross_v"], self._source_feed(src_ids, src_mask))
+            return cross_k, cross_v
+        cross_k = cross_v = np.empty(0, dtype=np.float32)
+        for rows in groups:
+            length = max(1, int(lengths[rows].max()))
+            feed = self._source_feed(src_ids[rows, :length], src_mask[rows, :length])
+            group_k, group_v = self.encoder.run(["cross_k", "cross_v"], feed)
+            if not cross_k.size:
+                layers, _, heads, _, head_dim = group_k.shape
+                cross_k = np.zeros((layers, len(src_ids), heads, src_ids.shape[1], head_dim), dtype=np.float32)
+                cross_v = np.zeros_like(cross_k)
+            cross_k[:, rows, :, :length] = group_k
+            cross_v[:, rows, :, :length] = group_v
         return cross_k, cross_v
 
     def step(
