@@ -250,9 +250,9 @@ class OnnxBackend:
         Sentences of similar length are encoded together, each group padded only to its own
         longest (`seq2seq.backend.length_groups`, README lever 21); the groups' K/V are then
         written into arrays of the whole batch's S. Every real position gets the values a
-        whole-batch run gives (the encoder masks padding, so no sentence reads another's
-        length); padded positions hold zeros or their group's padding, which the decoder masks out of every
-        score.
+        whole-batch run gives, up to float rounding (the encoder masks padding, so no
+        sentence reads another's length; tested: the same search). Padded positions hold
+        zeros or their group's padding, and the decoder masks them out of every score.
         """
         lengths = np.where(src_mask.any(axis=1), src_mask.shape[1] - np.argmax(src_mask[:, ::-1], axis=1), 0)
         groups = length_groups(lengths, ENCODE_RUN_POSITIONS)
