@@ -255,7 +255,8 @@ class OnnxBackend:
         zeros or their group's padding, and the decoder masks them out of every score.
         """
         lengths = np.where(src_mask.any(axis=1), src_mask.shape[1] - np.argmax(src_mask[:, ::-1], axis=1), 0)
-        groups = length_groups(lengths, ENCODE_RUN_POSITIONS)
+        # One sentence (batch-1 latency) is one group: no split to plan.
+        groups = length_groups(lengths, ENCODE_RUN_POSITIONS) if len(src_ids) > 1 else [np.arange(len(src_ids))]
         if len(groups) == 1:
             cross_k, cross_v = self.encoder.run(["cross_k", "cross_v"], self._source_feed(src_ids, src_mask))
             return cross_k, cross_v
