@@ -211,20 +211,24 @@ class OnnxBackend:
         providers = ["CPUExecutionProvider"]
         self.encoder = ort.InferenceSession(str(encoder_path), options, providers=providers)
         self.decoder = ort.InferenceSession(str(decoder_path), options, providers=providers)
-        self.small_decoder = (
-            self.decoder
-            if options.intra_op_num_threads == 1 or precision != "int8"
-            else ort.InferenceSession(str(decoder_path), session_options(1), providers=providers)
-        )
         threads = options.intra_op_num_threads
         self.streams = default_streams(threads) if streams is None else streams
         if self.streams < 1:
             raise ValueError(f"streams must be at least 1, not {self.streams}")
+        stream_threads = max(1, threads // self.streams)
         self.stream_backend = (
             self
             if self.streams == 1
-            else OnnxBackend(encoder_path, decoder_path, config, max(1, threads // self.streams), precision, streams=1)
+            else OnnxBackend(encoder_path, decoder_path, config, stream_threads, precision, streams=1)
         )
+        if threads == 1 or precision != "int8":
+            self.small_decoder = self.decoder
+        elif self.stream_backend is not self and stream_threads == 1:
+            # The streams' one-thread session of the same graph (sessions are thread-safe):
+            # one session fewer to load and hold.
+            self.small_decoder = self.stream_backend.decoder
+        else:
+            self.small_decoder = ort.InferenceSession(str(decoder_path), session_options(1), providers=providers)
         expected = list(decoder_io(config.decoder_layers)["inputs"])
         found = [graph_input.name for graph_input in self.decoder.get_inputs()]
         # Whether the graph ranks the search's candidates itself (export/topk.py).

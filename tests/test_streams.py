@@ -128,6 +128,21 @@ def test_streams_follow_the_threads_and_share_them_out(tiny_bundle: Path) -> Non
         Translator(alone, load_translator(tiny_bundle, verify=False).tokenizer, streams=0)
 
 
+def test_small_int8_runs_share_the_streams_one_thread_decoder_session() -> None:
+    """An int8 backend on two threads runs batch-1 steps on one thread (`SMALL_STEP_ROWS`),
+    and its two streams run on one thread each: one session of the decoder serves both."""
+    bundle = load_bundle_manifest(SHIPPED_BUNDLE, verify=False)
+    if "int8" not in bundle.precisions:
+        pytest.fail("the shipped bundle carries int8 graphs")
+    backend = OnnxBackend.from_bundle(bundle, precision="int8", threads=2)
+    assert backend.small_decoder is backend.stream_backend.decoder
+    assert backend.small_decoder.get_session_options().intra_op_num_threads == 1
+    assert backend.decoder.get_session_options().intra_op_num_threads == 2
+    wider = OnnxBackend.from_bundle(bundle, precision="int8", threads=4)  # streams of two threads
+    assert wider.small_decoder is not wider.stream_backend.decoder
+    assert wider.small_decoder.get_session_options().intra_op_num_threads == 1
+
+
 def test_the_batch_cli_writes_the_same_translations_with_and_without_streams(tiny_bundle: Path, tmp_path: Path) -> None:
     from toy import SENTENCES
 
