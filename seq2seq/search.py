@@ -90,7 +90,8 @@ def beam_search(
     Beam size 1 is greedy search. Each step ranks the K·V continuations of a sentence's
     beams by summed log-prob and takes the 2K best: an EOS among the first K finishes a
     hypothesis, and the K best that are not EOS go on (2K guarantee K of them). A sentence
-    stops when K hypotheses have finished or its length limit is reached; finished
+    stops when K hypotheses have finished (with `config.early_exit`: when its best
+    continuation is EOS and n_best have finished) or its length limit is reached; finished
     sentences leave the batch so the rest decode faster (the last sentence takes each one's
     place: `_batch_order`). Finished hypotheses are ranked by
     `hypothesis_score` (the length penalty and, with `config.coverage_penalty`, the coverage
@@ -131,6 +132,9 @@ def beam_search(
         going_on = top.possible & ~top.is_eos
         going_on &= np.cumsum(going_on, axis=1) <= k  # the K best that go on
         keep = (going_on.sum(axis=1) == k) & np.array([len(finished[s]) < k for s in beams.active])
+        if config.early_exit:  # the best continuation ended the sentence (`_finish` kept it)
+            best_ended = top.possible[:, 0] & top.is_eos[:, 0]
+            keep &= ~(best_ended & np.array([len(finished[s]) >= config.n_best for s in beams.active]))
         if not keep.any():
             break
         order = np.arange(len(keep)) if keep.all() else _batch_order(keep)

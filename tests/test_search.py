@@ -83,6 +83,29 @@ def test_n_best_is_ordered_by_length_normalised_score(alpha: float):
     assert hypotheses[0].score >= hypotheses[1].score
 
 
+def test_early_exit_stops_at_the_first_best_eos_where_the_default_waits_for_k():
+    # Sentence 8, beam 2, alpha 1: at step 1 the best continuation is [A] + EOS. The default
+    # waits for K = 2 finished hypotheses and [A, A] wins under the length penalty; early exit
+    # (CTranslate2's rule) stops there with [A], and never runs the step that finds [A, A].
+    stepped: list[int] = []
+
+    class Counting(ScriptedBackend):
+        def step(self, tokens, src_mask, cache, need_attention, top_k=0):
+            stepped.append(len(tokens))
+            return super().step(tokens, src_mask, cache, need_attention, top_k)
+
+    [waited] = beam_search(Counting(), *sources([8, EOS]), plain(beam_size=2, length_penalty=1.0))
+    steps_waited, stepped[:] = len(stepped), []
+    [early] = beam_search(Counting(), *sources([8, EOS]), plain(beam_size=2, length_penalty=1.0, early_exit=True))
+    assert [h.tokens for h in waited] == [[A, A]] and [h.tokens for h in early] == [[A]]
+    assert len(stepped) < steps_waited
+    # n_best = 2 needs two finished hypotheses before it may stop: then it finds [A, A] too.
+    [both] = beam_search(
+        ScriptedBackend(), *sources([8, EOS]), plain(beam_size=2, n_best=2, length_penalty=1.0, early_exit=True)
+    )
+    assert sorted(h.tokens for h in both) == [[A], [A, A]]
+
+
 def test_length_limit_forces_eos_with_its_real_log_prob():
     config = plain(beam_size=2, n_best=2, length_penalty=0.0, max_length_ratio=0.0, max_length_extra=3)
     [hypotheses] = beam_search(ScriptedBackend(), *sources([9, EOS]), config)
