@@ -92,6 +92,32 @@ def test_text_argument_and_help(batch_model_dir: Path, capsys: pytest.CaptureFix
     assert "exit status" in help_text and "3 " in help_text and "--resume" in help_text
 
 
+def test_early_exit_reaches_the_search_and_the_job_record(
+    batch_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from seq2seq import translator as translator_module
+    from seq2seq.cli import translate as translate_module
+
+    seen: list[bool] = []
+    search, options = translator_module.beam_search, translate_module.job_options
+    recorded: list[dict] = []  # what the job file holds while the job runs (a finished job removes it)
+    monkeypatch.setattr(translate_module, "job_options", lambda args: recorded.append(options(args)) or recorded[-1])
+
+    def recording(backend, src_ids, src_mask, config, max_positions=None):
+        seen.append(config.early_exit)
+        return search(backend, src_ids, src_mask, config, max_positions)
+
+    monkeypatch.setattr(translator_module, "beam_search", recording)
+    source = tmp_path / "in.txt"
+    source.write_text("Der Hund ist klein .\nDas Haus ist alt .\n", encoding="utf-8")
+    for flag, output in (("--early-exit", tmp_path / "early.jsonl"), ("--no-early-exit", tmp_path / "waited.jsonl")):
+        seen.clear(), recorded.clear()
+        assert translate(batch_model_dir, "--input", source, "-o", output, "--format", "jsonl", flag) == batch.EXIT_OK
+        assert seen and set(seen) == {flag == "--early-exit"}
+        assert recorded and all(job["early_exit"] is (flag == "--early-exit") for job in recorded)
+        assert len(read_jsonl(output)) == 2
+
+
 def test_alignment_source_flags_are_those_of_align_with_the_old_spellings_hidden(
     batch_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -52,6 +52,7 @@ def job_options(args: argparse.Namespace) -> dict:
                 "coverage_penalty",
                 "no_repeat_ngram_size",
                 "restore_case",
+                "early_exit",
                 "max_chars",
                 "split_tokens",
                 "alignment",
@@ -69,7 +70,12 @@ def job_options(args: argparse.Namespace) -> dict:
 
 
 # Options a job file written before them lacks: what those runs did (they resume with it).
-OPTIONS_ADDED_SINCE = {"quality": DEFAULT_QUALITY_MODE, "no_repeat_ngram_size": 0, "restore_case": False}
+OPTIONS_ADDED_SINCE = {
+    "quality": DEFAULT_QUALITY_MODE,
+    "no_repeat_ngram_size": 0,
+    "restore_case": False,
+    "early_exit": False,
+}
 
 
 def job_file(output: Path) -> Path:
@@ -222,9 +228,12 @@ def _decode_config(args: argparse.Namespace) -> DecodeConfig:
     alignment = alignment_options(args, args.alignment_level) if want_alignment else None
     # Every search setting is set by now (fill_unset_options): a flag, the resumed job's or the model's.
     decode = DecodeConfig(
-        restore_case=args.restore_case, return_attention=want_alignment, alignment=alignment
+        restore_case=args.restore_case,
+        early_exit=args.early_exit,
+        return_attention=want_alignment,
+        alignment=alignment,
     ).override(**translate_args.asked_decoding(args))
-    log.info("decoding: %s", decode.settings_text())
+    log.info("decoding: %s%s", decode.settings_text(), " early_exit" if decode.early_exit else "")
     return decode
 
 

@@ -73,6 +73,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_io_arguments(parser)
     add_engine_arguments(parser)
     add_decoding_arguments(parser)  # unset: the bundle's, or a resumed job's own (translate.fill_unset_options)
+    parser.add_argument(
+        "--early-exit",
+        action=argparse.BooleanOptionalAction,
+        default=DecodeConfig.early_exit,
+        help="stop each sentence's beam search as soon as its best continuation ends it, instead of "
+        "waiting for beam-size finished hypotheses: faster, shorter and less accurate (shipped "
+        "model, valid: 1.13-1.23x as fast at beam 4, BLEU 12.06 -> 11.71; default: off)",
+    )
     add_job_arguments(parser)
     add_alignment_arguments(parser.add_argument_group("alignment"))
 
