@@ -263,10 +263,12 @@ class RequestContext:
         attention: bool,
         alignment: AlignmentOptions | None = None,
         no_repeat_ngram_size: int | None = None,
+        early_exit: bool = False,
     ) -> DecodeConfig:
         """The search settings of a request: those it sets, the model's own (`decode_defaults`,
         its bundle's) for those it leaves unset (None); `alignment` (resolved) is built with the
-        translation. `no_repeat_ngram_size` comes validated by its field (service.requests)."""
+        translation. `no_repeat_ngram_size` comes validated by its field (service.requests);
+        `early_exit`: `DecodeConfig.early_exit`."""
         largest = self.settings.max_beam_size
         defaults = model.decode_defaults
         if beam_size is not None and not 1 <= beam_size <= largest:
@@ -288,6 +290,7 @@ class RequestContext:
             return_attention=attention or alignment is not None,
             alignment=alignment,
             restore_case=self.settings.restore_case,
+            early_exit=early_exit,
         )
 
     def check_work(self, items: list[Item], beam_size: int) -> None:

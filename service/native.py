@@ -41,6 +41,11 @@ class TranslateRequest(JSONRequest):
         1, description="hypotheses per sentence, each with its own alignment (a smaller beam_size is raised to n_best)"
     )
     alignment: AlignmentRequest | bool = Field(True, description="alignment options, or false for none")
+    early_exit: bool = Field(
+        False,
+        description="stop each sentence's beam search as soon as its best continuation ends it, instead of "
+        "waiting for beam_size finished hypotheses: faster, but shorter and less accurate translations",
+    )
 
     @model_validator(mode="after")
     def _one_input(self) -> TranslateRequest:
@@ -66,7 +71,7 @@ def translate(body: TranslateRequest, ctx: RequestContext = Depends(get_context)
     alignment = AlignmentRequest() if body.alignment is True else body.alignment or None
     options = ctx.resolve_alignment(model, alignment.options()) if alignment else None
     config = ctx.decode_config(
-        model, body.beam_size, body.n_best, options is not None, options, body.no_repeat_ngram_size
+        model, body.beam_size, body.n_best, options is not None, options, body.no_repeat_ngram_size, body.early_exit
     )
     translated = ctx.translate(model, texts, config)
     return TranslateResponse(translations=[text_translation(model, t, body.n_best) for t in translated])

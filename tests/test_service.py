@@ -214,6 +214,28 @@ def test_native_translate(client: TestClient) -> None:
         assert len(sentence["alternatives"]) == 1 and sentence["alternatives"][0]["alignment"]["matrix"]
 
 
+def test_native_early_exit_reaches_the_search(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    from seq2seq import translator as translator_module
+
+    seen: list[bool] = []
+    search = translator_module.beam_search
+
+    def recording(backend, src_ids, src_mask, config, max_positions=None):
+        seen.append(config.early_exit)
+        return search(backend, src_ids, src_mask, config, max_positions)
+
+    monkeypatch.setattr(translator_module, "beam_search", recording)
+    for asked in (True, False, None):
+        seen.clear()
+        body = {"text": "a b c", "beam_size": 3, **({} if asked is None else {"early_exit": asked})}
+        response = client.post("/v1/translate", json=body)
+        assert response.status_code == 200, response.text
+        assert response.json()["translations"][0]["text"] == "a b c"
+        assert seen and set(seen) == {bool(asked)}  # left out: off
+    refused = client.post("/v1/translate", json={"text": "a", "early_exit": "fast"})
+    assert refused.status_code == 400 and "early_exit" in refused.text
+
+
 def test_native_batch_and_no_alignment(client: TestClient) -> None:
     body = client.post("/v1/translate", json={"texts": ["a", "b c"], "alignment": False}).json()
     assert [t["text"] for t in body["translations"]] == ["a", "b c"]
