@@ -150,12 +150,15 @@ class CTranslate2System:
         self.banned = [[tokenizer.sp.id_to_piece(config.pad_id)], [tokenizer.sp.id_to_piece(config.bos_id)]]
         self.eos = tokenizer.sp.id_to_piece(config.eos_id)
 
-    def translate(self, texts: list[str], decode: DecodeConfig) -> list[list[int]]:
+    def translate(self, texts: list[str], decode: DecodeConfig, num_hypotheses: int = 1) -> list[list[int]]:
+        """The best translation of each text; `num_hypotheses` > 1 makes CTranslate2 finish that
+        many before it stops a sentence (bench/stopping_rule.py)."""
         sources = [self.tokenizer.sp.encode(t, out_type=str) + [self.eos] for t in texts]
         limit = max(max_target_length(len(s), decode) for s in sources) + 1  # + EOS
         results = self.translator.translate_batch(
             sources,
             beam_size=decode.beam_size,
+            num_hypotheses=num_hypotheses,
             length_penalty=decode.length_penalty,
             max_batch_size=0 if self.workers == 1 else -(-len(sources) // self.workers),
             max_decoding_length=limit,

@@ -27,11 +27,12 @@ sys.path.insert(0, str(REPO))
 import sacrebleu  # noqa: E402
 
 from bench.inference import read_test, training_paused  # noqa: E402
+from seq2seq.bundle import load_bundle_manifest  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
+from seq2seq.translator import Translator  # noqa: E402
 
 
-def ours(args: argparse.Namespace, sources: list[str], references: list[str]) -> None:
-    translator = load_translator(args.bundle, precision=args.precision)
+def ours(args: argparse.Namespace, translator: Translator, sources: list[str], references: list[str]) -> None:
     seconds: dict[bool, float] = {False: 0.0, True: 0.0}
     outputs: dict[bool, list[str]] = {}
     for _ in range(args.rounds):
@@ -53,32 +54,28 @@ def ours(args: argparse.Namespace, sources: list[str], references: list[str]) ->
     print(f"early exit {seconds[False] / seconds[True]:.2f}x as fast; {same}/{len(sources)} outputs identical")
 
 
-def ctranslate2_rates(args: argparse.Namespace, sources: list[str]) -> None:
-    import ctranslate2
-    from ctranslate2_compare import convert
+def ctranslate2_rates(args: argparse.Namespace, translator: Translator, sources: list[str]) -> None:
+    """CTranslate2 on the bundle's weights, as bench/ctranslate2_compare.py runs it, at beam 4
+    and the bundle's length penalty, asked for one best hypothesis and for four."""
+    from ctranslate2_compare import CTranslate2System, convert
 
-    from data.tokenizer import Tokenizer
-
-    tokenizer = Tokenizer(args.bundle / "spm.model")
-    pieces = [tokenizer.sp.encode(text, out_type=str) for text in sources]
+    bundle = load_bundle_manifest(args.bundle, verify=False)
+    compute = "int8" if translator.backend.precision == "int8" else "float32"
+    decode = dataclasses.replace(translator.decode_defaults, beam_size=4, return_attention=False)
     with tempfile.TemporaryDirectory() as scratch:
         model = convert(args.bundle, Path(scratch) / "ct2")
-        compute = "int8" if args.precision == "int8" else "float32"
-        translator = ctranslate2.Translator(str(model), device="cpu", intra_threads=2, compute_type=compute)
+        system = CTranslate2System(model, translator.tokenizer, bundle.model_config, compute, threads=2)
         seconds = {1: 0.0, 4: 0.0}
-        alpha = load_translator(args.bundle, precision=args.precision).decode_defaults.length_penalty
         for _ in range(args.rounds):
             for count in seconds:
                 began = time.perf_counter()
-                for first in range(0, len(pieces), 32):
-                    translator.translate_batch(
-                        pieces[first : first + 32], beam_size=4, num_hypotheses=count, length_penalty=alpha
-                    )
+                for first in range(0, len(sources), 32):
+                    system.translate(sources[first : first + 32], decode, num_hypotheses=count)
                 seconds[count] += time.perf_counter() - began
     for count, spent in seconds.items():
         print(
-            f"ctranslate2 {compute} length_penalty {alpha} num_hypotheses {count}: "
-            f"{len(pieces) * args.rounds / spent:6.1f} sent/s"
+            f"ctranslate2 {compute} length_penalty {decode.length_penalty} num_hypotheses {count}: "
+            f"{len(sources) * args.rounds / spent:6.1f} sent/s"
         )
 
 
@@ -97,11 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     sources, references = read_test(args.split, args.n)
     if not sources:
         parser.error(f"{args.split}: no source<TAB>reference rows")
+    translator = load_translator(args.bundle, precision=args.precision)
     with training_paused(args.pause_training):
-        ours(args, sources, references)
+        ours(args, translator, sources, references)
         if args.ct2:
             sys.path.insert(0, str(REPO / "bench"))
-            ctranslate2_rates(args, sources)
+            ctranslate2_rates(args, translator, sources)
     return 0
 
 

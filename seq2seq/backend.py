@@ -171,8 +171,10 @@ def length_groups(lengths: np.ndarray, run_cost: float) -> list[np.ndarray]:
     the padding inside its dense layers for the same reason.
     """
     order = np.argsort(lengths, kind="stable")
+    count = len(order)
+    if count <= 1:  # one sentence (batch-1 latency): nothing to plan
+        return [order]
     ordered = np.asarray(lengths, dtype=np.float64)[order]
-    count = len(ordered)
     best = np.zeros(count + 1)  # best[j]: the cheapest split of the j shortest sentences
     cut = np.zeros(count + 1, dtype=np.int64)  # where the last group of that split starts
     for end in range(1, count + 1):

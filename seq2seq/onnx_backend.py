@@ -56,8 +56,8 @@ SMALL_STEP_ROWS = 4
 # one by one costs through onnxruntime's Python wrappers (README, lever 20: batch 1 1.05x).
 # Larger runs are bound in place (no copy of megabytes of cache).
 PLAIN_RUN_ROWS = 8
-# The fixed cost of one encoder run, in source positions (`length_groups`): fitted to
-# encoder runs of 1-32 sentences, about 10 positions on one thread for fp32, 4 for int8,
+# The fixed cost of one encoder run, in source positions (`length_groups`): fitted once to
+# timed encoder runs of 1-32 sentences, about 10 positions on one thread for fp32, 4 for int8,
 # and 30 on two threads for fp32; 16 is between them (README, lever 21).
 ENCODE_RUN_POSITIONS = 16.0
 
@@ -259,20 +259,23 @@ class OnnxBackend:
         zeros or their group's padding, and the decoder masks them out of every score.
         """
         lengths = np.where(src_mask.any(axis=1), src_mask.shape[1] - np.argmax(src_mask[:, ::-1], axis=1), 0)
-        # One sentence (batch-1 latency) is one group: no split to plan.
-        groups = length_groups(lengths, ENCODE_RUN_POSITIONS) if len(src_ids) > 1 else [np.arange(len(src_ids))]
+        groups = length_groups(lengths, ENCODE_RUN_POSITIONS)
         if len(groups) == 1:
             cross_k, cross_v = self.encoder.run(["cross_k", "cross_v"], self._source_feed(src_ids, src_mask))
             return cross_k, cross_v
-        cross_k = cross_v = np.empty(0, dtype=np.float32)
+        config = self.config
+        shape = (
+            config.decoder_layers,
+            len(src_ids),
+            config.n_heads,
+            src_ids.shape[1],
+            config.d_model // config.n_heads,
+        )
+        cross_k, cross_v = np.zeros(shape, dtype=np.float32), np.zeros(shape, dtype=np.float32)
         for rows in groups:
             length = max(1, int(lengths[rows].max()))
             feed = self._source_feed(src_ids[rows, :length], src_mask[rows, :length])
             group_k, group_v = self.encoder.run(["cross_k", "cross_v"], feed)
-            if not cross_k.size:
-                layers, _, heads, _, head_dim = group_k.shape
-                cross_k = np.zeros((layers, len(src_ids), heads, src_ids.shape[1], head_dim), dtype=np.float32)
-                cross_v = np.zeros_like(cross_k)
             cross_k[:, rows, :, :length] = group_k
             cross_v[:, rows, :, :length] = group_v
         return cross_k, cross_v
