@@ -125,16 +125,7 @@ class _ObservedBackend(OnnxBackend):
         names: tuple[str, ...] = ("log_probs",),
         top_k: int = 1,
     ) -> dict[str, np.ndarray]:
-        feed = {"tokens": np.ascontiguousarray(tokens, dtype=np.int64), "src_mask": np.ascontiguousarray(src_mask)}
-        for name, stacked in (
-            ("cross_k", cache.cross_k),
-            ("cross_v", cache.cross_v),
-            ("past_k", cache.self_k),
-            ("past_v", cache.self_v),
-        ):
-            feed.update({f"{name}_{layer}": np.ascontiguousarray(stacked[layer]) for layer in range(len(stacked))})
-        feed["top_k"] = np.array([top_k], dtype=np.int64)
-        self.observers["decoder_step"].observe(feed)
+        self.observers["decoder_step"].observe(self.decoder_feed(tokens, src_mask, cache, top_k))
         return super().run_decoder(tokens, src_mask, cache, names, top_k)
 
 

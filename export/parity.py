@@ -115,6 +115,7 @@ def check_parity(
     # Real source positions only: the backend encodes sentences of similar length together
     # (lever 21), so padded positions differ, and every decoder score masks them out.
     real = src_mask[None, :, None, :, None]  # against (L, B, H, S, Dh)
+    cross_k = backend.keys_in_rows(cross_k)  # the graphs' transposed keys, as the model's
     report.max_cross_kv_diff = float(np.where(real, np.abs(cross_k - encoded.cross_k.numpy()), 0).max())
     # Rows up to each target's own length + 1 (the EOS step); later rows read padding.
     rows = np.concatenate([np.ones((len(targets), 1), dtype=bool), tgt_mask], axis=1)

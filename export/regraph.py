@@ -10,19 +10,18 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from export.calibrate import DEFAULT_SOURCE, Calibration, calibrate_graphs
+from export.calibrate import DEFAULT_SOURCE, Calibration
 from export.exporter import (
     DEFAULT_OPSET,
     ExportError,
     ExportResult,
-    export_graphs,
+    build_graphs,
     load_checkpoint,
 )
 from export.parity import PARITY_SENTENCES, run_parity_checks
 from export.precisions import keep_graphs, precision_problems
-from export.quantize import quantize_graphs
 from seq2seq.bundle import load_bundle_manifest, replace_graphs, write_manifest
-from seq2seq.onnx_backend import decoder_graph_io
+from seq2seq.onnx_backend import decoder_graph_io, encoder_io
 
 log = logging.getLogger("crossalign.export")
 
@@ -58,13 +57,10 @@ def regraph_bundle(
     assert loaded.model is not None
     staging = Path(tempfile.mkdtemp(prefix=f".{bundle_dir.name}.", suffix=".graphs", dir=bundle_dir.parent))
     try:
-        graphs = {"fp32": export_graphs(loaded.model, staging, opset)}
-        calibrated = None
         if "int8" in precisions:
-            graphs["int8"] = quantize_graphs(staging, staging)
             calibration = calibration or Calibration(tuple(parity_sentences or PARITY_SENTENCES), DEFAULT_SOURCE)
-            int8_paths = {role: staging / name for role, name in graphs["int8"].items()}
-            calibrated = calibrate_graphs(staging, int8_paths, calibration, loaded.model.config, bundle.tokenizer_path)
+        int8 = calibration if "int8" in precisions else None
+        graphs, calibrated = build_graphs(loaded.model, staging, int8, bundle.tokenizer_path, opset)
         old_graphs = {name for files in bundle.manifest["graphs"].values() for name in files.values()}
         for name in set(bundle.manifest["files"]) - old_graphs:  # a bundle to check: the same other files
             try:
@@ -72,9 +68,11 @@ def regraph_bundle(
             except OSError:  # a file system without hard links
                 shutil.copyfile(bundle_dir / name, staging / name)
         manifest = replace_graphs(bundle.manifest, staging, graphs, precisions[0])
-        # The graphs of this exporter, whose interface may have grown (export/topk.py).
+        # The graphs of this exporter, whose interface may have changed (export/topk.py, the
+        # transposed keys).
         manifest["interface"] = {
             **manifest.get("interface", {}),
+            "encoder": encoder_io(),
             "decoder_step": decoder_graph_io(loaded.model.config.decoder_layers),
             "opset": opset,
         }

@@ -26,6 +26,11 @@ class DecoderCache:
     backend binds per-layer views of them, which copies nothing.
 
     Shapes: L decoder layers, N rows, H heads, S source length, P cached target positions.
+
+    The keys' last two axes are the backend's business: the ONNX graphs exported since
+    README lever 22 take and return them transposed, (L, N, H, Dh, S) and (L, N, H, Dh, P),
+    so each score is a plain MatMul (`OnnxBackend.keys_transposed`). The search only moves
+    rows (axis 1) and reads P from the values, whose layout is the same everywhere.
     """
 
     cross_k: np.ndarray  # (L, N, H, S, Dh) cross-attention keys, projected once per source
@@ -35,15 +40,16 @@ class DecoderCache:
 
     @classmethod
     def start(cls, cross_k: np.ndarray, cross_v: np.ndarray) -> DecoderCache:
-        """The cache before the first step: cross K/V (L, N, H, S, Dh) from `encode`, P = 0."""
-        layers, rows, heads, _, head_dim = cross_k.shape
+        """The cache before the first step: cross K/V from `encode`, P = 0 (an empty
+        (L, N, H, 0, Dh), which a backend with transposed keys reads as (L, N, H, Dh, 0))."""
+        layers, rows, heads, _, head_dim = cross_v.shape
         empty = np.zeros((layers, rows, heads, 0, head_dim), dtype=np.float32)
         return cls(cross_k, cross_v, empty, empty)
 
     @property
     def past_length(self) -> int:
         """P, the target positions already cached."""
-        return self.self_k.shape[3]
+        return self.self_v.shape[3]
 
     def reorder(self, rows: np.ndarray, cross_rows: np.ndarray | None = None, owned: bool = False) -> DecoderCache:
         """rows (N',) int: row i of the result continues row `rows[i]` (beam search: the

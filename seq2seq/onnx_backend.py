@@ -8,16 +8,22 @@ source length, P cached target length, T new target positions, L decoder layers,
 layers, H heads, Dh head size, V vocabulary):
 
     encoder.onnx       src_ids (B, S) int64, src_mask (B, S) bool (True = real token)
-                    -> cross_k, cross_v (L, B, H, S, Dh) float32,
+                    -> cross_k (L, B, H, Dh, S), cross_v (L, B, H, S, Dh) float32,
                        self_weights (E, B, H, S, S) float32
     decoder_step.onnx  tokens (N, T) int64, src_mask (N, S) bool, and per decoder layer l:
-                       cross_k_l, cross_v_l (N, H, S, Dh), past_k_l, past_v_l (N, H, P, Dh), P >= 0
-                       and top_k (1,) int64 = C
-                    -> log_probs (N, T, V), per layer new_past_k_l, new_past_v_l (N, H, P+T, Dh),
+                       cross_k_l (N, H, Dh, S), cross_v_l (N, H, S, Dh), past_k_l (N, H, Dh, P),
+                       past_v_l (N, H, P, Dh), P >= 0, and top_k (1,) int64 = C
+                    -> log_probs (N, T, V), per layer new_past_k_l (N, H, Dh, P+T),
+                       new_past_v_l (N, H, P+T, Dh),
                        cross_weights (L, N, H, T, S), self_weights (L, N, H, T, P+T),
                        top_log_probs (N, T, C), top_ids (N, T, C) int64: each position's C
                        largest log-probs, largest first (the search's candidates; bundles
                        exported before them lack top_k and these two, and still run)
+
+The keys are transposed, (.., Dh, S) and (.., Dh, P), so that each attention score is a
+plain MatMul: with the keys as (.., S, Dh) onnxruntime multiplies by a transposed operand,
+about twice as slow for these batched (1, Dh) x (Dh, S) products (README, lever 22).
+Bundles exported before that take them as (.., S, Dh) and still run (`keys_transposed`).
 
 The search keeps the cross K/V and the cache stacked, (L, N, H, ·, Dh), as one array each
 (`seq2seq.backend.DecoderCache`); the graph takes and gives them per layer, so the backend
@@ -62,15 +68,32 @@ PLAIN_RUN_ROWS = 8
 ENCODE_RUN_POSITIONS = 16.0
 
 
-def decoder_io(layers: int) -> dict[str, dict[str, tuple[str, ...]]]:
-    """The decoder-step graph's inputs and outputs (name -> axes), in order, for L = `layers`.
+def encoder_io(keys_transposed: bool = True) -> dict[str, dict[str, tuple[str, ...]]]:
+    """The encoder graph's inputs and outputs (name -> axes), in order; with `keys_transposed`
+    (the exporter's layout), the cross K as (.., head_dim, source)."""
+    rows = ("decoder_layers", "batch", "heads", "source", "head_dim")
+    return {
+        "inputs": {"src_ids": ("batch", "source"), "src_mask": ("batch", "source")},
+        "outputs": {
+            "cross_k": ("decoder_layers", "batch", "heads", "head_dim", "source") if keys_transposed else rows,
+            "cross_v": rows,
+            "self_weights": ("encoder_layers", "batch", "heads", "source", "source"),
+        },
+    }
+
+
+def decoder_io(layers: int, keys_transposed: bool = True) -> dict[str, dict[str, tuple[str, ...]]]:
+    """The decoder-step graph's inputs and outputs (name -> axes), in order, for L = `layers`;
+    with `keys_transposed` (the exporter's layout), K as (.., head_dim, length).
 
     The one declaration of the interface: the exporter names the graph's tensors from it and
     this backend checks a bundle's graph against it.
     """
 
     def per_layer(prefix: str, length: str) -> dict[str, tuple[str, ...]]:
-        return {f"{prefix}_{layer}": ("rows", "heads", length, "head_dim") for layer in range(layers)}
+        keys = keys_transposed and prefix.endswith("_k")
+        axes = ("rows", "heads", "head_dim", length) if keys else ("rows", "heads", length, "head_dim")
+        return {f"{prefix}_{layer}": axes for layer in range(layers)}
 
     return {
         "inputs": {
@@ -231,6 +254,7 @@ class OnnxBackend:
             self.small_decoder = ort.InferenceSession(str(decoder_path), session_options(1), providers=providers)
         expected = list(decoder_io(config.decoder_layers)["inputs"])
         found = [graph_input.name for graph_input in self.decoder.get_inputs()]
+        self.keys_transposed = self._keys_transposed(config)
         # Whether the graph ranks the search's candidates itself (export/topk.py).
         self.has_top_k = found == expected + list(SEARCH_TOP_IO["inputs"])
         if found != expected and not self.has_top_k:
@@ -238,6 +262,23 @@ class OnnxBackend:
                 f"{decoder_path}: decoder inputs {found}, this version expects {expected} "
                 "(per-layer caches); re-export the bundle with `crossalign export`"
             )
+
+    def _keys_transposed(self, config: ModelConfig) -> bool:
+        """Whether the graphs take and give K as (.., Dh, S|P) (the exporter's layout since
+        README lever 22) rather than (.., S|P, Dh): read from the graphs' own shapes, where
+        the head size is the only fixed last axis."""
+        head_dim = config.d_model // config.n_heads
+        encoder_k = next(o.shape for o in self.encoder.get_outputs() if o.name == "cross_k")
+        decoder_k = next((i.shape for i in self.decoder.get_inputs() if i.name == "cross_k_0"), encoder_k)
+        transposed = encoder_k[-1] != head_dim
+        if (decoder_k[-1] != head_dim) != transposed:
+            raise BundleError("the encoder and decoder graphs disagree on the keys' layout; re-export the bundle")
+        return transposed
+
+    def keys_in_rows(self, keys: np.ndarray) -> np.ndarray:
+        """K as this backend's graphs give it -> (.., S|P, Dh), the model's own layout (a view):
+        for comparisons with the torch model."""
+        return keys.swapaxes(-1, -2) if self.keys_transposed else keys
 
     @classmethod
     def from_bundle(
@@ -249,7 +290,8 @@ class OnnxBackend:
         return cls(encoder, decoder, bundle.model_config, threads, precision, streams)
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """src_ids (B, S) int64, src_mask (B, S) bool -> cross K and V, each (L, B, H, S, Dh).
+        """src_ids (B, S) int64, src_mask (B, S) bool -> cross K (L, B, H, Dh, S) (or
+        (L, B, H, S, Dh) from graphs without `keys_transposed`) and V (L, B, H, S, Dh).
 
         Sentences of similar length are encoded together, each group padded only to its own
         longest (`seq2seq.backend.length_groups`, README lever 21); the groups' K/V are then
@@ -272,11 +314,14 @@ class OnnxBackend:
             config.d_model // config.n_heads,
         )
         cross_k, cross_v = np.zeros(shape, dtype=np.float32), np.zeros(shape, dtype=np.float32)
+        if self.keys_transposed:
+            cross_k = np.ascontiguousarray(cross_k.swapaxes(-1, -2))
+        rows_k = self.keys_in_rows(cross_k)  # a view: writes land in cross_k
         for rows in groups:
             length = max(1, int(lengths[rows].max()))
             feed = self._source_feed(src_ids[rows, :length], src_mask[rows, :length])
             group_k, group_v = self.encoder.run(["cross_k", "cross_v"], feed)
-            cross_k[:, rows, :, :length] = group_k
+            rows_k[:, rows, :, :length] = self.keys_in_rows(group_k)
             cross_v[:, rows, :, :length] = group_v
         return cross_k, cross_v
 
@@ -314,7 +359,8 @@ class OnnxBackend:
         """One run of the decoder-step graph on stacked arrays; returns the outputs in `names`.
 
         tokens (N, T), src_mask (N, S), cache with cross K/V (L, N, H, S, Dh) and self K/V
-        (L, N, H, P, Dh) -> log_probs (N, T, V), new_past_k/v (L, N, H, P+T, Dh),
+        (L, N, H, P, Dh), the keys (.., Dh, S|P) with `keys_transposed` -> log_probs
+        (N, T, V), new_past_k/v (L, N, H, P+T, Dh) (new_past_k (L, N, H, Dh, P+T) likewise),
         cross_weights (L, N, H, T, S), self_weights (L, N, H, T, P+T) and, from a graph with
         the search's TopK, top_log_probs and top_ids (N, T, top_k). Every output is
         allocated here and written in place by the graph (I/O binding), the caches layer by
@@ -322,31 +368,17 @@ class OnnxBackend:
         at most `PLAIN_RUN_ROWS` rows is cheaper unbound, its caches stacked after it. At most
         `SMALL_STEP_ROWS` rows of int8 graphs run on one thread.
         """
-        layers, rows, heads, source, head_dim = cache.cross_k.shape
+        layers, rows, heads, source, head_dim = cache.cross_v.shape
         new, past = tokens.shape[1], cache.past_length
         # Held until the run ends: the binding points into these arrays' memory.
-        inputs = {
-            "tokens": np.ascontiguousarray(tokens, dtype=np.int64),
-            "src_mask": np.ascontiguousarray(src_mask, dtype=np.bool_),
-        }
-        if self.has_top_k:
-            inputs["top_k"] = np.array([top_k], dtype=np.int64)
-        # Per layer: the search's cache may be a view whose layers are each contiguous but
-        # not adjacent (`seq2seq.backend.move_rows`); such a layer is bound as it is, no copy.
-        for name, stacked in (
-            ("cross_k", cache.cross_k),
-            ("cross_v", cache.cross_v),
-            ("past_k", cache.self_k),
-            ("past_v", cache.self_v),
-        ):
-            for layer in range(layers):
-                inputs[f"{name}_{layer}"] = np.ascontiguousarray(stacked[layer], dtype=np.float32)
+        inputs = self.decoder_feed(tokens, src_mask, cache, top_k)
         session = self.small_decoder if rows <= SMALL_STEP_ROWS else self.decoder
         if rows <= PLAIN_RUN_ROWS:
             return self._run_and_stack(session, inputs, names, layers)
+        key_axes = (head_dim, past + new) if self.keys_transposed else (past + new, head_dim)
         shapes = {
             "log_probs": (rows, new, self.config.vocab_size),
-            "new_past_k": (layers, rows, heads, past + new, head_dim),
+            "new_past_k": (layers, rows, heads, *key_axes),
             "new_past_v": (layers, rows, heads, past + new, head_dim),
             "cross_weights": (layers, rows, heads, new, source),
             "self_weights": (layers, rows, heads, new, past + new),
@@ -364,6 +396,32 @@ class OnnxBackend:
                 binding.bind_output(graph_name, "cpu", 0, part.dtype.type, list(part.shape), part.ctypes.data)
         session.run_with_iobinding(binding)
         return outputs
+
+    def decoder_feed(
+        self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, top_k: int = 1
+    ) -> dict[str, np.ndarray]:
+        """The decoder-step graph's inputs for `run_decoder`'s arguments: the stacked caches
+        as per-layer arrays. The search's cache may be a view whose layers are each
+        contiguous but not adjacent (`seq2seq.backend.move_rows`); such a layer is fed as
+        it is, no copy. The empty past of `DecoderCache.start` is fed in the graph's layout."""
+        inputs = {
+            "tokens": np.ascontiguousarray(tokens, dtype=np.int64),
+            "src_mask": np.ascontiguousarray(src_mask, dtype=np.bool_),
+        }
+        if self.has_top_k:
+            inputs["top_k"] = np.array([top_k], dtype=np.int64)
+        self_k = cache.self_k
+        if self.keys_transposed and cache.past_length == 0:
+            self_k = self_k.swapaxes(-1, -2)  # (L, N, H, 0, Dh) -> (L, N, H, Dh, 0)
+        for name, stacked in (
+            ("cross_k", cache.cross_k),
+            ("cross_v", cache.cross_v),
+            ("past_k", self_k),
+            ("past_v", cache.self_v),
+        ):
+            for layer in range(len(stacked)):
+                inputs[f"{name}_{layer}"] = np.ascontiguousarray(stacked[layer], dtype=np.float32)
+        return inputs
 
     @staticmethod
     def _run_and_stack(

@@ -110,8 +110,14 @@ def test_decoder_graph_matches_torch_for_every_shape(
     past_k, past_v = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
 
     cross_k, cross_v, encoder_self = onnx_backend.encoder.run(None, {"src_ids": src_ids, "src_mask": src_mask})
-    cache = DecoderCache(cross_k, cross_v, past_k, past_v)
+    # A fresh export takes and gives the keys transposed, (.., Dh, S|P) (lever 22).
+    assert onnx_backend.keys_transposed
+    assert cross_k.shape[-2:] == (config.head_dim, source)
+    graph_past_k = np.ascontiguousarray(past_k.swapaxes(-1, -2))
+    cache = DecoderCache(cross_k, cross_v, graph_past_k if past else past_k, past_v)
     outputs = list(onnx_backend.run_decoder(tokens, src_mask, cache).values())
+    assert outputs[1].shape[-2:] == (config.head_dim, past + new)
+    cross_k, outputs[1] = onnx_backend.keys_in_rows(cross_k), onnx_backend.keys_in_rows(outputs[1])
     with torch.inference_mode():
         encoded = model.encode(torch.from_numpy(src_ids), torch.from_numpy(src_mask), need_weights=True)
         decoded = model.decode(
@@ -151,16 +157,25 @@ def test_attention_maps_match_the_searched_alignment(tiny_bundle: Path) -> None:
 
 
 def test_head_reshapes_have_constant_targets(tiny_bundle: Path) -> None:
-    """export/shapes.py: every Reshape target is a constant (no Shape -> Gather -> Concat chain
-    left to run per step); the parity tests above check that the outputs did not move."""
-    for name in ("encoder.onnx", "decoder_step.onnx"):
+    """export/shapes.py: every head split and merge has a constant Reshape target (no Shape ->
+    Gather -> Concat chain left to run per step); the parity tests above check that the
+    outputs did not move. The one exception: the targets that give each Gemm's output back
+    its leading dims (export/gemm.py), built once per run from one Shape of an input."""
+    for name, leading in (("encoder.onnx", "src_ids"), ("decoder_step.onnx", "tokens")):
         graph = onnx.load(str(tiny_bundle / name)).graph
         constants = {tensor.name for tensor in graph.initializer}
+        built = {node.output[0]: node for node in graph.node}
         reshapes = [node for node in graph.node if node.op_type == "Reshape"]
-        assert reshapes and all(node.input[1] in constants for node in reshapes), name
+        heads = [node for node in reshapes if node.input[1] not in constants]
+        assert len(reshapes) > len(heads) > 0, name
+        for node in heads:
+            concat = built[node.input[1]]
+            assert concat.op_type == "Concat" and built[concat.input[0]].op_type == "Shape", name
+            assert built[concat.input[0]].input[0] == leading, name
     ops = [node.op_type for node in onnx.load(str(tiny_bundle / "decoder_step.onnx")).graph.node]
-    # What is left reads the past and new lengths, for the position slice and the causal mask.
-    assert ops.count("Shape") == 2
+    # What is left reads the past and new lengths, for the position slice and the causal mask,
+    # and the Gemms' leading dims.
+    assert ops.count("Shape") == 3
 
 
 def test_torch_backend_from_bundle_translates_identically(tiny_bundle: Path) -> None:
@@ -295,9 +310,9 @@ def test_int8_export_through_the_cli(tiny_checkpoint: Path, tmp_path: Path) -> N
     alone = [translator.translate(s, DecodeConfig(beam_size=4)).target_ids for s in SENTENCES]
     assert alone == [r.target_ids for r in results]
     # Every MatMul that multiplies by a weight is quantized (before the weights' Transposes
-    # were folded, none was): the fp32 graph's weight MatMuls become MatMulIntegerToFloat
-    # with constant activation scales, and the MatMuls left in fp32 are the attention's,
-    # activation by activation.
+    # were folded, none was): the fp32 graph's weight MatMuls (Gemms with their bias since
+    # lever 22, export/gemm.py) become MatMulIntegerToFloat with constant activation
+    # scales, and the MatMuls left in fp32 are the attention's, activation by activation.
     for role in ("encoder", "decoder_step"):
         fp32, int8 = (onnx.load(str(path)) for path in (out / f"{role}.onnx", out / f"{role}.int8.onnx"))
         weights = {tensor.name for tensor in fp32.graph.initializer}
@@ -305,7 +320,8 @@ def test_int8_export_through_the_cli(tiny_checkpoint: Path, tmp_path: Path) -> N
         weight_matmuls = sum(
             1
             for node in fp32.graph.node
-            if node.op_type == "MatMul"
+            if node.op_type == "Gemm"
+            or node.op_type == "MatMul"
             and node.input[1] in made_by
             and made_by[node.input[1]].op_type == "Transpose"
             and made_by[node.input[1]].input[0] in weights
