@@ -33,9 +33,9 @@ class DecoderCache:
     rows (axis 1) and reads P from the values, whose layout is the same everywhere.
     """
 
-    cross_k: np.ndarray  # (L, N, H, S, Dh) cross-attention keys, projected once per source
+    cross_k: np.ndarray  # (L, N, H, S, Dh) (or transposed, above) cross-attention keys, once per source
     cross_v: np.ndarray  # (L, N, H, S, Dh)
-    self_k: np.ndarray  # (L, N, H, P, Dh) self-attention keys of the P positions so far
+    self_k: np.ndarray  # (L, N, H, P, Dh) (or transposed) self-attention keys of the P positions so far
     self_v: np.ndarray  # (L, N, H, P, Dh)
 
     @classmethod
@@ -111,7 +111,8 @@ class SearchBackend(Protocol):
     config: ModelConfig
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """src_ids (B, S) int64, src_mask (B, S) bool -> cross K and V, each (L, B, H, S, Dh)."""
+        """src_ids (B, S) int64, src_mask (B, S) bool -> cross K and V, each (L, B, H, S, Dh)
+        (K in the backend's own layout: see `DecoderCache`)."""
         ...
 
     def step(
