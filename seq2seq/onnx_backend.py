@@ -68,30 +68,30 @@ PLAIN_RUN_ROWS = 8
 ENCODE_RUN_POSITIONS = 16.0
 
 
-def encoder_io(keys_transposed: bool = True) -> dict[str, dict[str, tuple[str, ...]]]:
-    """The encoder graph's inputs and outputs (name -> axes), in order; with `keys_transposed`
-    (the exporter's layout), the cross K as (.., head_dim, source)."""
-    rows = ("decoder_layers", "batch", "heads", "source", "head_dim")
+def encoder_io() -> dict[str, dict[str, tuple[str, ...]]]:
+    """The encoder graph's inputs and outputs (name -> axes), in order, the cross K transposed
+    (see `decoder_io`)."""
     return {
         "inputs": {"src_ids": ("batch", "source"), "src_mask": ("batch", "source")},
         "outputs": {
-            "cross_k": ("decoder_layers", "batch", "heads", "head_dim", "source") if keys_transposed else rows,
-            "cross_v": rows,
+            "cross_k": ("decoder_layers", "batch", "heads", "head_dim", "source"),
+            "cross_v": ("decoder_layers", "batch", "heads", "source", "head_dim"),
             "self_weights": ("encoder_layers", "batch", "heads", "source", "source"),
         },
     }
 
 
-def decoder_io(layers: int, keys_transposed: bool = True) -> dict[str, dict[str, tuple[str, ...]]]:
-    """The decoder-step graph's inputs and outputs (name -> axes), in order, for L = `layers`;
-    with `keys_transposed` (the exporter's layout), K as (.., head_dim, length).
+def decoder_io(layers: int) -> dict[str, dict[str, tuple[str, ...]]]:
+    """The decoder-step graph's inputs and outputs (name -> axes), in order, for L = `layers`,
+    the keys transposed: (.., head_dim, length). Graphs exported before README lever 22 have
+    them as (.., length, head_dim) and still run (`OnnxBackend.keys_transposed`).
 
     The one declaration of the interface: the exporter names the graph's tensors from it and
-    this backend checks a bundle's graph against it.
+    this backend checks a bundle's input names against it.
     """
 
     def per_layer(prefix: str, length: str) -> dict[str, tuple[str, ...]]:
-        keys = keys_transposed and prefix.endswith("_k")
+        keys = prefix.endswith("_k")
         axes = ("rows", "heads", "head_dim", length) if keys else ("rows", "heads", length, "head_dim")
         return {f"{prefix}_{layer}": axes for layer in range(layers)}
 
