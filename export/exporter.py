@@ -116,6 +116,10 @@ class DecoderStepGraph(nn.Module):
     transposed operand, about twice as slow for these batched (1, Dh) x (Dh, S) products:
     a decoder step 1.02-1.08x faster (README, lever 22). Each step's new keys are
     concatenated along the last axis instead, which costs the same.
+
+    The source mask and cross K/V have one row per sentence, and the N rows of tokens and
+    cache are its beams, G = N / B consecutive rows each: each sentence's K/V are read once
+    for all its beams (`seq2seq.model._grouped_by_source`; README, lever 23).
     """
 
     def __init__(self, model: Transformer):
@@ -124,8 +128,8 @@ class DecoderStepGraph(nn.Module):
         self.layers = model.config.decoder_layers
 
     def forward(self, tokens: Tensor, src_mask: Tensor, *states: Tensor) -> tuple[Tensor, ...]:
-        """tokens (N, T), src_mask (N, S), then per layer l: cross_k_l (N, H, Dh, S), cross_v_l
-        (N, H, S, Dh), past_k_l (N, H, Dh, P), past_v_l (N, H, P, Dh) -> log_probs (N, T, V),
+        """tokens (N, T), src_mask (B, S), then per layer l: cross_k_l (B, H, Dh, S), cross_v_l
+        (B, H, S, Dh), past_k_l (N, H, Dh, P), past_v_l (N, H, P, Dh) -> log_probs (N, T, V),
         new_past_k_l (N, H, Dh, P+T) and new_past_v_l (N, H, P+T, Dh) per layer,
         cross_weights (L, N, H, T, S), self_weights (L, N, H, T, P+T)."""
         cross_kt, cross_v, past_kt, past_v = (states[i * self.layers : (i + 1) * self.layers] for i in range(4))
@@ -154,22 +158,31 @@ def _dynamic_axes(io: dict[str, dict[str, tuple[str, ...]]]) -> dict[str, dict[i
     }
 
 
-def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET) -> dict[str, str]:
-    """Write encoder.onnx and decoder_step.onnx for `model` into `out_dir`; returns role -> file."""
+def export_graphs(
+    model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET, cross_per_sentence: bool = True
+) -> dict[str, str]:
+    """Write encoder.onnx and decoder_step.onnx for `model` into `out_dir`; returns role -> file.
+
+    `cross_per_sentence`: the decoder step reads one cross K/V and source mask per sentence
+    for its rows, a sentence's beams being consecutive rows (README, lever 23); False gives
+    the graph of earlier exports, one copy per row (kept to test that those still run)."""
     model = model.eval()
     config = model.config
     layers, heads, head_dim = config.decoder_layers, config.n_heads, config.head_dim
-    # Example inputs with distinct sizes on every dynamic axis (B=2, S=5, P=3, T=2), so no
-    # size can be mistaken for another and baked into the graph as a constant.
+    # Example inputs with distinct sizes on the dynamic axes (B=2 sentences, N=6 rows, S=5,
+    # P=3, T=2), so no size can be mistaken for another and baked into the graph as a
+    # constant. Rows that are not the sentences are what traces the grouped cross-attention
+    # (`seq2seq.model._grouped_by_source`).
     src_ids = torch.full((2, 5), config.eos_id, dtype=torch.long)
     src_mask = torch.ones(2, 5, dtype=torch.bool)
     src_mask[1, -1] = False
     with torch.no_grad():
         encoded = model.encode(src_ids, src_mask)
-    past_k = [torch.zeros(2, heads, head_dim, 3) for _ in range(layers)]
-    past_v = [torch.zeros(2, heads, 3, head_dim) for _ in range(layers)]
+    rows = 6 if cross_per_sentence else 2
+    past_k = [torch.zeros(rows, heads, head_dim, 3) for _ in range(layers)]
+    past_v = [torch.zeros(rows, heads, 3, head_dim) for _ in range(layers)]
     cross_kt = [k.transpose(-1, -2) for k in encoded.cross_k]
-    tokens = torch.full((2, 2), config.bos_id, dtype=torch.long)
+    tokens = torch.full((rows, 2), config.bos_id, dtype=torch.long)
     files = GRAPH_FILES["fp32"]
     jobs = [
         (EncoderGraph(model), (src_ids, src_mask), files["encoder"], encoder_io()),
@@ -177,7 +190,7 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET)
             DecoderStepGraph(model),
             (tokens, src_mask, *cross_kt, *encoded.cross_v, *past_k, *past_v),
             files["decoder_step"],
-            decoder_io(layers),
+            decoder_io(layers, cross_per_sentence=cross_per_sentence),
         ),
     ]
     for module, example, name, io in jobs:

@@ -6,8 +6,9 @@ into a Gemm (whose kernel adds the bias as it writes) only for 2-D inputs, so he
 pair becomes Reshape (B·T, D) -> Gemm -> Reshape (B, T, D'). A Reshape moves no data, and
 the target of the second one is built once per graph from the input that every activation
 of the graph shares its leading dims with, by the model's construction: `tokens` (N, T) in
-the decoder step, `src_ids` (B, S) in the encoder. onnx's shape inference loses T after the
-position slice, so only the rank and the first dim are checked here; the export's parity
+the decoder step, `src_ids` (B, S) in the encoder. onnx's shape inference (with symbolic
+data propagation, which carries the rows through the grouped cross-attention's reshapes)
+loses T after the position slice, so only the rank and the first dim are checked here; the export's parity
 check runs both graphs on real sentences (T = 1 and whole targets) against torch. Same
 maths, outputs equal up to float rounding.
 
@@ -33,7 +34,7 @@ def fuse_bias_gemms(model: Any, leading_input: str) -> int:
     from onnx import helper
 
     graph = model.graph
-    inferred = onnx.shape_inference.infer_shapes(model).graph
+    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True).graph
     shapes = {value.name: _dims(value) for value in (*inferred.value_info, *inferred.input, *inferred.output)}
     initializers = {tensor.name: tensor for tensor in graph.initializer}
     producers = {output: node for node in graph.node for output in node.output}

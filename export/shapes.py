@@ -9,8 +9,16 @@ parts that are static but not the batch and length dims, so about 80 of a decode
 entries are the data's own dims at the same positions can be a constant: `[0, 0, H, Dh]`
 to split heads, `[0, 0, D]` to merge them. The chains then feed nothing and are removed.
 
+A target that also needs a dim the data does not have there, such as the sentences B of
+the grouped cross-attention's (B·G, T, H, Dh) -> (B, G·T, H, Dh) (README, lever 23), is
+built once per graph instead, from the graph input that declares that dim (here `src_mask`,
+(sentences, source)): one Shape -> Gather -> Concat shared by every layer's Reshape with the
+same target, where each layer had its own chain. One dim that is neither the data's own
+nor an input's may be left to Reshape's -1 (the element count fixes it).
+
 Same maths, same outputs: only where a dim comes from is changed, and only where onnx's
-shape inference proves it is the very dim Reshape would copy.
+shape inference (with symbolic data propagation) proves it is the very dim Reshape would
+copy, or the input's dim it names.
 """
 
 from __future__ import annotations
@@ -22,6 +30,9 @@ import numpy as np
 # A symbolic dim: an int when static, else the name onnx's shape inference gave it
 # (`rows`, `unk__4`, ...; one name is one value), else (tensor, axis).
 Dim = int | str | tuple[str, int]
+
+# The names of the shared targets' tensors (`_shared_target_tensor`) start with this.
+SHARED_PREFIX = "shared_target"
 
 
 def fold_reshape_targets(model: Any) -> int:
@@ -43,7 +54,7 @@ def _fold_round(model: Any) -> int:
     from onnx import numpy_helper
 
     graph = model.graph
-    inferred = onnx.shape_inference.infer_shapes(model)
+    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     shapes: dict[str, list[Dim]] = {}
     for value in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
         dims = value.type.tensor_type.shape.dim
@@ -91,6 +102,11 @@ def _fold_round(model: Any) -> int:
                 graph.initializer.append(numpy_helper.from_array(np.array(target, dtype=np.int64), name))
                 node.input[1] = name
                 folded += 1
+            elif not node.input[1].startswith(SHARED_PREFIX):
+                shared = _shared_target(ins[1], shapes[node.input[0]], _input_dims(graph))
+                if shared is not None:
+                    node.input[1] = _shared_target_tensor(graph, shared)
+                    folded += 1
         if out is not None:
             for name in node.output:
                 values[name] = out
@@ -110,6 +126,82 @@ def _constant_target(target: list[Dim], data: list[Dim]) -> list[int] | None:
         else:
             return None
     return constant
+
+
+def _input_dims(graph: Any) -> dict[str, tuple[str, int]]:
+    """Each named dynamic dim of the graph's inputs -> (input, axis) of its first occurrence."""
+    dims: dict[str, tuple[str, int]] = {}
+    for graph_input in graph.input:
+        for axis, dim in enumerate(graph_input.type.tensor_type.shape.dim):
+            if dim.dim_param and dim.dim_param not in dims:
+                dims[dim.dim_param] = (graph_input.name, axis)
+    return dims
+
+
+def _shared_target(
+    target: list[Dim], data: list[Dim], inputs: dict[str, tuple[str, int]]
+) -> list[int | tuple[str, int]] | None:
+    """`target` as entries a graph can build once for all layers: a number (0 for the data's
+    own dim, -1 for at most one dim that is neither the data's nor an input's, when the
+    target has no -1 of its own) or (input, axis). None if that is not possible."""
+    entries: list[int | tuple[str, int]] = []
+    inferred = -1 in target
+    for axis, dim in enumerate(target):
+        if isinstance(dim, int):
+            entries.append(dim)
+        elif axis < len(data) and data[axis] == dim:
+            entries.append(0)
+        elif isinstance(dim, str) and dim in inputs:
+            entries.append(inputs[dim])
+        elif not inferred:
+            entries.append(-1)
+            inferred = True
+        else:
+            return None
+    return entries
+
+
+def _shared_target_tensor(graph: Any, entries: list[int | tuple[str, int]]) -> str:
+    """The name of a tensor holding `entries` (see `_shared_target`), made once per graph:
+    Shape of each input used, Gather of each of its axes, and a Concat, placed first."""
+    from onnx import helper, numpy_helper
+
+    def key(entry: int | tuple[str, int]) -> str:
+        return str(entry) if isinstance(entry, int) else f"{entry[0]}.{entry[1]}"
+
+    name = f"{SHARED_PREFIX}.{'_'.join(key(e) for e in entries)}"
+    made = {output for node in graph.node for output in node.output}
+    if name in made:
+        return name
+    parts: list[str] = []
+    nodes = []
+    numbers: list[int] = []  # consecutive numbers go in one initializer
+    for entry in [*entries, None]:
+        if isinstance(entry, int):
+            numbers.append(entry)
+            continue
+        if numbers:
+            part = f"{name}.{len(parts)}"
+            graph.initializer.append(numpy_helper.from_array(np.array(numbers, dtype=np.int64), part))
+            parts.append(part)
+            numbers = []
+        if entry is None:
+            break
+        graph_input, axis = entry
+        shape, part = f"{SHARED_PREFIX}.shape.{graph_input}", f"{SHARED_PREFIX}.dim.{graph_input}.{axis}"
+        if shape not in made:
+            nodes.append(helper.make_node("Shape", [graph_input], [shape], name=shape))
+            made.add(shape)
+        if part not in made:
+            indices = f"{part}.index"
+            graph.initializer.append(numpy_helper.from_array(np.array([axis], dtype=np.int64), indices))
+            nodes.append(helper.make_node("Gather", [shape, indices], [part], name=part, axis=0))
+            made.add(part)
+        parts.append(part)
+    nodes.append(helper.make_node("Concat", parts, [name], name=name, axis=0))
+    for position, node in enumerate(nodes):
+        graph.node.insert(position, node)
+    return name
 
 
 def _drop_unused(graph: Any) -> None:

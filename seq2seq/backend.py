@@ -109,6 +109,10 @@ class SearchBackend(Protocol):
     eos_id: int
     pad_id: int
     config: ModelConfig
+    # Whether a step reads one cross K/V per sentence for the K consecutive rows of its beams
+    # (the cache then keeps them (L, B, H, S, Dh) for N = B·K rows) rather than one per row.
+    # A backend without the attribute reads one per row.
+    cross_per_sentence: bool
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """src_ids (B, S) int64, src_mask (B, S) bool -> cross K and V, each (L, B, H, S, Dh)

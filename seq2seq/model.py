@@ -53,7 +53,13 @@ def scaled_dot_product(
     q (B, H, T, Dh), k and v (B, H, S, Dh), allowed broadcastable to (B, H, T, S).
     Returns the context (B, H, T, Dh) and the weights (B, H, T, S) if asked for.
     Without weights the fused kernel runs (same maths, less memory).
+
+    k and v may also hold one source for every G consecutive query rows: q (B·G, H, T, Dh)
+    against k and v (B, H, S, Dh), allowed then broadcastable to (B, 1, 1, S). That is a
+    sentence's G beams reading its one copy of the cross K/V (`_grouped_by_source`).
     """
+    if k.size(0) != q.size(0):
+        return _grouped_by_source(q, k, v, allowed, need_weights, dropout_p)
     if not need_weights:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
         return out, None
@@ -61,6 +67,29 @@ def scaled_dot_product(
     scores = scores.masked_fill(~allowed, float("-inf"))
     weights = scores.softmax(dim=-1)
     out = F.dropout(weights, dropout_p, training=dropout_p > 0) @ v  # (B, H, T, Dh)
+    return out, weights
+
+
+def _grouped_by_source(
+    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, need_weights: bool, dropout_p: float
+) -> tuple[Tensor, Tensor | None]:
+    """`scaled_dot_product` for q (B·G, H, T, Dh) against k, v (B, H, S, Dh) and allowed
+    (B, 1, 1, S): each source's G query rows become G·T query positions of one row, so its K
+    and V are read once for all of them (one (G·T, Dh) x (Dh, S) product per source and
+    head where there were G (T, Dh) x (Dh, S) ones), and are stored once (README, lever 23).
+    Outputs as `scaled_dot_product`'s, row for row: (B·G, H, T, Dh) and (B·G, H, T, S).
+
+    Every regrouping is a transpose and a reshape whose only dynamic sizes are B, from
+    `allowed` (one tensor for all layers), and B·G, from q's own shape: the exported graph
+    then builds each reshape's target once for all layers (export/shapes.py), not from a
+    chain of shape kernels per layer and step."""
+    heads, head_dim = q.size(1), q.size(3)
+    by_row = q.transpose(1, 2)  # (B·G, T, H, Dh), the same memory order as (B, G·T, H, Dh)
+    by_source = by_row.reshape(allowed.size(0), -1, heads, head_dim).transpose(1, 2)  # (B, H, G·T, Dh)
+    out, weights = scaled_dot_product(by_source, k, v, allowed, need_weights, dropout_p)
+    out = out.transpose(1, 2).reshape_as(by_row).transpose(1, 2)
+    if weights is not None:  # (B, H, G·T, S) -> (B·G, H, T, S)
+        weights = weights.transpose(1, 2).reshape(by_row.size(0), -1, heads, weights.size(3)).transpose(1, 2)
     return out, weights
 
 

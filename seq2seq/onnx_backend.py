@@ -10,8 +10,8 @@ layers, H heads, Dh head size, V vocabulary):
     encoder.onnx       src_ids (B, S) int64, src_mask (B, S) bool (True = real token)
                     -> cross_k (L, B, H, Dh, S), cross_v (L, B, H, S, Dh) float32,
                        self_weights (E, B, H, S, S) float32
-    decoder_step.onnx  tokens (N, T) int64, src_mask (N, S) bool, and per decoder layer l:
-                       cross_k_l (N, H, Dh, S), cross_v_l (N, H, S, Dh), past_k_l (N, H, Dh, P),
+    decoder_step.onnx  tokens (N, T) int64, src_mask (B, S) bool, and per decoder layer l:
+                       cross_k_l (B, H, Dh, S), cross_v_l (B, H, S, Dh), past_k_l (N, H, Dh, P),
                        past_v_l (N, H, P, Dh), P >= 0, and top_k (1,) int64 = C
                     -> log_probs (N, T, V), per layer new_past_k_l (N, H, Dh, P+T),
                        new_past_v_l (N, H, P+T, Dh),
@@ -24,6 +24,12 @@ The keys are transposed, (.., Dh, S) and (.., Dh, P), so that each attention sco
 plain MatMul: with the keys as (.., S, Dh) onnxruntime multiplies by a transposed operand,
 about twice as slow for these batched (1, Dh) x (Dh, S) products (README, lever 22).
 Bundles exported before that take them as (.., S, Dh) and still run (`keys_transposed`).
+
+The source mask and cross K/V have one row per sentence, and the N = B·G rows of tokens and
+cache are its beams, G consecutive rows each (G = 1 greedy, or where the rows are the
+sentences): a sentence's K/V are read once per step for all its beams, and held once
+(README, lever 23). Bundles exported before that take one per row, N, and still run
+(`cross_per_sentence`).
 
 The search keeps the cross K/V and the cache stacked, (L, N, H, ·, Dh), as one array each
 (`seq2seq.backend.DecoderCache`); the graph takes and gives them per layer, so the backend
@@ -81,24 +87,29 @@ def encoder_io() -> dict[str, dict[str, tuple[str, ...]]]:
     }
 
 
-def decoder_io(layers: int) -> dict[str, dict[str, tuple[str, ...]]]:
+def decoder_io(layers: int, cross_per_sentence: bool = True) -> dict[str, dict[str, tuple[str, ...]]]:
     """The decoder-step graph's inputs and outputs (name -> axes), in order, for L = `layers`,
     the keys transposed: (.., head_dim, length). Graphs exported before README lever 22 have
-    them as (.., length, head_dim) and still run (`OnnxBackend.keys_transposed`).
+    them as (.., length, head_dim) and still run (`OnnxBackend.keys_transposed`). With
+    `cross_per_sentence` (the exporter's layout since README lever 23), the source mask and
+    cross K/V have one row per sentence, whose beams are consecutive rows; graphs exported
+    before have one per row and still run (`OnnxBackend.cross_per_sentence`).
 
     The one declaration of the interface: the exporter names the graph's tensors from it and
     this backend checks a bundle's input names against it.
     """
+    sources = "sentences" if cross_per_sentence else "rows"
 
     def per_layer(prefix: str, length: str) -> dict[str, tuple[str, ...]]:
+        first = sources if prefix.startswith("cross") else "rows"
         keys = prefix.endswith("_k")
-        axes = ("rows", "heads", "head_dim", length) if keys else ("rows", "heads", length, "head_dim")
+        axes = (first, "heads", "head_dim", length) if keys else (first, "heads", length, "head_dim")
         return {f"{prefix}_{layer}": axes for layer in range(layers)}
 
     return {
         "inputs": {
             "tokens": ("rows", "new"),
-            "src_mask": ("rows", "source"),
+            "src_mask": (sources, "source"),
             **per_layer("cross_k", "source"),
             **per_layer("cross_v", "source"),
             **per_layer("past_k", "past"),
@@ -255,6 +266,10 @@ class OnnxBackend:
         expected = list(decoder_io(config.decoder_layers)["inputs"])
         found = [graph_input.name for graph_input in self.decoder.get_inputs()]
         self.keys_transposed = self._keys_transposed(config)
+        # One cross K/V and source mask per sentence for its beams' rows (README, lever 23),
+        # or, in bundles exported before, one per row.
+        cross_v = next((i.shape for i in self.decoder.get_inputs() if i.name == "cross_v_0"), ["rows"])
+        self.cross_per_sentence = cross_v[0] == "sentences"
         # Whether the graph ranks the search's candidates itself (export/topk.py).
         self.has_top_k = found == expected + list(SEARCH_TOP_IO["inputs"])
         if found != expected and not self.has_top_k:
@@ -368,8 +383,8 @@ class OnnxBackend:
         at most `PLAIN_RUN_ROWS` rows is cheaper unbound, its caches stacked after it. At most
         `SMALL_STEP_ROWS` rows of int8 graphs run on one thread.
         """
-        layers, rows, heads, source, head_dim = cache.cross_v.shape
-        new, past = tokens.shape[1], cache.past_length
+        layers, _, heads, source, head_dim = cache.cross_v.shape
+        rows, new, past = tokens.shape[0], tokens.shape[1], cache.past_length
         # Held until the run ends: the binding points into these arrays' memory.
         inputs = self.decoder_feed(tokens, src_mask, cache, top_k)
         session = self.small_decoder if rows <= SMALL_STEP_ROWS else self.decoder
@@ -403,7 +418,16 @@ class OnnxBackend:
         """The decoder-step graph's inputs for `run_decoder`'s arguments: the stacked caches
         as per-layer arrays. The search's cache may be a view whose layers are each
         contiguous but not adjacent (`seq2seq.backend.move_rows`); such a layer is fed as
-        it is, no copy. The empty past of `DecoderCache.start` is fed in the graph's layout."""
+        it is, no copy. The empty past of `DecoderCache.start` is fed in the graph's layout.
+
+        With `cross_per_sentence`, the cache's cross K/V have one row per sentence and
+        tokens and src_mask (N, S) G = N / B consecutive rows each (the search's beams); the
+        graph gets every G-th row of src_mask."""
+        if self.cross_per_sentence:
+            sentences = cache.cross_v.shape[1]
+            if len(tokens) % sentences:
+                raise ValueError(f"{len(tokens)} rows are not whole beams of {sentences} sentences")
+            src_mask = src_mask[:: len(tokens) // sentences]
         inputs = {
             "tokens": np.ascontiguousarray(tokens, dtype=np.int64),
             "src_mask": np.ascontiguousarray(src_mask, dtype=np.bool_),

@@ -208,11 +208,13 @@ class _Beams:
     N = B'·K), and everything reordered with them."""
 
     k: int
+    # The cross K/V hold one row per sentence (`SearchBackend.cross_per_sentence`), not K.
+    cross_per_sentence: bool
     active: np.ndarray  # (B',) original index of each sentence in the batch
     tokens: np.ndarray  # (N, 1) int64, the input of the next step
     scores: np.ndarray  # (N,) float64 summed log-prob of each row
-    # cross K/V (L, N, H, S, Dh), self K/V (L, N, H, P, Dh); one row per sentence (B) before
-    # `first_step`
+    # cross K/V (L, N, H, S, Dh), or (L, B', H, S, Dh) with `cross_per_sentence`; self K/V
+    # (L, N, H, P, Dh); one row per sentence (B) before `first_step`
     cache: DecoderCache
     mask: np.ndarray  # (N, S) bool
     coverage: _Coverage | None
@@ -227,6 +229,7 @@ class _Beams:
         mask = src_mask[np.repeat(np.arange(batch), k)]
         return cls(
             k=k,
+            cross_per_sentence=getattr(backend, "cross_per_sentence", False),
             active=np.arange(batch),
             tokens=np.full((batch * k, 1), backend.bos_id, dtype=np.int64),
             # Only beam 0 is alive at the start, so the first step does not pick K copies of one token.
@@ -254,9 +257,13 @@ class _Beams:
             return out
         expand = np.repeat(np.arange(batch), self.k)
         # The cross K/V are repeated here once per batch (contiguous, so no later step copies
-        # them again); `advance` then keeps them while no sentence leaves.
+        # them again), unless the backend reads one per sentence; `advance` then keeps them
+        # while no sentence leaves.
         cache = out.cache
-        expanded = (select_rows(a, expand) for a in (cache.cross_k, cache.cross_v, cache.self_k, cache.self_v))
+        cross = (cache.cross_k, cache.cross_v)
+        if not self.cross_per_sentence:
+            cross = (select_rows(cross[0], expand), select_rows(cross[1], expand))
+        expanded = (*cross, select_rows(cache.self_k, expand), select_rows(cache.self_v, expand))
         return StepOutput(
             np.repeat(out.log_probs, self.k, axis=0),
             DecoderCache(*expanded),
@@ -276,7 +283,10 @@ class _Beams:
         self.scores = scores
         # The step's cache is a fresh output and the cross K/V are the search's own: rows are
         # moved within them (drops the rows of sentences that finish).
-        self.cache = out.cache.reorder(rows, sentence_rows, owned=True)
+        # One cross K/V per sentence follows the sentences (and stays while none leaves).
+        per_sentence = order if left else np.arange(len(self.active))
+        cross_rows = per_sentence if self.cross_per_sentence else sentence_rows
+        self.cache = out.cache.reorder(rows, cross_rows, owned=True)
         if self.coverage is not None:
             self.coverage.select(rows)
         if self.repeats is not None:

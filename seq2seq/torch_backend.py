@@ -19,6 +19,7 @@ class TorchBackend:
         config = model.config
         self.bos_id, self.eos_id, self.pad_id = config.bos_id, config.eos_id, config.pad_id
         self.config = config
+        self.cross_per_sentence = False  # the cross K/V are repeated for every beam row
 
     @classmethod
     def from_directory(cls, directory: Path) -> TorchBackend:

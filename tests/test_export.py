@@ -22,6 +22,7 @@ from data.tokenizer import EOS_ID, PAD_ID, Tokenizer
 from export import regraph
 from export.exporter import ExportError, export_model
 from export.parity import PARITY_SENTENCES, check_parity
+from export.shapes import SHARED_PREFIX
 from seq2seq.backend import DecoderCache
 from seq2seq.bundle import BUNDLE_FILE, BundleError, load_bundle_manifest, update_metrics
 from seq2seq.cli import export as export_cli
@@ -159,23 +160,32 @@ def test_attention_maps_match_the_searched_alignment(tiny_bundle: Path) -> None:
 def test_head_reshapes_have_constant_targets(tiny_bundle: Path) -> None:
     """export/shapes.py: every head split and merge has a constant Reshape target (no Shape ->
     Gather -> Concat chain left to run per step); the parity tests above check that the
-    outputs did not move. The one exception: the targets that give each Gemm's output back
-    its leading dims (export/gemm.py), built once per run from one Shape of an input."""
-    for name, leading in (("encoder.onnx", "src_ids"), ("decoder_step.onnx", "tokens")):
+    outputs did not move. The exceptions are built once per run from the Shape of a graph
+    input: the targets that give each Gemm's output back its leading dims (export/gemm.py),
+    and those of the grouped cross-attention, which need the sentences and rows (README,
+    lever 23), one Concat for all layers."""
+    for name in ("encoder.onnx", "decoder_step.onnx"):
         graph = onnx.load(str(tiny_bundle / name)).graph
         constants = {tensor.name for tensor in graph.initializer}
+        inputs = {graph_input.name for graph_input in graph.input}
         built = {node.output[0]: node for node in graph.node}
         reshapes = [node for node in graph.node if node.op_type == "Reshape"]
         heads = [node for node in reshapes if node.input[1] not in constants]
         assert len(reshapes) > len(heads) > 0, name
         for node in heads:
             concat = built[node.input[1]]
-            assert concat.op_type == "Concat" and built[concat.input[0]].op_type == "Shape", name
-            assert built[concat.input[0]].input[0] == leading, name
-    ops = [node.op_type for node in onnx.load(str(tiny_bundle / "decoder_step.onnx")).graph.node]
+            assert concat.op_type == "Concat", name
+            for dim in (built[part] for part in concat.input if part not in constants):
+                shape = built[dim.input[0]] if dim.op_type == "Gather" else dim
+                assert shape.op_type == "Shape" and shape.input[0] in inputs, name
+    decoder = onnx.load(str(tiny_bundle / "decoder_step.onnx")).graph
+    grouped = [node for node in decoder.node if node.op_type == "Concat" and node.name.startswith(SHARED_PREFIX)]
+    # (B·G, T, H, Dh) -> (B, G·T, H, Dh), and back for the context and the weights.
+    assert len(grouped) == 3
+    ops = [node.op_type for node in decoder.node]
     # What is left reads the past and new lengths, for the position slice and the causal mask,
-    # and the Gemms' leading dims.
-    assert ops.count("Shape") == 3
+    # the Gemms' leading dims, and the sentences and rows of the grouped cross-attention.
+    assert ops.count("Shape") == 5
 
 
 def test_torch_backend_from_bundle_translates_identically(tiny_bundle: Path) -> None:

@@ -1,6 +1,7 @@
-"""The exported graphs' layout for speed (README, lever 22): keys transposed, so every
-attention score is a plain MatMul, and the fp32 graphs' bias Adds fused into Gemms
-(export/gemm.py). Both change no result; bundles exported before them still run."""
+"""The exported graphs' layout for speed: keys transposed, so every attention score is a
+plain MatMul, and the fp32 graphs' bias Adds fused into Gemms (export/gemm.py) (README,
+lever 22); one cross K/V per sentence, read once for all its beams (lever 23). None
+changes a result; bundles exported before them still run."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from onnx import TensorProto, helper, numpy_helper
 from toy import SENTENCES
 
 from data.tokenizer import EOS_ID, PAD_ID
+from export.exporter import export_graphs
 from export.gemm import fuse_bias_gemms
 from seq2seq.bundle import BundleError, load_bundle_manifest
 from seq2seq.config import DecodeConfig
 from seq2seq.loading import load_translator
+from seq2seq.model import load_model, scaled_dot_product
 from seq2seq.onnx_backend import OnnxBackend
 from seq2seq.search import pad_batch
 
@@ -161,3 +164,52 @@ def test_graphs_that_disagree_on_the_keys_layout_are_refused(tiny_bundle: Path, 
     config = load_bundle_manifest(tiny_bundle).model_config
     with pytest.raises(BundleError, match="disagree on the keys' layout; re-export"):
         OnnxBackend(keys_in_rows_bundle / "encoder.onnx", tiny_bundle / "decoder_step.onnx", config, threads=1)
+
+
+def test_beams_reading_their_sentences_one_cross_kv_attend_as_with_a_copy_each() -> None:
+    """`seq2seq.model._grouped_by_source`: q of B·G rows (G consecutive rows per sentence)
+    against one K/V per sentence gives, row for row, what each row gets from its own copy."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    sentences, beams, heads, new, source, head_dim = 3, 4, 2, 2, 5, 8
+    q = torch.randn(sentences * beams, heads, new, head_dim, generator=generator)
+    k, v = (torch.randn(sentences, heads, source, head_dim, generator=generator) for _ in range(2))
+    allowed = torch.ones(sentences, 1, 1, source, dtype=torch.bool)
+    allowed[1, ..., -2:] = False  # the second sentence is shorter
+    out, weights = scaled_dot_product(q, k, v, allowed, need_weights=True)
+    copies = [x.repeat_interleave(beams, dim=0) for x in (k, v, allowed)]
+    expected_out, expected_weights = scaled_dot_product(q, *copies, need_weights=True)
+    torch.testing.assert_close(out, expected_out)
+    torch.testing.assert_close(weights, expected_weights)
+    assert torch.all(weights[beams : 2 * beams, ..., -2:] == 0)
+    fused, none = scaled_dot_product(q, k, v, allowed, need_weights=False)
+    assert none is None
+    torch.testing.assert_close(fused, expected_out)
+
+
+@pytest.fixture(scope="module")
+def cross_per_row_bundle(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny bundle with the fp32 graphs of bundles exported before lever 23: the decoder
+    step reads one cross K/V and source mask per row."""
+    old = tmp_path_factory.mktemp("cross_per_row") / "de-en"
+    shutil.copytree(tiny_bundle, old)
+    export_graphs(load_model(tiny_bundle).float(), old, cross_per_sentence=False)
+    return old
+
+
+def test_a_bundle_with_one_cross_kv_per_row_still_translates_the_same(
+    tiny_bundle: Path, cross_per_row_bundle: Path
+) -> None:
+    new = load_translator(tiny_bundle, threads=1, streams=1, verify=False)
+    old = load_translator(cross_per_row_bundle, threads=1, streams=1, verify=False)
+    assert isinstance(new.backend, OnnxBackend) and new.backend.cross_per_sentence
+    assert isinstance(old.backend, OnnxBackend) and not old.backend.cross_per_sentence
+    graph_inputs = {i.name: i for i in onnx.load(str(cross_per_row_bundle / "decoder_step.onnx")).graph.input}
+    assert graph_inputs["cross_v_0"].type.tensor_type.shape.dim[0].dim_param == "rows"
+    for config in (DecodeConfig(beam_size=1), DecodeConfig(beam_size=4, n_best=4, coverage_penalty=0.2)):
+        expected, found = new.translate_batch(SENTENCES, config), old.translate_batch(SENTENCES, config)
+        assert [r.target_ids for r in found] == [r.target_ids for r in expected]
+        for a, b in zip(found, expected):
+            np.testing.assert_allclose(a.attention, b.attention, rtol=0, atol=1e-5)
+            assert [h.target_ids for h in a.alternatives] == [h.target_ids for h in b.alternatives]
