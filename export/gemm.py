@@ -8,9 +8,9 @@ the target of the second one is built once per graph from the input that every a
 of the graph shares its leading dims with, by the model's construction: `tokens` (N, T) in
 the decoder step, `src_ids` (B, S) in the encoder. onnx's shape inference (with symbolic
 data propagation, which carries the rows through the grouped cross-attention's reshapes)
-loses T after the position slice, so only the rank and the first dim are checked here; the export's parity
-check runs both graphs on real sentences (T = 1 and whole targets) against torch. Same
-maths, outputs equal up to float rounding.
+loses T after the position slice, so only the rank and the first dim are checked here;
+the export's parity check runs both graphs on real sentences (T = 1 and whole targets)
+against torch. Same maths, outputs equal up to float rounding.
 
 Applied to the fp32 graphs only, after the int8 graphs are made from them: the quantizer
 quantizes MatMuls, and the int8 kernel already adds the bias (export/calibrate.py).

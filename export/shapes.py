@@ -62,6 +62,7 @@ def _fold_round(model: Any) -> int:
             d.dim_value if d.HasField("dim_value") else d.dim_param or (value.name, axis) for axis, d in enumerate(dims)
         ]
     constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    input_dims = _input_dims(graph)
     values: dict[str, list[Dim]] = {}  # small int tensors, element by element
 
     def known(name: str) -> list[Dim] | None:
@@ -103,7 +104,7 @@ def _fold_round(model: Any) -> int:
                 node.input[1] = name
                 folded += 1
             elif not node.input[1].startswith(SHARED_PREFIX):
-                shared = _shared_target(ins[1], shapes[node.input[0]], _input_dims(graph))
+                shared = _shared_target(ins[1], shapes[node.input[0]], input_dims)
                 if shared is not None:
                     node.input[1] = _shared_target_tensor(graph, shared)
                     folded += 1

@@ -31,6 +31,9 @@ class DecoderCache:
     README lever 22 take and return them transposed, (L, N, H, Dh, S) and (L, N, H, Dh, P),
     so each score is a plain MatMul (`OnnxBackend.keys_transposed`). The search only moves
     rows (axis 1) and reads P from the values, whose layout is the same everywhere.
+
+    The cross K/V have one row per search row, or, for a backend with `cross_per_sentence`
+    (README lever 23), one per sentence (B, its K beams being consecutive rows).
     """
 
     cross_k: np.ndarray  # (L, N, H, S, Dh) (or transposed, above) cross-attention keys, once per source

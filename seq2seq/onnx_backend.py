@@ -373,8 +373,9 @@ class OnnxBackend:
     ) -> dict[str, np.ndarray]:
         """One run of the decoder-step graph on stacked arrays; returns the outputs in `names`.
 
-        tokens (N, T), src_mask (N, S), cache with cross K/V (L, N, H, S, Dh) and self K/V
-        (L, N, H, P, Dh), the keys (.., Dh, S|P) with `keys_transposed` -> log_probs
+        tokens (N, T), src_mask (N, S), cache with cross K/V (L, N, H, S, Dh) (one row per
+        sentence, B, with `cross_per_sentence`) and self K/V (L, N, H, P, Dh), the keys
+        (.., Dh, S|P) with `keys_transposed` -> log_probs
         (N, T, V), new_past_k/v (L, N, H, P+T, Dh) (new_past_k (L, N, H, Dh, P+T) likewise),
         cross_weights (L, N, H, T, S), self_weights (L, N, H, T, P+T) and, from a graph with
         the search's TopK, top_log_probs and top_ids (N, T, top_k). Every output is
