@@ -123,7 +123,7 @@ class _ObservedBackend(OnnxBackend):
         src_mask: np.ndarray,
         cache: DecoderCache,
         names: tuple[str, ...] = ("log_probs",),
-        top_k: int = 1,
+        top_k: int = 0,
     ) -> dict[str, np.ndarray]:
         self.observers["decoder_step"].observe(self.decoder_feed(tokens, src_mask, cache, top_k))
         return super().run_decoder(tokens, src_mask, cache, names, top_k)

@@ -12,7 +12,7 @@ layers, H heads, Dh head size, V vocabulary):
                        self_weights (E, B, H, S, S) float32
     decoder_step.onnx  tokens (N, T) int64, src_mask (B, S) bool, and per decoder layer l:
                        cross_k_l (B, H, Dh, S), cross_v_l (B, H, S, Dh), past_k_l (N, H, Dh, P),
-                       past_v_l (N, H, P, Dh), P >= 0, and top_k (1,) int64 = C
+                       past_v_l (N, H, P, Dh), P >= 0, and top_k (1,) int64 = C >= 0
                     -> log_probs (N, T, V), per layer new_past_k_l (N, H, Dh, P+T),
                        new_past_v_l (N, H, P+T, Dh),
                        cross_weights (L, N, H, T, S), self_weights (L, N, H, T, P+T),
@@ -127,7 +127,9 @@ def decoder_io(layers: int, cross_per_sentence: bool = True) -> dict[str, dict[s
 
 # What the exporter appends to the decoder-step graph for the search (export/topk.py): the
 # C = top_k largest log-probs of each new position and their ids. A graph without them (an
-# older bundle) still runs: the search then ranks from log_probs in numpy.
+# older bundle) still runs: the search then ranks from log_probs in numpy. A graph's nodes
+# all run whatever outputs are fetched, so a run that wants none feeds C = 0 (greedy search,
+# teacher forcing): the TopK then costs nothing (at C = 1 it was ~3% of a greedy step).
 SEARCH_TOP_IO: dict[str, dict[str, tuple[str, ...]]] = {
     "inputs": {"top_k": ("one",)},
     "outputs": {"top_log_probs": ("rows", "new", "top"), "top_ids": ("rows", "new", "top")},
@@ -355,7 +357,7 @@ class OnnxBackend:
         top_k = min(top_k, self.config.vocab_size) if self.has_top_k else 0
         if top_k:
             names += tuple(SEARCH_TOP_IO["outputs"])
-        out = self.run_decoder(tokens, src_mask, cache, names, top_k=max(top_k, 1))
+        out = self.run_decoder(tokens, src_mask, cache, names, top_k=top_k)
         return StepOutput(
             out["log_probs"][:, -1],
             DecoderCache(cache.cross_k, cache.cross_v, out["new_past_k"], out["new_past_v"]),
@@ -369,7 +371,7 @@ class OnnxBackend:
         src_mask: np.ndarray,
         cache: DecoderCache,
         names: tuple[str, ...] = DECODER_OUTPUTS,
-        top_k: int = 1,
+        top_k: int = 0,
     ) -> dict[str, np.ndarray]:
         """One run of the decoder-step graph on stacked arrays; returns the outputs in `names`.
 
@@ -414,7 +416,7 @@ class OnnxBackend:
         return outputs
 
     def decoder_feed(
-        self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, top_k: int = 1
+        self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, top_k: int = 0
     ) -> dict[str, np.ndarray]:
         """The decoder-step graph's inputs for `run_decoder`'s arguments: the stacked caches
         as per-layer arrays. The search's cache may be a view whose layers are each

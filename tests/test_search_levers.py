@@ -108,6 +108,36 @@ def test_the_graphs_top_k_is_the_best_of_its_log_probs(tiny_bundle: Path) -> Non
     assert backend.step(tokens, mask, cache, need_attention=False).top is None  # not asked for
 
 
+def test_a_run_that_wants_no_top_k_feeds_zero(monkeypatch: pytest.MonkeyPatch, tiny_bundle: Path) -> None:
+    """Greedy search asks for no TopK, so the graph's TopK is fed C = 0 (every node runs
+    whatever is fetched): empty outputs, and the other outputs as with C > 0."""
+    backend = load_translator(tiny_bundle, verify=False, streams=1).backend
+    assert isinstance(backend, OnnxBackend) and backend.has_top_k
+    ids, mask = search.pad_batch([[5, 6, 7, 3], [8, 3]], backend.pad_id)
+    cache = DecoderCache.start(*backend.encode(ids, mask))
+    tokens = np.full((2, 1), backend.bos_id, dtype=np.int64)
+    names = ("log_probs", "new_past_k", "new_past_v", "top_log_probs", "top_ids")
+    none, some = (backend.run_decoder(tokens, mask, cache, names, top_k=k) for k in (0, 5))
+    assert none["top_ids"].shape == (2, 1, 0) and some["top_ids"].shape == (2, 1, 5)
+    for name in names[:3]:
+        assert np.array_equal(none[name], some[name]), name
+
+    fed: list[int] = []
+    feed = OnnxBackend.decoder_feed
+
+    def recording(self: OnnxBackend, *args: object, **kwargs: object) -> dict[str, np.ndarray]:
+        inputs = feed(self, *args, **kwargs)
+        fed.append(int(inputs["top_k"][0]))
+        return inputs
+
+    monkeypatch.setattr(OnnxBackend, "decoder_feed", recording)
+    search.beam_search(backend, ids, mask, DecodeConfig(beam_size=1))
+    assert fed and set(fed) == {0}
+    fed.clear()
+    search.beam_search(backend, ids, mask, DecodeConfig(beam_size=2))
+    assert fed and 0 not in fed
+
+
 @pytest.mark.parametrize("beam", [2, 4])
 def test_search_from_the_graphs_top_k_equals_search_from_numpy(
     monkeypatch: pytest.MonkeyPatch, tiny_bundle: Path, beam: int
