@@ -6,6 +6,11 @@ and prints one table (and JSON with --json). Loopback only.
 
     python bench/service_load.py --models models --requests 200
     python bench/service_load.py --models /tmp/tiny-models --concurrency 1 8 32 --window-ms 5
+    python bench/service_load.py --concurrency 8 32 --requests 512 --rounds 3
+
+With --rounds N the two modes run N times each, in turn (on, off, off, on, ...), and the
+batching gain is printed per round: this machine's speed drifts by tens of percent within
+minutes, so a gain is only a ratio of runs taken side by side.
 
 Aims (issue 4): batching >= 2x the throughput of no batching at concurrency 32; p99 <=
 250 ms at concurrency 8.
@@ -133,29 +138,49 @@ def main() -> int:
     parser.add_argument(
         "--batching", nargs="+", choices=("on", "off"), default=["on", "off"], help="micro-batching runs (default both)"
     )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="runs of every mode, in turn (default 1); one gain per round"
+    )
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
 
+    modes = [(m, w) for m, w in (("on", args.window_ms), ("off", 0.0)) if m in args.batching]
     results = []
-    for mode, window in [(m, w) for m, w in (("on", args.window_ms), ("off", 0.0)) if m in args.batching]:
-        process, url = start_server(args.models, window, args.threads, args.quality)
-        try:
-            for concurrency in args.concurrency:
-                row = {"batching": mode, **asyncio.run(load(url, concurrency, args.requests, args.alignment))}
-                results.append(row)
-                print(
-                    f"batching {mode:3}  c={concurrency:<3} {row['throughput_rps']:8.1f} req/s   "
-                    f"p50 {row['p50_ms']:7.1f} ms   p99 {row['p99_ms']:7.1f} ms",
-                    flush=True,
-                )
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
-    by = {(r["batching"], r["concurrency"]): r for r in results}
+    for round_ in range(args.rounds):
+        # Each round runs the modes in turn, in the other order than the round before, so a
+        # load change on the shared machine hits both alike (the gain is a ratio in one round).
+        for mode, window in modes if round_ % 2 == 0 else modes[::-1]:
+            process, url = start_server(args.models, window, args.threads, args.quality)
+            try:
+                for concurrency in args.concurrency:
+                    row = {
+                        "round": round_ + 1,
+                        "batching": mode,
+                        **asyncio.run(load(url, concurrency, args.requests, args.alignment)),
+                    }
+                    results.append(row)
+                    print(
+                        f"round {round_ + 1}  batching {mode:3}  c={concurrency:<3} "
+                        f"{row['throughput_rps']:8.1f} req/s   "
+                        f"p50 {row['p50_ms']:7.1f} ms   p99 {row['p99_ms']:7.1f} ms",
+                        flush=True,
+                    )
+            finally:
+                process.terminate()
+                process.wait(timeout=30)
     top = max(args.concurrency)
-    if ("on", top) in by and ("off", top) in by:
+    by = {(r["round"], r["batching"], r["concurrency"]): r for r in results}
+    gains = [
+        by[round_, "on", top]["throughput_rps"] / by[round_, "off", top]["throughput_rps"]
+        for round_ in range(1, args.rounds + 1)
+        if (round_, "on", top) in by and (round_, "off", top) in by
+    ]
+    if gains:
         print(
             f"batching speed-up at concurrency {top}: "
-            f"{by['on', top]['throughput_rps'] / by['off', top]['throughput_rps']:.2f}x"
+            + " / ".join(f"{gain:.2f}x" for gain in gains)
+            + (f" (median {float(np.median(gains)):.2f}x)" if len(gains) > 1 else "")
         )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
