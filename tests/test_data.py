@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,8 @@ from data.corpora import (
 from data.prepare import prepare, read_pairs
 from data.split import split_pairs
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+
+SHIPPED_TOKENIZER = Path(__file__).resolve().parents[1] / "models" / "de-en" / "spm.model"
 
 # --------------------------------------------------------------------------- Ding cleaning
 
@@ -294,6 +297,24 @@ def test_prepare_end_to_end_on_a_tsv_corpus(tmp_path: Path):
     _, pieces, offsets = tokenizer.encode_with_offsets("Die Straße")
     assert "".join(pieces).replace("▁", " ").strip() == "Die Straße"
     assert offsets[-1][1] == len("Die Straße")
+
+
+@pytest.mark.parametrize(
+    "text", ["Die Straße", "Er wohnt in München.", "ﬁnden Sie   das?", "Käse 😀 e\u0301", "  Rand  ", "ＮＡＴＯ", ""]
+)
+def test_piece_offsets_point_into_the_text_as_given(text: str):
+    """Each piece's (start, end) are character offsets into the text as the user wrote it,
+    normalization and all (the NFKC ligature and full-width letters): what the alignment maps
+    and the explorer highlight."""
+    tokenizer = Tokenizer(SHIPPED_TOKENIZER)
+    ids, pieces, offsets = tokenizer.encode_with_offsets(text)
+    assert ids == tokenizer.encode(text) and pieces == tokenizer.sp.encode(text, out_type=str)
+    assert len(offsets) == len(pieces)
+    for (start, end), piece in zip(offsets, pieces, strict=True):
+        assert 0 <= start <= end <= len(text)
+        spelled = unicodedata.normalize("NFKC", text[start:end]).strip()
+        assert spelled == piece.lstrip("▁") or piece == "▁", (text, piece, text[start:end])
+    assert [start for start, _ in offsets] == sorted(start for start, _ in offsets)
 
 
 def test_prepare_can_reuse_an_existing_tokenizer(tmp_path: Path):
