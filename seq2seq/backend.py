@@ -160,9 +160,9 @@ def move_rows(states: np.ndarray, rows: np.ndarray) -> np.ndarray:
     cheaper than a gather and a scatter, and is used. Each layer's slab of the result
     is contiguous, as backends need (the rows are a prefix of each layer's rows).
     """
-    moved = np.flatnonzero(rows != np.arange(len(rows)))
+    moved = (rows != np.arange(len(rows))).nonzero()[0]
     if 2 * len(moved) > len(rows):
-        return np.take(states, rows, axis=1)
+        return states.take(rows, axis=1)
     if len(moved):
         # The right side is gathered into a new array before anything is written, so a
         # row that is both read and overwritten is read first.

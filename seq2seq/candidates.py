@@ -23,6 +23,13 @@ import numpy as np
 FULL_SORT_WIDTH = 64
 
 
+def along_rows(values: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """values (R, M), index (R, C) -> (R, C): `values[r, index[r, c]]`, what
+    `np.take_along_axis(values, index, axis=1)` gives without its per-call index building
+    (several calls a decoder step: about 3% of a beam-4 translation at batch 1)."""
+    return values[np.arange(len(values))[:, None], index]
+
+
 def top_candidates(candidates: np.ndarray, count: int) -> np.ndarray:
     """Indices of the `count` largest entries of each row, best first: (R, M) -> (R, count).
 
@@ -36,7 +43,7 @@ def top_candidates(candidates: np.ndarray, count: int) -> np.ndarray:
     if count >= width or width <= FULL_SORT_WIDTH:
         return np.argsort(-candidates, axis=1, kind="stable")[:, :count]
     best = np.argpartition(candidates, width - count, axis=1)[:, width - count :]
-    values = np.take_along_axis(candidates, best, axis=1)
+    values = along_rows(candidates, best)
     # argpartition picks arbitrarily among entries equal to the cut-off value; the stable
     # sort takes the lowest indices. Rows where some equal entry was left out (rare: real
     # log-probs rarely tie) are redone with the full sort. At -inf nothing is ever used.
@@ -45,8 +52,8 @@ def top_candidates(candidates: np.ndarray, count: int) -> np.ndarray:
         cutoff[:, 0]
     )
     order = np.lexsort((best, -values), axis=1)  # by value descending, then by index
-    best = np.take_along_axis(best, order, axis=1)
-    for row in np.flatnonzero(tied):
+    best = along_rows(best, order)
+    for row in tied.nonzero()[0]:
         best[row] = np.argsort(-candidates[row], kind="stable")[:count]
     return best
 
@@ -82,12 +89,12 @@ class Candidates:
         if vocab <= width:
             return cls._of(*rank_all(scores, log_probs, k, np.arange(sentences)), eos_id, k)
         kept, left_out = (row_best or RowBest.of_log_probs(log_probs, width)).in_token_order()
-        sums = (scores[:, None] + np.take_along_axis(log_probs, kept, axis=1)).reshape(sentences, k * width)
+        sums = (scores[:, None] + along_rows(log_probs, kept)).reshape(sentences, k * width)
         order = top_candidates(sums, width)  # (B', 2K)
-        top_scores = np.take_along_axis(sums, order, axis=1)
+        top_scores = along_rows(sums, order)
         beam = order // width  # within the sentence
         tokens = kept[beam + (np.arange(sentences) * k)[:, None], order % width]
-        redo = np.flatnonzero(~((scores + left_out).reshape(sentences, k).max(axis=1) < top_scores[:, -1]))
+        redo = (~((scores + left_out).reshape(sentences, k).max(axis=1) < top_scores[:, -1])).nonzero()[0]
         if len(redo):
             top_scores[redo], beam[redo], tokens[redo] = rank_all(scores, log_probs, k, redo)
         return cls._of(top_scores, beam, tokens, eos_id, k)
@@ -99,8 +106,10 @@ class Candidates:
         full ranking's tie order) replaces the partial sort. The second candidate is left
         impossible (-inf)."""
         rows = np.arange(len(scores))
-        tokens = np.stack([log_probs.argmax(axis=1), np.full(len(scores), eos_id)], axis=1)
-        top_scores = np.stack([scores + log_probs[rows, tokens[:, 0]], np.full(len(scores), -np.inf)], axis=1)
+        tokens = np.full((len(scores), 2), eos_id, dtype=np.intp)
+        tokens[:, 0] = log_probs.argmax(axis=1)
+        top_scores = np.full((len(scores), 2), -np.inf)
+        top_scores[:, 0] = scores + log_probs[rows, tokens[:, 0]]
         return cls._of(top_scores, np.zeros_like(tokens), tokens, eos_id, 1)
 
     @classmethod
@@ -127,9 +136,7 @@ class RowBest:
         """From the (N, V) log-probs, by a partial sort (when the backend ranked nothing)."""
         vocab = log_probs.shape[1]
         part = np.argpartition(log_probs, vocab - width - 1, axis=1)
-        return cls(
-            part[:, vocab - width :], np.take_along_axis(log_probs, part[:, vocab - width - 1 : vocab - width], 1)[:, 0]
-        )
+        return cls(part[:, vocab - width :], along_rows(log_probs, part[:, vocab - width - 1 : vocab - width])[:, 0])
 
     @classmethod
     def of(cls, values: np.ndarray, ids: np.ndarray, width: int, banned: tuple[int, ...]) -> RowBest | None:
@@ -144,7 +151,7 @@ class RowBest:
         if not is_banned[:, : width + 1].any():  # the common case: nothing to skip
             return cls(ids[:, :width], values[:, width])
         allowed_first = np.argsort(is_banned, axis=1, kind="stable")[:, : width + 1]
-        ids, values = np.take_along_axis(ids, allowed_first, 1), np.take_along_axis(values, allowed_first, 1)
+        ids, values = along_rows(ids, allowed_first), along_rows(values, allowed_first)
         return cls(ids[:, :width], values[:, width])
 
     def reranked(self, rows: np.ndarray, log_probs: np.ndarray) -> RowBest:
@@ -173,4 +180,4 @@ def rank_all(
         len(sentences), k * vocab
     )
     top = top_candidates(candidates, 2 * k)
-    return np.take_along_axis(candidates, top, axis=1), top // vocab, top % vocab
+    return along_rows(candidates, top), top // vocab, top % vocab

@@ -462,9 +462,18 @@ class OnnxBackend:
             for graph_name in ([f"{name}_{layer}" for layer in range(layers)] if name in PER_LAYER else [name])
         ]
         found = iter(session.run(graph_names, inputs))
-        return {
-            name: np.stack([next(found) for _ in range(layers)]) if name in PER_LAYER else next(found) for name in names
-        }
+        outputs = {}
+        for name in names:
+            if name in PER_LAYER:
+                first = next(found)
+                # Written into one array (np.stack's wrapper costs more than the copy here).
+                stacked = outputs[name] = np.empty((layers, *first.shape), dtype=first.dtype)
+                stacked[0] = first
+                for layer in range(1, layers):
+                    stacked[layer] = next(found)
+            else:
+                outputs[name] = next(found)
+        return outputs
 
     def teacher_force(self, src_ids: np.ndarray, src_mask: np.ndarray, target_ids: np.ndarray) -> TeacherForced:
         """Every attention map of given translations: one encoder and one decoder run over the

@@ -115,7 +115,7 @@ def beam_search(
             out = beams.first_step(backend, need_attention, top_k)
         else:
             out = backend.step(beams.tokens, beams.mask, beams.cache, need_attention, top_k)
-        at_limit = np.repeat(limits[beams.active] <= step, k)
+        at_limit = (limits[beams.active] <= step).repeat(k)
         log_probs = _allowed(out.log_probs, backend, at_limit)
         repeating = beams.repeats.ban(log_probs) if beams.repeats is not None else np.zeros(0, dtype=np.intp)
         trace.attention.append(out.cross_weights if config.return_attention else None)
@@ -130,7 +130,7 @@ def beam_search(
         top = Candidates.rank(beams.scores, log_probs, k, backend.eos_id, row_best)
         _finish(top, log_probs, beams, trace, step, config, backend.eos_id, finished)
         going_on = top.possible & ~top.is_eos
-        going_on &= np.cumsum(going_on, axis=1) <= k  # the K best that go on
+        going_on &= going_on.cumsum(axis=1) <= k  # the K best that go on
         keep = (going_on.sum(axis=1) == k) & np.array([len(finished[s]) < k for s in beams.active])
         if config.early_exit:  # the best continuation ended the sentence (`_finish` kept it)
             best_ended = top.possible[:, 0] & top.is_eos[:, 0]
@@ -157,7 +157,7 @@ def _batch_order(keep: np.ndarray) -> np.ndarray:
     (`seq2seq.backend.move_rows`), not every row behind the first gap. Rows do not interact
     (batch-invariant graphs), so the order of sentences in the batch changes no result.
     """
-    kept = np.flatnonzero(keep)
+    kept = keep.nonzero()[0]
     order = np.arange(len(kept))
     order[~keep[: len(kept)]] = kept[kept >= len(kept)]  # as many gaps in front as keepers behind
     return order
@@ -172,7 +172,7 @@ def _next_rows(
     chosen (B', 2K) bool marks the K candidates that go on of each sentence in `keep`
     (B',); they are taken in rank order.
     """
-    position = np.cumsum(keep) - 1  # each kept sentence's place among the kept ones
+    position = keep.cumsum() - 1  # each kept sentence's place among the kept ones
     picked = position[order]
     rows, tokens, scores = (
         values[chosen].reshape(-1, k)[picked].reshape(-1) for values in (top.rows, top.tokens, top.scores)
