@@ -378,20 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"intra-op threads for every system (default {default_threads()})",
     )
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
-    parser.add_argument(
-        "--beams",
-        nargs="+",
-        type=int,
-        default=[1, 4],
-        help="beam sizes (default 1 4; 1 = greedy; with --revisions always greedy b32, beam-4 b32 and beam-4 b1)",
-    )
-    parser.add_argument(
-        "--batch-sizes",
-        nargs="+",
-        type=int,
-        default=[1, 32],
-        help="sentences per call (default 1 32; not with --revisions, see --beams)",
-    )
+    parser.add_argument("--beams", nargs="+", type=int, default=[1, 4], help="beam sizes (default 1 4; 1 = greedy)")
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 32], help="sentences per call (default 1 32)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
     add_revision_arguments(parser)
     return parser
@@ -404,7 +392,8 @@ def add_revision_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         default=None,
         metavar="REV",
-        help="compare these git revisions (each on its own code and models/de-en), interleaved",
+        help="compare these git revisions (each on its own code and models/de-en), interleaved; "
+        "they always time greedy b32, beam-4 b32 and beam-4 b1 (--beams and --batch-sizes do not apply)",
     )
     parser.add_argument("--slices", type=int, default=4, help="with --revisions: turns the sentences are split into")
     parser.add_argument(
