@@ -24,6 +24,34 @@ from seq2seq.quality import DEFAULT_QUALITY_MODE, Evidence, QualityThresholds, S
 from seq2seq.search import Hypothesis, beam_search, pad_batch
 
 
+def plan_runs(lengths: list[int], beams: int, budget: int) -> list[range]:
+    """Cut sources sorted by length, shortest first (their `lengths` in pieces), into the
+    runs a batch is searched in, one after another: each within `budget`, (longest source) x
+    (sentences) x (`beams`), or a lone sentence. Returns index ranges, in order, covering all.
+
+    As few runs as the budget allows (the count a fill from the shortest gives, which is the
+    least), of even size: a fill leaves its last run whatever remains, often one long
+    sentence, whose search then runs alone, a step's fixed cost for one sentence, on one
+    stream while the other's core waits (README, lever 25). Here the longest sentences are
+    taken first, each run an even share of those left, fewer where the budget says so.
+    """
+    fill_runs, start = 0, 0
+    while start < len(lengths):
+        end = start + 1
+        while end < len(lengths) and lengths[end] * (end - start + 1) * beams <= budget:
+            end += 1
+        fill_runs, start = fill_runs + 1, end
+    runs: list[range] = []
+    stop = len(lengths)
+    while stop > 0:
+        share = -(-stop // max(1, fill_runs - len(runs)))  # an even share of those left
+        fits = max(1, budget // max(1, lengths[stop - 1] * beams))
+        size = min(share, fits, stop)
+        runs.append(range(stop - size, stop))
+        stop -= size
+    return runs[::-1]
+
+
 @dataclass
 class TranslationResult:
     text: str  # detokenized translation
@@ -134,23 +162,14 @@ class Translator:
         encoded = [self.encode_source(t if c is None else c) for t, c in zip(texts, cased)]
         order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
         results: list[TranslationResult | None] = [None] * len(texts)
-        start = 0
-        while start < len(order):
-            # Grow the chunk while (longest source) x (sentences) x (beams) stays in budget.
-            end = start + 1
-            while (
-                end < len(order)
-                and len(encoded[order[end]]) * (end - start + 1) * config.beam_size <= self.max_batch_tokens
-            ):
-                end += 1
-            chunk = order[start:end]
+        for run in plan_runs([len(encoded[i]) for i in order], config.beam_size, self.max_batch_tokens):
+            chunk = order[run.start : run.stop]
             for index, hypotheses in zip(chunk, self._search([encoded[i] for i in chunk], config), strict=True):
                 results[index] = self._result(
                     encoded[index], hypotheses, texts[index], cased[index], shouted[index] is not None
                 )
             if options is not None:
                 self._fill_alignments([(texts[i], results[i]) for i in chunk], options)
-            start = end
         return [r for r in results if r is not None]
 
     def _search(self, sources: list[list[int]], config: DecodeConfig) -> list[list[Hypothesis]]:

@@ -14,7 +14,7 @@ from seq2seq.bundle import load_bundle_manifest
 from seq2seq.config import DecodeConfig
 from seq2seq.loading import load_translator
 from seq2seq.onnx_backend import OnnxBackend, default_streams
-from seq2seq.translator import TranslationResult, Translator
+from seq2seq.translator import TranslationResult, Translator, plan_runs
 
 SHIPPED_BUNDLE = Path(__file__).resolve().parents[1] / "models" / "de-en"
 GOLD = Path(__file__).resolve().parents[1] / "data" / "gold" / "de-en.gold.tsv"
@@ -93,6 +93,47 @@ def test_one_sentence_is_searched_whole_on_every_thread(monkeypatch: pytest.Monk
     on_whole = spy_on_encode(monkeypatch, translator.backend)
     translator.translate(SENTENCES[0], DecodeConfig(beam_size=4))
     assert on_whole == [(threading.get_ident(), 1)] and not on_streams
+
+
+def fewest_runs(lengths: list[int], beams: int, budget: int) -> int:
+    """The least number of runs of consecutive sources sorted by length, each within the
+    budget or a lone source: by dynamic programming over where the last run starts."""
+    fewest = [0] + [len(lengths)] * len(lengths)  # fewest[j]: for the first j sources
+    for end in range(1, len(lengths) + 1):
+        for start in range(end):
+            if end - start == 1 or lengths[end - 1] * (end - start) * beams <= budget:
+                fewest[end] = min(fewest[end], fewest[start] + 1)
+    return fewest[-1]
+
+
+def test_a_batch_over_the_token_budget_is_cut_into_even_runs_not_a_lone_leftover() -> None:
+    # 31 short sources and one long: a fill from the shortest gave 31 and then 1.
+    assert plan_runs([5] * 31 + [40], 4, 4096) == [range(0, 16), range(16, 32)]
+    assert plan_runs([30] * 32, 4, 4096) == [range(0, 32)]  # within budget: one run
+    assert plan_runs([5, 6, 300], 4, 100) == [range(0, 2), range(2, 3)]  # over budget alone: alone
+    assert plan_runs([], 4, 100) == []
+    rng = np.random.default_rng(0)
+    for _ in range(1500):
+        lengths = sorted(rng.integers(1, 60, size=int(rng.integers(1, 40))).tolist())
+        beams, budget = int(rng.choice([1, 2, 4])), int(rng.integers(1, 600))
+        runs = plan_runs(lengths, beams, budget)
+        assert [i for run in runs for i in run] == list(range(len(lengths)))
+        assert all(len(run) == 1 or lengths[run[-1]] * len(run) * beams <= budget for run in runs)
+        assert len(runs) == fewest_runs(lengths, beams, budget)
+
+
+def test_a_batch_searched_in_runs_translates_as_one_batch(monkeypatch: pytest.MonkeyPatch, tiny_bundle: Path) -> None:
+    from toy import SENTENCES
+
+    whole = load_translator(tiny_bundle, threads=1, max_batch_tokens=1 << 30, verify=False)
+    cut = load_translator(tiny_bundle, threads=1, verify=False)
+    config = DecodeConfig(beam_size=2)
+    lengths = sorted(len(cut.encode_source(s)) for s in SENTENCES)
+    cut.max_batch_tokens = lengths[-1] * 2 * (len(SENTENCES) // 2)  # room for half the batch
+    searched = spy_on_encode(monkeypatch, cut.backend)
+    assert_same_results(cut.translate_batch(SENTENCES, config), whole.translate_batch(SENTENCES, config), exact=False)
+    assert [size for _, size in searched] == [len(run) for run in plan_runs(lengths, 2, cut.max_batch_tokens)]
+    assert len(searched) == 2 and abs(searched[0][1] - searched[1][1]) <= 1
 
 
 def test_a_failing_stream_fails_the_call(monkeypatch: pytest.MonkeyPatch, tiny_bundle: Path) -> None:
