@@ -4,8 +4,9 @@
     python bench/ctranslate2_compare.py --test work/data/test.tsv --n 256
 
 1. Converts the bundle's `model.pt` into a CTranslate2 model (fp32; int8 is CTranslate2's
-   own quantization of it at load time). Our int8 is the bundle's, or the export's int8
-   step applied to its fp32 graphs. Our model maps onto CTranslate2's pre-norm
+   own quantization of it at load time). Our graphs are the bundle's; a precision it lacks
+   is made in a scratch directory: fp32 exported from its model.pt (a release ships int8
+   only), int8 by the export's int8 step applied to its fp32 graphs. Our model maps onto CTranslate2's pre-norm
    Transformer one to one (fused QKV and KV projections, tied embeddings as the output
    projection); only the position table differs: ours interleaves sin and cos per
    frequency, CTranslate2's built-in one concatenates them, so ours is written into the
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shutil
 import sys
 import tempfile
 import time
@@ -40,7 +42,7 @@ from tqdm import tqdm
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.inference import training_paused  # noqa: E402
+from bench.inference import timing_parser, training_paused  # noqa: E402
 from data.tokenizer import Tokenizer  # noqa: E402
 from seq2seq.bundle import Bundle, load_bundle_manifest  # noqa: E402
 from seq2seq.config import DecodeConfig, ModelConfig  # noqa: E402
@@ -257,9 +259,17 @@ def build_systems(args: argparse.Namespace, bundle: Bundle, tokenizer: Tokenizer
             systems[f"ctranslate2 {name} 2x{args.threads // 2}"] = CTranslate2System(
                 model_dir, tokenizer, bundle.model_config, compute_type, args.threads, workers=2
             )
+    bundles = dict.fromkeys(bundle.precisions, bundle)
+    if "fp32" not in bundles:  # a release that ships int8 only: fp32 graphs from its own weights
+        from export.regraph import regraph_bundle
+
+        print(f"exporting fp32 graphs of {args.bundle} into {scratch}", file=sys.stderr)
+        shutil.copytree(bundle.directory, scratch / "fp32")
+        regraph_bundle(scratch / "fp32", ("fp32",))
+        bundles["fp32"] = load_bundle_manifest(scratch / "fp32")
     backends = {
-        precision: OnnxBackend.from_bundle(bundle, precision, args.threads, args.streams or None)
-        for precision in bundle.precisions
+        precision: OnnxBackend.from_bundle(graphs, precision, args.threads, args.streams or None)
+        for precision, graphs in bundles.items()
     }
     if "int8" not in backends:
         from export.quantize import quantize_graphs  # the export's own int8 step
@@ -295,12 +305,7 @@ def build_systems(args: argparse.Namespace, bundle: Bundle, tokenizer: Tokenizer
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
-    )
-    parser.add_argument("--bundle", type=Path, default=REPO / "models/de-en", help="bundle (default models/de-en)")
-    parser.add_argument("--test", type=Path, required=True, help="test TSV: source<TAB>reference")
-    parser.add_argument("--n", type=int, default=256, help="sentences to time (default 256)")
+    parser = timing_parser(__doc__, 256, "sentences to time")
     parser.add_argument("--check", type=int, default=200, help="sentences checked for token identity (default 200)")
     parser.add_argument("--threads", type=int, default=default_threads(), help="threads for every system")
     parser.add_argument(
@@ -320,11 +325,6 @@ def main(argv: list[str] | None = None) -> int:
         "--no-ct2-workers",
         action="store_true",
         help="leave out CTranslate2 with two workers of threads/2 each (its batch split among them)",
-    )
-    parser.add_argument(
-        "--pause-training",
-        action="store_true",
-        help="SIGSTOP the training runs (as bench/inference.py does) while timing; always resumed",
     )
     args = parser.parse_args(argv)
     try:

@@ -68,6 +68,31 @@ class Row:
     bleu: float
 
 
+def timing_parser(doc: str, sentences: int, sentences_help: str) -> argparse.ArgumentParser:
+    """The parser the timing scripts over one bundle start from: `doc` (the script's docstring)
+    as their help, and their --bundle, --test, --n (default `sentences`) and --pause-training."""
+    parser = argparse.ArgumentParser(
+        description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc
+    )
+    parser.add_argument("--bundle", type=Path, default=REPO / "models/de-en", help="bundle (default models/de-en)")
+    parser.add_argument("--test", type=Path, required=True, help="test TSV: source<TAB>reference")
+    parser.add_argument("--n", type=int, default=sentences, help=f"{sentences_help} (default {sentences})")
+    parser.add_argument(
+        "--pause-training",
+        action="store_true",
+        help="SIGSTOP the training runs (as bench/inference.py does) while timing; always resumed",
+    )
+    return parser
+
+
+def timed_sources(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The first --n sources of --test; a usage error if it has none."""
+    sources, _ = read_test(args.test, args.n)
+    if not sources:
+        parser.error(f"{args.test}: no source<TAB>reference rows")
+    return sources
+
+
 def read_test(path: Path, n: int) -> tuple[list[str], list[str]]:
     """First `n` rows of a `source<TAB>target[<TAB>kind]` file."""
     sources, references = [], []

@@ -10,7 +10,6 @@ the first count's in the same round: the machine is shared, so compare within a 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.inference import read_test, training_paused  # noqa: E402
+from bench.inference import timed_sources, timing_parser, training_paused  # noqa: E402
 from seq2seq.config import DecodeConfig  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
 from seq2seq.translator import Translator  # noqa: E402
@@ -33,22 +32,14 @@ def rate(translator: Translator, sources: list[str], config: DecodeConfig, batch
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
-    )
-    parser.add_argument("--bundle", type=Path, default=REPO / "models/de-en", help="bundle (default models/de-en)")
-    parser.add_argument("--test", type=Path, required=True, help="test TSV: source<TAB>reference")
-    parser.add_argument("--n", type=int, default=640, help="sentences per run (default 640)")
+    parser = timing_parser(__doc__, 640, "sentences per run")
     parser.add_argument("--precision", choices=("fp32", "int8"), default=None, help="graphs (default: the bundle's)")
     parser.add_argument("--beam", type=int, default=4, help="beam size (default 4; 1 = greedy)")
     parser.add_argument("--streams", type=int, nargs="+", default=[2, 3, 4], help="stream counts (default 2 3 4)")
     parser.add_argument("--threads", type=int, default=2, help="onnxruntime threads of each translator (default 2)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
-    parser.add_argument("--pause-training", action="store_true", help="SIGSTOP the training runs while timing")
     args = parser.parse_args(argv)
-    sources, _ = read_test(args.test, args.n)
-    if not sources:
-        parser.error(f"{args.test}: no source<TAB>reference rows")
+    sources = timed_sources(parser, args)
     translators = {
         count: load_translator(
             args.bundle, precision=args.precision, threads=args.threads, streams=count, max_batch_tokens=sys.maxsize
