@@ -102,7 +102,7 @@ def instrument(translator: Translator, clock: Clock) -> None:
     translator._search = batch_search
 
 
-def report(clock: Clock, wall: float, streams: int) -> list[tuple[str, float]]:
+def report(clock: Clock, wall: float) -> list[tuple[str, float]]:
     """Core-seconds per part of a run that took `wall` seconds."""
     s = clock.seconds
     parts = [
@@ -112,7 +112,7 @@ def report(clock: Clock, wall: float, streams: int) -> list[tuple[str, float]]:
         ("search Python", s["search"] - s["step"] - s["encoder graph"]),
         ("translator Python", wall - s["batch search"]),
     ]
-    if streams > 1:
+    if s["stream capacity"] > s["batch search"]:  # some batch was split into streams
         parts.append(("idle (streams waiting)", s["stream capacity"] - s["search"]))
     return parts
 
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                 steps = clock.calls["decoder graph"]
                 print(f"\nbeam {beam}, round {round_}: {len(sources) / wall:.1f} sent/s, {steps} decoder runs")
                 print(f"  {'part':24s} {'core ms':>9s} {'share':>6s} {'per step':>9s}")
-                parts = report(clock, wall, translator.streams)
+                parts = report(clock, wall)
                 total = sum(seconds for _, seconds in parts)
                 for part, seconds in parts:
                     print(
