@@ -191,7 +191,13 @@ class Revision:
     """A commit extracted into `directory`, with a worker process running its code."""
 
     def __init__(
-        self, name: str, scratch: Path, threads: int, bundle: Path | None = None, precision: str | None = None
+        self,
+        name: str,
+        scratch: Path,
+        threads: int,
+        bundle: Path | None = None,
+        precision: str | None = None,
+        batch_tokens: int = 0,
     ):
         self.name = name
         commit = subprocess.run(
@@ -212,6 +218,7 @@ class Revision:
                 str(threads),
                 *(["--bundle", str(bundle.resolve())] if bundle else []),
                 *(["--precision", precision] if precision else []),
+                *(["--batch-tokens", str(batch_tokens)] if batch_tokens else []),
             ],
             cwd=self.directory,
             text=True,
@@ -289,9 +296,11 @@ def compare_revisions(
     b1_sentences: int,
     bundles: list[Path] | None = None,
     precision: str | None = None,
+    batch_tokens: int = 0,
 ) -> str:
     """Interleaved runs of every revision on the same sentences; returns the table. `bundles`:
-    one for every revision, or one per revision (an export change needs its own graphs)."""
+    one for every revision, or one per revision (an export change needs its own graphs);
+    `batch_tokens`: the translators' token budget (0: none, the batch size is the only split)."""
     bundles = bundles or []
     if len(bundles) not in (0, 1, len(names)):
         raise ValueError(f"{len(bundles)} bundles for {len(names)} revisions: give one, or one per revision")
@@ -305,7 +314,12 @@ def compare_revisions(
     with tempfile.TemporaryDirectory(prefix="crossalign-revisions-") as scratch:
         revisions = [
             Revision(
-                name, Path(scratch), threads, bundles[index if len(bundles) > 1 else 0] if bundles else None, precision
+                name,
+                Path(scratch),
+                threads,
+                bundles[index if len(bundles) > 1 else 0] if bundles else None,
+                precision,
+                batch_tokens,
             )
             for index, name in enumerate(names)
         ]
@@ -442,6 +456,14 @@ def add_revision_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --revisions: the graphs to run (default: the bundle's)",
     )
     parser.add_argument(
+        "--revision-batch-tokens",
+        type=int,
+        default=0,
+        help="with --revisions: the translators' token budget, (longest source) x (sentences) x "
+        "(beams) per search run, as `Translator.max_batch_tokens` (default 0: none, the batch "
+        "size under test is the only split; 4096 is the library's default)",
+    )
+    parser.add_argument(
         "--pause-training",
         action="store_true",
         help=f"SIGSTOP the pids in {TRAINING_PIDS} while measuring (always resumed)",
@@ -471,6 +493,7 @@ def main_revisions(args: argparse.Namespace) -> int:
             args.b1_sentences,
             args.revision_bundle,
             args.precision,
+            args.revision_batch_tokens,
         )
     print(f"{len(sources)} sentences from {args.test}, {args.threads} threads, training paused: {paused}")
     print(table)

@@ -29,9 +29,11 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2, help="onnxruntime intra-op threads (default 2)")
     parser.add_argument("--bundle", default="models/de-en", help="bundle to load (default: the revision's own)")
     parser.add_argument("--precision", default=None, help="its graphs to run (default: the bundle's)")
+    parser.add_argument("--batch-tokens", type=int, default=0, help="the translator's token budget (default 0: none)")
     args = parser.parse_args()
     translator = load_translator(args.bundle, "onnx", threads=args.threads, precision=args.precision)
-    translator.max_batch_tokens = sys.maxsize  # the batch size under test is the only split
+    # Without a budget the batch size under test is the only split.
+    translator.max_batch_tokens = args.batch_tokens or sys.maxsize
     translator.translate_batch(["Guten Morgen!", "Das Haus ist klein."], DecodeConfig(beam_size=4))  # warm-up
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
