@@ -6,11 +6,11 @@
 1. Converts the bundle's `model.pt` into a CTranslate2 model (fp32; int8 is CTranslate2's
    own quantization of it at load time). Our graphs are the bundle's; a precision it lacks
    is made in a scratch directory: fp32 exported from its model.pt (a release ships int8
-   only), int8 by the export's int8 step applied to its fp32 graphs. Our model maps onto CTranslate2's pre-norm
-   Transformer one to one (fused QKV and KV projections, tied embeddings as the output
-   projection); only the position table differs: ours interleaves sin and cos per
-   frequency, CTranslate2's built-in one concatenates them, so ours is written into the
-   model.
+   only), int8 by the export's int8 step applied to its fp32 graphs. Our model maps onto
+   CTranslate2's pre-norm Transformer one to one (fused QKV and KV projections, tied
+   embeddings as the output projection); only the position table differs: ours interleaves
+   sin and cos per frequency, CTranslate2's built-in one concatenates them, so ours is
+   written into the model.
 2. Checks token identity against our onnxruntime fp32 output, greedy and beam 4, on the
    first --check sentences. Beam 4 is checked without length penalty: CTranslate2 divides
    by length ** alpha, we by the GNMT ((5 + length) / 6) ** alpha, so with a penalty the

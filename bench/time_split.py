@@ -71,7 +71,8 @@ class Clock:
 
 
 def instrument(translator: Translator, clock: Clock) -> None:
-    """Time every graph run, backend step and encode, search and search share of `translator`."""
+    """Time every graph run and backend step of `translator`, each search share (one `beam_search`
+    call per stream) and each batch's search as a whole."""
     backends = {id(b): b for b in (translator.backend, translator.stream_backend)}.values()
     decoders = {}  # a session may serve two backends (`OnnxBackend.small_decoder`): wrapped once
     for backend in backends:

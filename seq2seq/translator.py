@@ -46,7 +46,7 @@ def plan_runs(lengths: list[int], beams: int, budget: int) -> list[range]:
     while stop > 0:
         share = -(-stop // max(1, fill_runs - len(runs)))  # an even share of those left
         fits = max(1, budget // max(1, lengths[stop - 1] * beams))
-        size = min(share, fits, stop)
+        size = min(share, fits)  # share <= stop: at least one run is left
         runs.append(range(stop - size, stop))
         stop -= size
     return runs[::-1]
