@@ -1,9 +1,9 @@
 """Choose the alignment source on the gold set: which decoder layer, which heads, step shift or not.
 
-Every gold pair's target is teacher-forced through the model once (seq2seq/forced.py);
+Every gold pair's target is teacher-forced through the model once (seq2seq/decoding/forced.py);
 from that one (L, H, T+1, S+1) attention array per pair, every candidate source is read
-with the project's one rule (seq2seq.alignment: subword -> word, argmax links) and scored
-against the gold links (seq2seq/aer.py: AER, precision, recall):
+with the project's one rule (seq2seq.core.alignment: subword -> word, argmax links) and scored
+against the gold links (seq2seq/analysis/aer.py: AER, precision, recall):
 
 * every layer, mean of all heads;
 * every single head of every layer;
@@ -33,9 +33,11 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from seq2seq.aer import Score, read_gold, score  # noqa: E402
-from seq2seq.alignment import AlignmentError, AlignmentOptions, align  # noqa: E402
-from seq2seq.forced import forced_attention  # noqa: E402
+from data.files import BUNDLE_FILE  # noqa: E402
+from seq2seq.analysis.aer import Score, read_gold, score  # noqa: E402
+from seq2seq.core.alignment import align  # noqa: E402
+from seq2seq.core.config import AlignmentError, AlignmentOptions  # noqa: E402
+from seq2seq.decoding.forced import forced_attention  # noqa: E402
 from seq2seq.loading import BACKENDS, load_translator  # noqa: E402
 
 
@@ -71,7 +73,7 @@ def teacher_force(args: argparse.Namespace) -> tuple[Any, list, list]:
     """Load the model and teacher-force every gold pair: (model config, gold pairs, forced attention)."""
     backend = args.backend
     if backend == "auto":
-        backend = "onnx" if (args.model / "bundle.json").is_file() else "torch"
+        backend = "onnx" if (args.model / BUNDLE_FILE).is_file() else "torch"
     translator = load_translator(args.model, backend, args.threads)
     config = translator.backend.config
     gold = read_gold(args.gold)

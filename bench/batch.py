@@ -22,11 +22,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from data.files import TOKENIZER_FILE  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from data.tokenizer import Tokenizer  # noqa: E402
-from seq2seq.config import DecodeConfig  # noqa: E402
+from seq2seq.core.config import DecodeConfig  # noqa: E402
 from seq2seq.loading import BACKENDS, load_translator  # noqa: E402
 
 
@@ -168,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     sources = read_sources(args.test, args.lines)
     if not sources:
         parser.error(f"{args.test}: no source lines")
-    tokenizer = Tokenizer(args.model / "spm.model")
+    tokenizer = Tokenizer(args.model / TOKENIZER_FILE)
     print(
         f"{len(sources)} lines from {args.test}, model {args.model}, backend {args.backend}, {os.cpu_count()} CPUs",
         file=sys.stderr,

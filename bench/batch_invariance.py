@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seq2seq.bundle import load_bundle_manifest  # noqa: E402
-from seq2seq.config import DecodeConfig  # noqa: E402
+from seq2seq.core.config import DecodeConfig  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
+from seq2seq.runtime.bundle import load_bundle_manifest  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

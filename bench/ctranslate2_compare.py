@@ -39,16 +39,18 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from data.files import WEIGHTS_FILE
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.inference import timing_parser, training_paused  # noqa: E402
 from data.tokenizer import Tokenizer  # noqa: E402
-from seq2seq.bundle import Bundle, load_bundle_manifest  # noqa: E402
-from seq2seq.config import DecodeConfig, ModelConfig  # noqa: E402
-from seq2seq.onnx_backend import OnnxBackend, default_threads  # noqa: E402
-from seq2seq.search import max_target_length  # noqa: E402
-from seq2seq.translator import Translator  # noqa: E402
+from seq2seq.core.config import DecodeConfig, ModelConfig  # noqa: E402
+from seq2seq.decoding.search import max_target_length  # noqa: E402
+from seq2seq.decoding.translator import Translator  # noqa: E402
+from seq2seq.runtime.bundle import Bundle, load_bundle_manifest  # noqa: E402
+from seq2seq.runtime.onnx_backend import OnnxBackend, default_threads  # noqa: E402
 
 RUNS = (("greedy b32", 1, 32), ("beam4 b32", 4, 32), ("beam4 b1", 4, 1))
 
@@ -58,13 +60,13 @@ def convert(bundle_dir: Path, out_dir: Path) -> Path:
     import ctranslate2
 
     # model.pt is the bundle's torch checkpoint, and the position table is the model's own.
-    from seq2seq.model import load_weights, sinusoidal_table
+    from seq2seq.training.model import load_weights, sinusoidal_table
 
     bundle = load_bundle_manifest(bundle_dir)
     config: ModelConfig = bundle.model_config
     if config.learned_positions:
         raise SystemExit("learned position tables are not mapped (the shipped model is sinusoidal)")
-    weights = {k: v.float().numpy() for k, v in load_weights(bundle_dir / "model.pt").items()}
+    weights = {k: v.float().numpy() for k, v in load_weights(bundle_dir / WEIGHTS_FILE).items()}
     spec = ctranslate2.specs.TransformerSpec.from_config(
         (config.encoder_layers, config.decoder_layers),
         config.n_heads,
@@ -295,7 +297,7 @@ def build_systems(args: argparse.Namespace, bundle: Bundle, tokenizer: Tokenizer
     if not args.no_torch:
         import torch
 
-        from seq2seq.torch_backend import TorchBackend
+        from seq2seq.training.torch_backend import TorchBackend
 
         torch.set_num_threads(args.threads)
         systems["crossalign torch"] = OurSystem(

@@ -3,8 +3,8 @@
 eflomal (Östling & Tiedemann 2017, Bayesian IBM1 -> HMM -> HMM+fertility, Gibbs sampling) is
 trained on the prepared corpus (all of `train.tsv`: sentence pairs and dictionary phrases)
 plus the gold sentences, which only adds their words to the statistics, no labels. Both
-directions are run and symmetrised with grow-diag-final (`seq2seq.aer.grow_diag_final`); the
-gold slice is scored with `seq2seq.aer.score`. Tokens are `seq2seq.alignment.words()`,
+directions are run and symmetrised with grow-diag-final (`seq2seq.analysis.aer.grow_diag_final`); the
+gold slice is scored with `seq2seq.analysis.aer.score`. Tokens are `seq2seq.core.alignment.words()`,
 lowercased, so gold indices and eflomal's indices are the same words.
 
     pip install eflomal
@@ -32,8 +32,8 @@ from collections.abc import Iterable
 from math import sqrt
 from pathlib import Path
 
-from seq2seq.aer import Link, grow_diag_final, read_gold, read_pharaoh, score, write_pharaoh
-from seq2seq.alignment import words
+from seq2seq.analysis.aer import Link, grow_diag_final, read_gold, read_pharaoh, score, write_pharaoh
+from seq2seq.core.alignment import words
 
 # Answers eflomal's fopen("/dev/urandom") with EFLOMAL_SEED, mixed by splitmix64 so that a
 # small seed (even 0) gives a well-spread, non-zero xorshift state.
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
         type=Path,
         default=None,
         help="also write the grow-diag-final links of the gold pairs here, to rescore with "
-        "`python -m seq2seq.aer score`",
+        "`python -m seq2seq.analysis.aer score`",
     )
     parser.add_argument("--seed", type=int, default=1, help="eflomal's random seed; -1: from /dev/urandom")
     parser.add_argument("--model", type=int, default=3, choices=(1, 2, 3), help="1 IBM1, 2 +HMM, 3 +fertility")

@@ -6,7 +6,7 @@ statistical aligner of `bench/eflomal_baseline.py` (AER 14.5 on the gold set, be
 any attention map of the model) stands in: it is run on the training corpus plus the
 held-out pairs, which only adds their words to the statistics (no labels are involved, and
 the model under test never sees these links). Output: one Pharaoh line of grow-diag-final
-links per line of each held-out file, indices over `seq2seq.alignment.words()`.
+links per line of each held-out file, indices over `seq2seq.core.alignment.words()`.
 
     OMP_NUM_THREADS=1 python bench/eflomal_heldout.py --train DATA/train.tsv \\
         --heldout DATA/valid.tsv DATA/test.tsv --out-dir DATA    # -> DATA/eflomal.valid.pharaoh, ...
@@ -27,7 +27,7 @@ for path in (REPO, REPO / "bench"):
 
 from eflomal_baseline import default_iterations, read_train, run_eflomal, tokenize  # noqa: E402
 
-from seq2seq.aer import grow_diag_final, write_pharaoh  # noqa: E402
+from seq2seq.analysis.aer import grow_diag_final, write_pharaoh  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,10 +47,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data.tokenizer import Tokenizer  # noqa: E402
-from seq2seq.bundle import PRECISIONS, load_bundle_manifest  # noqa: E402
-from seq2seq.config import DecodeConfig  # noqa: E402
-from seq2seq.onnx_backend import OnnxBackend, default_threads  # noqa: E402
-from seq2seq.translator import Translator  # noqa: E402
+from seq2seq.core.config import DecodeConfig  # noqa: E402
+from seq2seq.decoding.translator import Translator  # noqa: E402
+from seq2seq.runtime.bundle import PRECISIONS, load_bundle_manifest  # noqa: E402
+from seq2seq.runtime.onnx_backend import OnnxBackend, default_threads  # noqa: E402
 
 log = logging.getLogger("crossalign.bench")
 SYSTEMS = ("torch", "onnx-fp32", "onnx-int8")
@@ -116,7 +116,7 @@ def build_backends(
     if "torch" in systems:
         import torch
 
-        from seq2seq.torch_backend import TorchBackend
+        from seq2seq.training.torch_backend import TorchBackend
 
         torch.set_num_threads(threads)  # the same thread budget as onnxruntime, for a fair race
         backends["torch"] = TorchBackend.from_directory(checkpoint or bundle.directory)

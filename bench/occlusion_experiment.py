@@ -1,7 +1,7 @@
 """EXPERIMENT (issue #14): does source occlusion help the `untranslated` detector?
 
 Plants the omissions of `bench/quality_signals.py`, teacher-forces every intact and omission
-case once more per source word with that word occluded (`seq2seq.occlusion`), and fits the
+case once more per source word with that word occluded (`seq2seq.analysis.occlusion`), and fits the
 detector on valid-fit with the attention features alone, with occlusion features added, and
 with the occlusion features alone; scores them on valid-held and gold.
 
@@ -26,11 +26,11 @@ for path in (REPO, REPO / "bench"):
 from planted import HEADER, best_threshold, evaluate_split, fit_detector, print_row  # noqa: E402
 from quality_signals import FIT, HELD, Signals, planted_cases, read_splits  # noqa: E402
 
-from seq2seq.alignment import projection, subword_map, visible, words  # noqa: E402
-from seq2seq.forced import forced_attention  # noqa: E402
+from seq2seq.analysis.occlusion import OCCLUSION_FEATURES  # noqa: E402
+from seq2seq.analysis.quality import feature_names  # noqa: E402
+from seq2seq.core.alignment import projection, subword_map, visible, words  # noqa: E402
+from seq2seq.decoding.forced import forced_attention  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
-from seq2seq.occlusion import OCCLUSION_FEATURES  # noqa: E402
-from seq2seq.quality import feature_names  # noqa: E402
 
 
 def features(base: np.ndarray, occluded: np.ndarray, attention: np.ndarray, to_words: np.ndarray) -> dict:
@@ -85,7 +85,7 @@ def main() -> int:
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--gold", type=Path, default=REPO / "data/gold/de-en.gold.tsv")
-    parser.add_argument("--mode", default="remove", help="remove, unk or mask (seq2seq.occlusion)")
+    parser.add_argument("--mode", default="remove", help="remove, unk or mask (seq2seq.analysis.occlusion)")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--singles", action="store_true", help="also score each candidate feature alone")

@@ -18,7 +18,7 @@ changes only the eflomal-linked splits; `quality_signals.py` prints F1 counting 
 
 **Fitting.** `fit_detector`: a logistic regression (Newton's method, numpy) on one part of
 the data, its threshold the logit with the best F1 on that part; applied at serving time by
-`seq2seq.quality.Detector`.
+`seq2seq.analysis.quality.Detector`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from seq2seq.alignment import words
-from seq2seq.quality import Detector, is_punctuation
+from seq2seq.analysis.quality import Detector, is_punctuation
+from seq2seq.core.alignment import words
 
 Links = set[tuple[int, int]]
 THRESHOLDS = np.round(np.arange(0.02, 2.001, 0.02), 2)  # coverage may exceed 1

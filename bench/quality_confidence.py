@@ -17,17 +17,18 @@ import numpy as np
 from planted import Links, spearman
 from tqdm import tqdm
 
-from seq2seq.alignment import words
-from seq2seq.confidence import confidence_features
-from seq2seq.config import DecodeConfig
-from seq2seq.quality import is_punctuation, source_coverage
+from data.files import BUNDLE_FILE, WEIGHTS_FILE
+from seq2seq.analysis.confidence import confidence_features
+from seq2seq.analysis.quality import is_punctuation, source_coverage
+from seq2seq.core.alignment import words
+from seq2seq.core.config import DecodeConfig
 
 Splits = dict[str, tuple[list[tuple[str, str]], list[Links]]]
 
 
 def model_key(model: Path) -> str:
-    manifest = model / "bundle.json"
-    text = manifest.read_bytes() if manifest.is_file() else (model / "model.pt").read_bytes()
+    manifest = model / BUNDLE_FILE
+    text = manifest.read_bytes() if manifest.is_file() else (model / WEIGHTS_FILE).read_bytes()
     return hashlib.sha256(text).hexdigest()[:12]
 
 

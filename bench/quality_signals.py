@@ -1,9 +1,9 @@
-"""Do the quality signals of `seq2seq/quality.py` work? Measure them, and choose a model's detectors.
+"""Do the quality signals of `seq2seq/analysis/quality.py` work? Measure them, and choose a model's detectors.
 
 1. **Planted omissions and insertions** (bench/planted.py). Held-out reference translations
    are damaged on purpose: a contiguous span of 1-3 target words is deleted, or 1-2 words
    of another reference are inserted. The damaged pair is aligned by teacher forcing, as
-   `crossalign align` does (seq2seq/forced.py), and `untranslated` / `ungrounded` are
+   `crossalign align` does (seq2seq/decoding/forced.py), and `untranslated` / `ungrounded` are
    scored against the planted truth (precision, recall, F1) beside the baseline that flags
    as many words, each sentence's lowest-coverage (lowest-peak) ones. The flags on the
    intact pairs (false alarms per 100 words) are shown beside them.
@@ -12,16 +12,16 @@
    log-probability are ranked against sentence chrF (Spearman's ρ).
 
 The intact and omission pairs are also teacher-forced once per source word with that word
-removed (`seq2seq.occlusion`, about 3.5x the time of the plain pass here): the untranslated
+removed (`seq2seq.analysis.occlusion`, about 3.5x the time of the plain pass here): the untranslated
 detector reads the drop of the target's log-probability, and "occlusion drop" is scored alone.
 Its attention-only twin (the same features but the occlusion ones: quality mode "fast") is
 fitted, scored and saved beside it (`untranslated_fast`).
 
 The valid split is cut in two: the pairs with an even index (`valid-fit`) fit the flags'
-detectors (logistic regressions over `seq2seq.quality.word_features`) and choose every
+detectors (logistic regressions over `seq2seq.analysis.quality.word_features`) and choose every
 threshold; the odd ones (`valid-held`), test and gold are scored at those values. The
 expected length ratio and the confidence weights are fitted on all of valid. `--save`
-writes them all as the model's `quality.json` (`seq2seq.quality.QualityThresholds`).
+writes them all as the model's `quality.json` (`seq2seq.analysis.quality.QualityThresholds`).
 
     python bench/quality_signals.py --model models/de-en --data ~/.cache/crossalign/data/ding8k \\
         --save models/de-en/quality.json
@@ -63,14 +63,10 @@ from planted import (  # noqa: E402
 )
 from quality_confidence import Splits, report_confidence  # noqa: E402
 
-from seq2seq.aer import read_gold, read_pharaoh  # noqa: E402
-from seq2seq.alignment import AlignmentError, AlignmentOptions, align, words  # noqa: E402
-from seq2seq.bundle import BUNDLE_FILE, set_quality_file  # noqa: E402
-from seq2seq.config import DecodeConfig  # noqa: E402
-from seq2seq.forced import forced_attention, occluded_given  # noqa: E402
-from seq2seq.loading import load_translator  # noqa: E402
-from seq2seq.occlusion import OCCLUSION_FEATURES  # noqa: E402
-from seq2seq.quality import (  # noqa: E402
+from data.files import BUNDLE_FILE  # noqa: E402
+from seq2seq.analysis.aer import read_gold, read_pharaoh  # noqa: E402
+from seq2seq.analysis.occlusion import OCCLUSION_FEATURES  # noqa: E402
+from seq2seq.analysis.quality import (  # noqa: E402
     Detector,
     Evidence,
     QualityThresholds,
@@ -80,7 +76,16 @@ from seq2seq.quality import (  # noqa: E402
     target_peak,
     word_features,
 )
-from seq2seq.translator import Translator  # noqa: E402
+from seq2seq.core.alignment import align, words  # noqa: E402
+from seq2seq.core.config import (  # noqa: E402
+    AlignmentError,
+    AlignmentOptions,
+    DecodeConfig,  # noqa: E402
+)
+from seq2seq.decoding.forced import forced_attention, occluded_given  # noqa: E402
+from seq2seq.decoding.translator import Translator  # noqa: E402
+from seq2seq.loading import load_translator  # noqa: E402
+from seq2seq.runtime.bundle import set_quality_file  # noqa: E402
 
 FIT, HELD = "valid-fit", "valid-held"
 
@@ -101,7 +106,7 @@ def read_pairs(path: Path) -> list[tuple[str, str]]:
 def decoder_sha256(model: Path) -> str | None:
     """The sha256 from bundle.json of the decoder graph the bundle serves (its precision's:
     an int8-only bundle has no decoder_step.onnx): which weights the thresholds were chosen for."""
-    manifest = model / "bundle.json"
+    manifest = model / BUNDLE_FILE
     if not manifest.is_file():
         return None
     values = json.loads(manifest.read_text())

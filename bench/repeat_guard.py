@@ -7,7 +7,7 @@
 Translates each split once per size (beam 4 and the other decoding defaults) and prints
 sacreBLEU BLEU, chrF, the length ratio, and how many outputs stutter: a word said three
 or more times in a row ("office office office"), and a word trigram said twice. Words are
-`seq2seq.alignment.words`, lowercased, punctuation left out. The default is chosen on
+`seq2seq.core.alignment.words`, lowercased, punctuation left out. The default is chosen on
 valid; test is only read.
 """
 
@@ -21,9 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seq2seq.alignment import words  # noqa: E402
-from seq2seq.cli.evaluate import read_tsv_pairs, score  # noqa: E402
-from seq2seq.config import DecodeConfig  # noqa: E402
+from data.prepare import read_tsv_pairs  # noqa: E402
+from seq2seq.analysis.corpus_scores import corpus_scores  # noqa: E402
+from seq2seq.core.alignment import words  # noqa: E402
+from seq2seq.core.config import DecodeConfig  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
 
 
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.save_dir:
                 args.save_dir.mkdir(parents=True, exist_ok=True)
                 (args.save_dir / f"{split}.{size}.txt").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
-            result = score(hypotheses, references)
+            result = corpus_scores(hypotheses, references)
             stutters = sum(map(repeats_a_word, hypotheses))
             trigrams = sum(map(repeats_a_trigram, hypotheses))
             print(

@@ -6,7 +6,7 @@ Loads the revision's own models/de-en (or `--bundle`, one bundle for every revis
 `--precision`) with its own onnxruntime backend, then serves one JSON
 request per stdin line, {"beam", "batch", "sources"}, with one JSON answer per line,
 {"seconds" (total), "latencies" (per call), "outputs" (token ids per sentence)}. It only
-imports `seq2seq.loading` and `seq2seq.config`, which every revision has, so one worker
+imports `seq2seq.loading` and `seq2seq.core.config`, which every revision has, so one worker
 script serves old and new code alike.
 """
 
@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.getcwd())  # the revision's code, not this checkout's
 
-from seq2seq.config import DecodeConfig  # noqa: E402
+from seq2seq.core.config import DecodeConfig  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
 
 

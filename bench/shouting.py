@@ -5,7 +5,7 @@
         --test ~/.cache/crossalign/data/ding8k-all/test.tsv
 
 For the valid split and the gold sentences, translates (beam 4, the shipped decoding) the
-sources as they are and shouted (`seq2seq.casing.shout`: every letter upper case, character
+sources as they are and shouted (`seq2seq.core.casing.shout`: every letter upper case, character
 for character, as caps lock types them), and prints case-insensitive BLEU and chrF
 (sacreBLEU, `lowercase=True`) of
 
@@ -34,11 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import sacrebleu  # noqa: E402
 
-from seq2seq.casing import WORD_LETTERS, capitalise, is_shouting, lower, shout  # noqa: E402
-from seq2seq.cli.evaluate import read_tsv_pairs  # noqa: E402
-from seq2seq.config import DecodeConfig  # noqa: E402
+from data.prepare import read_tsv_pairs  # noqa: E402
+from seq2seq.core.casing import WORD_LETTERS, capitalise, is_shouting, lower, shout  # noqa: E402
+from seq2seq.core.config import DecodeConfig  # noqa: E402
+from seq2seq.decoding.translator import Translator  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
-from seq2seq.translator import Translator  # noqa: E402
 
 BATCH = 64
 

@@ -27,9 +27,9 @@ sys.path.insert(0, str(REPO))
 import sacrebleu  # noqa: E402
 
 from bench.inference import read_test, training_paused  # noqa: E402
-from seq2seq.bundle import load_bundle_manifest  # noqa: E402
+from seq2seq.decoding.translator import Translator  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
-from seq2seq.translator import Translator  # noqa: E402
+from seq2seq.runtime.bundle import load_bundle_manifest  # noqa: E402
 
 
 def ours(args: argparse.Namespace, translator: Translator, sources: list[str], references: list[str]) -> None:

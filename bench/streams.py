@@ -18,9 +18,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.inference import timed_sources, timing_parser, training_paused  # noqa: E402
-from seq2seq.config import DecodeConfig  # noqa: E402
+from seq2seq.core.config import DecodeConfig  # noqa: E402
+from seq2seq.decoding.translator import Translator  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
-from seq2seq.translator import Translator  # noqa: E402
 
 
 def rate(translator: Translator, sources: list[str], config: DecodeConfig, batch: int = 32) -> float:

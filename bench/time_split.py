@@ -37,11 +37,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.inference import timed_sources, timing_parser, training_paused  # noqa: E402
-from seq2seq import translator as translator_module  # noqa: E402
-from seq2seq.config import DecodeConfig  # noqa: E402
+from seq2seq.core.config import DecodeConfig  # noqa: E402
+from seq2seq.decoding import translator as translator_module  # noqa: E402
+from seq2seq.decoding.translator import Translator  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
-from seq2seq.onnx_backend import OnnxBackend  # noqa: E402
-from seq2seq.translator import Translator  # noqa: E402
+from seq2seq.runtime.onnx_backend import OnnxBackend  # noqa: E402
 
 
 class Clock:

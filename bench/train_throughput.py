@@ -14,9 +14,9 @@ import time
 
 import torch
 
-from seq2seq.config import ModelConfig
-from seq2seq.model import Transformer
-from seq2seq.train import smoothed_loss
+from seq2seq.core.config import ModelConfig
+from seq2seq.training.model import Transformer
+from seq2seq.training.train import smoothed_loss
 
 
 def matmul_peak(size: int = 2048, repeats: int = 10) -> float:

@@ -13,3 +13,12 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+# The files of a model directory (a release bundle, or a training run's final/ and best/),
+# named once. A data directory from `crossalign data prepare` holds the same TOKENIZER_FILE.
+CONFIG_FILE = "config.json"  # ModelConfig, beside every checkpoint and export
+WEIGHTS_FILE = "model.pt"  # the torch state dict
+TOKENIZER_FILE = "spm.model"  # the SentencePiece model the embeddings are indexed by
+QUALITY_FILE = "quality.json"  # the quality detectors' thresholds, chosen at release
+BUNDLE_FILE = "bundle.json"  # a release bundle's manifest: graphs, sha256 of every file, decoding defaults

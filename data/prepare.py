@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from data.corpora import PHRASE, SENTENCE, Pair, keep_pair, read_corpus
-from data.files import sha256_file
+from data.files import TOKENIZER_FILE, sha256_file
 from data.split import split_pairs
 from data.tokenizer import Tokenizer, train_sentencepiece
 
@@ -33,6 +33,19 @@ def read_pairs(path: Path) -> list[Pair]:
             fields = line.rstrip("\n").split("\t")
             pairs.append(Pair(fields[0], fields[1], fields[2] if len(fields) > 2 else SENTENCE))
     return pairs
+
+
+def read_tsv_pairs(path: Path) -> tuple[list[str], list[str]]:
+    """(sources, references) of a `source<TAB>reference[<TAB>...]` file such as a split's test.tsv;
+    raises ValueError naming the file and line of a line without a tab."""
+    sources, references = [], []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        fields = line.split("\t")
+        if len(fields) < 2:
+            raise ValueError(f"{path}:{number}: expected source<TAB>reference")
+        sources.append(fields[0])
+        references.append(fields[1])
+    return sources, references
 
 
 def prepare(
@@ -72,7 +85,7 @@ def prepare(
     write_pairs(out / "test.tsv", splits.test)
     if tokenizer_model is not None:
         tokenizer = Tokenizer(tokenizer_model)  # checks the special ids before anything is copied
-        (out / "spm.model").write_bytes(Path(tokenizer_model).read_bytes())
+        (out / TOKENIZER_FILE).write_bytes(Path(tokenizer_model).read_bytes())
         (out / "spm.vocab").unlink(missing_ok=True)
         vocab_size = tokenizer.vocab_size
         log.info("reusing SentencePiece model %s (vocab %d)", tokenizer_model, vocab_size)
@@ -96,8 +109,8 @@ def prepare(
         "filters": {"max_chars": 300, "max_length_ratio": 3.0, "max_phrases": max_phrases},
         "split": {"method": "sha256 of casefolded NFC source", "test_size": test_size, "valid_size": valid_size},
         "tokenizer": {
-            "file": "spm.model",
-            "sha256": sha256_file(out / "spm.model"),
+            "file": TOKENIZER_FILE,
+            "sha256": sha256_file(out / TOKENIZER_FILE),
             "reused_from": str(tokenizer_model) if tokenizer_model else None,
             "vocab_size": vocab_size,
             "type": "unigram",

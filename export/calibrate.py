@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 
 from data.tokenizer import Tokenizer
-from seq2seq.backend import DecoderCache
-from seq2seq.config import DecodeConfig, ModelConfig
-from seq2seq.onnx_backend import OnnxBackend
-from seq2seq.search import beam_search, pad_batch
+from seq2seq.core.backend import DecoderCache
+from seq2seq.core.config import DecodeConfig, ModelConfig
+from seq2seq.decoding.search import beam_search, pad_batch
+from seq2seq.runtime.onnx_backend import OnnxBackend
 
 MAX_CALIBRATION_SENTENCES = 128
 DEFAULT_SOURCE = "the export's parity sentences (export/parity.py, or --parity-file)"
@@ -138,7 +138,7 @@ def observe_calibration(
 ) -> None:
     """Translate the calibration sentences with the fp32 graphs in `fp32_dir` (beam 4, batches
     of `CALIBRATION_BATCH`), every run's feed observed by the int8 graph of its role."""
-    from seq2seq.bundle import GRAPH_FILES
+    from seq2seq.runtime.bundle import GRAPH_FILES
 
     files = GRAPH_FILES["fp32"]
     backend = _ObservedBackend(observers, fp32_dir / files["encoder"], fp32_dir / files["decoder_step"], config)

@@ -9,7 +9,7 @@ and cross-attention within 1e-4. The bundle is written to a staging directory be
 leaves a half bundle.
 
 Two graphs, mapping one-to-one onto `Transformer.encode` and `Transformer.decode` (their
-interface is listed in seq2seq/onnx_backend.py):
+interface is listed in seq2seq/runtime/onnx_backend.py):
 
     encoder.onnx       src_ids, src_mask -> cross_k, cross_v, self_weights
     decoder_step.onnx  tokens, src_mask, cross_k_l, cross_v_l, past_k_l, past_v_l (per layer l), top_k
@@ -54,6 +54,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from data.files import BUNDLE_FILE, CONFIG_FILE, QUALITY_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from data.tokenizer import Tokenizer
 from export.calibrate import DEFAULT_SOURCE, Calibration, calibrate_graphs
 from export.gemm import fuse_graph_file
@@ -62,21 +63,13 @@ from export.precisions import keep_graphs, precision_problems
 from export.quantize import quantize_graphs
 from export.shapes import fold_reshape_targets
 from export.topk import add_search_top_k
-from seq2seq.bundle import (
-    BUNDLE_FILE,
-    GRAPH_FILES,
-    BundleError,
-    decode_defaults,
-    write_bundle_manifest,
-)
-from seq2seq.config import DecodeConfig, ModelConfig, load_config, save_config
-from seq2seq.model import CONFIG_FILE, WEIGHTS_FILE, Transformer, load_model
-from seq2seq.onnx_backend import decoder_graph_io, decoder_io, encoder_io
-from seq2seq.quality import QUALITY_FILE
+from seq2seq.core.config import DecodeConfig, ModelConfig, load_config, save_config
+from seq2seq.runtime.bundle import GRAPH_FILES, BundleError, decode_defaults, write_bundle_manifest
+from seq2seq.runtime.onnx_backend import decoder_graph_io, decoder_io, encoder_io
+from seq2seq.training.model import Transformer, load_model
 
 log = logging.getLogger("crossalign.export")
 
-TOKENIZER_FILE = "spm.model"
 DATA_MANIFEST_FILE = "data_manifest.json"
 DEFAULT_OPSET = 17
 
@@ -119,7 +112,7 @@ class DecoderStepGraph(nn.Module):
 
     The source mask and cross K/V have one row per sentence, and the N rows of tokens and
     cache are its beams, G = N / B consecutive rows each: each sentence's K/V are read once
-    for all its beams (`seq2seq.model._grouped_by_source`; README, lever 23).
+    for all its beams (`seq2seq.training.model._grouped_by_source`; README, lever 23).
     """
 
     def __init__(self, model: Transformer):
@@ -172,7 +165,7 @@ def export_graphs(
     # Example inputs with distinct sizes on the dynamic axes (B=2 sentences, N=6 rows, S=5,
     # P=3, T=2), so no size can be mistaken for another and baked into the graph as a
     # constant. Rows that are not the sentences are what traces the grouped cross-attention
-    # (`seq2seq.model._grouped_by_source`).
+    # (`seq2seq.training.model._grouped_by_source`).
     src_ids = torch.full((2, 5), config.eos_id, dtype=torch.long)
     src_mask = torch.ones(2, 5, dtype=torch.bool)
     src_mask[1, -1] = False

@@ -13,7 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
-from seq2seq.config import SEARCH_FIELDS
+from data.files import CONFIG_FILE
+from seq2seq.core.config import SEARCH_FIELDS
 
 QUALITY_LABELS = {
     "test_bleu_beam4": "BLEU, beam 4",
@@ -123,7 +124,7 @@ def write_card(
     """
     history = joined_history([*earlier_runs, run])
     plot_curve(history, bundle / "training_curve.png")
-    config = json.loads((bundle / "config.json").read_text())
+    config = json.loads((bundle / CONFIG_FILE).read_text())
     train_config = json.loads((run / "train_config.json").read_text())
     manifest = json.loads((data / "manifest.json").read_text())
     card = (
@@ -240,7 +241,7 @@ def data_mix(train_config: dict) -> str:
 
 
 def schedule(train_config: dict) -> str:
-    """The learning-rate schedule in words (seq2seq.train.learning_rate)."""
+    """The learning-rate schedule in words (seq2seq.training.train.learning_rate)."""
     words = f"peak lr {train_config['lr']}, {train_config['warmup_steps']} warmup steps then inverse-sqrt decay"
     cooldown = train_config.get("cooldown_steps", 0)  # absent from runs before the option
     if cooldown:

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from seq2seq.bundle import BUNDLE_FILE
-from seq2seq.config import DecodeConfig
-from seq2seq.model import Transformer, load_model
+from data.files import BUNDLE_FILE
+from seq2seq.core.config import DecodeConfig
+from seq2seq.training.model import Transformer, load_model
 
 log = logging.getLogger("crossalign.export")
 
@@ -66,10 +66,10 @@ def check_parity(
     cross K/V, and the teacher-forced log-probs and cross-attention of every position,
     layer and head (all within `tolerance`). Mismatches are collected in `problems`.
     """
+    from seq2seq.decoding.search import pad_batch
+    from seq2seq.decoding.translator import Translator
     from seq2seq.loading import load_translator
-    from seq2seq.search import pad_batch
-    from seq2seq.torch_backend import TorchBackend
-    from seq2seq.translator import Translator
+    from seq2seq.training.torch_backend import TorchBackend
 
     onnx_translator = load_translator(bundle_dir, "onnx", precision=precision)
     backend = onnx_translator.backend

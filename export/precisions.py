@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from seq2seq.bundle import BUNDLE_FILE, PRECISIONS, replace_graphs, write_manifest
+from data.files import BUNDLE_FILE
+from seq2seq.runtime.bundle import PRECISIONS, replace_graphs, write_manifest
 
 
 def precision_problems(precisions: tuple[str, ...]) -> list[str]:

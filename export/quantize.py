@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from seq2seq.bundle import GRAPH_FILES
+from seq2seq.runtime.bundle import GRAPH_FILES
 
 log = logging.getLogger("crossalign.export")
 

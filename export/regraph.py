@@ -20,8 +20,8 @@ from export.exporter import (
 )
 from export.parity import PARITY_SENTENCES, run_parity_checks
 from export.precisions import keep_graphs, precision_problems
-from seq2seq.bundle import load_bundle_manifest, replace_graphs, write_manifest
-from seq2seq.onnx_backend import decoder_graph_io, encoder_io
+from seq2seq.runtime.bundle import load_bundle_manifest, replace_graphs, write_manifest
+from seq2seq.runtime.onnx_backend import decoder_graph_io, encoder_io
 
 log = logging.getLogger("crossalign.export")
 

@@ -59,8 +59,8 @@ $PY -m seq2seq.cli export "$RUN/final" --out "$OUT" --data-manifest "$DATA/manif
 cp "$RUN/alignment_sources.json" "$OUT/"   # the ranking behind the default, shipped for reference
 
 echo "== length penalty on the valid split (beam 4)"
-BETA=${BETA:-$($PY -c "from seq2seq.config import DecodeConfig; print(DecodeConfig.coverage_penalty)")}
-NGRAM=${NGRAM:-$($PY -c "from seq2seq.config import DecodeConfig; print(DecodeConfig.no_repeat_ngram_size)")}
+BETA=${BETA:-$($PY -c "from seq2seq.core.config import DecodeConfig; print(DecodeConfig.coverage_penalty)")}
+NGRAM=${NGRAM:-$($PY -c "from seq2seq.core.config import DecodeConfig; print(DecodeConfig.no_repeat_ngram_size)")}
 for alpha in ${ALPHAS:-0.6 1.0 1.5 2.0}; do
     $PY -m seq2seq.cli eval --model "$OUT" --test "$DATA/valid.tsv" --beam-size 4 --length-penalty "$alpha" \
         --coverage-penalty "$BETA" --no-repeat-ngram-size "$NGRAM" --json \
@@ -72,7 +72,7 @@ ALPHA=${ALPHA:-$($PY -c "import json, sys; rows = [json.loads(l) for l in open(s
 echo "chosen length penalty: $ALPHA"; cat "$RUN/valid_length_penalty.jsonl"
 # The bundle's serving decoding from here on: every eval below measures it (the greedy ones
 # with --beam-size 1), and users get it (the service, `crossalign translate` and `eval`).
-$PY -c "import sys; from seq2seq.bundle import set_decoding; from seq2seq.config import DecodeConfig
+$PY -c "import sys; from seq2seq.runtime.bundle import set_decoding; from seq2seq.core.config import DecodeConfig
 print('serving decoding:', set_decoding(sys.argv[1], DecodeConfig(beam_size=4, length_penalty=float(sys.argv[2]),
     coverage_penalty=float(sys.argv[3]), no_repeat_ngram_size=int(sys.argv[4]))))" "$OUT" "$ALPHA" "$BETA" "$NGRAM"
 
@@ -99,7 +99,7 @@ $PY - "$RUN" "$OUT" "$GRAPHS" <<'PY'
 import json, sys
 from pathlib import Path
 from export.figures import int8_refusal, release_figures
-from seq2seq.bundle import update_metrics
+from seq2seq.runtime.bundle import update_metrics
 
 run, out, graphs = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 beam4, gold = (json.loads((run / f).read_text()) for f in ("test_beam4.json", "gold_beam4.json"))

@@ -32,7 +32,7 @@ done
 import json, sys
 from pathlib import Path
 from export.figures import int8_refusal, release_figures
-from seq2seq.bundle import update_metrics
+from seq2seq.runtime.bundle import update_metrics
 
 bundle, out = Path(sys.argv[1]), Path(sys.argv[2])
 fp32, int8 = release_figures(out, "fp32."), release_figures(out, "int8.")

@@ -1,11 +1,11 @@
 """The search's candidates in the decoder graph: a TopK over the step's log-probs.
 
 Beam search ranks, at every step, the 2K best continuations of each sentence from each
-row's own best log-probs (`seq2seq.candidates.Candidates.rank`). Picking those few out of the
+row's own best log-probs (`seq2seq.decoding.candidates.Candidates.rank`). Picking those few out of the
 vocabulary in numpy (a partial sort of (N, V) float32, `np.argpartition`) was 11-13% of
 beam-4 batch-32 decoding; onnxruntime's TopK kernel does it in about a third of the time on
 the graph's own thread pool, in the same run. So the decoder-step graph gets one input and
-two outputs (`seq2seq.onnx_backend.SEARCH_TOP_IO`):
+two outputs (`seq2seq.runtime.onnx_backend.SEARCH_TOP_IO`):
 
     top_k          (1,) int64: how many to return, C
     top_log_probs  (N, T, C) float32: each position's C largest log-probs, largest first
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from seq2seq.onnx_backend import SEARCH_TOP_IO
+from seq2seq.runtime.onnx_backend import SEARCH_TOP_IO
 
 
 def add_search_top_k(model: Any) -> None:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from data.files import BUNDLE_FILE, TOKENIZER_FILE
 from data.tokenizer import Tokenizer
-from seq2seq.backend import SearchBackend
-from seq2seq.bundle import BUNDLE_FILE, decode_defaults, load_bundle_manifest
-from seq2seq.onnx_backend import OnnxBackend
-from seq2seq.quality import DEFAULT_QUALITY_MODE, QUALITY_MODES, QualityThresholds
-from seq2seq.translator import Translator
+from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE, QUALITY_MODES, QualityThresholds
+from seq2seq.core.backend import SearchBackend
+from seq2seq.decoding.translator import Translator
+from seq2seq.runtime.bundle import decode_defaults, load_bundle_manifest
+from seq2seq.runtime.onnx_backend import OnnxBackend
 
 BACKENDS = ("onnx", "torch")
 DEFAULT_BACKEND = "onnx"  # serving never needs torch
@@ -45,7 +46,7 @@ def load_translator(
     `streams`: sub-batches of a batch searched at once on the onnx backend (0:
     `onnx_backend.default_streams`, two once there are two threads; see `Translator`); the
     torch backend searches a batch whole.
-    quality_mode ("thorough" or "fast", `seq2seq.quality.QUALITY_MODES`) chooses the
+    quality_mode ("thorough" or "fast", `seq2seq.analysis.quality.QUALITY_MODES`) chooses the
     untranslated detector of the quality blocks: with source occlusion, or attention only.
     The translator's `decode_defaults` are the bundle's `decoding` (on either backend; a
     training output, or a bundle from before the section: DecodeConfig's).
@@ -79,13 +80,13 @@ def load_translator(
     else:
         import torch  # only here: the onnx path must never import torch
 
-        from seq2seq.torch_backend import TorchBackend
+        from seq2seq.training.torch_backend import TorchBackend
 
         if threads:
             torch.set_num_threads(threads)
         search_backend = TorchBackend.from_directory(model_dir)
         stream_backend, streams = None, 1
-        tokenizer_path = model_dir / "spm.model"
+        tokenizer_path = model_dir / TOKENIZER_FILE
         quality = QualityThresholds.load(model_dir)  # defaults when it has none
         decoding = decode_defaults(model_dir)  # a bundle's on model.pt decodes as its graphs do
     return Translator(

@@ -1,11 +1,11 @@
 """`POST /v1/align`: the word alignment of a translation the client already has.
 
-The translation is teacher-forced through the decoder (seq2seq.forced, the library code
-behind `crossalign align`), and the map is read by the one rule of seq2seq.alignment, so
+The translation is teacher-forced through the decoder (seq2seq.decoding.forced, the library code
+behind `crossalign align`), and the map is read by the one rule of seq2seq.core.alignment, so
 a pair aligned here, by the CLI or by `crossalign eval --gold` gets the same links. Each
 pair is aligned as one unit (it is not split into sentences: the sentences of a source
 and of its translation need not correspond one to one). Word indices are those of
-`seq2seq.alignment.words()` over the texts as sent, as in the gold set.
+`seq2seq.core.alignment.words()` over the texts as sent, as in the gold set.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Literal
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from seq2seq.alignment import AlignmentError
-from seq2seq.forced import AlignmentFailed
-from seq2seq.records import AlignmentMap, Quality, TokenSpan
+from seq2seq.core.config import AlignmentError
+from seq2seq.decoding.forced import AlignmentFailed
+from seq2seq.decoding.records import AlignmentMap, Quality, TokenSpan
 from service.deps import APIError, CheckedRoute, RequestContext, get_context
 from service.requests import AlignmentRequest, JSONRequest, Source, Target, exactly_one
 

@@ -38,7 +38,7 @@ ops = APIRouter(tags=["operations"])
 
 class Decoding(BaseModel):
     """The search settings a request that sets none gets: the model's bundle's `decoding`, which its
-    figures were measured with (seq2seq.config.SEARCH_FIELDS)."""
+    figures were measured with (seq2seq.core.config.SEARCH_FIELDS)."""
 
     beam_size: int
     length_penalty: float = Field(description="GNMT alpha")

@@ -18,7 +18,7 @@ Which tokens label the axes (S source pieces, T translation pieces, per sentence
              columns = source pieces + `</s>`; no mask: each step may read the whole source.
 
 Every row sums to 1 (a softmax). `alignment` holds the library's alignment maps
-(seq2seq.alignment) of every cross-attention layer and head selection, at word and
+(seq2seq.core.alignment) of every cross-attention layer and head selection, at word and
 subword level: rows = the target tokens the steps produced, columns = source tokens,
 `</s>` row and column removed, rows renormalised; these are what /v1/heatmap draws.
 
@@ -37,10 +37,11 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
-from seq2seq.alignment import Alignment, AlignmentOptions, Token, concat
-from seq2seq.backend import SearchBackend
-from seq2seq.records import Quality, TokenSpan
-from seq2seq.translator import TranslationResult, Translator
+from seq2seq.core.alignment import Alignment, Token, concat
+from seq2seq.core.backend import SearchBackend
+from seq2seq.core.config import AlignmentOptions
+from seq2seq.decoding.records import Quality, TokenSpan
+from seq2seq.decoding.translator import TranslationResult, Translator
 from service.deps import APIError, CheckedRoute, RequestContext, get_context
 from service.engine import ServedModel
 from service.requests import BeamSize, JSONRequest, NoRepeatNgramSize, Source, Target
@@ -108,7 +109,7 @@ def self_attention_alignment(
     model: ServedModel, translated: TranslatedText, kind: Kind, layer: int | None, heads: tuple[int, ...]
 ) -> Alignment:
     """An encoder or decoder self-attention map of a whole text, shaped as an `Alignment`
-    for seq2seq.heatmap: columns = keys, rows = queries, sentences block-diagonal, no links.
+    for seq2seq.analysis.heatmap: columns = keys, rows = queries, sentences block-diagonal, no links.
 
     `layer` None = the last layer; `heads` () = the mean of all heads.
     """

@@ -23,10 +23,9 @@ from typing import Any
 from fastapi import Depends, Request, Response
 from fastapi.routing import APIRoute
 
-from seq2seq.alignment import AlignmentError, AlignmentOptions
-from seq2seq.config import DecodeConfig
-from seq2seq.forced import ForcedAlignment
-from seq2seq.inputs import text_problem
+from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig
+from seq2seq.core.inputs import text_problem
+from seq2seq.decoding.forced import ForcedAlignment
 from service.batching import Item, QueueFull, work_units
 from service.engine import ServedModel, TranslatorEngine
 from service.languages import CONFIDENT, Detection, LanguageDetector, get_detector, language_name
@@ -167,7 +166,7 @@ class RequestContext:
     def check_texts(
         self, texts: list[str], field: str = "q", labels: list[str] | None = None, items: int | None = None
     ) -> None:
-        """400 unless every text passes the input rules (seq2seq.inputs) and the request's limits.
+        """400 unless every text passes the input rules (seq2seq.core.inputs) and the request's limits.
 
         Messages name the text as `field` (one text), `field[i]`, or `labels[i]` when given.
         `items` is what the batch limit counts (default: the texts; /v1/align counts pairs)."""

@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from seq2seq.alignment import AlignmentError, AlignmentOptions
-from seq2seq.bundle import BUNDLE_FILE
-from seq2seq.config import DecodeConfig, ModelConfig
-from seq2seq.forced import ForcedAlignment, align_given
-from seq2seq.quality import DEFAULT_QUALITY_MODE
-from seq2seq.translator import TranslationResult, Translator
+from data.files import BUNDLE_FILE
+from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE
+from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, ModelConfig
+from seq2seq.decoding.forced import ForcedAlignment, align_given
+from seq2seq.decoding.translator import TranslationResult, Translator
 from service.batching import MicroBatcher
 
 log = logging.getLogger("crossalign.service")
@@ -36,11 +35,11 @@ Pair = tuple[str, str]
 class ForcedJob:
     """The scheduler's job for given (source, translation) pairs: one teacher-forced pass,
     a beam of one, the map read with `options` (resolved); in the thorough quality mode one
-    more teacher-forced row per source word (seq2seq/occlusion.py) for the flags."""
+    more teacher-forced row per source word (seq2seq/analysis/occlusion.py) for the flags."""
 
     options: AlignmentOptions
     beam_size: int = 1
-    restore_case: bool = True  # read a shouted side with its case restored (seq2seq.forced)
+    restore_case: bool = True  # read a shouted side with its case restored (seq2seq.decoding.forced)
 
 
 @dataclass(eq=False)
@@ -82,7 +81,7 @@ class ServedModel:
     ) -> list[ForcedAlignment | AlignmentError]:
         """Blocking: align given (source, translation) pairs in order, through the same turns,
         queue bound and timeout as `translate`; a pair that cannot be aligned gets its
-        AlignmentError in its place (seq2seq.forced.align_given)."""
+        AlignmentError in its place (seq2seq.decoding.forced.align_given)."""
         return self._wait(self.batcher.submit(pairs, ForcedJob(options, restore_case=restore_case), client), timeout)
 
     def _wait(self, future: concurrent.futures.Future, timeout: float | None) -> list[Any]:
@@ -159,7 +158,7 @@ def load_engine(
     streams: int = 0,
 ) -> TranslatorEngine:
     """Load every bundle under `models` on onnxruntime, with its graphs of `precision` (None: each
-    bundle's default), flagging untranslated words in `quality_mode` (`seq2seq.quality.QUALITY_MODES`);
+    bundle's default), flagging untranslated words in `quality_mode` (`seq2seq.analysis.quality.QUALITY_MODES`);
     the language pair comes from bundle.json.
 
     A bundle that cannot be loaded is logged in one line and skipped (`engine.failed` says

@@ -4,7 +4,7 @@ Existing LibreTranslate clients work unchanged: JSON or form bodies, `q` a strin
 list (translated as one padded batch), `{"error": ...}` with 400/403/429. Our extension:
 `alignment: true` (or an object with level/layer/heads) adds an `alignment` map beside
 each translation: the word-level map of the whole text, block-diagonal over its sentences,
-and a `quality` block beside it (seq2seq.records.Quality: untranslated source words,
+and a `quality` block beside it (seq2seq.decoding.records.Quality: untranslated source words,
 ungrounded target words, confidence), its sentences' blocks joined with word indices
 counted over the whole text.
 """
@@ -20,8 +20,8 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from seq2seq.config import DecodeConfig
-from seq2seq.records import AlignmentMap, Quality
+from seq2seq.core.config import DecodeConfig
+from seq2seq.decoding.records import AlignmentMap, Quality
 from service.deps import APIError, RequestContext, get_access, get_context, request_api_key
 from service.engine import ServedModel
 from service.languages import language_name
@@ -186,7 +186,7 @@ def translate(
 ) -> dict[str, Any]:
     """`{translatedText, alternatives}`, lists when `q` is a list; `alignment` and `quality` when
     the alignment is asked for; `caseRestored` (format text, when a text was shouted): per text,
-    whether a sentence of it was read with its case restored (seq2seq/casing.py), its answer
+    whether a sentence of it was read with its case restored (seq2seq/core/casing.py), its answer
     then in capitals."""
     texts = [params.q] if isinstance(params.q, str) else list(params.q)
     ctx.check_texts(texts)
@@ -224,7 +224,7 @@ def translate(
     if options:
         dumped = [m.model_dump() if m else None for m in maps]
         response["alignment"] = dumped[0] if single else dumped
-        # With the alignment, its quality signals (seq2seq.records.Quality; word indices of the text).
+        # With the alignment, its quality signals (seq2seq.decoding.records.Quality; word indices of the text).
         blocks = [q.model_dump() if q else None for q in qualities]
         response["quality"] = blocks[0] if single else blocks
     return response

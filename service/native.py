@@ -8,9 +8,9 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from seq2seq.alignment import AlignmentOptions
-from seq2seq.heatmap import FORMATS, filename, render_heatmap
-from seq2seq.records import TextTranslation
+from seq2seq.analysis.heatmap import FORMATS, filename, render_heatmap
+from seq2seq.core.config import AlignmentOptions
+from seq2seq.decoding.records import TextTranslation
 from service.attention import self_attention_alignment
 from service.deps import APIError, CheckedRoute, RequestContext, get_context
 from service.requests import (

@@ -7,7 +7,7 @@ it does. `install` replaces it with one that tells the truth:
   bad input (FastAPI's 422 never occurs: the app's handlers send 400), 403 / 429 for
   access, 413 for an oversize body, 503 when busy; 429 and 503 carry `Retry-After`.
 - constraints the service enforces are in the schema, from the running settings and the
-  models actually served: texts are non-empty, printable (seq2seq.inputs' rules) and at
+  models actually served: texts are non-empty, printable (seq2seq.core.inputs' rules) and at
   most `char_limit` characters; lists at most `batch_limit`; languages are those served;
   beam sizes, layers, heads and heatmap sizes have their ranges.
 
@@ -33,7 +33,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from seq2seq.inputs import TEXT_PATTERN, TEXT_RULES
+from seq2seq.core.inputs import TEXT_PATTERN, TEXT_RULES
 from service.settings import Settings
 
 ASSETS = Path(fastapi_offline.__file__).resolve().parent / "static"

@@ -16,8 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from seq2seq.alignment import AlignmentOptions
-from seq2seq.config import DecodeConfig
+from seq2seq.core.config import AlignmentOptions, DecodeConfig
 
 Source = Annotated[str, Field("auto", description="source language code, or 'auto'")]
 Target = Annotated[str | None, Field(None, description="target language (default: the only one served for the source)")]
@@ -91,7 +90,7 @@ def exactly_one(*groups: tuple[str, ...]) -> Callable[[dict[str, Any]], None]:
 
 
 class AlignmentRequest(JSONRequest):
-    """Which cross-attention the map is read from, and at which level (seq2seq.alignment)."""
+    """Which cross-attention the map is read from, and at which level (seq2seq.core.alignment)."""
 
     level: Literal["word", "subword"] = Field(
         "word",

@@ -59,7 +59,7 @@ def head_limit(settings: Settings) -> int:
 
 def usable_bundles(models: Path) -> list[Path]:
     """The bundles under `models` whose manifest reads; each bad one logged in one line."""
-    from seq2seq.bundle import load_bundle_manifest
+    from seq2seq.runtime.bundle import load_bundle_manifest
     from service.engine import bundle_languages, find_bundles, one_line
 
     usable = []

@@ -15,9 +15,9 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from seq2seq.bundle import PRECISIONS
-from seq2seq.config import DecodeConfig
-from seq2seq.quality import DEFAULT_QUALITY_MODE, QUALITY_MODES
+from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE, QUALITY_MODES
+from seq2seq.core.config import DecodeConfig
+from seq2seq.runtime.bundle import PRECISIONS
 
 ENV_PREFIX = "CROSSALIGN_"
 

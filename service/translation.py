@@ -1,12 +1,12 @@
 """The thin service over the library: texts -> sentences -> one batch -> texts with alignments.
 
 Every route goes through `translate_texts`: each input is split into sentences
-(seq2seq.segment), all sentences of all inputs go to the served model as one list (one padded
+(seq2seq.core.segment), all sentences of all inputs go to the served model as one list (one padded
 batch, shared with concurrent requests by the micro-batcher), and the sentence
 translations are joined back with the spacing the input had between its sentences.
 Each sentence's alignment is built by the library together with its translation (when the
 `DecodeConfig` asks for one) and shifted so that its offsets refer to the whole input and
-the whole translation; `seq2seq.alignment.concat` joins them into one block-diagonal map for
+the whole translation; `seq2seq.core.alignment.concat` joins them into one block-diagonal map for
 the LibreTranslate extension and the heatmap.
 """
 
@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seq2seq.alignment import Alignment, AlignmentOptions, Token, concat
-from seq2seq.config import DecodeConfig
-from seq2seq.quality import join as join_quality
-from seq2seq.records import (
+from seq2seq.analysis.quality import join as join_quality
+from seq2seq.core.alignment import Alignment, Token, concat
+from seq2seq.core.config import AlignmentOptions, DecodeConfig
+from seq2seq.core.segment import split_sentences
+from seq2seq.decoding.records import (
     AlignedSentence,
     AlignedTranslation,
     AlignmentMap,
@@ -28,8 +29,7 @@ from seq2seq.records import (
     TextTranslation,
     TokenSpan,
 )
-from seq2seq.segment import split_sentences
-from seq2seq.translator import TranslationResult
+from seq2seq.decoding.translator import TranslationResult
 from service.engine import ServedModel
 
 

@@ -52,7 +52,7 @@ def random_model(root: Path) -> Path:
     from toy import toy_model_config
 
     from data.tokenizer import Tokenizer, train_sentencepiece
-    from seq2seq.model import Transformer, save_model
+    from seq2seq.training.model import Transformer, save_model
 
     spm_path = train_sentencepiece(toy_sentences(300), root / "spm", vocab_size=56)
     torch.manual_seed(0)

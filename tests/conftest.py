@@ -45,7 +45,7 @@ def tiny_model(tiny_model_config):
     """A randomly initialised tiny Transformer in eval mode (deterministic: seeded)."""
     import torch
 
-    from seq2seq.model import Transformer
+    from seq2seq.training.model import Transformer
 
     torch.manual_seed(0)
     return Transformer(tiny_model_config).eval()
@@ -92,7 +92,7 @@ def echo_engine(toy_tokenizer_path: Path):
     from echo_backend import EchoBackend
 
     from data.tokenizer import Tokenizer
-    from seq2seq.translator import Translator
+    from seq2seq.decoding.translator import Translator
     from service.engine import TranslatorEngine
 
     tokenizer = Tokenizer(toy_tokenizer_path)

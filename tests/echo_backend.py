@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 from fastapi.testclient import TestClient
 
-from seq2seq.backend import DecoderCache, StepOutput, TeacherForced
-from seq2seq.config import ModelConfig
-from seq2seq.forced import teacher_force_by_steps
+from seq2seq.core.backend import DecoderCache, StepOutput, TeacherForced
+from seq2seq.core.config import ModelConfig
+from seq2seq.decoding.forced import teacher_force_by_steps
 from service.app import create_app
 from service.engine import TranslatorEngine
 from service.settings import Settings
@@ -28,6 +28,7 @@ class EchoBackend:
             vocab_size=vocab_size, d_model=8, n_heads=2, d_ff=16, encoder_layers=1, decoder_layers=2, max_positions=64
         )
         self.bos_id, self.eos_id, self.pad_id = 2, 3, 0
+        self.cross_per_sentence = False  # the search repeats the cross K/V per beam row
         self.vocab_size = vocab_size
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from seq2seq.backend import DecoderCache, StepOutput
-from seq2seq.config import DecodeConfig, ModelConfig
-from seq2seq.search import pad_batch
+from seq2seq.core.backend import DecoderCache, StepOutput
+from seq2seq.core.config import DecodeConfig, ModelConfig
+from seq2seq.decoding.search import pad_batch
 
 PAD, UNK, BOS, EOS, A, B = 0, 1, 2, 3, 4, 5
 VOCAB = 6
@@ -75,6 +75,7 @@ class ScriptedBackend:
     """A fake model: log-probs from TABLES, prefix kept in the 'KV cache' it returns."""
 
     pad_id, bos_id, eos_id = PAD, BOS, EOS
+    cross_per_sentence = False
     config = ModelConfig(
         vocab_size=VOCAB, d_model=6, n_heads=HEADS, decoder_layers=LAYERS, alignment_layer=1, alignment_heads=(2,)
     )

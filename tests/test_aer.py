@@ -8,8 +8,16 @@ from pathlib import Path
 import pytest
 
 from data.corpora import split_key
-from seq2seq.aer import AlignmentFormatError, GoldPair, grow_diag_final, parse_pharaoh, read_gold, read_pharaoh, score
-from seq2seq.alignment import words
+from seq2seq.analysis.aer import (
+    AlignmentFormatError,
+    GoldPair,
+    grow_diag_final,
+    parse_pharaoh,
+    read_gold,
+    read_pharaoh,
+    score,
+)
+from seq2seq.core.alignment import words
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLD = ROOT / "data" / "gold" / "de-en.gold.tsv"

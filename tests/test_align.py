@@ -14,14 +14,14 @@ import pytest
 from fastapi.testclient import TestClient
 from toy import SENTENCES, toy_pairs
 
-from seq2seq.aer import read_gold, write_pharaoh
-from seq2seq.alignment import AlignmentError as ForcedAlignmentError
+from seq2seq.analysis.aer import read_gold, write_pharaoh
 from seq2seq.cli import main as cli_main
-from seq2seq.config import DecodeConfig
-from seq2seq.forced import ForcedAlignment, align_pair, align_pairs, teacher_force_by_steps
+from seq2seq.core.config import AlignmentError as ForcedAlignmentError
+from seq2seq.core.config import DecodeConfig
+from seq2seq.decoding.forced import ForcedAlignment, align_pair, align_pairs, teacher_force_by_steps
+from seq2seq.decoding.translator import Translator
 from seq2seq.loading import load_translator
 from seq2seq.loading import load_translator as load_onnx_translator
-from seq2seq.translator import Translator
 from service.app import create_app
 from service.engine import TranslatorEngine
 from service.settings import Settings
@@ -46,6 +46,7 @@ class StepOnly:
     def __init__(self, backend):
         self.inner, self.config = backend, backend.config
         self.bos_id, self.eos_id, self.pad_id = backend.bos_id, backend.eos_id, backend.pad_id
+        self.cross_per_sentence = backend.cross_per_sentence
 
     def encode(self, *args):
         return self.inner.encode(*args)
@@ -177,6 +178,7 @@ class FailsOn:
             backend.eos_id,
             backend.pad_id,
         )
+        self.cross_per_sentence = backend.cross_per_sentence
 
     def encode(self, *args):
         return self.inner.encode(*args)

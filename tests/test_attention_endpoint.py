@@ -167,7 +167,7 @@ def test_backend_without_maps_is_501(toy_tokenizer_path: Path) -> None:
     from echo_backend import EchoBackend
 
     from data.tokenizer import Tokenizer
-    from seq2seq.translator import Translator
+    from seq2seq.decoding.translator import Translator
     from service.app import create_app
     from service.engine import TranslatorEngine
     from service.settings import Settings

@@ -18,7 +18,7 @@ import pytest
 from batch_toy import read_jsonl, toy_sentences, translate
 
 from seq2seq.cli import batch, build_parser
-from seq2seq.records import AlignedTranslation, TranslationRecord
+from seq2seq.decoding.records import AlignedTranslation, TranslationRecord
 
 # --------------------------------------------------------------------------- schema
 
@@ -95,8 +95,8 @@ def test_text_argument_and_help(batch_model_dir: Path, capsys: pytest.CaptureFix
 def test_early_exit_reaches_the_search_and_the_job_record(
     batch_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from seq2seq import translator as translator_module
     from seq2seq.cli import translate as translate_module
+    from seq2seq.decoding import translator as translator_module
 
     seen: list[bool] = []
     search, options = translator_module.beam_search, translate_module.job_options
@@ -245,7 +245,7 @@ def test_bad_jsonl_input_lines(batch_model_dir: Path, tmp_path: Path) -> None:
     assert records[1].error.startswith("invalid JSON") and records[6].error == "text is only whitespace"
 
 
-# What the service refuses with a 400 (seq2seq.inputs), the CLI writes as an error record.
+# What the service refuses with a 400 (seq2seq.core.inputs), the CLI writes as an error record.
 SERVICE_RULE_LINES: list[tuple[dict, str | None]] = [
     ({"id": "ok1", "text": "Der Hund ist klein ."}, None),
     ({"id": "s1", "text": "\ud800"}, "lone surrogate U+D800 at column 1"),  # valid JSON, not UTF-8
@@ -369,7 +369,7 @@ def test_a_batch_that_fails_in_the_model_is_retried_line_by_line(
     batch_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Only the line at fault gets an error record; its batch-mates are translated."""
-    from seq2seq.translator import Translator
+    from seq2seq.decoding.translator import Translator
 
     original, calls = Translator.translate_batch, []
 

@@ -20,13 +20,14 @@ import pytest
 from fastapi.testclient import TestClient
 from toy import LEXICON, SENTENCES
 
-import seq2seq.translator
-from seq2seq.bundle import BUNDLE_FILE, BundleError, load_bundle_manifest, parse_decoding, set_decoding
+import seq2seq.decoding.translator
+from data.files import BUNDLE_FILE
 from seq2seq.cli import build_parser
 from seq2seq.cli import main as cli_main
 from seq2seq.cli.translate import check_resume_options, fill_unset_options, job_file, job_options
-from seq2seq.config import DecodeConfig
+from seq2seq.core.config import DecodeConfig
 from seq2seq.loading import load_translator
+from seq2seq.runtime.bundle import BundleError, load_bundle_manifest, parse_decoding, set_decoding
 from service.app import create_app
 from service.settings import Settings
 
@@ -58,13 +59,13 @@ def chosen(tiny_bundle: Path, tmp_path: Path) -> Path:
 def searches(monkeypatch: pytest.MonkeyPatch) -> list[DecodeConfig]:
     """The DecodeConfig of every search the Translator runs in this process (the search itself runs)."""
     seen: list[DecodeConfig] = []
-    search = seq2seq.translator.beam_search
+    search = seq2seq.decoding.translator.beam_search
 
     def recording(backend: Any, src_ids: Any, src_mask: Any, config: DecodeConfig, *rest: Any) -> Any:
         seen.append(config)
         return search(backend, src_ids, src_mask, config, *rest)
 
-    monkeypatch.setattr(seq2seq.translator, "beam_search", recording)
+    monkeypatch.setattr(seq2seq.decoding.translator, "beam_search", recording)
     return seen
 
 

@@ -14,9 +14,9 @@ from toy import SENTENCES
 from export.calibrate import DEFAULT_SOURCE, Calibration, read_calibration_sentences
 from export.exporter import export_model
 from export.quantize import quantize_graphs
-from seq2seq.bundle import load_bundle_manifest
-from seq2seq.onnx_backend import OnnxBackend
-from seq2seq.search import pad_batch
+from seq2seq.decoding.search import pad_batch
+from seq2seq.runtime.bundle import load_bundle_manifest
+from seq2seq.runtime.onnx_backend import OnnxBackend
 
 
 @pytest.fixture(scope="module")

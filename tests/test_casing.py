@@ -1,4 +1,4 @@
-"""Shouted input (seq2seq/casing.py): the detection rule, the truecaser on the shipped
+"""Shouted input (seq2seq/core/casing.py): the detection rule, the truecaser on the shipped
 SentencePiece model, and the shipped translator, service, explorer and batch CLI answering a
 shouter in capitals with offsets into the text as given.
 
@@ -19,8 +19,9 @@ import pytest
 from echo_backend import EchoBackend, make_client
 
 from data.tokenizer import Tokenizer
-from seq2seq.alignment import AlignmentOptions, pieces_with_offsets, words
-from seq2seq.casing import (
+from seq2seq.analysis.heatmap import render_heatmap
+from seq2seq.core.alignment import pieces_with_offsets, words
+from seq2seq.core.casing import (
     MIN_UPPER_LETTERS,
     UPPER_SHARE,
     Truecaser,
@@ -32,10 +33,9 @@ from seq2seq.casing import (
     lower,
     shout,
 )
-from seq2seq.config import DecodeConfig
-from seq2seq.heatmap import render_heatmap
+from seq2seq.core.config import AlignmentOptions, DecodeConfig
+from seq2seq.decoding.translator import Translator
 from seq2seq.loading import load_translator
-from seq2seq.translator import Translator
 from service.engine import TranslatorEngine
 
 SHIPPED = Path(__file__).resolve().parents[1] / "models" / "de-en"
@@ -332,7 +332,7 @@ SHOUTED_PAIR = (PLAIN_PAIR[0].upper(), PLAIN_PAIR[1].upper())
 
 
 def test_a_shouted_pair_is_aligned_as_its_restored_case_reads(shipped: Translator) -> None:
-    from seq2seq.forced import align_given
+    from seq2seq.decoding.forced import align_given
 
     plain, shouted = align_given(shipped, [PLAIN_PAIR, SHOUTED_PAIR])
     (as_typed,) = align_given(shipped, [SHOUTED_PAIR], restore_case=False)

@@ -22,10 +22,10 @@ from scripted_backend import (
     sources,
 )
 
-from seq2seq.backend import DecoderCache, StepOutput
-from seq2seq.config import DecodeConfig, ModelConfig
-from seq2seq.search import beam_search, coverage_penalty, greedy_search, hypothesis_score
-from seq2seq.torch_backend import TorchBackend
+from seq2seq.core.backend import DecoderCache, StepOutput
+from seq2seq.core.config import DecodeConfig, ModelConfig
+from seq2seq.decoding.search import beam_search, coverage_penalty, greedy_search, hypothesis_score
+from seq2seq.training.torch_backend import TorchBackend
 
 # The alignment head's (layer 1, head 2) weights on source [8, 6, EOS] by prefix: the other
 # heads look only at the source EOS, and the head itself gives it 0.3, so reading the wrong

@@ -1,5 +1,5 @@
 """Lever 21: the encoder runs sentences of similar length together, each group padded only to
-its own longest (`seq2seq.backend.length_groups`, `OnnxBackend.encode`). The split is the
+its own longest (`seq2seq.core.backend.length_groups`, `OnnxBackend.encode`). The split is the
 cheapest one under its cost, and it changes nothing: the same cross K/V at every real
 position and the same search, with the real onnxruntime graphs."""
 
@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from test_search_levers import GOLD, SHIPPED_BUNDLE, assert_same_hypotheses
 
-from seq2seq import onnx_backend, search
-from seq2seq.backend import length_groups
-from seq2seq.config import DecodeConfig
+from seq2seq.core.backend import length_groups
+from seq2seq.core.config import DecodeConfig
+from seq2seq.decoding import search
 from seq2seq.loading import load_translator
-from seq2seq.onnx_backend import OnnxBackend
+from seq2seq.runtime import onnx_backend
+from seq2seq.runtime.onnx_backend import OnnxBackend
 
 
 def split_cost(lengths: np.ndarray, groups: list[np.ndarray], run_cost: float) -> float:

@@ -18,12 +18,12 @@ from toy import SENTENCES
 from data.tokenizer import EOS_ID, PAD_ID
 from export.exporter import export_graphs
 from export.gemm import fuse_bias_gemms
-from seq2seq.bundle import BundleError, load_bundle_manifest
-from seq2seq.config import DecodeConfig
+from seq2seq.core.config import DecodeConfig
+from seq2seq.decoding.search import pad_batch
 from seq2seq.loading import load_translator
-from seq2seq.model import load_model, scaled_dot_product
-from seq2seq.onnx_backend import OnnxBackend
-from seq2seq.search import pad_batch
+from seq2seq.runtime.bundle import BundleError, load_bundle_manifest
+from seq2seq.runtime.onnx_backend import OnnxBackend
+from seq2seq.training.model import load_model, scaled_dot_product
 
 
 def linear_graph(bias_is_constant: bool = True) -> onnx.ModelProto:
@@ -167,7 +167,7 @@ def test_graphs_that_disagree_on_the_keys_layout_are_refused(tiny_bundle: Path, 
 
 
 def test_beams_reading_their_sentences_one_cross_kv_attend_as_with_a_copy_each() -> None:
-    """`seq2seq.model._grouped_by_source`: q of B·G rows (G consecutive rows per sentence)
+    """`seq2seq.training.model._grouped_by_source`: q of B·G rows (G consecutive rows per sentence)
     against one K/V per sentence gives, row for row, what each row gets from its own copy."""
     import torch
 

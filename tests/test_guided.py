@@ -20,12 +20,12 @@ from toy import toy_model_config
 
 from data.prepare import read_pairs
 from data.tokenizer import Tokenizer
-from seq2seq.aer import write_pharaoh
+from seq2seq.analysis.aer import write_pharaoh
 from seq2seq.cli import main as cli_main
-from seq2seq.config import TrainConfig
-from seq2seq.guided import GuidedAlignment, guided_loss
-from seq2seq.train import train
-from seq2seq.train_data import load_examples
+from seq2seq.core.config import TrainConfig
+from seq2seq.training.guided import GuidedAlignment, guided_loss
+from seq2seq.training.train import train
+from seq2seq.training.train_data import load_examples
 
 
 class FakeTokenizer:

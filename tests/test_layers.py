@@ -1,10 +1,22 @@
 """The layers only point down, and the serving path never imports torch.
 
-    data  <  the inference library (torch-free)  <  model/training (torch) and export  <  service and CLIs
+    data  <  the inference library (torch-free)  <  model/training (torch), export, loading  <  service and CLIs
 
-Every import in the project's packages, at module level or inside a function, is read
-from the source (ast) and checked against that order; a module the table below does not
-place is an error too, so a new module has to say where it belongs. The serving path is
+A module's layer is read off the folder it lives in, never off a list of names, so a new
+module is placed by where it is created:
+
+- `data/`: corpora, splits, the tokenizer.
+- `seq2seq/core/`, `seq2seq/analysis/`, `seq2seq/decoding/`, `seq2seq/runtime/`: the
+  torch-free inference library. Inside it a module imports its own folder or a lower one:
+  core < analysis < decoding, runtime (decoding and runtime are peers and do not import
+  each other).
+- `seq2seq/training/`, `export/`, and `seq2seq/loading.py` (the one bridge: it reaches
+  `training/` lazily, for the torch backend only): the torch layer.
+- `service/`, `seq2seq/cli/`: the top.
+
+Every import in the project's packages, at module level or inside a function,
+`TYPE_CHECKING` included, is read from the source (ast) and checked against that order;
+a static check finds any `import torch` outside the torch layer; and the serving path is
 then run for real (bundle loaded on onnxruntime, every route that translates or aligns)
 in a fresh interpreter, which must end without torch in `sys.modules`.
 """
@@ -24,49 +36,36 @@ PACKAGES = ("data", "seq2seq", "export", "service")
 
 DATA, LIBRARY, TORCH, TOP = 0, 1, 2, 3
 LAYER_NAMES = {DATA: "data", LIBRARY: "inference library", TORCH: "model/training and export", TOP: "service and CLIs"}
-# The torch-free inference library: what serving runs (besides data.tokenizer).
-LIBRARY_MODULES = {
-    "config",
-    "alignment",
-    "quality",
-    "occlusion",
-    "confidence",
-    "search",
-    "candidates",
-    "repeats",
-    "backend",
-    "translator",
-    "casing",
-    "forced",
-    "segment",
-    "aer",
-    "records",
-    "heatmap",
-    "bundle",
-    "onnx_backend",
-    "inputs",
-}
-# torch, and what sits above both backends (the loader imports torch only for backend="torch").
-TORCH_MODULES = {"model", "train", "train_data", "checkpoints", "guided", "torch_backend", "loading"}
+# The folders of the torch-free library and their rank: a module imports its own folder or
+# one of lower rank. Folders of equal rank are peers and do not import each other.
+LIBRARY_FOLDERS = {"core": 0, "analysis": 1, "decoding": 2, "runtime": 2}
+TORCH_FOLDERS = ("training",)
 
 
 def layer_of(module: str) -> int | None:
-    """The layer of a project module (dotted name), or None if it is not placed."""
+    """The layer of a project module (dotted name), from its folder; None if unplaced."""
     parts = module.split(".")
     if parts[0] == "data":
         return DATA
     if parts[0] == "export":
         return TORCH
-    if parts[0] == "service" or parts[:2] == ["seq2seq", "cli"]:
+    if parts[0] == "service":
         return TOP
-    if parts[0] == "seq2seq":
-        if len(parts) == 1:
-            return LIBRARY
-        if parts[1] in LIBRARY_MODULES:
-            return LIBRARY
-        if parts[1] in TORCH_MODULES:
-            return TORCH
+    if parts[0] != "seq2seq":
+        return None
+    if len(parts) == 1 or parts[1] in LIBRARY_FOLDERS:
+        return LIBRARY
+    if parts[1] in TORCH_FOLDERS or parts[1] == "loading":
+        return TORCH
+    if parts[1] == "cli":
+        return TOP
     return None
+
+
+def library_folder(module: str) -> str | None:
+    """`core`, `analysis`, ... for a module of the torch-free library's folders, else None."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "seq2seq" and len(parts) > 2 and parts[1] in LIBRARY_FOLDERS else None
 
 
 def project_modules() -> dict[str, Path]:
@@ -79,11 +78,13 @@ def project_modules() -> dict[str, Path]:
     return modules
 
 
-def imported_modules(path: Path, module: str) -> list[tuple[int, str]]:
-    """(line, dotted name) of every project module that `path` imports, anywhere in it."""
+def imported_names(path: Path, module: str) -> list[tuple[int, str, bool]]:
+    """(line, dotted name, at module level) of every import in `path`, anywhere in it."""
     found = []
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    top_level = {id(node) for node in tree.body}
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -95,8 +96,13 @@ def imported_modules(path: Path, module: str) -> list[tuple[int, str]]:
             names = [f"{base}.{alias.name}" for alias in node.names] + [base]
         else:
             continue
-        found += [(node.lineno, name) for name in names if name.split(".")[0] in PACKAGES]
+        found += [(node.lineno, name, id(node) in top_level) for name in names]
     return found
+
+
+def imported_modules(path: Path, module: str) -> list[tuple[int, str]]:
+    """(line, dotted name) of every project module that `path` imports, anywhere in it."""
+    return [(line, name) for line, name, _ in imported_names(path, module) if name.split(".")[0] in PACKAGES]
 
 
 def resolve(name: str, modules: dict[str, Path]) -> str | None:
@@ -109,36 +115,114 @@ def resolve(name: str, modules: dict[str, Path]) -> str | None:
     return None
 
 
+def may_import(importer: str, imported: str) -> bool:
+    """The rule: layers point down; inside the library, folders point down too."""
+    own, theirs = layer_of(importer), layer_of(imported)
+    if own is None or theirs is None:
+        return True  # reported by test_every_module_has_a_layer
+    if theirs != own:
+        return theirs < own
+    mine, other = library_folder(importer), library_folder(imported)
+    if mine is None or other is None:  # seq2seq/__init__ or outside the library's folders
+        return True
+    return other == mine or LIBRARY_FOLDERS[other] < LIBRARY_FOLDERS[mine]
+
+
 def test_every_module_has_a_layer() -> None:
     unplaced = [name for name in project_modules() if layer_of(name) is None]
-    assert not unplaced, f"place these modules in a layer (tests/test_layers.py): {unplaced}"
+    assert not unplaced, f"these modules sit in no layer's folder (tests/test_layers.py): {unplaced}"
+
+
+def test_seq2seq_holds_only_folders_and_the_loader() -> None:
+    loose = sorted(p.name for p in (REPO / "seq2seq").glob("*.py"))
+    assert loose == ["__init__.py", "loading.py"], f"put these modules in a role folder: {loose}"
 
 
 def test_imports_only_point_down() -> None:
     modules = project_modules()
     upward = []
     for module, path in modules.items():
-        own = layer_of(module)
         for line, name in imported_modules(path, module):
             target = resolve(name, modules)
-            if target is None or own is None:
-                continue
-            theirs = layer_of(target)
-            if theirs is not None and theirs > own:
+            if target is not None and not may_import(module, target):
                 upward.append(
-                    f"{path.relative_to(REPO)}:{line}: {module} ({LAYER_NAMES[own]}) imports {target} "
-                    f"({LAYER_NAMES[theirs]})"
+                    f"{path.relative_to(REPO)}:{line}: {module} ({LAYER_NAMES[layer_of(module)]}, "
+                    f"{library_folder(module) or '-'}) imports {target} ({LAYER_NAMES[layer_of(target)]}, "
+                    f"{library_folder(target) or '-'})"
                 )
-    assert not upward, "imports from a higher layer:\n" + "\n".join(upward)
+    assert not upward, "imports against the layers' order:\n" + "\n".join(upward)
 
 
-def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
-    """The checker itself: a library module importing the service, even lazily, is found."""
-    path = tmp_path / "translator.py"
-    path.write_text("def f():\n    from service.engine import Engine\n    import seq2seq.loading\n")
-    names = [name for _, name in imported_modules(path, "seq2seq.translator")]
+def test_no_import_cycle_among_project_modules() -> None:
+    """Every import counts, lazy and `TYPE_CHECKING` ones too: a cycle is a layout error."""
     modules = project_modules()
-    assert {layer_of(resolve(name, modules) or "") for name in names} >= {TOP, TORCH}
+    edges = {
+        module: {
+            target
+            for _, name in imported_modules(path, module)
+            if (target := resolve(name, modules)) is not None
+            and target != module
+            # a package's own __init__ is an ancestor, not a dependency
+            and not module.startswith(target + ".")
+        }
+        for module, path in modules.items()
+    }
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    cycles = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        path = [*path, module]
+        for target in sorted(edges[module]):
+            if state.get(target) == 1:
+                cycles.append(" -> ".join(path[path.index(target) :] + [target]))
+            elif target not in state:
+                visit(target, path)
+        state[module] = 2
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_torch_is_imported_only_in_the_torch_layer() -> None:
+    """Static: no `import torch` anywhere in data, the library folders, the service or the
+    CLIs, and in the loader only inside a function (the torch backend's branch)."""
+    found = []
+    for module, path in project_modules().items():
+        layer = layer_of(module)
+        for line, name, at_top in imported_names(path, module):
+            if name.split(".")[0] != "torch":
+                continue
+            lazy_bridge = module == "seq2seq.loading" and not at_top
+            if layer != TORCH or (module == "seq2seq.loading" and not lazy_bridge):
+                found.append(f"{path.relative_to(REPO)}:{line}: {module} imports {name}")
+    assert not found, "torch imported outside seq2seq/training and export:\n" + "\n".join(found)
+
+
+def test_the_checker_sees_upward_and_sideways_imports(tmp_path: Path) -> None:
+    """The checker itself: a library module importing the service, the loader or a peer
+    folder, even lazily, is found."""
+    path = tmp_path / "translator.py"
+    path.write_text(
+        "def f():\n    from service.engine import Engine\n    import seq2seq.loading\n"
+        "    from seq2seq.runtime import bundle\n"
+    )
+    modules = project_modules()
+    targets = [resolve(name, modules) for _, name in imported_modules(path, "seq2seq.decoding.translator")]
+    refused = {t for t in targets if t and not may_import("seq2seq.decoding.translator", t)}
+    assert {"service.engine", "seq2seq.loading", "seq2seq.runtime.bundle"} <= refused
+    assert may_import("seq2seq.decoding.translator", "seq2seq.analysis.quality")
+    assert not may_import("seq2seq.core.config", "seq2seq.analysis.quality")
+
+
+def test_the_torch_free_library_imports_without_torch() -> None:
+    """Every module of the library's folders, imported in a fresh interpreter, with the loader."""
+    names = sorted(m for m in project_modules() if layer_of(m) in (DATA, LIBRARY)) + ["seq2seq.loading"]
+    code = f"import importlib, sys\nfor name in {names!r}:\n    importlib.import_module(name)\n"
+    code += "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
 
 
 def test_the_serving_path_never_imports_torch(tiny_bundle: Path) -> None:

@@ -10,8 +10,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seq2seq.config import ModelConfig
-from seq2seq.model import Transformer, causal_mask, key_padding_mask, load_model, save_model, scaled_dot_product
+from seq2seq.core.config import ModelConfig
+from seq2seq.training.model import (
+    Transformer,
+    causal_mask,
+    key_padding_mask,
+    load_model,
+    save_model,
+    scaled_dot_product,
+)
 
 PAD, BOS, EOS = 0, 2, 3
 

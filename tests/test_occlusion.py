@@ -1,4 +1,4 @@
-"""Source occlusion (seq2seq/occlusion.py): the occluded sources, the batched teacher-forced
+"""Source occlusion (seq2seq/analysis/occlusion.py): the occluded sources, the batched teacher-forced
 log-probs against one run per occluded source (tiny exported model), and the untranslated
 flags that read them, through the translator and forced alignment (the shipped model)."""
 
@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from toy import LEXICON, SENTENCES
 
-from seq2seq.alignment import AlignmentOptions, align
-from seq2seq.config import DecodeConfig
-from seq2seq.forced import align_pairs, forced_attention, teacher_forced_attention
+from seq2seq.analysis.occlusion import occluded_log_probs, occluded_source, occlusion_features, word_pieces
+from seq2seq.analysis.quality import Detector, Evidence, QualityThresholds, assess_alignment
+from seq2seq.core.alignment import align
+from seq2seq.core.config import AlignmentOptions, DecodeConfig
+from seq2seq.decoding.forced import align_pairs, forced_attention, teacher_forced_attention
+from seq2seq.decoding.translator import Translator
 from seq2seq.loading import load_translator
-from seq2seq.occlusion import occluded_log_probs, occluded_source, occlusion_features, word_pieces
-from seq2seq.quality import Detector, Evidence, QualityThresholds, assess_alignment
-from seq2seq.translator import Translator
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "models" / "de-en"
@@ -116,8 +116,8 @@ def test_the_translator_runs_the_occlusion_only_for_a_detector_that_reads_it(
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("occlusion run for a detector that does not read it")
 
-    monkeypatch.setattr("seq2seq.translator.occluded_log_probs", refuse)
-    monkeypatch.setattr("seq2seq.forced.occluded_log_probs", refuse)
+    monkeypatch.setattr("seq2seq.decoding.translator.occluded_log_probs", refuse)
+    monkeypatch.setattr("seq2seq.decoding.forced.occluded_log_probs", refuse)
     old = _with_detector(shipped, Detector(("log_coverage",), (-1.0,), -1.0, 0.0))
     assert not old.quality.needs_occlusion
     assert old.translate("Ich habe heute keine Zeit.", config).quality is not None

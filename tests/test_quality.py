@@ -1,4 +1,4 @@
-"""Quality signals (seq2seq/quality.py), the planted damage they are measured on
+"""Quality signals (seq2seq/analysis/quality.py), the planted damage they are measured on
 (bench/planted.py) and the script that measures them and chooses a model's detectors and
 thresholds (bench/quality_signals.py), on hand-made maps and on a tiny exported model."""
 
@@ -15,12 +15,9 @@ import pytest
 from toy import SENTENCES, toy_pairs, train_tiny
 
 from export.exporter import export_model
-from seq2seq.alignment import AlignmentOptions, Alignments, Token, align, words
-from seq2seq.confidence import confidence_features, length_misfit, sentence_coverage
-from seq2seq.forced import align_pair
-from seq2seq.loading import load_translator
-from seq2seq.occlusion import DROP_FLOOR, OCCLUSION_FEATURES
-from seq2seq.quality import (
+from seq2seq.analysis.confidence import confidence_features, length_misfit, sentence_coverage
+from seq2seq.analysis.occlusion import DROP_FLOOR, OCCLUSION_FEATURES
+from seq2seq.analysis.quality import (
     COVERAGE_FLOOR,
     Detector,
     Evidence,
@@ -33,6 +30,10 @@ from seq2seq.quality import (
     target_peak,
     word_features,
 )
+from seq2seq.core.alignment import Alignments, Token, align, words
+from seq2seq.core.config import AlignmentOptions
+from seq2seq.decoding.forced import align_pair
+from seq2seq.loading import load_translator
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))

@@ -1,4 +1,4 @@
-"""Quality modes (seq2seq.quality.QUALITY_MODES): "thorough" flags untranslated words with the
+"""Quality modes (seq2seq.analysis.quality.QUALITY_MODES): "thorough" flags untranslated words with the
 detector that reads source occlusion, "fast" with its attention-only twin and never runs the
 occlusion; every quality block says which flagged it. Through the library, the CLIs and a
 real server, on the tiny exported model with a hand-written quality.json."""
@@ -16,16 +16,16 @@ import pytest
 from test_service_server import serving
 from toy import LEXICON, SENTENCES
 
-from seq2seq.alignment import AlignmentOptions
-from seq2seq.bundle import set_quality_file
+from data.files import QUALITY_FILE
+from seq2seq.analysis.quality import UNTRANSLATED_BY, Detector, QualityThresholds
 from seq2seq.cli import build_parser
 from seq2seq.cli import main as cli_main
 from seq2seq.cli.translate import check_resume_options, job_file, job_options
-from seq2seq.config import DecodeConfig
-from seq2seq.forced import align_pairs
+from seq2seq.core.config import AlignmentOptions, DecodeConfig
+from seq2seq.decoding.forced import align_pairs
+from seq2seq.decoding.records import Quality
 from seq2seq.loading import load_translator
-from seq2seq.quality import QUALITY_FILE, UNTRANSLATED_BY, Detector, QualityThresholds
-from seq2seq.records import Quality
+from seq2seq.runtime.bundle import set_quality_file
 from service import serve
 from service.settings import Settings
 

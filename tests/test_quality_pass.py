@@ -15,16 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from seq2seq.alignment import AlignmentOptions
-from seq2seq.bundle import BUNDLE_FILE, BundleError, load_bundle_manifest, set_quality_file
+from data.files import BUNDLE_FILE, QUALITY_FILE
+from seq2seq.analysis.heatmap import FLAG_COLOUR, FLAG_LEGEND, render_heatmap
+from seq2seq.analysis.quality import Evidence, QualityThresholds, SentenceQuality, assess_alignment, join
 from seq2seq.cli import main as cli_main
-from seq2seq.config import DecodeConfig
-from seq2seq.forced import align_pair
-from seq2seq.heatmap import FLAG_COLOUR, FLAG_LEGEND, render_heatmap
+from seq2seq.core.config import AlignmentOptions, DecodeConfig
+from seq2seq.decoding.forced import align_pair
+from seq2seq.decoding.search import length_penalty
+from seq2seq.decoding.translator import Translator
 from seq2seq.loading import load_translator
-from seq2seq.quality import QUALITY_FILE, Evidence, QualityThresholds, SentenceQuality, assess_alignment, join
-from seq2seq.search import length_penalty
-from seq2seq.translator import Translator
+from seq2seq.runtime.bundle import BundleError, load_bundle_manifest, set_quality_file
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "models" / "de-en"

@@ -37,7 +37,7 @@ import pytest
 from test_service_server import free_port, serving, start_server
 from toy import SENTENCES, toy_pairs
 
-from seq2seq.config import DecodeConfig
+from seq2seq.core.config import DecodeConfig
 from service.batching import MicroBatcher, QueueFull
 
 REPO = Path(__file__).resolve().parents[1]

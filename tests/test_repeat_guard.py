@@ -1,4 +1,4 @@
-"""The repetition guard (`DecodeConfig.no_repeat_ngram_size`, seq2seq/repeats.py): which
+"""The repetition guard (`DecodeConfig.no_repeat_ngram_size`, seq2seq/decoding/repeats.py): which
 pieces it bans, that a guarded search is the search of a model that never repeats (greedy
 and beam 4, with and without the decoder graph's TopK), that it changes nothing where
 nothing repeats, and that the CLIs and the HTTP service pass it on and refuse bad values.
@@ -24,15 +24,15 @@ from echo_backend import make_client
 from fastapi.testclient import TestClient
 from scripted_backend import EOS, A, B, ScriptedBackend, lp, plain, sources
 
-from seq2seq import candidates, repeats
-from seq2seq.backend import DecoderCache, StepOutput
 from seq2seq.cli import build_parser
 from seq2seq.cli import main as cli_main
 from seq2seq.cli.translate import check_resume_options, fill_unset_options, job_file, job_options
-from seq2seq.config import DecodeConfig, ModelConfig
+from seq2seq.core.backend import DecoderCache, StepOutput
+from seq2seq.core.config import DecodeConfig, ModelConfig
+from seq2seq.decoding import candidates, repeats
+from seq2seq.decoding.repeats import repeated_ngram_bans
+from seq2seq.decoding.search import beam_search, greedy_search, pad_batch
 from seq2seq.loading import load_translator
-from seq2seq.repeats import repeated_ngram_bans
-from seq2seq.search import beam_search, greedy_search, pad_batch
 from service.engine import TranslatorEngine
 
 PAD, UNK, BOS = 0, 1, 2
@@ -58,6 +58,7 @@ class StutterBackend:
     TopK, over every piece (PAD and BOS included), before anything is banned."""
 
     pad_id, bos_id, eos_id = PAD, BOS, EOS
+    cross_per_sentence = False
     vocab = 40
     config = ModelConfig(
         vocab_size=vocab, d_model=8, n_heads=2, d_ff=16, encoder_layers=1, decoder_layers=2, max_positions=64

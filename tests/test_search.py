@@ -29,12 +29,12 @@ from scripted_backend import (
     sources,
 )
 
-from seq2seq import candidates
-from seq2seq.backend import DecoderCache, move_rows, select_rows
-from seq2seq.candidates import top_candidates
-from seq2seq.model import key_padding_mask
-from seq2seq.search import _batch_order, beam_search, greedy_search
-from seq2seq.torch_backend import TorchBackend
+from seq2seq.core.backend import DecoderCache, move_rows, select_rows
+from seq2seq.decoding import candidates
+from seq2seq.decoding.candidates import top_candidates
+from seq2seq.decoding.search import _batch_order, beam_search, greedy_search
+from seq2seq.training.model import key_padding_mask
+from seq2seq.training.torch_backend import TorchBackend
 
 # --------------------------------------------------------------------------- exact results
 

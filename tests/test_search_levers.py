@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from seq2seq import candidates, search
-from seq2seq.backend import DecoderCache, SearchBackend, StepOutput, select_rows
-from seq2seq.bundle import load_bundle_manifest
-from seq2seq.config import DecodeConfig
+from seq2seq.core.backend import DecoderCache, SearchBackend, StepOutput, select_rows
+from seq2seq.core.config import DecodeConfig
+from seq2seq.decoding import candidates, search
 from seq2seq.loading import load_translator
-from seq2seq.onnx_backend import OnnxBackend
+from seq2seq.runtime.bundle import load_bundle_manifest
+from seq2seq.runtime.onnx_backend import OnnxBackend
 
 SHIPPED_BUNDLE = Path(__file__).resolve().parents[1] / "models" / "de-en"
 GOLD = Path(__file__).resolve().parents[1] / "data" / "gold" / "de-en.gold.tsv"
@@ -216,7 +216,7 @@ def assert_small_runs_unbound_equal_bound(
     """Runs of at most PLAIN_RUN_ROWS rows go through `InferenceSession.run` and are stacked
     afterwards (onnx_backend.run_decoder): the same arrays as the I/O-bound run, and the
     same search."""
-    from seq2seq import onnx_backend
+    from seq2seq.runtime import onnx_backend
 
     translator = load_translator(bundle_dir, precision=precision, threads=2, streams=1, verify=False)
     backend = translator.backend

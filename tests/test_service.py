@@ -23,11 +23,11 @@ from echo_backend import EchoBackend, make_client
 from fastapi.testclient import TestClient
 
 from data.tokenizer import Tokenizer
-from seq2seq.config import DecodeConfig
-from seq2seq.heatmap import FLAG_COLOUR
-from seq2seq.quality import QualityThresholds
-from seq2seq.segment import split_sentences
-from seq2seq.translator import Translator
+from seq2seq.analysis.heatmap import FLAG_COLOUR
+from seq2seq.analysis.quality import QualityThresholds
+from seq2seq.core.config import DecodeConfig
+from seq2seq.core.segment import split_sentences
+from seq2seq.decoding.translator import Translator
 from service.batching import MicroBatcher
 from service.engine import TranslatorEngine
 
@@ -215,7 +215,7 @@ def test_native_translate(client: TestClient) -> None:
 
 
 def test_native_early_exit_reaches_the_search(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    from seq2seq import translator as translator_module
+    from seq2seq.decoding import translator as translator_module
 
     seen: list[bool] = []
     search = translator_module.beam_search
@@ -356,14 +356,14 @@ def test_micro_batcher_batches_concurrent_requests(echo_engine: TranslatorEngine
 
 
 def test_service_imports_no_torch() -> None:
-    code = "import sys, service.app, service.serve, seq2seq.heatmap; assert 'torch' not in sys.modules"
+    code = "import sys, service.app, service.serve, seq2seq.analysis.heatmap; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
 @pytest.mark.parametrize("step_shift", [False, True])
 def test_heatmap_caption_says_how_the_map_was_read(step_shift: bool) -> None:
-    from seq2seq.alignment import Alignment, Token
-    from seq2seq.heatmap import _parts
+    from seq2seq.analysis.heatmap import _parts
+    from seq2seq.core.alignment import Alignment, Token
 
     tokens = [Token("a", 0, 1), Token("b", 2, 3)]
     alignment = Alignment("word", tokens, tokens, np.eye(2), [(0, 0), (1, 1)], 1, (2,), step_shift)
@@ -373,8 +373,8 @@ def test_heatmap_caption_says_how_the_map_was_read(step_shift: bool) -> None:
 
 
 def test_heatmap_caption_wraps_inside_the_image_and_the_bytes_are_stable() -> None:
-    from seq2seq.alignment import Alignment, Token
-    from seq2seq.heatmap import _parts, render_heatmap
+    from seq2seq.analysis.heatmap import _parts, render_heatmap
+    from seq2seq.core.alignment import Alignment, Token
 
     tokens = [Token(w, 0, 1) for w in ["Das", "Haus", "ist", "sehr", "klein"]]
     alignment = Alignment("subword", tokens, tokens, np.eye(5), [], 1, (), True)

@@ -12,8 +12,8 @@ from pathlib import Path
 from echo_backend import EchoBackend, make_client
 
 from data.tokenizer import Tokenizer
-from seq2seq.config import DecodeConfig
-from seq2seq.translator import Translator
+from seq2seq.core.config import DecodeConfig
+from seq2seq.decoding.translator import Translator
 from service.batching import work_units
 from service.engine import TranslatorEngine
 

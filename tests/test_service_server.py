@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from toy import SENTENCES
 
-from seq2seq.config import DecodeConfig
+from seq2seq.core.config import DecodeConfig
 
 REPO = Path(__file__).resolve().parents[1]
 

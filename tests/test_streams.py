@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from seq2seq.bundle import load_bundle_manifest
-from seq2seq.config import DecodeConfig
+from seq2seq.core.config import DecodeConfig
+from seq2seq.decoding.translator import TranslationResult, Translator, plan_runs
 from seq2seq.loading import load_translator
-from seq2seq.onnx_backend import OnnxBackend, default_streams
-from seq2seq.translator import TranslationResult, Translator, plan_runs
+from seq2seq.runtime.bundle import load_bundle_manifest
+from seq2seq.runtime.onnx_backend import OnnxBackend, default_streams
 
 SHIPPED_BUNDLE = Path(__file__).resolve().parents[1] / "models" / "de-en"
 GOLD = Path(__file__).resolve().parents[1] / "data" / "gold" / "de-en.gold.tsv"

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickletools
 import random
+import re
 import subprocess
 import sys
 import textwrap
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,13 +20,13 @@ import pytest
 import torch
 
 from data.tokenizer import Tokenizer, train_sentencepiece
-from seq2seq.checkpoints import average_checkpoints, list_checkpoints
-from seq2seq.config import DecodeConfig, ModelConfig, TrainConfig
-from seq2seq.model import Transformer, load_model
-from seq2seq.torch_backend import TorchBackend
-from seq2seq.train import learning_rate, smoothed_loss, train
-from seq2seq.train_data import make_batches
-from seq2seq.translator import Translator
+from seq2seq.core.config import DecodeConfig, ModelConfig, TrainConfig
+from seq2seq.decoding.translator import Translator
+from seq2seq.training.checkpoints import average_checkpoints, list_checkpoints
+from seq2seq.training.model import Transformer, load_model
+from seq2seq.training.torch_backend import TorchBackend
+from seq2seq.training.train import learning_rate, smoothed_loss, train
+from seq2seq.training.train_data import make_batches
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -178,6 +181,20 @@ def test_init_from_starts_a_new_run_from_a_model_and_checks_its_tokenizer(tmp_pa
         )
 
 
+def test_checkpoints_name_no_project_module(tmp_path: Path, toy_tokenizer_path: Path):
+    """A checkpoint pickles builtins, tensors and RNG states only: moving a module (the
+    role folders of seq2seq/) can never break resuming an old run."""
+    write_toy_data(tmp_path / "data", toy_tokenizer_path, train_count=40, held_out_count=4)
+    train(tiny_train_config(tmp_path / "data", tmp_path / "run", max_steps=1, save_every=1), tiny_model_config(16))
+    (checkpoint,) = list_checkpoints(tmp_path / "run")
+    with zipfile.ZipFile(checkpoint) as archive:
+        pickled = archive.read(next(name for name in archive.namelist() if name.endswith("data.pkl")))
+    named = [str(argument) for _, argument, _ in pickletools.genops(pickled) if isinstance(argument, str)]
+    assert any(name.startswith("torch") for name in named)  # the scan sees the globals it should
+    project = re.compile(r"(seq2seq|data|export|service)([. ]|$)")
+    assert not [name for name in named if project.match(name)]
+
+
 def test_average_checkpoints(tmp_path: Path):
     config = tiny_model_config(d_model=16)
     states = []
@@ -261,8 +278,8 @@ def test_distributed_data_parallel_with_two_processes(tmp_path: Path, toy_tokeni
         textwrap.dedent(f"""
         import os
         import torch.distributed as dist
-        from seq2seq.config import ModelConfig, TrainConfig
-        from seq2seq.train import train
+        from seq2seq.core.config import ModelConfig, TrainConfig
+        from seq2seq.training.train import train
 
         final = train(TrainConfig(data_dir={str(tmp_path / "data")!r}, out_dir={str(tmp_path / "run")!r},
                                   max_tokens=64, max_steps=6, warmup_steps=2, valid_every=3, save_every=3,
@@ -298,8 +315,8 @@ def test_every_training_setting_is_explained_in_help() -> None:
     """The comment beside (or above) each config field is its --help text: one explanation."""
     import argparse
 
-    from seq2seq.config import field_comments
-    from seq2seq.train import add_arguments
+    from seq2seq.core.config import field_comments
+    from seq2seq.training.train import add_arguments
 
     comments = field_comments(TrainConfig)
     assert comments["lr"] == "peak learning rate"

@@ -11,11 +11,11 @@ import pytest
 import torch
 from test_train import tiny_model_config, tiny_train_config, write_toy_data
 
-from seq2seq.checkpoints import list_checkpoints
-from seq2seq.config import ModelConfig, TrainConfig
-from seq2seq.model import load_model
-from seq2seq.train import train
-from seq2seq.train_data import drop_words, epoch_examples
+from seq2seq.core.config import ModelConfig, TrainConfig
+from seq2seq.training.checkpoints import list_checkpoints
+from seq2seq.training.model import load_model
+from seq2seq.training.train import train
+from seq2seq.training.train_data import drop_words, epoch_examples
 
 
 def toy_examples() -> tuple[list[tuple[list[int], list[int]]], list[bool]]:

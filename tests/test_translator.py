@@ -12,11 +12,11 @@ import torch
 from toy import SENTENCES
 
 from data.tokenizer import Tokenizer
-from seq2seq.alignment import words
-from seq2seq.config import DecodeConfig, ModelConfig
-from seq2seq.model import Transformer
-from seq2seq.torch_backend import TorchBackend
-from seq2seq.translator import Translator
+from seq2seq.core.alignment import words
+from seq2seq.core.config import DecodeConfig, ModelConfig
+from seq2seq.decoding.translator import Translator
+from seq2seq.training.model import Transformer
+from seq2seq.training.torch_backend import TorchBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,7 +68,7 @@ def test_the_models_step_shift_is_the_default_reading(tiny_checkpoint: Path, tmp
     import json
     import shutil
 
-    from seq2seq.forced import align_pair
+    from seq2seq.decoding.forced import align_pair
     from seq2seq.loading import load_translator
 
     shifted_dir = tmp_path / "shifted"

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_sentencepiece
-from seq2seq.config import ModelConfig
-from seq2seq.model import Transformer, save_model
-from seq2seq.search import pad_batch
+from seq2seq.core.config import ModelConfig
+from seq2seq.decoding.search import pad_batch
+from seq2seq.training.model import Transformer, save_model
 
 LEXICON = {
     "der": "the",

@@ -13,7 +13,7 @@ import sys
 
 # name -> (module with add_arguments(parser) and main(args), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("seq2seq.train", "train a transformer on a prepared data directory"),
+    "train": ("seq2seq.training.train", "train a transformer on a prepared data directory"),
     "translate": ("seq2seq.cli.translate", "translate lines of text (stdin or a file)"),
     "align": ("seq2seq.cli.align", "align given translation pairs (source<TAB>target) by teacher forcing"),
     "eval": ("seq2seq.cli.evaluate", "score a model or a translation file with sacreBLEU (BLEU, chrF)"),

@@ -3,22 +3,22 @@
 Input: one `source<TAB>target` pair per line (further tab-separated fields, such as the
 links column of a gold file or the kind column of a prepared split, are ignored). The
 target is teacher-forced through the decoder and the cross-attention is read with the
-one rule of `seq2seq.alignment` (see `seq2seq.forced`). Output, one per input line and in
+one rule of `seq2seq.core.alignment` (see `seq2seq.decoding.forced`). Output, one per input line and in
 input order:
 
 - `--format pharaoh`: the hard word links `i-j` (i = source word, j = target word of
-  `seq2seq.alignment.words()`), ready for `crossalign eval --gold FILE --hyp FILE`;
+  `seq2seq.core.alignment.words()`), ready for `crossalign eval --gold FILE --hyp FILE`;
   a line that could not be aligned is an empty line, and its error goes to stderr;
 - `--format jsonl`: `{"line", "source", "target", "source_words", "target_words",
   "word_alignment", "matrix", "layer", "heads", "step_shift", "quality", "case_restored"}` (+
-  `subword_alignment` with `--level subword`; `quality` is the block of seq2seq/quality.py
+  `subword_alignment` with `--level subword`; `quality` is the block of seq2seq/analysis/quality.py
   with the model's thresholds); a bad line is `{"line", "source", "target", "error"}`;
 - `--format untranslated`: the source words the given translation left out (flagged
   untranslated), as `index:word` separated by spaces; an empty line when none (or when the
   line could not be aligned, its error going to stderr).
 
 Bad lines (no tab, invalid UTF-8, a side that breaks the service's input rules of
-`seq2seq.inputs` -- empty, over --max-chars, control characters --, too long for the
+`seq2seq.core.inputs` -- empty, over --max-chars, control characters --, too long for the
 model, or one that fails inside the model) never stop the job; each becomes an error
 record and the exit status is then 3. Torch-free with `--backend onnx`.
 
@@ -37,15 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from seq2seq.alignment import AlignmentError, AlignmentOptions
+from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE, QUALITY_MODES
 from seq2seq.cli.batch import EXIT_OK, EXIT_SOME_FAILED
 from seq2seq.cli.batch.reading import MAX_CHARS, strip_line_ending
-from seq2seq.config import DecodeConfig
-from seq2seq.forced import align_given
-from seq2seq.inputs import text_problem
+from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig
+from seq2seq.core.inputs import text_problem
+from seq2seq.decoding.forced import align_given
+from seq2seq.decoding.translator import Translator
 from seq2seq.loading import BACKENDS, DEFAULT_BACKEND, load_translator
-from seq2seq.quality import DEFAULT_QUALITY_MODE, QUALITY_MODES
-from seq2seq.translator import Translator
 
 log = logging.getLogger("crossalign.align")
 FORMATS = ("pharaoh", "jsonl", "untranslated")

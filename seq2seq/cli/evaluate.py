@@ -4,9 +4,9 @@ Translations: either score a file of translations against references, or transla
 split with a model and score that.
 
 Alignments (`--gold FILE`, a hand-aligned set as documented in data/gold/README.md): AER,
-precision and recall (seq2seq/aer.py, Och & Ney 2003) of either a Pharaoh file of any
+precision and recall (seq2seq/analysis/aer.py, Och & Ney 2003) of either a Pharaoh file of any
 aligner (`--hyp FILE.pharaoh`, one line per gold pair), or the model's own alignment of
-the gold pairs, read by teacher forcing the gold target (seq2seq/forced.py) from
+the gold pairs, read by teacher forcing the gold target (seq2seq/decoding/forced.py) from
 `--layer` / `--heads` / `--step-shift` (default: the model's alignment source).
 
     crossalign eval --gold data/gold/de-en.gold.tsv --hyp data/gold/eflomal.gold.pharaoh
@@ -26,33 +26,15 @@ from typing import Any
 
 from tqdm import tqdm
 
-from seq2seq.bundle import PRECISIONS
+from data.prepare import read_tsv_pairs
+from seq2seq.analysis.corpus_scores import corpus_scores
 from seq2seq.cli.align import add_alignment_source_arguments
 from seq2seq.cli.translate_args import add_decoding_arguments, asked_decoding
-from seq2seq.config import DecodeConfig
+from seq2seq.core.config import DecodeConfig
 from seq2seq.loading import BACKENDS, DEFAULT_BACKEND
+from seq2seq.runtime.bundle import PRECISIONS
 
 log = logging.getLogger("crossalign.eval")
-
-
-def score(hypotheses: list[str], references: list[str]) -> dict:
-    """Corpus BLEU and chrF with sacreBLEU's default tokenisation, plus their signatures."""
-    import sacrebleu
-
-    if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
-    bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
-    bleu_score = bleu.corpus_score(hypotheses, [references])
-    chrf_score = chrf.corpus_score(hypotheses, [references])
-    return {
-        "bleu": round(bleu_score.score, 2),
-        "chrf": round(chrf_score.score, 2),
-        # hypothesis / reference length (sacreBLEU's tokens): below 1 means dropped content
-        "length_ratio": round(bleu_score.sys_len / max(bleu_score.ref_len, 1), 3),
-        "bleu_signature": str(bleu.get_signature()),
-        "chrf_signature": str(chrf.get_signature()),
-        "sentences": len(hypotheses),
-    }
 
 
 def translate_file(
@@ -80,17 +62,6 @@ def translate_file(
     ):
         out.extend(r.text for r in translator.translate_batch(sources[start : start + batch_size], config))
     return out, config
-
-
-def read_tsv_pairs(path: Path) -> tuple[list[str], list[str]]:
-    sources, references = [], []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        fields = line.split("\t")
-        if len(fields) < 2:
-            raise ValueError(f"{path}:{number}: expected source<TAB>reference")
-        sources.append(fields[0])
-        references.append(fields[1])
-    return sources, references
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -134,8 +105,8 @@ def alignment_links(
     precision: str | None = None,
 ) -> list[set[tuple[int, int]]]:
     """The model's hard word links of given pairs (an unalignable pair has none)."""
-    from seq2seq.alignment import AlignmentError
-    from seq2seq.forced import align_pairs
+    from seq2seq.core.config import AlignmentError
+    from seq2seq.decoding.forced import align_pairs
     from seq2seq.loading import load_translator
 
     translator = load_translator(model, backend, precision=precision)
@@ -151,8 +122,8 @@ def alignment_links(
 
 def evaluate_alignment(args: argparse.Namespace) -> int:
     """`--gold`: AER, precision and recall of `--hyp` (Pharaoh) or of `--model`'s maps."""
-    from seq2seq.aer import read_gold, read_pharaoh, write_pharaoh
-    from seq2seq.aer import score as alignment_score
+    from seq2seq.analysis.aer import read_gold, read_pharaoh, write_pharaoh
+    from seq2seq.analysis.aer import score as alignment_score
 
     gold = read_gold(args.gold)
     if args.limit:
@@ -226,7 +197,7 @@ def main(args: argparse.Namespace) -> int:
             args.save_hyp.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     else:
         raise SystemExit("give --model and --test, or --hyp with --ref/--test")
-    result = score(hypotheses, references) | ({"decoding": decoding} if decoding else {})
+    result = corpus_scores(hypotheses, references) | ({"decoding": decoding} if decoding else {})
     if args.json:
         print(json.dumps(result))
     else:

@@ -16,7 +16,7 @@ from pathlib import Path
 from export.calibrate import Calibration, read_calibration_sentences
 from export.exporter import DEFAULT_OPSET, export_model, portable_path
 from export.regraph import regraph_bundle
-from seq2seq.bundle import PRECISIONS
+from seq2seq.runtime.bundle import PRECISIONS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -23,21 +23,21 @@ from typing import BinaryIO
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from data.files import BUNDLE_FILE, CONFIG_FILE, TOKENIZER_FILE
 from data.tokenizer import Tokenizer
-from seq2seq.alignment import AlignmentError, AlignmentOptions
-from seq2seq.bundle import BundleError, decode_defaults
+from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE
 from seq2seq.cli import batch, translate_args
 from seq2seq.cli.align import alignment_options
 from seq2seq.cli.translate_args import add_arguments  # noqa: F401 - `crossalign` calls translate.add_arguments
-from seq2seq.config import CONFIG_FILE, SEARCH_FIELDS, DecodeConfig, ModelConfig, load_config
-from seq2seq.quality import DEFAULT_QUALITY_MODE
+from seq2seq.core.config import SEARCH_FIELDS, AlignmentError, AlignmentOptions, DecodeConfig, ModelConfig, load_config
+from seq2seq.runtime.bundle import BundleError, decode_defaults
 
 log = logging.getLogger("crossalign.translate")
 
 
 def job_options(args: argparse.Namespace) -> dict:
     """What decides the content of the records: a resumed run must use the same."""
-    bundle = args.model / "bundle.json"
+    bundle = args.model / BUNDLE_FILE
     return {
         "model": str(args.model.resolve()),
         "model_sha256": hashlib.sha256(bundle.read_bytes()).hexdigest() if bundle.is_file() else None,
@@ -255,7 +255,7 @@ def _start_engine(args: argparse.Namespace, decode: DecodeConfig) -> tuple[batch
         # The workers load the model; this process only needs the tokenizer to bucket.
         if not args.model.is_dir():
             raise FileNotFoundError(f"{args.model}: no such model directory")
-        tokenizer = Tokenizer(args.model / "spm.model")
+        tokenizer = Tokenizer(args.model / TOKENIZER_FILE)
         return batch.ProcessEngine(spec, args.workers), tokenizer, 250
     except Exception as error:  # noqa: BLE001 - a missing or broken model is a clean fatal error
         raise _Stop(batch.EXIT_FATAL, f"cannot load the model: {error}") from error

@@ -11,12 +11,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from seq2seq.alignment import AlignmentOptions
-from seq2seq.bundle import PRECISIONS
 from seq2seq.cli import batch
 from seq2seq.cli.align import add_alignment_source_arguments, add_quality_argument
-from seq2seq.config import SEARCH_FIELDS, DecodeConfig
+from seq2seq.core.config import SEARCH_FIELDS, AlignmentOptions, DecodeConfig
 from seq2seq.loading import BACKENDS
+from seq2seq.runtime.bundle import PRECISIONS
 
 log = logging.getLogger("crossalign.translate")
 DEFAULT_MODEL = Path("models/de-en")
@@ -30,7 +29,7 @@ input: one segment per line, UTF-8, read as bytes and decoded line by line.
 output: exactly one record per input line, in input order.
   text   the translation (an empty line for a bad line, with a warning on stderr)
   tsv    id-or-line, source, translation, score, Pharaoh links (with --alignment), error
-  jsonl  seq2seq.records.TranslationRecord: line, id, source, text, score, and with
+  jsonl  seq2seq.decoding.records.TranslationRecord: line, id, source, text, score, and with
          --alignment the tokens, soft matrix and Pharaoh links (the HTTP API's schema);
          a bad line has "error" instead of a translation
 

@@ -3,7 +3,7 @@
 The pipeline, one line of input = one record of output, one module per step:
 
 1. `reading`: lines are read as bytes and decoded one by one into `Segment`s; bad lines
-   (invalid UTF-8 or JSON, and texts that break `seq2seq.inputs`, the service's rules)
+   (invalid UTF-8 or JSON, and texts that break `seq2seq.core.inputs`, the service's rules)
    become error records and never stop the job.
 2. `job`: lines longer than `split_tokens` source pieces are split into sentences, each
    translated on its own and joined back, alignment offsets shifted into the whole line.

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from seq2seq.alignment import Alignment
-from seq2seq.config import DecodeConfig
+from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE, SentenceQuality
+from seq2seq.core.alignment import Alignment
+from seq2seq.core.config import DecodeConfig
+from seq2seq.decoding.translator import TranslationResult, Translator
 from seq2seq.loading import DEFAULT_BACKEND, load_translator
-from seq2seq.quality import DEFAULT_QUALITY_MODE, SentenceQuality
-from seq2seq.translator import TranslationResult, Translator
 
 log = logging.getLogger("crossalign.translate")
 
@@ -49,7 +49,7 @@ class UnitResult:
     alignment: Alignment | None = None
     error: str | None = None
     quality: SentenceQuality | None = None  # with the alignment
-    case_restored: bool = False  # read with its case restored (shouted, seq2seq.casing)
+    case_restored: bool = False  # read with its case restored (shouted, seq2seq.core.casing)
 
 
 class SentenceTranslator:

@@ -24,7 +24,7 @@ from data.tokenizer import Tokenizer
 from seq2seq.cli.batch.engines import Engine, UnitResult
 from seq2seq.cli.batch.reading import Segment
 from seq2seq.cli.batch.writing import LineResult, RecordWriter, format_record, join_line, write_heatmap
-from seq2seq.segment import split_sentences
+from seq2seq.core.segment import split_sentences
 
 log = logging.getLogger("crossalign.translate")
 

@@ -2,7 +2,7 @@
 
 Lines are decoded one by one, so an invalid line is reported on its own and never poisons
 its neighbours. Bad lines (invalid UTF-8 or JSON, and texts that break the service's input
-rules of `seq2seq.inputs`: empty, overlong, control characters, lone surrogates) become
+rules of `seq2seq.core.inputs`: empty, overlong, control characters, lone surrogates) become
 segments with an `error`; they never stop the job.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from seq2seq.inputs import SURROGATES, printable, text_problem
+from seq2seq.core.inputs import SURROGATES, printable, text_problem
 
 INPUT_FORMATS = ("text", "tsv", "jsonl")
 MAX_CHARS = 10_000  # longer lines are errors (--max-chars)

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from seq2seq.alignment import Alignment, concat
+from seq2seq.analysis.quality import SentenceQuality
+from seq2seq.analysis.quality import join as quality_join
 from seq2seq.cli.batch.engines import UnitResult
 from seq2seq.cli.batch.reading import Segment
-from seq2seq.quality import SentenceQuality
-from seq2seq.quality import join as quality_join
+from seq2seq.core.alignment import Alignment, concat
 
 log = logging.getLogger("crossalign.translate")
 
@@ -38,7 +38,7 @@ class LineResult:
     sentences: list[tuple[int, int]] | None = None  # spans, when the line was split
     quality: SentenceQuality | None = None
     error: str | None = None
-    case_restored: bool = False  # some sentence of it was shouted (seq2seq.casing)
+    case_restored: bool = False  # some sentence of it was shouted (seq2seq.core.casing)
 
 
 def join_line(segment: Segment, spans: list[tuple[int, int]], results: list[UnitResult]) -> LineResult:
@@ -91,7 +91,7 @@ def format_record(result: LineResult, output_format: str) -> str:
         links = result.alignment.pharaoh if result.alignment is not None else ""
         fields = [str(ident), segment.source, result.text, score, links, result.error or ""]
         return "\t".join(_one_line(f) for f in fields) + "\n"
-    from seq2seq.records import AlignmentMap, Quality, TokenSpan, TranslationRecord  # pydantic only for jsonl
+    from seq2seq.decoding.records import AlignmentMap, Quality, TokenSpan, TranslationRecord  # pydantic only for jsonl
 
     record = TranslationRecord(
         line=segment.line,
@@ -165,7 +165,7 @@ def heatmap_name(segment: Segment, fmt: str) -> str:
 def write_heatmap(
     directory: Path, segment: Segment, alignment: Alignment, fmt: str, quality: SentenceQuality | None = None
 ) -> None:
-    from seq2seq.heatmap import render_heatmap  # matplotlib only when heatmaps are asked for
+    from seq2seq.analysis.heatmap import render_heatmap  # matplotlib only when heatmaps are asked for
 
     path = directory / heatmap_name(segment, fmt)
     partial = path.with_name(path.name + ".part")

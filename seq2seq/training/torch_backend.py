@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seq2seq.backend import DecoderCache, StepOutput, TeacherForced
-from seq2seq.model import Transformer, load_model
+from seq2seq.core.backend import DecoderCache, StepOutput, TeacherForced
+from seq2seq.training.model import Transformer, load_model
 
 
 class TorchBackend:

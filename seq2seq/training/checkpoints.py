@@ -1,7 +1,7 @@
 """Where a training run starts and what it leaves behind: its checkpoints (save with the
 optimizer moments and RNGs, restore for an exact resume, average for the final model) and
 its architecture (fixed by its first start, else taken from `--init-from` or the command
-line). Used by `seq2seq.train`.
+line). Used by `seq2seq.training.train`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seq2seq.config import ModelConfig, TrainConfig, load_config
-from seq2seq.model import Transformer
+from data.files import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
+from seq2seq.core.config import ModelConfig, TrainConfig, load_config
+from seq2seq.training.model import Transformer
 
 # --------------------------------------------------------------------------- checkpoints
 
@@ -85,16 +86,16 @@ REGULARISATION_FIELDS = ("dropout", "attention_dropout")
 def initial_config(model_dir: Path, data_dir: Path, requested: ModelConfig | None = None) -> ModelConfig:
     """The architecture of the model in `model_dir`, checked against the data's tokenizer;
     dropout from `requested` (this run's command line) when given."""
-    for name in ("config.json", "model.pt", "spm.model"):
+    for name in (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE):
         if not (model_dir / name).is_file():
             raise FileNotFoundError(f"--init-from {model_dir}: no {name}; give a release bundle or a run's final/")
-    if (model_dir / "spm.model").read_bytes() != (data_dir / "spm.model").read_bytes():
+    if (model_dir / TOKENIZER_FILE).read_bytes() != (data_dir / TOKENIZER_FILE).read_bytes():
         raise ValueError(
             f"--init-from {model_dir}: its spm.model differs from {data_dir / 'spm.model'}; the "
             f"token ids would not match (prepare the data with `crossalign data prepare --tokenizer "
             f"{model_dir / 'spm.model'}`, or start from scratch)"
         )
-    config = load_config(ModelConfig, model_dir / "config.json")
+    config = load_config(ModelConfig, model_dir / CONFIG_FILE)
     if requested is not None:
         config = replace(config, **{name: getattr(requested, name) for name in REGULARISATION_FIELDS})
     return config
@@ -111,7 +112,7 @@ def run_model_config(
     """The architecture of this run: fixed by its first start, else the initial model's or
     the command line's; guided alignment makes its head the model's alignment source."""
     if resumed:
-        return load_config(ModelConfig, out_dir / "config.json")
+        return load_config(ModelConfig, out_dir / CONFIG_FILE)
     if initial is not None:
         model_config = initial_config(initial, data_dir, model_config)
     if train_config.guided_alignment and (initial is not None or not model_config.alignment_heads):

@@ -15,10 +15,51 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from seq2seq.alignment import AlignmentOptions
-
 T = TypeVar("T")
-CONFIG_FILE = "config.json"  # a model directory's ModelConfig, beside every checkpoint and export
+
+
+class AlignmentError(ValueError):
+    """Alignment options the model cannot satisfy, or a pair that cannot be aligned (empty
+    side, too long for the model). The service answers it with 400."""
+
+
+LEVELS = ("word", "subword")
+
+
+@dataclass(frozen=True)
+class AlignmentOptions:
+    """Which cross-attention to read and how: the one options type of the alignment.
+
+    None means the model's own choice (`ModelConfig.alignment_layer` / `alignment_heads` /
+    `alignment_step_shift`); `resolve` applies those defaults and validates, once.
+    """
+
+    level: str = "word"  # "word" or "subword": the map a caller asked for
+    layer: int | None = None  # decoder layer; negative counts from the end
+    heads: tuple[int, ...] | None = None  # heads to average; () = the mean of all heads
+    step_shift: bool | None = None  # read where the target token is the decoder input
+    threshold: float = 0.0  # a hard link needs at least this weight
+
+    def resolve(self, config: ModelConfig) -> AlignmentOptions:
+        """These options with the model's defaults filled in, layer 0-based; raises
+        AlignmentError naming every option the model cannot satisfy."""
+        layers, n_heads = config.decoder_layers, config.n_heads
+        layer = config.alignment_layer if self.layer is None else self.layer
+        heads = tuple(config.alignment_heads) if self.heads is None else tuple(self.heads)
+        problems = []
+        if self.level not in LEVELS:
+            problems.append(f"level must be 'word' or 'subword', not {self.level!r}")
+        if not -layers <= layer < layers:
+            problems.append(
+                f"layer {layer} is out of range: the model has {layers} decoder layers "
+                f"(0..{layers - 1}, or negative from the end)"
+            )
+        if any(not 0 <= h < n_heads for h in heads):
+            problems.append(f"heads {list(heads)} out of range: the model has {n_heads} heads (0..{n_heads - 1})")
+        if problems:
+            raise AlignmentError("; ".join(problems))
+        step_shift = config.alignment_step_shift if self.step_shift is None else bool(self.step_shift)
+        return AlignmentOptions(self.level, layer % layers, heads, step_shift, self.threshold)
 
 
 @dataclass(frozen=True)
@@ -175,7 +216,7 @@ class DecodeConfig:
     # (README, "Coverage-aware beam search"): BLEU 7.78 -> 8.10, length ratio 0.876 -> 0.948.
     coverage_penalty: float = 0.2
     # No hypothesis may produce an n-gram of target pieces it already holds (fairseq's and
-    # CTranslate2's no_repeat_ngram_size, seq2seq/repeats.py); 0 = off. 4 was chosen on valid
+    # CTranslate2's no_repeat_ngram_size, seq2seq/decoding/repeats.py); 0 = off. 4 was chosen on valid
     # for the shipped model (README, "Repetition guard"): BLEU 10.95 -> 10.99, outputs with a
     # repeated word trigram 32 -> 18; 3 stops more (3 left) but costs 0.06 BLEU, 2 costs 0.25.
     no_repeat_ngram_size: int = 4
@@ -193,7 +234,7 @@ class DecodeConfig:
     # attention); None = none.
     alignment: AlignmentOptions | None = None
     # Read shouted (all-caps) input with its case restored and answer it in capitals
-    # (seq2seq/casing.py): the SentencePiece model cuts capitals into letters, and the model
+    # (seq2seq/core/casing.py): the SentencePiece model cuts capitals into letters, and the model
     # then writes garbage. False = the model reads every text as given.
     restore_case: bool = True
 

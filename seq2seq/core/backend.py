@@ -1,8 +1,8 @@
 """What a model offers the search (`SearchBackend`: encode once, then step token by token;
 every attention map of a given translation) and the values that cross that interface: the
 KV cache (`DecoderCache`, owned by the search and passed to every step), a step's output
-and a teacher-forced pass. Torch-free; implemented by `seq2seq.torch_backend` and
-`seq2seq.onnx_backend`, searched by `seq2seq.search`.
+and a teacher-forced pass. Torch-free; implemented by `seq2seq.training.torch_backend` and
+`seq2seq.runtime.onnx_backend`, searched by `seq2seq.decoding.search`.
 
 Shapes: L decoder layers, N active rows, H heads, S source length, P cached target
 length, V vocabulary.
@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from seq2seq.config import ModelConfig
+from seq2seq.core.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,6 @@ class SearchBackend(Protocol):
     config: ModelConfig
     # Whether a step reads one cross K/V per sentence for the K consecutive rows of its beams
     # (the cache then keeps them (L, B, H, S, Dh) for N = B·K rows) rather than one per row.
-    # A backend without the attribute reads one per row.
     cross_per_sentence: bool
 
     def encode(self, src_ids: np.ndarray, src_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -154,7 +153,7 @@ def move_rows(states: np.ndarray, rows: np.ndarray) -> np.ndarray:
     (L, N, ...) -> (L, len(rows), ...), a view of `states`.
 
     Only the rows that change place are copied. When a sentence finishes, the search moves
-    the last sentence into its place (`seq2seq.search`), so its K rows are all that move,
+    the last sentence into its place (`seq2seq.decoding.search`), so its K rows are all that move,
     where `np.take` copied every row of the batch (at beam 4, batch 32 that was 9% of the
     time: README, lever 13). When most rows move (beams reordered), one `np.take` is
     cheaper than a gather and a scatter, and is used. Each layer's slab of the result

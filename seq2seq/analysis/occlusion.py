@@ -10,7 +10,7 @@ well: the target words beside a deleted span still attend to the word it transla
 erasure of Li et al. 2016, "Understanding neural networks through representation erasure";
 for NMT omissions, cf. Vamvas & Sennrich 2022, contrastive conditioning.)
 
-Two features per source word enter the `untranslated` detector (`seq2seq.quality`):
+Two features per source word enter the `untranslated` detector (`seq2seq.analysis.quality`):
 `occlusion_drop`, Σ_t drop_t over the target pieces and EOS (signed), and
 `log_occlusion_drop_positive`, log(Σ_t max(drop_t, 0) + DROP_FLOOR): how much some pieces
 relied on the word, whatever others gained.
@@ -42,8 +42,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from seq2seq.alignment import Alignments, is_punctuation, projection
-from seq2seq.backend import SearchBackend
+from seq2seq.core.alignment import Alignments, is_punctuation, projection
+from seq2seq.core.backend import SearchBackend
 
 OCCLUDE_MODES = ("remove", "unk", "mask")
 OCCLUSION_FEATURES = ("occlusion_drop", "log_occlusion_drop_positive")

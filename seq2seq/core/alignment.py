@@ -17,7 +17,7 @@ The rule (documented in README, "Alignment maps"):
    that weight reaches `threshold`). Links are Pharaoh `i-j`: i = source word, j = target word.
 
 The pipeline, used by translation (the translator fills `TranslationResult.alignment` in
-the same pass), teacher forcing (seq2seq.forced), the service and the CLIs alike:
+the same pass), teacher forcing (seq2seq.decoding.forced), the service and the CLIs alike:
 `AlignmentOptions` (the one options type) -> `resolve(model config)` (defaults applied,
 validated once, `AlignmentError`) -> `align()` (both levels) -> `concat()` (the sentences of
 a longer text, block-diagonal). A new option goes into `AlignmentOptions` and its one use.
@@ -30,12 +30,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from seq2seq.config import ModelConfig
+from seq2seq.core.config import AlignmentError, AlignmentOptions
 
 # A word: letters/digits with inner apostrophes or hyphens ("don't", "E-Mail"), or one
 # punctuation/symbol character.
@@ -165,50 +163,6 @@ class Alignment:
             "heads": list(self.heads) or "mean",
             "step_shift": self.step_shift,
         }
-
-
-class AlignmentError(ValueError):
-    """Alignment options the model cannot satisfy, or a pair that cannot be aligned (empty
-    side, too long for the model). The service answers it with 400."""
-
-
-LEVELS = ("word", "subword")
-
-
-@dataclass(frozen=True)
-class AlignmentOptions:
-    """Which cross-attention to read and how: the one options type of the alignment.
-
-    None means the model's own choice (`ModelConfig.alignment_layer` / `alignment_heads` /
-    `alignment_step_shift`); `resolve` applies those defaults and validates, once.
-    """
-
-    level: str = "word"  # "word" or "subword": the map a caller asked for
-    layer: int | None = None  # decoder layer; negative counts from the end
-    heads: tuple[int, ...] | None = None  # heads to average; () = the mean of all heads
-    step_shift: bool | None = None  # read where the target token is the decoder input
-    threshold: float = 0.0  # a hard link needs at least this weight
-
-    def resolve(self, config: ModelConfig) -> AlignmentOptions:
-        """These options with the model's defaults filled in, layer 0-based; raises
-        AlignmentError naming every option the model cannot satisfy."""
-        layers, n_heads = config.decoder_layers, config.n_heads
-        layer = config.alignment_layer if self.layer is None else self.layer
-        heads = tuple(config.alignment_heads) if self.heads is None else tuple(self.heads)
-        problems = []
-        if self.level not in LEVELS:
-            problems.append(f"level must be 'word' or 'subword', not {self.level!r}")
-        if not -layers <= layer < layers:
-            problems.append(
-                f"layer {layer} is out of range: the model has {layers} decoder layers "
-                f"(0..{layers - 1}, or negative from the end)"
-            )
-        if any(not 0 <= h < n_heads for h in heads):
-            problems.append(f"heads {list(heads)} out of range: the model has {n_heads} heads (0..{n_heads - 1})")
-        if problems:
-            raise AlignmentError("; ".join(problems))
-        step_shift = config.alignment_step_shift if self.step_shift is None else bool(self.step_shift)
-        return AlignmentOptions(self.level, layer % layers, heads, step_shift, self.threshold)
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Rows are target tokens (top to bottom), columns source tokens (left to right, labels on
 top so the source reads like a sentence), the colour is the soft weight with a colour bar,
 and every hard link is outlined. Source words flagged untranslated and target words flagged
-ungrounded (seq2seq/quality.py) get an orange label and an orange frame around their
+ungrounded (seq2seq/analysis/quality.py) get an orange label and an orange frame around their
 column / row, explained in a legend line. SVG keeps its labels as <text> elements, so they can be
 searched and restyled. Used by the service's /v1/heatmap and by the batch CLI.
 """
@@ -24,7 +24,7 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from seq2seq.alignment import Alignment  # noqa: E402
+from seq2seq.core.alignment import Alignment  # noqa: E402
 
 FORMATS = {"png": "image/png", "svg": "image/svg+xml"}
 DPI = 100
@@ -43,7 +43,7 @@ def _parts(alignment: Any) -> tuple[list[str], list[str], list[list[float]], lis
         target = [t.text for t in alignment.target_tokens]
         matrix, links, layer = alignment.matrix.tolist(), alignment.links, alignment.layer
         heads: Any = list(alignment.heads) or "mean"
-    else:  # seq2seq.records.AlignmentMap (the API / JSONL record)
+    else:  # seq2seq.decoding.records.AlignmentMap (the API / JSONL record)
         source = [t.text for t in alignment.source_tokens]
         target = [t.text for t in alignment.target_tokens]
         matrix, layer, heads = alignment.matrix, alignment.layer, alignment.heads
@@ -72,7 +72,7 @@ def render_heatmap(
     untranslated: Sequence[int] = (),
     ungrounded: Sequence[int] = (),
 ) -> bytes:
-    """The heatmap of `alignment` (seq2seq.alignment.Alignment or seq2seq.records.AlignmentMap).
+    """The heatmap of `alignment` (seq2seq.core.alignment.Alignment or seq2seq.decoding.records.AlignmentMap).
 
     `width`/`height` in pixels (default: fitted to the token counts). `axis_labels` name the
     columns and the rows (("keys", "queries") for a self-attention map). `untranslated`

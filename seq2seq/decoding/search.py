@@ -2,7 +2,7 @@
 
 One implementation serves every backend (torch eager, onnxruntime): a backend only
 encodes a batch and runs one decoder step (that interface and the values it passes are
-`seq2seq.backend`). Search owns the KV cache (a `DecoderCache` value, passed to every step
+`seq2seq.core.backend`). Search owns the KV cache (a `DecoderCache` value, passed to every step
 and returned by it) and its reordering, and the per-hypothesis alignment buffers, so each
 hypothesis ends with the cross-attention of every layer and head for the exact token
 sequence it produced. Torch-free.
@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from seq2seq.alignment import AlignmentOptions
-from seq2seq.backend import DecoderCache, SearchBackend, StepOutput, select_rows
-from seq2seq.candidates import Candidates, RowBest
-from seq2seq.config import DecodeConfig, ModelConfig
-from seq2seq.repeats import RepeatGuard
+from seq2seq.core.backend import DecoderCache, SearchBackend, StepOutput, select_rows
+from seq2seq.core.config import AlignmentOptions, DecodeConfig, ModelConfig
+from seq2seq.decoding.candidates import Candidates, RowBest
+from seq2seq.decoding.repeats import RepeatGuard
 
 
 @dataclass
@@ -97,7 +96,7 @@ def beam_search(
     `hypothesis_score` (the length penalty and, with `config.coverage_penalty`, the coverage
     penalty over what the model's alignment head read: `_Coverage`). With
     `config.no_repeat_ngram_size` n > 0, a piece that would repeat an n-gram already in its
-    hypothesis is banned before the ranking (`seq2seq.repeats`).
+    hypothesis is banned before the ranking (`seq2seq.decoding.repeats`).
     """
     k = config.beam_size
     limits = _length_limits(src_mask, config, max_positions)
@@ -154,7 +153,7 @@ def _batch_order(keep: np.ndarray) -> np.ndarray:
 
     Each finished sentence's place is taken by one that goes on from the end of the batch;
     the others keep theirs. So only the moved sentences' rows are copied in the cache
-    (`seq2seq.backend.move_rows`), not every row behind the first gap. Rows do not interact
+    (`seq2seq.core.backend.move_rows`), not every row behind the first gap. Rows do not interact
     (batch-invariant graphs), so the order of sentences in the batch changes no result.
     """
     kept = keep.nonzero()[0]
@@ -229,7 +228,7 @@ class _Beams:
         mask = src_mask[np.repeat(np.arange(batch), k)]
         return cls(
             k=k,
-            cross_per_sentence=getattr(backend, "cross_per_sentence", False),
+            cross_per_sentence=backend.cross_per_sentence,
             active=np.arange(batch),
             tokens=np.full((batch * k, 1), backend.bos_id, dtype=np.int64),
             # Only beam 0 is alive at the start, so the first step does not pick K copies of one token.
@@ -373,7 +372,7 @@ class _Coverage:
     """Per beam row, the attention mass each source piece has received from the model's
     alignment head (its layer, mean of its heads), over the steps its map reads: the steps
     that produced the tokens or, for a step-shifted head, the steps where they were the
-    input (as `seq2seq.alignment.subword_map`). Reordered with the beams."""
+    input (as `seq2seq.core.alignment.subword_map`). Reordered with the beams."""
 
     def __init__(self, model: ModelConfig, mask: np.ndarray) -> None:
         source = AlignmentOptions().resolve(model)

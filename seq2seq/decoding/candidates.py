@@ -5,7 +5,7 @@ beams, exactly as a stable sort of all K·V of them would, at a fraction of the 
 TopK when the decoder graph has one, export/topk.py, else from a partial sort here), with a
 check that falls back to ranking all of a sentence's candidates (`rank_all`) wherever
 something a row left out could still tie or beat the sentence's 2K-th best. Greedy search
-(K = 1) takes an argmax. Used by `seq2seq.search.beam_search`; torch-free.
+(K = 1) takes an argmax. Used by `seq2seq.decoding.search.beam_search`; torch-free.
 
 Shapes: B' sentences still decoding, K beam size, N = B'·K rows, V vocabulary.
 """

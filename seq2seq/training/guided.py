@@ -5,8 +5,8 @@ cross-attention head is trained, together with translation, to put its attention
 a word aligner (eflomal, bench/eflomal_baseline.py) links the words.
 
 The rule from word links to a subword target, per training pair:
-  * words are `seq2seq.alignment.words()` of the pair's texts (eflomal's tokens); a
-    piece belongs to every word its characters overlap (`seq2seq.alignment.projection`);
+  * words are `seq2seq.core.alignment.words()` of the pair's texts (eflomal's tokens); a
+    piece belongs to every word its characters overlap (`seq2seq.core.alignment.projection`);
   * the row of target piece t gets a uniform distribution over every source piece of
     every source word linked to a word of piece t; the source EOS column gets nothing.
     With `guided_step_shift` (the default) that row is the decoder step whose *input* is
@@ -29,10 +29,10 @@ import torch
 
 from data.prepare import Pair
 from data.tokenizer import Tokenizer
-from seq2seq.aer import read_pharaoh
-from seq2seq.alignment import Token, projection, words
-from seq2seq.model import Transformer, key_padding_mask
-from seq2seq.train_data import Example
+from seq2seq.analysis.aer import read_pharaoh
+from seq2seq.core.alignment import Token, projection, words
+from seq2seq.training.model import Transformer, key_padding_mask
+from seq2seq.training.train_data import Example
 
 
 class GuidedAlignment:

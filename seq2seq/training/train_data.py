@@ -14,7 +14,7 @@ import torch
 
 from data.prepare import read_pairs
 from data.tokenizer import Tokenizer
-from seq2seq.config import ModelConfig
+from seq2seq.core.config import ModelConfig
 
 Example = tuple[list[int], list[int]]  # (source ids + EOS, target ids), no BOS/EOS on target
 

@@ -10,9 +10,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from seq2seq.alignment import Alignment
-from seq2seq.quality import SentenceQuality
-from seq2seq.translator import TranslationResult
+from seq2seq.analysis.quality import SentenceQuality
+from seq2seq.core.alignment import Alignment
+from seq2seq.decoding.translator import TranslationResult
 
 
 class TokenSpan(BaseModel):
@@ -37,7 +37,7 @@ class AlignmentMap(BaseModel):
 
 
 class Quality(BaseModel):
-    """Warnings read from the word alignment map (seq2seq/quality.py; thresholds: the model's
+    """Warnings read from the word alignment map (seq2seq/analysis/quality.py; thresholds: the model's
     quality.json). Word indices refer to `alignment.source_tokens` / `target_tokens` at word
     level (`source_words` / `target_words` of /v1/translate)."""
 
@@ -68,7 +68,7 @@ class Quality(BaseModel):
     target_surprise: list[float] | None = Field(
         None, description="per target word: -log p under the decoder (mean over its pieces); null when not known"
     )
-    # seq2seq.quality.UNTRANSLATED_BY (a test keeps the two the same)
+    # seq2seq.analysis.quality.UNTRANSLATED_BY (a test keeps the two the same)
     untranslated_by: Literal["occlusion", "attention", "coverage threshold"] = Field(
         description="what flagged `untranslated`: the detector with source occlusion (quality mode "
         "thorough), the attention-only detector (mode fast, or a model without the occlusion "
@@ -86,7 +86,7 @@ class AlignedTranslation(BaseModel):
     case_restored: bool = Field(
         False,
         description="the source was shouted (all capitals): the model read it with its case restored "
-        "and the translation is in capitals; offsets still refer to the text as given (seq2seq/casing.py)",
+        "and the translation is in capitals; offsets still refer to the text as given (seq2seq/core/casing.py)",
     )
     alignment: AlignmentMap | None = None
     quality: Quality | None = Field(None, description="quality signals, with the alignment")

@@ -3,7 +3,7 @@
 Gold file (documented in data/gold/README.md): one sentence pair per line,
 `source<TAB>target<TAB>links`, links separated by spaces, `i-j` a sure link and `i?j` a
 possible one; i indexes the source words and j the target words of
-`seq2seq.alignment.words()`, from 0. Hypotheses are Pharaoh files: one line of `i-j` links
+`seq2seq.core.alignment.words()`, from 0. Hypotheses are Pharaoh files: one line of `i-j` links
 per gold pair, in the same order (an empty line is a pair with no links).
 
 Scores (Och & Ney 2003, "A Systematic Comparison of Various Statistical Alignment Models",
@@ -15,8 +15,8 @@ each count summed over the whole corpus before dividing:
 
 Torch-free.
 
-    python -m seq2seq.aer score data/gold/de-en.gold.tsv hypothesis.pharaoh
-    python -m seq2seq.aer show data/gold/de-en.gold.tsv     # the gold links as words, to review
+    python -m seq2seq.analysis.aer score data/gold/de-en.gold.tsv hypothesis.pharaoh
+    python -m seq2seq.analysis.aer show data/gold/de-en.gold.tsv     # the gold links as words, to review
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from seq2seq.alignment import words
+from seq2seq.core.alignment import words
 
 Link = tuple[int, int]  # (source word index, target word index)
 
@@ -218,7 +218,7 @@ def show(pair: GoldPair) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m seq2seq.aer", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m seq2seq.analysis.aer", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     score_parser = commands.add_parser("score", help="precision, recall and AER of a Pharaoh file")
     score_parser.add_argument("gold", type=Path, help="gold file (data/gold/de-en.gold.tsv)")

@@ -60,7 +60,7 @@ from collections import Counter
 from collections.abc import Callable
 from functools import lru_cache
 
-from seq2seq.alignment import pieces_with_offsets
+from seq2seq.core.alignment import pieces_with_offsets
 
 MIN_UPPER_LETTERS = 4  # fewer capitals may be an abbreviation ("USA", "EU", "OK")
 UPPER_SHARE = 0.9  # of the cased letters; a shouter's "kg" or "iPHONE" still shouts

@@ -1,9 +1,9 @@
 """Training: token-bucketed batches, label smoothing, AdamW with warmup + inverse-sqrt,
 validation loss and BLEU, exact resume, checkpoint averaging, and torchrun data parallelism;
 optionally guided alignment (one cross-attention head supervised with a word aligner's
-links, Garg et al. 2019; `--guided-alignment FILE.pharaoh`, see `seq2seq.guided`). The
-examples and batches are `seq2seq.train_data`; the checkpoints and the run's architecture
-`seq2seq.checkpoints`.
+links, Garg et al. 2019; `--guided-alignment FILE.pharaoh`, see `seq2seq.training.guided`). The
+examples and batches are `seq2seq.training.train_data`; the checkpoints and the run's architecture
+`seq2seq.training.checkpoints`.
 
 Run it plainly (`crossalign train ...`) or under `torchrun --nproc_per_node N` (gloo on
 CPU): each rank takes every N-th batch of the same deterministic order.
@@ -28,16 +28,10 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from data.files import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from data.prepare import Pair, read_pairs
 from data.tokenizer import Tokenizer
-from seq2seq.checkpoints import (
-    average_checkpoints,
-    list_checkpoints,
-    restore_checkpoint,
-    run_model_config,
-    save_checkpoint,
-)
-from seq2seq.config import (
+from seq2seq.core.config import (
     DecodeConfig,
     ModelConfig,
     TrainConfig,
@@ -46,11 +40,18 @@ from seq2seq.config import (
     save_config,
     to_dict,
 )
-from seq2seq.guided import GuidedAlignment, GuidedForward, guided_loss
-from seq2seq.model import Transformer, load_weights, save_model
-from seq2seq.torch_backend import TorchBackend
-from seq2seq.train_data import Example, collate, drop_words, epoch_examples, load_examples, make_batches
-from seq2seq.translator import Translator
+from seq2seq.decoding.translator import Translator
+from seq2seq.training.checkpoints import (
+    average_checkpoints,
+    list_checkpoints,
+    restore_checkpoint,
+    run_model_config,
+    save_checkpoint,
+)
+from seq2seq.training.guided import GuidedAlignment, GuidedForward, guided_loss
+from seq2seq.training.model import Transformer, load_weights, save_model
+from seq2seq.training.torch_backend import TorchBackend
+from seq2seq.training.train_data import Example, collate, drop_words, epoch_examples, load_examples, make_batches
 
 log = logging.getLogger("crossalign.train")
 
@@ -138,7 +139,7 @@ def save_best(model: Transformer, out_dir: Path, data_dir: Path, entry: dict) ->
     """Keep the weights with the best valid BLEU so far as a model directory, `best/`."""
     best = out_dir / "best"
     save_model(model, best)
-    (best / "spm.model").write_bytes((data_dir / "spm.model").read_bytes())
+    (best / TOKENIZER_FILE).write_bytes((data_dir / TOKENIZER_FILE).read_bytes())
     (best / "validation.json").write_text(json.dumps(entry, indent=1) + "\n")
 
 
@@ -255,7 +256,7 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
     out_dir, data_dir = train_config.run_dir, Path(train_config.data_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    tokenizer = Tokenizer(data_dir / "spm.model")
+    tokenizer = Tokenizer(data_dir / TOKENIZER_FILE)
     checkpoints = list_checkpoints(out_dir) if resume else []
     initial = None if checkpoints or not train_config.init_from else Path(train_config.init_from)
     model_config = run_model_config(
@@ -273,7 +274,7 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
     torch.manual_seed(train_config.seed)
     model = Transformer(model_config)
     if initial is not None:
-        model.load_state_dict(load_weights(initial / "model.pt"))
+        model.load_state_dict(load_weights(initial / WEIGHTS_FILE))
         log.info("initialised from %s (%s)", initial, model_config)
     model.to(train_config.device)
     optimizer = torch.optim.AdamW(
@@ -293,7 +294,7 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
             learning_rate(state["step"] + 1, train_config),
         )
     if is_main_process():
-        save_config(model_config, out_dir / "config.json")
+        save_config(model_config, out_dir / CONFIG_FILE)
         save_config(train_config, out_dir / "train_config.json")
     forward: torch.nn.Module = model
     if train_config.guided_alignment:
@@ -457,7 +458,7 @@ def write_final(run: Run, final_dir: Path) -> None:
         else torch.load(paths[-1], map_location="cpu", weights_only=False)["model"]
     )
     save_model(final, final_dir)
-    (final_dir / "spm.model").write_bytes((run.data_dir / "spm.model").read_bytes())
+    (final_dir / TOKENIZER_FILE).write_bytes((run.data_dir / TOKENIZER_FILE).read_bytes())
     (final_dir / "history.json").write_text(json.dumps(run.state["history"], indent=1) + "\n")
     (final_dir / "train_config.json").write_text(json.dumps(to_dict(run.config), indent=2) + "\n")
     log.info("averaged %d checkpoints into %s", len(paths), final_dir)

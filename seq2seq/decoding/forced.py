@@ -4,7 +4,7 @@ Linguists often have the translation already and want only its alignment. The ta
 fed to the decoder as BOS + target (teacher forcing) and the cross-attention is read
 exactly as for a translation the search produced, so `crossalign align`, `POST /v1/align`,
 `crossalign eval --gold` and `bench/alignment_sources.py` all apply the one rule of
-`seq2seq.alignment` (layer, heads, step shift, subword -> word, argmax links) to the same
+`seq2seq.core.alignment` (layer, heads, step shift, subword -> word, argmax links) to the same
 (L, H, T+1, S+1) array that `TranslationResult.attention` holds.
 
 The attention comes from the backend's `teacher_force` (part of `SearchBackend`): one
@@ -12,11 +12,11 @@ encoder and one decoder run over the whole padded batch on onnxruntime and on to
 `teacher_force_by_steps` gives the same from `encode` and `step` alone, for backends that
 can only step.
 
-Words are `seq2seq.alignment.words()` of the texts *as given* (both sides use the
+Words are `seq2seq.core.alignment.words()` of the texts *as given* (both sides use the
 tokenizer's character offsets into the original text), so word indices are those of the
-gold set (seq2seq/aer.py) and of eflomal's Pharaoh files. A shouted text, or one with
+gold set (seq2seq/analysis/aer.py) and of eflomal's Pharaoh files. A shouted text, or one with
 shouted words, is read with its case restored, as a translation's source is
-(seq2seq/casing.py; `restore_case`): the vocabulary cuts capitals into letters. The pieces
+(seq2seq/core/casing.py; `restore_case`): the vocabulary cuts capitals into letters. The pieces
 and words still show the text as given, at the same offsets. Torch-free.
 """
 
@@ -27,13 +27,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Alignments, Token, align
-from seq2seq.backend import DecoderCache, SearchBackend, TeacherForced
-from seq2seq.casing import Truecaser, cased_pieces
-from seq2seq.occlusion import occluded_log_probs, word_pieces
-from seq2seq.quality import Evidence, SentenceQuality, assess_alignment
-from seq2seq.search import pad_batch
-from seq2seq.translator import Translator
+from seq2seq.analysis.occlusion import occluded_log_probs, word_pieces
+from seq2seq.analysis.quality import Evidence, SentenceQuality, assess_alignment
+from seq2seq.core.alignment import Alignment, Alignments, Token, align
+from seq2seq.core.backend import DecoderCache, SearchBackend, TeacherForced
+from seq2seq.core.casing import Truecaser, cased_pieces
+from seq2seq.core.config import AlignmentError, AlignmentOptions
+from seq2seq.decoding.search import pad_batch
+from seq2seq.decoding.translator import Translator
 
 
 class AlignmentFailed(AlignmentError):
@@ -161,7 +162,7 @@ def forced_attention(
     `restore_case`: shouted texts are read with their case restored (module doc).
 
     The raw material of `align_given`, and of scoring many alignment sources from one
-    forward pass (bench/alignment_sources.py: `seq2seq.alignment.align` with any options).
+    forward pass (bench/alignment_sources.py: `seq2seq.core.alignment.align` with any options).
     Pairs are batched by length, at most `max_batch_tokens` padded tokens per batch.
     """
     source_limit = translator.max_source_tokens  # already <= max_positions
@@ -258,7 +259,7 @@ def occluded_given(
     restore_case: bool = True,
 ) -> list[np.ndarray | None]:
     """Per given pair, (Sw, T+1) log-probs of its target pieces with each source word
-    occluded (`seq2seq.occlusion`, `mode`), all pairs batched; None where the pair has no maps.
+    occluded (`seq2seq.analysis.occlusion`, `mode`), all pairs batched; None where the pair has no maps.
     The pieces are read as `forced_attention` read them (`restore_case`)."""
     kept = [n for n, item in enumerate(maps) if not isinstance(item, AlignmentError)]
     occlusions = []

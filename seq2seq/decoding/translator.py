@@ -2,7 +2,7 @@
 
 The CLI, the evaluation and the HTTP service all call `translate_batch`; only the backend
 differs (torch eager for research, onnxruntime for serving). Shouted (all-caps) input is
-read with its case restored and answered in capitals (seq2seq/casing.py,
+read with its case restored and answered in capitals (seq2seq/core/casing.py,
 `DecodeConfig.restore_case`). Torch-free.
 """
 
@@ -15,13 +15,19 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from data.tokenizer import Tokenizer
-from seq2seq.alignment import Alignment, AlignmentError, AlignmentOptions, Alignments, Token, align, pieces_with_offsets
-from seq2seq.backend import SearchBackend
-from seq2seq.casing import Truecaser, cased_pieces, keep_shouted_words, shout
-from seq2seq.config import DecodeConfig, ModelConfig
-from seq2seq.occlusion import occluded_log_probs, word_pieces
-from seq2seq.quality import DEFAULT_QUALITY_MODE, Evidence, QualityThresholds, SentenceQuality, assess_alignment
-from seq2seq.search import Hypothesis, beam_search, pad_batch
+from seq2seq.analysis.occlusion import occluded_log_probs, word_pieces
+from seq2seq.analysis.quality import (
+    DEFAULT_QUALITY_MODE,
+    Evidence,
+    QualityThresholds,
+    SentenceQuality,
+    assess_alignment,
+)
+from seq2seq.core.alignment import Alignment, Alignments, Token, align, pieces_with_offsets
+from seq2seq.core.backend import SearchBackend
+from seq2seq.core.casing import Truecaser, cased_pieces, keep_shouted_words, shout
+from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, ModelConfig
+from seq2seq.decoding.search import Hypothesis, beam_search, pad_batch
 
 
 def plan_runs(lengths: list[int], beams: int, budget: int) -> list[range]:
@@ -68,10 +74,10 @@ class TranslationResult:
     alternatives: list[TranslationResult] = field(default_factory=list)  # n-best beyond the first
     # Its alignment maps, built in the same pass when `DecodeConfig.alignment` asks for them.
     alignment: Alignments | None = None
-    # Its quality signals (seq2seq.quality), from the word map of `alignment`, filled with it.
+    # Its quality signals (seq2seq.analysis.quality), from the word map of `alignment`, filled with it.
     quality: SentenceQuality | None = None
     # The source as the model read it when the input was shouted and its case was restored
-    # (seq2seq.casing): a case change of the input, character for character, so offsets into
+    # (seq2seq.core.casing): a case change of the input, character for character, so offsets into
     # it are offsets into the input. None: read as given. The translation is then in capitals.
     cased_source: str | None = None
 
@@ -91,7 +97,7 @@ class Translator:
     `quality` holds the model's detectors and thresholds (its `quality.json`) for the quality
     block each aligned translation carries, as `quality_mode` uses them ("thorough": with
     source occlusion where the detector reads it; "fast": never, see
-    `QualityThresholds.for_mode`); forced alignment (`seq2seq.forced`) flags with the same.
+    `QualityThresholds.for_mode`); forced alignment (`seq2seq.decoding.forced`) flags with the same.
     `decode_defaults` are the search settings of a call that sets none (the bundle's
     `decoding`, which its figures were measured with; `seq2seq.loading` reads them).
     `streams` > 1: a batch of several sentences is split into that many sub-batches, searched
@@ -128,7 +134,7 @@ class Translator:
         self.max_source_tokens = min(max_source_tokens, self.max_positions)
         self.max_batch_tokens = max_batch_tokens
         self.truecaser = Truecaser(tokenizer.segmentation_score, self.config.source_lang)
-        # For given translations (forced alignment, seq2seq.forced): the shared vocabulary scores them too.
+        # For given translations (forced alignment, seq2seq.decoding.forced): the shared vocabulary scores them too.
         self.target_truecaser = Truecaser(tokenizer.segmentation_score, self.config.target_lang)
 
     def encode_source(self, text: str) -> list[int]:
@@ -215,7 +221,7 @@ class Translator:
         step_shift: bool | None = None,
     ) -> Alignment:
         """The alignment map of `result`, the translation of `source_text`, read with other
-        options than it was translated with (see seq2seq.alignment).
+        options than it was translated with (see seq2seq.core.alignment).
 
         layer, heads and step_shift each default (None) to the model's alignment source;
         raises AlignmentError (a ValueError) for options the model cannot satisfy."""
@@ -262,7 +268,7 @@ class Translator:
 
     def occluded(self, hypotheses: list[TranslationResult]) -> list[np.ndarray]:
         """Per aligned hypothesis, (Sw, T+1) log-probs of its pieces with each source word
-        occluded (`seq2seq.occlusion`): the `Evidence.occluded_log_probs` of its quality."""
+        occluded (`seq2seq.analysis.occlusion`): the `Evidence.occluded_log_probs` of its quality."""
         pairs = []
         for hypothesis in hypotheses:
             assert hypothesis.alignment is not None

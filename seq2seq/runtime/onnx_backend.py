@@ -32,7 +32,7 @@ sentences): a sentence's K/V are read once per step for all its beams, and held 
 (`cross_per_sentence`).
 
 The search keeps the cross K/V and the cache stacked, (L, N, H, ·, Dh), as one array each
-(`seq2seq.backend.DecoderCache`); the graph takes and gives them per layer, so the backend
+(`seq2seq.core.backend.DecoderCache`); the graph takes and gives them per layer, so the backend
 binds per-layer views of the stacked arrays as inputs and has the graph write its per-layer outputs straight into the
 slices of a stacked array (onnxruntime's I/O binding): no split, stack or copy around a step.
 """
@@ -47,9 +47,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from seq2seq.backend import DecoderCache, StepOutput, TeacherForced, length_groups
-from seq2seq.bundle import Bundle, BundleError
-from seq2seq.config import ModelConfig
+from seq2seq.core.backend import DecoderCache, StepOutput, TeacherForced, length_groups
+from seq2seq.core.config import ModelConfig
+from seq2seq.runtime.bundle import Bundle, BundleError
 
 ENCODER_OUTPUTS = ("cross_k", "cross_v", "self_weights")
 # The decoder's outputs as the backend returns them: the per-layer caches stacked (L, ...).
@@ -225,7 +225,7 @@ class OnnxBackend:
     one backend serves concurrent requests: `InferenceSession.run` is thread-safe.
 
     `streams`: how many sub-batches of one batch the translator searches at once
-    (`seq2seq.translator.Translator`; None: `default_streams`). With more than one,
+    (`seq2seq.decoding.translator.Translator`; None: `default_streams`). With more than one,
     `stream_backend` runs the same graphs on threads // streams intra-op threads each, so
     the streams together use the threads one batch would; otherwise it is this backend.
     """
@@ -311,7 +311,7 @@ class OnnxBackend:
         (L, B, H, S, Dh) from graphs without `keys_transposed`) and V (L, B, H, S, Dh).
 
         Sentences of similar length are encoded together, each group padded only to its own
-        longest (`seq2seq.backend.length_groups`, README lever 21); the groups' K/V are then
+        longest (`seq2seq.core.backend.length_groups`, README lever 21); the groups' K/V are then
         written into arrays of the whole batch's S. Every real position gets the values a
         whole-batch run gives, up to float rounding (the encoder masks padding, so no
         sentence reads another's length; tested: the same search). Padded positions hold
@@ -420,7 +420,7 @@ class OnnxBackend:
     ) -> dict[str, np.ndarray]:
         """The decoder-step graph's inputs for `run_decoder`'s arguments: the stacked caches
         as per-layer arrays. The search's cache may be a view whose layers are each
-        contiguous but not adjacent (`seq2seq.backend.move_rows`); such a layer is fed as
+        contiguous but not adjacent (`seq2seq.core.backend.move_rows`); such a layer is fed as
         it is, no copy. The empty past of `DecoderCache.start` is fed in the graph's layout.
 
         With `cross_per_sentence`, the cache's cross K/V have one row per sentence and

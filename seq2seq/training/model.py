@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.config import CONFIG_FILE, ModelConfig, load_config, save_config
+from data.files import CONFIG_FILE, WEIGHTS_FILE
+from seq2seq.core.config import ModelConfig, load_config, save_config
 
 # --------------------------------------------------------------------------- masks
 
@@ -366,8 +367,6 @@ class Transformer(nn.Module):
 
 
 # --------------------------------------------------------------------------- persistence
-
-WEIGHTS_FILE = "model.pt"
 
 
 def save_model(model: Transformer, directory: Path) -> None:

@@ -11,11 +11,11 @@ A bundle holds everything needed to translate and to keep working on the model:
     encoder.int8.onnx    int8 graphs: the fp32 graphs with their MatMul weights dynamically
     decoder_step.int8.onnx   quantized to int8
     data_manifest.json   only with `--data-manifest`: the data directory's provenance file
-    quality.json         the quality-signal thresholds chosen on valid data (seq2seq/quality.py),
+    quality.json         the quality-signal thresholds chosen on valid data (seq2seq/analysis/quality.py),
                          carried over from the checkpoint directory or added by
                          `bench/quality_signals.py --save` (`set_quality_file`)
 
-bundle.json's `decoding` holds the search settings (`seq2seq.config.SEARCH_FIELDS`: beam size,
+bundle.json's `decoding` holds the search settings (`seq2seq.core.config.SEARCH_FIELDS`: beam size,
 length penalty, coverage penalty, repetition guard) the model is served and measured with:
 every translation that does not set them gets them (`Translator.decode_defaults`), so the
 figures in `metrics` describe what users get. The export writes DecodeConfig's (or those of
@@ -44,11 +44,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from data.files import sha256_file
-from seq2seq.config import SEARCH_FIELDS, DecodeConfig, ModelConfig, from_dict, to_dict
-from seq2seq.quality import QUALITY_FILE
+from data.files import BUNDLE_FILE, QUALITY_FILE, sha256_file
+from seq2seq.core.config import SEARCH_FIELDS, DecodeConfig, ModelConfig, from_dict, to_dict
 
-BUNDLE_FILE = "bundle.json"
 FORMAT = "crossalign-bundle"
 FORMAT_VERSION = 1
 PRECISIONS = ("fp32", "int8")

@@ -1,7 +1,7 @@
 """Quality signals read from the alignment maps: what a translation left out, what it made up,
 and how far to trust it.
 
-The signals the API shows are computed from a word alignment map (`seq2seq.alignment.Alignment.matrix`,
+The signals the API shows are computed from a word alignment map (`seq2seq.core.alignment.Alignment.matrix`,
 rows = target words, columns = source words, each row summing to 1), the same map the API
 returns, so a user can check every figure against the heatmap:
 
@@ -35,7 +35,7 @@ The two flags:
       pieces (the decoder expected the translation that is missing), and other layers
       cover it less.
       Where the detector reads them (`QualityThresholds.needs_occlusion`), also how much
-      less likely the target gets without the word (`seq2seq.occlusion`): one more
+      less likely the target gets without the word (`seq2seq.analysis.occlusion`): one more
       teacher-forced row per source word, batched (about source words x a teacher-forced
       pass); F1 on planted omissions 65.2 / 67.1 -> 71.0 / 72.6 (valid-held / gold). The
       quality mode "fast" (`QualityThresholds.for_mode`) skips it: the attention-only
@@ -56,7 +56,7 @@ attention differently), so they are chosen on that model's valid data and stored
 as `quality.json` (`QualityThresholds.save/load`).
 
 The GNMT coverage penalty, which the beam search can score hypotheses with, lives with the
-length penalty in `seq2seq.search` (`hypothesis_score`). Torch-free.
+length penalty in `seq2seq.decoding.search` (`hypothesis_score`). Torch-free.
 """
 
 from __future__ import annotations
@@ -69,11 +69,12 @@ from pathlib import Path
 
 import numpy as np
 
-from seq2seq.alignment import AlignmentOptions, Alignments, is_punctuation, projection, subword_map, word_map
-from seq2seq.confidence import confidence_features, sentence_coverage
-from seq2seq.occlusion import OCCLUSION_FEATURES, occlusion_features
+from data.files import QUALITY_FILE
+from seq2seq.analysis.confidence import confidence_features, sentence_coverage
+from seq2seq.analysis.occlusion import OCCLUSION_FEATURES, occlusion_features
+from seq2seq.core.alignment import Alignments, is_punctuation, projection, subword_map, word_map
+from seq2seq.core.config import AlignmentOptions
 
-QUALITY_FILE = "quality.json"
 # "thorough": the untranslated detector with source occlusion (a teacher-forced row per source
 # word); "fast": its attention-only twin, no occlusion (`QualityThresholds.for_mode`).
 QUALITY_MODES = ("thorough", "fast")
@@ -122,7 +123,7 @@ class Evidence:
     attention: np.ndarray  # (L, H, T+1, S+1) cross-attention, as `TranslationResult.attention`
     token_log_probs: np.ndarray  # (T+1,) log-prob of each produced piece, EOS last
     own_source: AlignmentOptions  # the model's own alignment source (resolved): the detectors read its map
-    # (Sw, T+1) log-prob of each produced piece with source word w occluded (seq2seq.occlusion);
+    # (Sw, T+1) log-prob of each produced piece with source word w occluded (seq2seq.analysis.occlusion);
     # None where the detectors do not read it (it costs a teacher-forced row per source word)
     occluded_log_probs: np.ndarray | None = None
 
@@ -162,7 +163,7 @@ def word_features(alignments: Alignments, evidence: Evidence) -> tuple[dict[str,
     `attended_surprise_layer{n}`: the mean surprise (-log p) of the target pieces produced
     at the steps that attended to the word, weighted by that attention (layer n's mean
     map, output steps); and with the evidence's occluded log-probs, the `OCCLUSION_FEATURES`
-    (`seq2seq.occlusion.occlusion_features`). Target side, per word: `surprise` (mean -log p
+    (`seq2seq.analysis.occlusion.occlusion_features`). Target side, per word: `surprise` (mean -log p
     over its pieces), `surprise_max`, and the `peak` and `entropy` of its row in the model's
     own map.
     """
@@ -272,7 +273,7 @@ class QualityThresholds:
     @property
     def needs_occlusion(self) -> bool:
         """True when the untranslated detector reads occlusion features: its `Evidence` must
-        then carry the occluded log-probs (`seq2seq.occlusion`)."""
+        then carry the occluded log-probs (`seq2seq.analysis.occlusion`)."""
         return self.untranslated is not None and any(f in OCCLUSION_FEATURES for f in self.untranslated.features)
 
     @property
@@ -383,7 +384,7 @@ class SentenceQuality:
 def join(parts: Sequence[tuple[SentenceQuality, int]]) -> SentenceQuality:
     """The quality of a text translated sentence by sentence, from each sentence's quality and
     its produced tokens (target pieces + EOS): word lists are concatenated and flag indices
-    shifted, as `seq2seq.alignment.concat` places the maps on the diagonal; the sentence
+    shifted, as `seq2seq.core.alignment.concat` places the maps on the diagonal; the sentence
     figures are averaged weighted by produced tokens, as the text's score is."""
     if len(parts) == 1:
         return parts[0][0]

@@ -1,8 +1,8 @@
-"""The sentence confidence's inputs (`seq2seq.quality`): how much of the source the word map
+"""The sentence confidence's inputs (`seq2seq.analysis.quality`): how much of the source the word map
 covers and how far the translation's length is from the expected one. Torch-free.
 
 The confidence is a linear estimate of the sentence's chrF / 100 (weights fitted by
-`bench/quality_signals.py`); `seq2seq.quality.assess` applies it, and
+`bench/quality_signals.py`); `seq2seq.analysis.quality.assess` applies it, and
 `bench/quality_confidence.py` fits it from these same features.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from seq2seq.alignment import is_punctuation
+from seq2seq.core.alignment import is_punctuation
 
 
 def sentence_coverage(coverage: np.ndarray, source_words: Sequence[str]) -> float:

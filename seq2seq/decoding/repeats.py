@@ -7,7 +7,7 @@ piece has followed a context, the same context makes it likely again. The guard 
 piece that would complete an n-gram already in the hypothesis a log-prob of -inf before
 the candidates are ranked, so the search picks the best continuation that does not repeat.
 EOS is never banned (a hypothesis holds no EOS), so every hypothesis can still end.
-Torch-free; used by `seq2seq.search.beam_search`.
+Torch-free; used by `seq2seq.decoding.search.beam_search`.
 
 Shapes: N active rows, T pieces generated so far, V vocabulary.
 """
@@ -45,7 +45,7 @@ class RepeatGuard:
     """Per beam row, the pieces it has produced, reordered with the beams (like the KV
     cache), and the bans they imply.
 
-    The search keeps back-pointers (`seq2seq.search._Trace`) rather than histories, and a
+    The search keeps back-pointers (`seq2seq.decoding.search._Trace`) rather than histories, and a
     row's pieces could be walked back from them; but that is a Python loop per row per
     step, while keeping an (N, T) int array and gathering it by the rows that go on is one
     numpy copy of a few kilobytes per step, nothing beside the cache reorder it follows.
