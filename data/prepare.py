@@ -12,7 +12,7 @@ from pathlib import Path
 
 from data.corpora import PHRASE, SENTENCE, Pair, keep_pair, read_corpus
 from data.files import TOKENIZER_FILE, sha256_file
-from data.split import split_pairs
+from data.split import Splits, split_pairs
 from data.tokenizer import Tokenizer, train_sentencepiece
 
 log = logging.getLogger("crossalign.data")
@@ -23,6 +23,16 @@ def write_pairs(path: Path, pairs: list[Pair]) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         for pair in pairs:
             handle.write(f"{pair.source}\t{pair.target}\t{pair.kind}\n")
+
+
+def data_languages(data_dir: Path) -> tuple[str, str] | None:
+    """(source, target) languages a prepared data directory's manifest records, or None
+    (a directory prepared before the manifest had them: German -> English)."""
+    path = Path(data_dir) / "manifest.json"
+    if not path.is_file():
+        return None
+    languages = json.loads(path.read_text()).get("languages")
+    return (languages["source"], languages["target"]) if languages else None
 
 
 def read_pairs(path: Path) -> list[Pair]:
@@ -58,12 +68,20 @@ def prepare(
     seed: int = 1,
     ding_path: Path | None = None,
     tokenizer_model: Path | None = None,
+    languages: tuple[str, str] = ("de", "en"),
+    reverse: bool = False,
 ) -> dict:
     """Write train/valid/test TSVs, `spm.model` and `manifest.json` into `out`.
 
     `tokenizer_model` reuses an existing SentencePiece model instead of training one: what
     continuing or fine-tuning a model (`crossalign train --init-from`) needs, since its
     embeddings are indexed by that model's ids.
+
+    `languages` are the corpus's (source, target) as read (Ding: German, English);
+    `reverse` writes every split the other way round (target -> source) after splitting,
+    so both directions share one split (by the corpus's source side) and one held-out set.
+    The manifest records the direction written (`languages`), which training puts into the
+    model's config.
     """
     out.mkdir(parents=True, exist_ok=True)
     pairs_iter, inputs, license_ = read_corpus(corpus, ding_path)
@@ -71,6 +89,9 @@ def prepare(
     kept = [p for p in raw if keep_pair(p)]
     log.info("read %d pairs, %d after length filters", len(raw), len(kept))
     splits = split_pairs(kept, test_size=test_size, valid_size=valid_size)
+    if reverse:
+        languages = (languages[1], languages[0])
+        splits = Splits(*([Pair(p.target, p.source, p.kind) for p in part] for part in splits.astuple()))
     train = splits.train
     phrases = [p for p in train if p.kind == PHRASE]
     if max_phrases is not None and len(phrases) > max_phrases:
@@ -103,11 +124,18 @@ def prepare(
     }
     manifest = {
         "corpus": corpus,
+        "languages": {"source": languages[0], "target": languages[1]},
         "inputs": [{"path": str(p), "sha256": sha256_file(p)} for p in inputs],
         "license": license_,
         "counts": counts,
         "filters": {"max_chars": 300, "max_length_ratio": 3.0, "max_phrases": max_phrases},
-        "split": {"method": "sha256 of casefolded NFC source", "test_size": test_size, "valid_size": valid_size},
+        "split": {
+            "method": "sha256 of casefolded NFC source of the corpus as read"
+            + ("; written reversed" if reverse else "")
+            + "; no training pair shares a side with a held-out pair",
+            "test_size": test_size,
+            "valid_size": valid_size,
+        },
         "tokenizer": {
             "file": TOKENIZER_FILE,
             "sha256": sha256_file(out / TOKENIZER_FILE),
@@ -160,6 +188,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=default["seed"])
     parser.add_argument(
+        "--languages",
+        nargs=2,
+        default=list(default["languages"]),
+        metavar=("SOURCE", "TARGET"),
+        help="the corpus's languages as read, first column first (default: de en)",
+    )
+    parser.add_argument(
+        "--reverse",
+        action="store_true",
+        help="write the data the other way round (Ding: English -> German); the split is the same as without it",
+    )
+    parser.add_argument(
         "--tokenizer",
         type=Path,
         default=None,
@@ -180,4 +220,6 @@ def main(args: argparse.Namespace) -> None:
         seed=args.seed,
         ding_path=args.ding_path,
         tokenizer_model=args.tokenizer,
+        languages=tuple(args.languages),
+        reverse=args.reverse,
     )

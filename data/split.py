@@ -1,6 +1,9 @@
 """Deterministic train/valid/test split by hash of the normalised source.
 
-A source sentence lands in exactly one split, so no test source is ever trained on. The
+A source sentence lands in exactly one split, so no test source is ever trained on; and no
+training pair has a side equal to a side of any valid or test pair (source or target), so
+the same split serves both directions (`crossalign data prepare --reverse` trains en->de
+on it) without a held-out sentence ever being trained on, in either language. The
 split is deterministic and independent of input order; the hash thresholds scale with the
 number of sentences, so a corpus that grows may move sentences between splits (re-run
 `prepare` and retrain rather than mixing old and new splits). Only sentence
@@ -26,6 +29,9 @@ class Splits:
     train: list[Pair] = field(default_factory=list)
     valid: list[Pair] = field(default_factory=list)
     test: list[Pair] = field(default_factory=list)
+
+    def astuple(self) -> tuple[list[Pair], list[Pair], list[Pair]]:
+        return self.train, self.valid, self.test
 
 
 def split_pairs(
@@ -60,4 +66,12 @@ def split_pairs(
             seen_held_out.add(key)
             getattr(splits, where).append(pair)
         # else: a second reference or a phrase with a held-out source: dropped, never trained on
+    # Read the other way, a held-out target is a source: no training pair may have a side
+    # equal to either side of a held-out pair (Ding repeats sentences under other entries).
+    held_out_sides = {split_key(side) for pair in splits.valid + splits.test for side in (pair.source, pair.target)}
+    splits.train = [
+        pair
+        for pair in splits.train
+        if split_key(pair.source) not in held_out_sides and split_key(pair.target) not in held_out_sides
+    ]
     return splits

@@ -26,7 +26,7 @@ from data.corpora import (
     read_tsv,
     split_key,
 )
-from data.prepare import prepare, read_pairs
+from data.prepare import data_languages, prepare, read_pairs
 from data.split import split_pairs
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 
@@ -222,6 +222,44 @@ def test_split_has_no_leakage_and_holds_out_only_sentences():
     assert len(valid_keys) == len(splits.valid) and len(test_keys) == len(splits.test)  # one reference each
     assert 60 <= len(splits.test) <= 140 and 45 <= len(splits.valid) <= 115
     assert any(p.kind == PHRASE for p in splits.train)
+
+
+def test_no_training_pair_shares_a_side_with_a_held_out_pair():
+    """Read the other way (en->de), a held-out English sentence is a source: it must not be
+    trained on either, not even as the target of another German sentence."""
+    pairs = synthetic_pairs(2000)
+    # Ding-like repeats: the same English under another German source, and a German source
+    # that is some held-out pair's translation read back.
+    pairs += [Pair(f"Hier ist Satz {i}.", f"Sentence number {i} is here.", SENTENCE) for i in range(2000)]
+    pairs += [Pair(f"Sentence number {i} is here.", f"Kopie {i}", PHRASE) for i in range(0, 2000, 7)]
+    splits = split_pairs(pairs, test_size=100, valid_size=80)
+    held_out = {split_key(side) for p in splits.valid + splits.test for side in (p.source, p.target)}
+    assert held_out
+    leaked = [p for p in splits.train if split_key(p.source) in held_out or split_key(p.target) in held_out]
+    assert not leaked, leaked[:3]
+    assert len(splits.train) > 0.8 * len(pairs)  # only what touches a held-out sentence goes
+
+
+def test_prepare_reverse_writes_the_same_split_the_other_way(tmp_path: Path):
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_text("".join(f"Satz Nummer {i} hier.\tSentence number {i} here.\n" for i in range(300)))
+    forward = prepare(tmp_path / "de-en", corpus=f"tsv:{corpus}", vocab_size=60, test_size=20, valid_size=15)
+    backward = prepare(
+        tmp_path / "en-de",
+        corpus=f"tsv:{corpus}",
+        test_size=20,
+        valid_size=15,
+        tokenizer_model=tmp_path / "de-en" / "spm.model",
+        reverse=True,
+    )
+    assert forward["languages"] == {"source": "de", "target": "en"}
+    assert backward["languages"] == {"source": "en", "target": "de"}
+    assert data_languages(tmp_path / "en-de") == ("en", "de")
+    for split in ("train", "valid", "test"):
+        there = read_pairs(tmp_path / "de-en" / f"{split}.tsv")
+        back = read_pairs(tmp_path / "en-de" / f"{split}.tsv")
+        assert [(p.target, p.source) for p in back] == [(p.source, p.target) for p in there], split
+    assert backward["counts"] == forward["counts"]
 
 
 def test_split_is_deterministic_and_independent_of_input_order():

@@ -271,6 +271,22 @@ def test_batches_respect_the_token_budget_and_cover_every_example_once():
 # --------------------------------------------------------------------------- torchrun
 
 
+def test_a_run_takes_its_direction_from_the_data_manifest(tmp_path: Path, toy_tokenizer_path: Path):
+    """Data prepared with `--reverse` trains an en->de model, from scratch or from a de->en one."""
+    write_toy_data(tmp_path / "data", toy_tokenizer_path, train_count=100, held_out_count=4)
+    base = train(tiny_train_config(tmp_path / "data", tmp_path / "base", max_steps=2), tiny_model_config(16))
+    assert (load_model(base).config.source_lang, load_model(base).config.target_lang) == ("de", "en")
+    (tmp_path / "data" / "manifest.json").write_text(json.dumps({"languages": {"source": "en", "target": "de"}}))
+    scratch = train(tiny_train_config(tmp_path / "data", tmp_path / "scratch", max_steps=2), tiny_model_config(16))
+    started = train(
+        tiny_train_config(tmp_path / "data", tmp_path / "started", max_steps=2, init_from=str(base)),
+        tiny_model_config(16),
+    )
+    for final in (scratch, started):
+        config = load_model(final).config
+        assert (config.source_lang, config.target_lang) == ("en", "de")
+
+
 def test_distributed_data_parallel_with_two_processes(tmp_path: Path, toy_tokenizer_path: Path):
     write_toy_data(tmp_path / "data", toy_tokenizer_path, train_count=60, held_out_count=4)
     driver = tmp_path / "driver.py"

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from data.files import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
+from data.prepare import data_languages
 from seq2seq.core.config import ModelConfig, TrainConfig, load_config
 from seq2seq.training.model import Transformer
 
@@ -115,6 +116,9 @@ def run_model_config(
         return load_config(ModelConfig, out_dir / CONFIG_FILE)
     if initial is not None:
         model_config = initial_config(initial, data_dir, model_config)
+    languages = data_languages(data_dir)
+    if languages is not None:  # the direction the data was prepared in (`data prepare --reverse`)
+        model_config = replace(model_config, source_lang=languages[0], target_lang=languages[1])
     if train_config.guided_alignment and (initial is not None or not model_config.alignment_heads):
         # The supervised head becomes the model's alignment source (config.json travels with it).
         model_config = replace(
