@@ -16,24 +16,30 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
-from starlette.routing import Match, Route
+from starlette.routing import Match
 
 from service import align, attention, libre, native, openapi
-from service.deps import Access, APIError, RequestContext, get_context
+from service.connections import ClientWatch, HeadAsGet, HTTPMiddleware, Utf8Query
+from service.deps import Access, APIError, error_response, get_engine
 from service.engine import TranslatorEngine, load_engine
 from service.languages import get_detector
 from service.metrics import Metrics, MetricsMiddleware
+from service.rendering import Renderer
 from service.settings import Settings, get_settings
 
 log = logging.getLogger("crossalign.service")
 ops = APIRouter(tags=["operations"])
+# Every method a route answers (HEAD through HeadAsGet, counted as the GET it runs; OPTIONS:
+# CORS preflight): the metrics label any other method "other", so no request line can add
+# series (tested against the routes).
+SERVED_METHODS = frozenset({"GET", "HEAD", "POST", "OPTIONS"})
 
 
 class Decoding(BaseModel):
@@ -64,9 +70,11 @@ class Health(BaseModel):
     failed: list[FailedModel] = Field(default_factory=list, description="bundles found but not served")
 
 
+# /health and /metrics run on the event loop and take no sync dependency (FastAPI runs those
+# in the thread pool): however busy the pool every translating route shares, they answer.
 @ops.get("/health", response_model=Health)
-def health(ctx: RequestContext = Depends(get_context)) -> Health:
-    engine = ctx.engine
+async def health(request: Request) -> Health:
+    engine = get_engine(request)
     failed = [FailedModel(name=name, error=error) for name, error in sorted(engine.failed.items())]
     return Health(
         status="degraded" if failed else "ok",
@@ -84,12 +92,8 @@ def health(ctx: RequestContext = Depends(get_context)) -> Health:
 
 
 @ops.get("/metrics", response_class=Response, summary="Prometheus metrics")
-def metrics(request: Request) -> Response:
+async def metrics(request: Request) -> Response:
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
 def _validation_message(error: RequestValidationError) -> str:
@@ -106,11 +110,11 @@ def _validation_message(error: RequestValidationError) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def api_error(request: Request, error: APIError) -> JSONResponse:
-        return _error(error.status, error.message, error.headers)
+        return error_response(error.status, error.message, error.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
-        return _error(400, _validation_message(error))
+        return error_response(400, _validation_message(error))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
@@ -119,20 +123,24 @@ def install_error_handlers(app: FastAPI) -> None:
             message = "malformed request body (invalid JSON or not UTF-8)"
         headers = dict(error.headers or {})
         if error.status_code == 405:  # Starlette names only the first route's methods
-            headers["Allow"] = ", ".join(allowed_methods(request))
-        return _error(error.status_code, message, headers)
+            headers["Allow"] = ", ".join(allowed_methods(request.app, request.scope))
+        return error_response(error.status_code, message, headers)
 
 
-def allowed_methods(request: Request) -> list[str]:
-    """Every method some route serves at this request's path (GET and POST may be two routes)."""
-    methods: set[str] = set()
-    for route in request.app.routes:
-        if isinstance(route, Route) and route.methods and route.matches(request.scope)[0] != Match.NONE:
-            methods |= route.methods
-    return sorted(methods)
+def allowed_methods(app: FastAPI, scope: dict) -> list[str]:
+    """Every method served at this request's path (GET and POST may be two routes), HEAD
+    wherever GET is (`HeadAsGet`): each method of SERVED_METHODS is tried against the
+    routes, by the router's own matching (FastAPI nests included routers, so their routes
+    are not a flat list to read methods from)."""
+    methods = {
+        method
+        for method in SERVED_METHODS - {"HEAD"}
+        if any(route.matches({**scope, "method": method})[0] == Match.FULL for route in app.router.routes)
+    }
+    return sorted(methods | ({"HEAD"} if "GET" in methods else set()))
 
 
-class ErrorBoundary:
+class ErrorBoundary(HTTPMiddleware):
     """An unexpected exception becomes a logged 500 `{"error"}` for that request alone.
 
     Starlette's own last-resort handler re-raises after answering, and the server then
@@ -140,13 +148,7 @@ class ErrorBoundary:
     keep-alive connection (and nobody else's request) is affected.
     """
 
-    def __init__(self, app: Any):
-        self.app = app
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: dict, receive: Any, send: Any) -> None:
         started = False
 
         async def send_wrapper(message: dict) -> None:
@@ -159,7 +161,7 @@ class ErrorBoundary:
         except Exception as error:  # noqa: BLE001 - the boundary: logged, answered, contained
             log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
             if not started:
-                await _error(500, f"internal error ({type(error).__name__}); the request was not completed")(
+                await error_response(500, f"internal error ({type(error).__name__}); the request was not completed")(
                     scope, receive, send
                 )
 
@@ -188,16 +190,16 @@ class SizeLimitMiddleware:
             return
         header_bytes = sum(len(name) + len(value) + 4 for name, value in scope.get("headers", ()))
         if header_bytes > self.max_header_bytes:
-            await _error(431, f"request headers exceed the limit of {self.max_header_bytes} bytes")(
+            await error_response(431, f"request headers exceed the limit of {self.max_header_bytes} bytes")(
                 scope, receive, send
             )
             return
         length = dict(scope.get("headers", ())).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
             response = (
-                _error(413, f"request body exceeds the limit of {self.max_bytes} bytes")
+                error_response(413, f"request body exceeds the limit of {self.max_bytes} bytes")
                 if length.isdigit()
-                else _error(400, "invalid Content-Length header")
+                else error_response(400, "invalid Content-Length header")
             )
             await response(scope, receive, send)
             return
@@ -243,7 +245,9 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
             yield
         finally:
             app.state.engine = None
-            loaded.close()
+            if engine is None:  # the app's own (a given engine is its owner's to close)
+                loaded.close()  # cancels what is queued or running: its handlers answer at once
+            app.state.renderer.close()
 
     app = FastAPI(
         title="crossalign",
@@ -256,6 +260,7 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
     )
     app.state.metrics = metrics_
     app.state.access = Access(settings.api_key_set, settings.rate_limit)
+    app.state.renderer = Renderer(settings.max_render_pixels)
     app.state.engine = None
     app.dependency_overrides[get_settings] = lambda: settings
     install_error_handlers(app)
@@ -270,7 +275,11 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
     app.add_middleware(
         SizeLimitMiddleware, max_bytes=settings.max_body_bytes, max_header_bytes=settings.max_header_bytes
     )
-    app.add_middleware(MetricsMiddleware, metrics=metrics_)
+    app.add_middleware(Utf8Query)
+    app.add_middleware(ClientWatch)  # outside the size limit: the body it pumps is counted as the app reads it
+    app.add_middleware(MetricsMiddleware, metrics=metrics_, methods=SERVED_METHODS)
+    # Outermost: the rest sees a HEAD as the GET it runs (the router labels the GET's scope with its route).
+    app.add_middleware(HeadAsGet)
     app.include_router(libre.router)
     app.include_router(native.router)
     app.include_router(align.router)

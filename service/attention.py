@@ -37,15 +37,16 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
-from seq2seq.core.alignment import Alignment, Token, concat
+from seq2seq.core.alignment import Alignment, Token, concat, words
 from seq2seq.core.backend import SearchBackend
-from seq2seq.core.config import AlignmentOptions
+from seq2seq.core.config import AlignmentOptions, ModelConfig
 from seq2seq.decoding.records import Quality, TokenSpan
 from seq2seq.decoding.translator import TranslationResult, Translator
 from service.deps import APIError, CheckedRoute, RequestContext, get_context
 from service.engine import ServedModel
 from service.requests import BeamSize, JSONRequest, NoRepeatNgramSize, Source, Target
-from service.translation import TranslatedText
+from service.settings import Settings
+from service.translation import TranslatedText, sentence_source_lengths
 
 STATIC = Path(__file__).resolve().parent / "static"
 BOS, EOS = "<s>", "</s>"
@@ -244,18 +245,47 @@ def alignment_maps(
     return maps
 
 
-def attention_response(model: ServedModel, translated: TranslatedText, max_tokens: int) -> AttentionResponse:
+def weights_in_answer(config: ModelConfig, pieces: tuple[int, int], words: tuple[int, int] = (0, 0)) -> int:
+    """The attention weights /v1/attention returns for one sentence of (S, T) source and
+    translation pieces and (Sw, Tw) words: the encoder, decoder and cross maps of every layer
+    and head (with </s> and <s>), and the alignment maps of every decoder layer and head set
+    at both levels. (0 for T, Sw, Tw: what is known before translating.)"""
+    (source, target), (source_words, target_words) = pieces, words
+    heads, decoder = config.n_heads, config.decoder_layers
+    maps = heads * (config.encoder_layers * (source + 1) ** 2 + decoder * (target + 1) * (target + source + 2))
+    return maps + decoder * (heads + 1) * (target * source + target_words * source_words)
+
+
+def check_answer_size(weights: int, limit: int) -> None:
+    """413 when the answer would hold more than `limit` weights (`attention_max_weights`)."""
+    if weights > limit:
+        raise APIError(
+            413,
+            f"the attention maps of this text hold {weights} weights; an answer holds at most {limit} "
+            "(send a shorter text, or draw one map with /v1/heatmap)",
+        )
+
+
+def check_sentence_tokens(source: int, target: int | None, max_tokens: int) -> None:
+    """413 when a sentence's maps would have more than `max_tokens` rows or columns (pieces
+    and <s> or </s>): the source side before translating (`target` None), both after."""
+    if max(source, target or 0) + 1 > max_tokens:
+        found = f"{source} source" + ("" if target is None else f" and {target} target")
+        raise APIError(413, f"a sentence has {found} tokens; the explorer shows at most {max_tokens - 1} per sentence")
+
+
+def attention_response(model: ServedModel, translated: TranslatedText, settings: Settings) -> AttentionResponse:
     translator, config = model.translator, model.config
+    weights = 0
+    for source, result in zip(translated.spans, translated.results):
+        check_sentence_tokens(len(result.source_ids), len(result.target_ids), settings.heatmap_max_tokens)
+        counts = (len(words(translated.source[slice(*source)])), len(words(result.text)))
+        weights += weights_in_answer(config, (len(result.source_ids), len(result.target_ids)), counts)
+    check_answer_size(weights, settings.attention_max_weights)
     sentences, encoder_layers = [], 0
     for (start, end), (target_start, target_end), result in zip(
         translated.spans, translated.target_spans, translated.results
     ):
-        if max(len(result.source_ids), len(result.target_ids)) + 1 > max_tokens:
-            raise APIError(
-                400,
-                f"a sentence has {len(result.source_ids)} source and {len(result.target_ids)} "
-                f"target tokens; the explorer shows at most {max_tokens - 1} per sentence",
-            )
         maps = sentence_maps(translator.backend, result)
         encoder_layers = maps.encoder.shape[0]
         source = translated.source[start:end]
@@ -324,8 +354,14 @@ def attention_for(body: AttentionRequest, ctx: RequestContext) -> AttentionRespo
     config = ctx.decode_config(
         model, body.beam_size, 1, True, ctx.resolve_alignment(model, AlignmentOptions()), body.no_repeat_ngram_size
     )
+    # What is known before translating is checked before translating: the source tokens, and
+    # the weights of the encoder's maps alone.
+    lengths = sentence_source_lengths(model, body.text, config)
+    for length in lengths:
+        check_sentence_tokens(length, None, ctx.settings.heatmap_max_tokens)
+    check_answer_size(sum(weights_in_answer(model.config, (n, 0)) for n in lengths), ctx.settings.attention_max_weights)
     translated = ctx.translate(model, [body.text], config)[0]
-    return attention_response(model, translated, ctx.settings.heatmap_max_tokens)
+    return attention_response(model, translated, ctx.settings)
 
 
 @router.post("/attention", response_model=AttentionResponse, summary="Every attention map of a translation")
@@ -350,8 +386,14 @@ def explorer_page() -> FileResponse:
     return FileResponse(STATIC / "index.html", media_type="text/html")
 
 
+@page.get("/favicon.ico")
+def favicon() -> FileResponse:
+    """The page's icon (a small alignment map), where browsers look for it first."""
+    return FileResponse(STATIC / "favicon.ico", media_type="image/x-icon")
+
+
 def install(app: FastAPI) -> None:
-    """Add the attention routes, the page at `/` and its files under `/static`."""
+    """Add the attention routes, the page at `/` (and its icon) and its files under `/static`."""
     app.include_router(router)
     app.include_router(page)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

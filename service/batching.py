@@ -27,6 +27,14 @@ same turns and the same queue bound, and a batch holds one job (one beam size) o
 Failures. If a model call raises, each request in it is retried on its own, so only the
 request whose text is at fault fails; its neighbours get their results.
 
+Cancellation. A caller that no longer wants a request's results cancels its future
+(`future.cancel()`, or through a `CancelToken` the future is bound to: the service binds
+every future of an HTTP request to one token, cancelled when the client disconnects, and
+so will a stream of per-step events). Its rows not yet dealt leave the queue at once, its
+work leaves the queue bound, and its rows in the running model call stop at the search's
+next step (`run`'s `wanted`); a cancelled future's waiter gets `CancelledError`. A request
+that times out is cancelled the same way, and `close()` cancels everything.
+
 With `window_s == 0` there is no worker: `submit` runs the request in the caller's
 thread, so concurrent requests run side by side, each with its own small batch (the
 benchmark's "batching off"); the queue bound still counts their work.
@@ -34,15 +42,20 @@ benchmark's "batching off"); the queue bound still counts their work.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import numpy as np
+
+from seq2seq.decoding.search import Wanted
 
 log = logging.getLogger("crossalign.service")
 Item = str | tuple[str, ...]  # a sentence to translate, or a (source, translation) pair to align
@@ -56,7 +69,9 @@ class Job(Protocol):
     def beam_size(self) -> int: ...
 
 
-RunBatch = Callable[[list[Any], Any], list[Any]]  # (items, job) -> one result per item, in order
+# (items, job, wanted) -> one result per item, in order; `wanted()` -> (items,) bool says which
+# items someone still waits for (seq2seq.decoding.search.Wanted); one no longer wanted may get None.
+RunBatch = Callable[[list[Any], Any, Wanted], list[Any]]
 
 
 def work_units(items: Sequence[Item], beam_size: int) -> int:
@@ -74,6 +89,46 @@ class QueueFull(Exception):
         self.retry_after = retry_after
 
 
+class CancelToken:
+    """Says that nobody wants a request's results any more (its client hung up): `cancel()`
+    cancels every future bound to it, and any bound later at once. Thread-safe.
+
+    One per HTTP request (service/connections.py cancels it when the client disconnects);
+    the futures of the scheduler and of the heatmap renderer are bound to it, so what a
+    request queued or started is dropped with it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._futures: set[Future] = set()
+        self._cancelled = False
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def bind(self, future: Future) -> Future:
+        """Cancel `future` with this token (now, if the token is already cancelled); returns it."""
+        with self._lock:
+            if not self._cancelled:
+                self._futures.add(future)
+        if self._cancelled:
+            future.cancel()
+        else:
+            future.add_done_callback(self._forget)
+        return future
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            futures, self._futures = list(self._futures), set()
+        for future in futures:
+            future.cancel()
+
+    def _forget(self, future: Future) -> None:
+        with self._lock:
+            self._futures.discard(future)
+
+
 @dataclass(eq=False)
 class _Request:
     items: list[Item]
@@ -86,7 +141,7 @@ class _Request:
     served: float = 0.0  # when it last had a sentence dealt; 0 = never
     next: int = 0  # the first sentence not yet dealt into a batch
     done: int = 0  # sentences with a result
-    dropped: bool = False  # failed or cancelled: its remaining sentences are skipped
+    dropped: bool = False  # released: done, failed or cancelled (its rows still queued or running are skipped)
 
 
 @dataclass
@@ -118,6 +173,7 @@ class MicroBatcher:
         self._work_per_second = 0.0  # moving average over recent calls, for Retry-After
         self._lock = threading.Condition()
         self._closed = False
+        self._running: list[_Piece] = []  # the pieces of the model call in progress
         self._worker: threading.Thread | None = None
         if window_s > 0:
             self._worker = threading.Thread(target=self._loop, name=f"batcher-{name}", daemon=True)
@@ -125,8 +181,9 @@ class MicroBatcher:
 
     # ------------------------------------------------------------------ callers' side
 
-    def submit(self, items: Sequence[Item], config: Job, client: str = "") -> Future:
-        """A future of `run(items, config)`'s results, in order; raises QueueFull."""
+    def submit(self, items: Sequence[Item], config: Job, client: str = "", token: CancelToken | None = None) -> Future:
+        """A future of `run(items, config)`'s results, in order, cancelled with `token` if given
+        (cancelling it drops the request: see the module's docstring); raises QueueFull."""
         request = _Request(
             list(items), config, client, work_units(items, config.beam_size), results=[None] * len(items)
         )
@@ -134,10 +191,16 @@ class MicroBatcher:
             request.future.set_result([])
             return request.future
         with self._lock:
+            if self._closed:  # shutting down: nobody will run it
+                request.future.cancel()
+                return request.future
             self._admit(request.cost)
             if self._worker is not None:
                 self._clients.setdefault(client, deque()).append(request)
                 self._lock.notify()
+        request.future.add_done_callback(lambda future: self._cancelled(request) if future.cancelled() else None)
+        if token is not None:
+            token.bind(request.future)
         if self._worker is None:
             request.next = len(items)
             self._execute(config, [_Piece(request, 0, len(items))])
@@ -150,20 +213,21 @@ class MicroBatcher:
             raise QueueFull(self._retry_after())
         self._queued_work += cost
 
-    def cancel(self, future: Future) -> None:
-        """Drop the rest of the request behind `future` (its caller gave up waiting); a request
-        already fully dealt into batches finishes, and releases its work, as usual."""
+    def _cancelled(self, request: _Request) -> None:
+        """Its future was cancelled: drop whatever of it is queued or running."""
         with self._lock:
-            for requests in self._clients.values():
-                for request in requests:
-                    if request.future is future:
-                        self._drop(request)
-                        return
+            self._drop(request)
 
     def close(self) -> None:
+        """Stop: every request queued or running is cancelled (its rows stop at the next
+        step), then the worker ends."""
         with self._lock:
             self._closed = True
+            futures = [request.future for requests in self._clients.values() for request in requests]
+            futures += [piece.request.future for piece in self._running]
             self._lock.notify()
+        for future in futures:
+            future.cancel()
         if self._worker is not None:
             self._worker.join(timeout=10)
             self._worker = None
@@ -188,6 +252,8 @@ class MicroBatcher:
                     if remaining <= 0:
                         break
                     self._lock.wait(remaining)
+                if not self._clients:  # every waiting request was cancelled during the window
+                    continue
                 config, pieces = self._deal()
             if pieces:
                 self._execute(config, pieces)
@@ -197,7 +263,10 @@ class MicroBatcher:
 
     def _deal(self) -> tuple[Job, list[_Piece]]:
         """One batch, dealt a sentence at a time round-robin over clients, then over each
-        client's requests. A batch shares one job (one DecodeConfig, one beam size): that of the
+        client's requests. The clients take their turns least recently served first (a
+        newcomer before all others), so however many clients wait, a newcomer rides in the
+        very next call as long as no more newcomers than the call holds sentences arrived
+        with it. A batch shares one job (one DecodeConfig, one beam size): that of the
         request served least recently (a newcomer before all others, the earliest first), so
         a request whose beam size differs from the heavy ones' gets the very next call instead
         of waiting for the rotation to reach it. Called with the lock held."""
@@ -210,9 +279,11 @@ class MicroBatcher:
             sentences_cap = min(sentences_cap, max(1, self.max_rows // config.beam_size))
         taken: dict[int, _Piece] = {}
         count, progress = 0, True
+        # Stable: clients served equally recently keep their rotation order.
+        turns = sorted(self._clients.values(), key=lambda requests: max(r.served for r in requests))
         while count < sentences_cap and progress:
             progress = False
-            for requests in list(self._clients.values()):
+            for requests in turns:
                 request = next((r for r in requests if r.config == config and r.next < len(r.items)), None)
                 if request is None:
                     continue
@@ -233,11 +304,17 @@ class MicroBatcher:
         return config, list(taken.values())
 
     def _execute(self, config: Job, pieces: list[_Piece]) -> None:
+        pieces = [piece for piece in pieces if not piece.request.dropped]  # cancelled while it waited
+        if not pieces:
+            return
         items = [item for piece in pieces for item in piece.request.items[piece.start : piece.end]]
+        owners = [piece.request for piece in pieces for _ in range(piece.start, piece.end)]
         self.on_batch(len(items))
+        with self._lock:
+            self._running += pieces
         start = time.perf_counter()
         try:
-            results = self.run(items, config)
+            results = self.run(items, config, lambda: np.array([not owner.dropped for owner in owners]))
         except Exception:  # noqa: BLE001 - retried piece by piece below
             if len(pieces) == 1:
                 self._fail(pieces[0])
@@ -246,7 +323,12 @@ class MicroBatcher:
             for piece in pieces:
                 self._execute(config, [piece])
             return
-        self._observe(work_units(items, config.beam_size), time.perf_counter() - start)
+        finally:
+            with self._lock:
+                ended = {id(piece) for piece in pieces}
+                self._running = [piece for piece in self._running if id(piece) not in ended]
+        if not any(owner.dropped for owner in owners):  # a call cut short says nothing of the throughput
+            self._observe(work_units(items, config.beam_size), time.perf_counter() - start)
         position = 0
         for piece in pieces:
             count = piece.end - piece.start
@@ -257,9 +339,12 @@ class MicroBatcher:
         request = piece.request
         request.results[piece.start : piece.end] = results
         request.done += len(results)
-        if request.done == len(request.items) and not request.dropped:
-            with self._lock:
-                self._queued_work -= request.cost
+        with self._lock:
+            if request.done < len(request.items) or request.dropped:
+                return
+            request.dropped = True  # finished: a late cancel has nothing left to release
+            self._queued_work -= request.cost
+        with contextlib.suppress(InvalidStateError):  # cancelled in the meantime: nobody waits for it
             request.future.set_result(list(request.results))
 
     def _fail(self, piece: _Piece) -> None:
@@ -268,7 +353,8 @@ class MicroBatcher:
             if piece.request.dropped:
                 return
             self._drop(piece.request)
-        piece.request.future.set_exception(RuntimeError("the model failed on this request's text"))
+        with contextlib.suppress(InvalidStateError):
+            piece.request.future.set_exception(RuntimeError("the model failed on this request's text"))
 
     def _drop(self, request: _Request) -> None:
         """Stop scheduling `request` and release its work (lock held)."""

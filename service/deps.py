@@ -12,32 +12,119 @@ bodies into the same shape, so no bad input reaches a 500.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import json
 import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 from fastapi import Depends, Request, Response
+from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from starlette.requests import ClientDisconnect
 
 from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig
 from seq2seq.core.inputs import text_problem
 from seq2seq.decoding.forced import ForcedAlignment
-from service.batching import Item, QueueFull, work_units
+from service.batching import CancelToken, Item, QueueFull, work_units
 from service.engine import ServedModel, TranslatorEngine
 from service.languages import CONFIDENT, Detection, LanguageDetector, get_detector, language_name
 from service.metrics import Metrics
+from service.rendering import Renderer, RendererBusy
 from service.settings import Settings, get_settings
 from service.translation import TranslatedText, translate_texts
+
+# No request body of ours nests deeper than 4 (an object, `pairs`, a pair); 32 leaves room
+# and keeps every later recursive walk (validation, the integral-number rule) far from
+# Python's recursion limit.
+MAX_JSON_DEPTH = 32
+CLIENT_GONE = 499  # nginx's "client closed request": counted in the metrics, never seen by the client
 
 
 class APIError(Exception):
     def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.message, self.headers = status, message, headers
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The one error shape, LibreTranslate's: `{"error": message}`."""
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+# --------------------------------------------------------------------------- reading bodies
+
+
+async def read_body(request: Request) -> bytes:
+    """The whole body (the app's SizeLimitMiddleware stops it at max_body_bytes: 413; the
+    server's read timeout at body_timeout_s: 408)."""
+    try:
+        return await request.body()
+    except ClientDisconnect:
+        raise APIError(CLIENT_GONE, "the client closed the connection before its body was read") from None
+
+
+def parse_json(body: bytes) -> Any:
+    """The one JSON reader of every route: UTF-8 (a leading byte order mark is skipped, as
+    RFC 8259 allows), standard JSON only (no NaN or Infinity, finite numbers, integers of at
+    most 4,300 digits, Python's limit), nested at most MAX_JSON_DEPTH deep. Every failure is
+    a 400 that says what was wrong."""
+    try:
+        text = body.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as error:
+        raise APIError(400, f"request body is not valid UTF-8 (byte {error.start})") from None
+    if not text.strip():
+        raise APIError(400, "Invalid request: empty body")
+    try:
+        value = json.loads(text, parse_constant=_not_json, parse_float=_finite)
+    except json.JSONDecodeError as error:
+        raise APIError(400, f"malformed JSON body: {error.msg} at line {error.lineno} column {error.colno}") from None
+    except RecursionError:
+        raise APIError(400, f"malformed JSON body: nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as error:  # an integer over Python's digit limit, a constant, an infinite number
+        message = str(error)
+        if "digits" in message:
+            message = "an integer has more digits than the 4300 this server reads"
+        raise APIError(400, f"malformed JSON body: {message}") from None
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise APIError(400, f"malformed JSON body: nested deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite(number: str) -> float:
+    value = float(number)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {number[:20]} is out of range")
+    return value
+
+
+def _depth(value: Any) -> int:
+    """How deep arrays and objects nest in `value` (a scalar: 0); iterative, so any depth is safe."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if depth <= MAX_JSON_DEPTH:  # deeper than that is all we need to know
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def is_json(request: Request) -> bool:
+    """Whether FastAPI reads this request's body as JSON: no Content-Type, or application/json
+    or application/*+json."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return not media or media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
 # --------------------------------------------------------------------------- access
@@ -120,13 +207,17 @@ class CheckedRoute(APIRoute):
     """A native route: the caller's key and rate are checked before FastAPI reads the body, so
     a request without a valid key gets its 403 (or 429) whatever its body holds, malformed
     JSON included. (The LibreTranslate routes check a header key as early, and a key in the
-    body as soon as the body is read: service/libre.py.)"""
+    body as soon as the body is read: service/libre.py.) A JSON body is then read by
+    `parse_json`, the reader the LibreTranslate routes use, and handed to FastAPI as the
+    request's parsed JSON (Starlette's `Request.json()` returns `_json` when it is set)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def checked(request: Request) -> Response:
             get_access(request).check(request, request_api_key(request))
+            if request.method == "POST" and is_json(request):
+                request._json = parse_json(await read_body(request))
             return await handler(request)
 
         return checked
@@ -144,18 +235,25 @@ def get_engine(request: Request) -> TranslatorEngine:
 
 @dataclass
 class RequestContext:
-    """What a handler works with: the settings, the served models, the metrics, and the request
-    (whose client takes the fair turns)."""
+    """What a handler works with: the settings, the served models, the metrics, the heatmap
+    renderer, and the request (whose client takes the fair turns, and whose cancel token
+    drops its work when the client hangs up)."""
 
     settings: Settings
     engine: TranslatorEngine
     metrics: Metrics
     request: Request
+    renderer: Renderer
 
     @property
     def client(self) -> str:
         """Whose turn the request's model calls take in the scheduler (set by `Access.check`)."""
         return getattr(self.request.state, "client", None) or f"address:{client_address(self.request)}"
+
+    @property
+    def token(self) -> CancelToken:
+        """Cancelled when the client disconnects (service.connections.ClientWatch)."""
+        return self.request.state.cancel_token
 
     def detector(self) -> LanguageDetector:
         """The language identifier for the served languages (its model loads on first use)."""
@@ -309,7 +407,7 @@ class RequestContext:
         """Translate whole texts (one batch, on the client's turns), count tokens."""
         self.check_work(texts, config.beam_size)
         translated = self._scheduled(
-            lambda: translate_texts(model, texts, config, self.settings.request_timeout, self.client)
+            lambda: translate_texts(model, texts, config, self.settings.request_timeout, self.client, self.token)
         )
         self.metrics.count_tokens(
             model.name,
@@ -328,12 +426,35 @@ class RequestContext:
         self.check_work(pairs, 1)
         return self._scheduled(
             lambda: model.align(
-                pairs, options, self.settings.request_timeout, self.client, restore_case=self.settings.restore_case
+                pairs,
+                options,
+                self.settings.request_timeout,
+                self.client,
+                restore_case=self.settings.restore_case,
+                token=self.token,
             )
         )
 
+    @contextlib.contextmanager
+    def render_place(self, pixels: int) -> Iterator[None]:
+        """`pixels` of the renderer's capacity for the body of the `with` (taken before
+        translating, so a heatmap that cannot be drawn now costs nothing); 503 with Retry-After
+        if they do not fit."""
+        try:
+            with self.renderer.admit(pixels):
+                yield
+        except RendererBusy as busy:
+            raise APIError(503, f"the server is busy: {busy}", headers={"Retry-After": str(busy.retry_after)}) from None
+
+    def render(self, job: Callable[[], bytes], pixels: int) -> bytes:
+        """`job()` (a heatmap of `pixels`) on the render thread, within the request's timeout
+        and cancellation."""
+        return self._scheduled(lambda: self.renderer.render(job, pixels, self.token, self.settings.request_timeout))
+
     def _scheduled(self, call: Callable[[], Any]) -> Any:
-        """Run a model call; a full queue or a timeout is a 503 (with Retry-After)."""
+        """Run a model call or a render; a full queue or a timeout is a 503 (with Retry-After),
+        work cancelled because the client hung up a 499 (nobody reads it), because the server
+        is stopping a 503."""
         try:
             return call()
         except QueueFull as full:
@@ -344,10 +465,14 @@ class RequestContext:
                 f"the request took longer than {self.settings.request_timeout:g} s; try again with less text",
                 headers={"Retry-After": "5"},
             ) from None
+        except concurrent.futures.CancelledError:
+            if self.token.cancelled:
+                raise APIError(CLIENT_GONE, "the client closed the connection; its work was dropped") from None
+            raise APIError(503, "the server is shutting down", headers={"Retry-After": "5"}) from None
 
 
 def get_context(
     request: Request, settings: Settings = Depends(get_settings), engine: TranslatorEngine = Depends(get_engine)
 ) -> RequestContext:
     """The one dependency of every handler."""
-    return RequestContext(settings, engine, request.app.state.metrics, request)
+    return RequestContext(settings, engine, request.app.state.metrics, request, request.app.state.renderer)

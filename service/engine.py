@@ -24,8 +24,9 @@ from data.files import BUNDLE_FILE
 from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE
 from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, ModelConfig
 from seq2seq.decoding.forced import ForcedAlignment, align_given
+from seq2seq.decoding.search import Wanted
 from seq2seq.decoding.translator import TranslationResult, Translator
-from service.batching import MicroBatcher
+from service.batching import CancelToken, MicroBatcher, RunBatch
 
 log = logging.getLogger("crossalign.service")
 Pair = tuple[str, str]
@@ -64,12 +65,18 @@ class ServedModel:
         return self.translator.decode_defaults
 
     def translate(
-        self, texts: list[str], config: DecodeConfig, timeout: float | None = None, client: str = ""
+        self,
+        texts: list[str],
+        config: DecodeConfig,
+        timeout: float | None = None,
+        client: str = "",
+        token: CancelToken | None = None,
     ) -> list[TranslationResult]:
         """Blocking: translate sentences in order (micro-batched with concurrent callers, on
-        `client`'s fair turns). Raises service.batching.QueueFull when the queue is full, and
-        TimeoutError after `timeout` seconds (the rest of the request is dropped)."""
-        return self._wait(self.batcher.submit(texts, config, client), timeout)
+        `client`'s fair turns). Raises service.batching.QueueFull when the queue is full,
+        TimeoutError after `timeout` seconds, CancelledError once `token` is cancelled (either
+        way the rest of the request is dropped: service.batching, "Cancellation")."""
+        return self._wait(self.batcher.submit(texts, config, client, token), timeout)
 
     def align(
         self,
@@ -78,27 +85,32 @@ class ServedModel:
         timeout: float | None = None,
         client: str = "",
         restore_case: bool = True,
+        token: CancelToken | None = None,
     ) -> list[ForcedAlignment | AlignmentError]:
         """Blocking: align given (source, translation) pairs in order, through the same turns,
-        queue bound and timeout as `translate`; a pair that cannot be aligned gets its
-        AlignmentError in its place (seq2seq.decoding.forced.align_given)."""
-        return self._wait(self.batcher.submit(pairs, ForcedJob(options, restore_case=restore_case), client), timeout)
+        queue bound, timeout and cancellation as `translate`; a pair that cannot be aligned gets
+        its AlignmentError in its place (seq2seq.decoding.forced.align_given)."""
+        job = ForcedJob(options, restore_case=restore_case)
+        return self._wait(self.batcher.submit(pairs, job, client, token), timeout)
 
-    def _wait(self, future: concurrent.futures.Future, timeout: float | None) -> list[Any]:
+    @staticmethod
+    def _wait(future: concurrent.futures.Future, timeout: float | None) -> list[Any]:
         try:
             return future.result(timeout=timeout)
         except concurrent.futures.TimeoutError:
-            self.batcher.cancel(future)  # nobody waits for the rest: do not spend the model on it
+            future.cancel()  # nobody waits for the rest: do not spend the model on it
             raise
 
 
-def model_call(translator: Translator) -> Callable[[Sequence[Any], DecodeConfig | ForcedJob], list[Any]]:
-    """What the scheduler runs for one batch: a translation, or a forced alignment of pairs."""
+def model_call(translator: Translator) -> RunBatch:
+    """What the scheduler runs for one batch: a translation (whose sentences no longer
+    `wanted` leave its search at the next step), or a forced alignment of pairs (one
+    teacher-forced pass: it runs whole)."""
 
-    def run(items: Sequence[Any], job: DecodeConfig | ForcedJob) -> list[Any]:
+    def run(items: Sequence[Any], job: DecodeConfig | ForcedJob, wanted: Wanted) -> list[Any]:
         if isinstance(job, ForcedJob):
             return align_given(translator, list(items), job.options, restore_case=job.restore_case)
-        return translator.translate_batch(list(items), job)
+        return translator.translate_wanted(list(items), job, wanted)
 
     return run
 

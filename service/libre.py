@@ -12,7 +12,6 @@ counted over the whole text.
 from __future__ import annotations
 
 import html
-import json
 import re
 from typing import Any, Literal
 from urllib.parse import parse_qsl
@@ -22,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from seq2seq.core.config import DecodeConfig
 from seq2seq.decoding.records import AlignmentMap, Quality
-from service.deps import APIError, RequestContext, get_access, get_context, request_api_key
+from service.deps import APIError, RequestContext, get_access, get_context, parse_json, read_body, request_api_key
 from service.engine import ServedModel
 from service.languages import language_name
 from service.requests import AlignmentRequest, JSONRequest
@@ -86,8 +85,9 @@ def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 async def read_fields(request: Request) -> dict[str, Any]:
-    """The body as a dict, from JSON, urlencoded or multipart form; 400 on anything malformed."""
-    body = await request.body()  # the app's SizeLimitMiddleware stops it at max_body_bytes (413)
+    """The body as a dict, from JSON (service.deps.parse_json, every route's reader), urlencoded
+    or multipart form; 400 on anything malformed."""
+    body = await read_body(request)
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "multipart/form-data":
         try:
@@ -95,21 +95,16 @@ async def read_fields(request: Request) -> dict[str, Any]:
         except Exception as error:  # noqa: BLE001 - any parse failure is the client's
             raise APIError(400, f"malformed multipart form: {error}") from None
         return _fields(list(form.multi_items()))
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise APIError(400, f"request body is not valid UTF-8 (byte {error.start})") from None
     if content_type == "application/x-www-form-urlencoded":
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise APIError(400, f"request body is not valid UTF-8 (byte {error.start})") from None
         try:
             return _fields(parse_qsl(text, keep_blank_values=True, encoding="utf-8", errors="strict"))
         except UnicodeDecodeError:
             raise APIError(400, "form field is not valid UTF-8 after percent-decoding") from None
-    if not text.strip():
-        raise APIError(400, "Invalid request: empty body (send JSON or a form)")
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise APIError(400, f"malformed JSON body: {error.msg} at line {error.lineno} column {error.colno}") from None
+    value = parse_json(body)
     if not isinstance(value, dict):
         raise APIError(400, "Invalid request: the JSON body must be an object")
     return value

@@ -1,7 +1,8 @@
 """Prometheus metrics: one registry per app, and a small ASGI middleware that feeds it.
 
-Requests are labelled by route template ("/v1/heatmap", never the raw URL, so the label
-set stays bounded); unmatched paths share the label "unmatched". With several uvicorn
+Requests are labelled by route template ("/v1/heatmap", never the raw URL) and by method,
+from the methods the app serves (any other is "other"), so no request can add label
+values: unmatched paths share the route label "unmatched". With several uvicorn
 workers each process counts its own requests (scrape each, or run one worker per
 container).
 """
@@ -53,10 +54,11 @@ class Metrics:
 
 
 class MetricsMiddleware:
-    """Counts, times and tracks in-flight HTTP requests (pure ASGI: no body buffering)."""
+    """Counts, times and tracks in-flight HTTP requests (pure ASGI: no body buffering);
+    `methods` are the method labels, any other method is counted as "other"."""
 
-    def __init__(self, app: Any, metrics: Metrics):
-        self.app, self.metrics = app, metrics
+    def __init__(self, app: Any, metrics: Metrics, methods: frozenset[str]):
+        self.app, self.metrics, self.methods = app, metrics, methods
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -77,6 +79,6 @@ class MetricsMiddleware:
             self.metrics.in_flight.dec()
             route = scope.get("route")
             label = getattr(route, "path", None) or "unmatched"
-            method = scope.get("method", "GET")
+            method = scope["method"] if scope["method"] in self.methods else "other"
             self.metrics.requests.labels(label, method, str(status["code"])).inc()
             self.metrics.latency.labels(label, method).observe(time.perf_counter() - start)

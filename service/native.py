@@ -8,11 +8,13 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from seq2seq.analysis.heatmap import FORMATS, filename, render_heatmap
-from seq2seq.core.config import AlignmentOptions
+from seq2seq.analysis.heatmap import FORMATS, default_size, filename, render_heatmap
+from seq2seq.core.alignment import words
+from seq2seq.core.config import AlignmentOptions, DecodeConfig
 from seq2seq.decoding.records import TextTranslation
 from service.attention import self_attention_alignment
 from service.deps import APIError, CheckedRoute, RequestContext, get_context
+from service.engine import ServedModel
 from service.requests import (
     AlignmentRequest,
     BeamSize,
@@ -23,7 +25,13 @@ from service.requests import (
     Target,
     exactly_one,
 )
-from service.translation import text_alignment, text_quality, text_translation
+from service.translation import (
+    sentence_source_lengths,
+    sentences_of,
+    text_alignment,
+    text_quality,
+    text_translation,
+)
 
 router = APIRouter(prefix="/v1", tags=["native"], route_class=CheckedRoute)
 
@@ -111,48 +119,90 @@ class HeatmapQuery(HeatmapRequest):
 
 def heatmap_response(body: HeatmapRequest, ctx: RequestContext) -> Response:
     ctx.check_texts([body.q])
-    for name, value in (("width", body.width), ("height", body.height)):
-        limit = ctx.settings.heatmap_max_pixels
-        if value is not None and not 100 <= value <= limit:
-            raise APIError(400, f"{name} must be between 100 and {limit} pixels, not {value}")
+    check_canvas(ctx, body.width, body.height)
     model, _ = ctx.resolve_pair(body.source, body.target, [body.q])
     options = AlignmentOptions(body.level, body.layer, None if body.head is None else tuple(body.head), body.step_shift)
     # A self-attention layer is checked against its own stack (the encoder's may be deeper).
     options = ctx.resolve_alignment(model, options if body.kind == "cross" else replace(options, layer=None))
     cross = options if body.kind == "cross" else None
     config = ctx.decode_config(model, body.beam_size, 1, True, cross, body.no_repeat_ngram_size)
-    translated = ctx.translate(model, [body.q], config)[0]
-    if body.kind == "cross":
-        alignment, title, axes = text_alignment(translated, options), None, ("source", "target")
-    else:
-        alignment = self_attention_alignment(model, translated, body.kind, body.layer, tuple(body.head or ()))
-        heads = "heads " + ",".join(map(str, alignment.heads)) if alignment.heads else "mean of heads"
-        title, axes = f"{body.kind} self-attention, layer {alignment.layer}, {heads}", ("keys", "queries")
-    rows, columns = alignment.matrix.shape
-    if max(rows, columns) > ctx.settings.heatmap_max_tokens:
-        raise APIError(
-            413,
-            f"the alignment has {columns} x {rows} tokens; a heatmap shows at most "
-            f"{ctx.settings.heatmap_max_tokens} per axis (send less text, or use level=word)",
+    # The source axis is known before translating: a text too long for it costs no translation.
+    known = source_axis(model, body.q, config, body.kind, body.level)
+    if body.kind != "decoder":  # (a decoder map's axes are the translation's)
+        check_axis(ctx, known, 0)
+    # Its pixels, the sides left out fitted to a square of the source's tokens (the translation's
+    # length is not known yet), are admitted before translating: a heatmap that cannot be
+    # drawn now costs nothing.
+    fitted = default_size(known, known)
+    pixels = (body.width or fitted[0]) * (body.height or fitted[1])
+    with ctx.render_place(pixels):
+        translated = ctx.translate(model, [body.q], config)[0]
+        if body.kind == "cross":
+            alignment, title, axes = text_alignment(translated, options), None, ("source", "target")
+        else:
+            alignment = self_attention_alignment(model, translated, body.kind, body.layer, tuple(body.head or ()))
+            heads = "heads " + ",".join(map(str, alignment.heads)) if alignment.heads else "mean of heads"
+            title, axes = f"{body.kind} self-attention, layer {alignment.layer}, {heads}", ("keys", "queries")
+        rows, columns = alignment.matrix.shape
+        check_axis(ctx, columns, rows)
+        fitted = default_size(columns, rows)
+        width, height = body.width or fitted[0], body.height or fitted[1]
+        check_canvas(ctx, width, height)
+        # A word-level cross-attention map shows its quality flags (they index words).
+        quality = text_quality(translated) if body.kind == "cross" and body.level == "word" else None
+        image = ctx.render(
+            lambda: render_heatmap(
+                alignment,
+                body.format,
+                width,
+                height,
+                title,
+                axes,
+                untranslated=quality.untranslated if quality else (),
+                ungrounded=quality.ungrounded if quality else (),
+            ),
+            width * height,
         )
-    # A word-level cross-attention map shows its quality flags (they index words).
-    quality = text_quality(translated) if body.kind == "cross" and body.level == "word" else None
-    image = render_heatmap(
-        alignment,
-        body.format,
-        body.width,
-        body.height,
-        title,
-        axes,
-        untranslated=quality.untranslated if quality else (),
-        ungrounded=quality.ungrounded if quality else (),
-    )
     name = filename(model.source, model.target, body.q, body.format)
     if body.kind != "cross":
         name = name.replace("alignment-", f"{body.kind}-attention-", 1)
     return Response(
         image, media_type=FORMATS[body.format], headers={"Content-Disposition": f'attachment; filename="{name}"'}
     )
+
+
+def source_axis(model: ServedModel, text: str, config: DecodeConfig, kind: str, level: str) -> int:
+    """The tokens along a heatmap's source axis, counted before translating: the words of every
+    sentence (a word-level cross map), the source pieces the model reads (subword), or those
+    with each sentence's </s> (the encoder's self-attention; for the decoder's, whose axes are
+    the translation's, an estimate of them)."""
+    if kind == "cross" and level == "word":
+        return sum(len(words(sentence)) for sentence in sentences_of(text))
+    lengths = sentence_source_lengths(model, text, config)
+    return sum(lengths) + (len(lengths) if kind != "cross" else 0)
+
+
+def check_axis(ctx: RequestContext, columns: int, rows: int) -> None:
+    """413 when a heatmap axis holds more tokens than `heatmap_max_tokens` (rows 0: not known yet)."""
+    limit = ctx.settings.heatmap_max_tokens
+    if max(columns, rows) > limit:
+        shape = f"{columns} x {rows}" if rows else f"{columns} source"
+        raise APIError(
+            413,
+            f"the alignment has {shape} tokens; a heatmap shows at most {limit} per axis "
+            "(send less text, or use level=word)",
+        )
+
+
+def check_canvas(ctx: RequestContext, width: int | None, height: int | None) -> None:
+    """400 for a side outside 100..heatmap_max_pixels or an area over heatmap_max_area (None: not
+    asked; the fitted default is checked once the tokens are known)."""
+    limit, area = ctx.settings.heatmap_max_pixels, ctx.settings.heatmap_max_area
+    for name, value in (("width", width), ("height", height)):
+        if value is not None and not 100 <= value <= limit:
+            raise APIError(400, f"{name} must be between 100 and {limit} pixels, not {value}")
+    if width is not None and height is not None and width * height > area:
+        raise APIError(400, f"width x height is {width * height} pixels; a heatmap has at most {area}")
 
 
 IMAGE_RESPONSES = {

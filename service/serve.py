@@ -9,7 +9,9 @@ processes, which build the app through the `create_app` factory, see the same se
 Before the server starts, every bundle's manifest is read: a bad one is named in one
 line and skipped (the others are served, and /health lists it under `failed`); if none
 is usable, serve exits with status 2. The server parses HTTP with h11, which enforces
---max-header-bytes; the access log never shows an API key (`api_key=` is redacted).
+--max-header-bytes, with the read timeouts --head-timeout-s and --body-timeout-s
+(service.connections.ReadTimeouts); the access log never shows an API key (the value of a
+query parameter whose percent-decoded name is `api_key`, in any spelling, is redacted).
 """
 
 from __future__ import annotations
@@ -18,25 +20,44 @@ import argparse
 import copy
 import logging
 import os
-import re
 import sys
 from pathlib import Path
+from urllib.parse import unquote_plus
 
 from service.settings import ENV_PREFIX, Settings, get_settings
 
 log = logging.getLogger("crossalign.service")
-# `api_key=...` in a query string (the explorer's and LibreTranslate's way to pass a key).
-KEY_IN_QUERY = re.compile(r"((?:^|[?&])api_key=)[^&\s\"]*", re.I)
+KEY_PARAMETER = "api_key"  # the explorer's and LibreTranslate's way to pass a key in the query
+REDACTED = "[redacted]"
+
+
+def redact_keys(text: str) -> str:
+    """`text` with the value of every query parameter named `api_key` replaced by [redacted].
+
+    The name is compared as the app reads it, percent-decoded (`api%5Fkey` is `api_key`), and
+    in any case, and every query in the text is read (a log line holds a path with its query),
+    so no spelling of the parameter carries its key into a log."""
+    if "?" not in text:
+        return text
+    path, _, query = text.partition("?")
+    query, space, rest = query.partition(" ")  # the query ends where the log line's next field starts
+    parts = []
+    for part in query.split("&"):
+        name, equals, _ = part.partition("=")
+        if equals and unquote_plus(name, errors="replace").strip().lower() == KEY_PARAMETER:
+            part = f"{name}={REDACTED}"
+        parts.append(part)
+    return f"{path}?{'&'.join(parts)}{space}{redact_keys(rest) if space else ''}"
 
 
 class RedactKeys(logging.Filter):
-    """Replaces API key values in uvicorn's access-log lines with `[redacted]`."""
+    """Replaces API key values in log lines (uvicorn's access log) with `[redacted]`."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):
-            record.args = tuple(KEY_IN_QUERY.sub(r"\1[redacted]", a) if isinstance(a, str) else a for a in record.args)
-        elif isinstance(record.msg, str):
-            record.msg = KEY_IN_QUERY.sub(r"\1[redacted]", record.msg)
+            record.args = tuple(redact_keys(a) if isinstance(a, str) else a for a in record.args)
+        if isinstance(record.msg, str):
+            record.msg = redact_keys(record.msg)
         return True
 
 
@@ -46,7 +67,8 @@ def log_config() -> dict:
 
     config = copy.deepcopy(LOGGING_CONFIG)
     config.setdefault("filters", {})["redact_keys"] = {"()": RedactKeys}
-    config["handlers"]["access"]["filters"] = ["redact_keys"]
+    for handler in config["handlers"].values():  # the access log and every other line uvicorn writes
+        handler["filters"] = ["redact_keys"]
     return config
 
 
@@ -100,6 +122,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from service.connections import ReadTimeouts
+
     for name in Settings.model_fields:
         if hasattr(args, name):
             os.environ[ENV_PREFIX + name.upper()] = str(getattr(args, name))
@@ -127,7 +151,7 @@ def main(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=10,
         timeout_keep_alive=settings.keep_alive_s,
         log_config=log_config(),
-        http="h11",
+        http=ReadTimeouts,  # h11, with read timeouts for heads and bodies
         h11_max_incomplete_event_size=head_limit(settings),
     )
     return 0

@@ -56,12 +56,48 @@ class Settings(BaseSettings):
     port: int = Field(5000, ge=0, le=65535, description="port (LibreTranslate's default)")
     workers: int = Field(1, ge=1, description="uvicorn worker processes, each with its own copy of the models")
     keep_alive_s: float = Field(5.0, gt=0, description="seconds an idle keep-alive connection stays open")
+    head_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="seconds a request head (request line and headers) may take to arrive whole, from the "
+        "connection's opening or its first byte; beyond it: 408 and the connection closed",
+    )
+    body_timeout_s: float = Field(
+        20.0,
+        gt=0,
+        description="seconds a request body may take to arrive whole after its head (20 s: a body at "
+        "max_body_bytes needs 52 KB/s); beyond it: 408, the connection closed and the request's work dropped",
+    )
     # Limits: every request beyond them gets a 400 that names the limit.
     char_limit: int = Field(5000, ge=1, description="characters per request, summed over all texts")
     batch_limit: int = Field(64, ge=1, description="texts per request (a list `q` or `texts`)")
     max_beam_size: int = Field(8, ge=1, description="largest beam_size (and n_best / alternatives) a request may ask")
-    heatmap_max_tokens: int = Field(120, ge=2, description="tokens per heatmap axis")
+    heatmap_max_tokens: int = Field(
+        120,
+        ge=2,
+        description="tokens per heatmap axis, and per sentence in /v1/attention (the source side is "
+        "counted before translating); beyond it: 413",
+    )
     heatmap_max_pixels: int = Field(4000, ge=100, description="largest heatmap width or height in pixels")
+    heatmap_max_area: int = Field(
+        16_000_000,
+        ge=10_000,
+        description="largest heatmap area, width x height in pixels (a 4000 x 4000 PNG: ~3 s and ~65 MB "
+        "while it is drawn); beyond it: 400",
+    )
+    max_render_pixels: int = Field(
+        64_000_000,
+        ge=10_000,
+        description="pixels (width x height) of the heatmaps being drawn, one at a time on the render "
+        "thread, or waiting to be (four at the largest area, ~200 of 600 x 500); one that does not fit "
+        "gets 503 with Retry-After before it translates anything",
+    )
+    attention_max_weights: int = Field(
+        1_000_000,
+        ge=1000,
+        description="attention weights in one /v1/attention answer, all maps of all sentences (at most "
+        "~8 bytes of JSON each: ~8 MB); beyond it: 413",
+    )
     request_timeout: float = Field(120.0, gt=0, description="seconds a request may wait for its translation")
     max_body_bytes: int = Field(
         1 << 20,

@@ -30,6 +30,7 @@ from seq2seq.decoding.records import (
     TokenSpan,
 )
 from seq2seq.decoding.translator import TranslationResult
+from service.batching import CancelToken
 from service.engine import ServedModel
 
 
@@ -74,13 +75,30 @@ def join_sentences(source: str, spans: list[tuple[int, int]], parts: list[str]) 
     return text, target_spans
 
 
+def sentences_of(text: str) -> list[str]:
+    """The sentences `translate_texts` translates `text` as."""
+    return [text[start:end] for start, end in split_sentences(text)]
+
+
+def sentence_source_lengths(model: ServedModel, text: str, config: DecodeConfig) -> list[int]:
+    """The source pieces the model will read of each sentence of `text` (EOS excluded), known
+    before translating it with `config`: the routes refuse a text too long for a map early."""
+    return model.translator.source_lengths(sentences_of(text), config)
+
+
 def translate_texts(
-    model: ServedModel, texts: list[str], config: DecodeConfig, timeout: float | None = None, client: str = ""
+    model: ServedModel,
+    texts: list[str],
+    config: DecodeConfig,
+    timeout: float | None = None,
+    client: str = "",
+    token: CancelToken | None = None,
 ) -> list[TranslatedText]:
-    """Translate whole texts, all their sentences in one request to the model (on `client`'s turns)."""
+    """Translate whole texts, all their sentences in one request to the model (on `client`'s
+    turns, dropped once `token` is cancelled)."""
     all_spans = [split_sentences(text) for text in texts]
     sentences = [text[start:end] for text, spans in zip(texts, all_spans) for start, end in spans]
-    results = model.translate(sentences, config, timeout, client) if sentences else []
+    results = model.translate(sentences, config, timeout, client, token) if sentences else []
     out, position = [], 0
     for text, spans in zip(texts, all_spans):
         mine = results[position : position + len(spans)]

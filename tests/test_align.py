@@ -258,7 +258,7 @@ def test_v1_align_takes_the_work_cap_and_the_queue_bound(onnx_translator: Transl
     engine = TranslatorEngine({("de", "en"): ("de-en", onnx_translator)}, window_s=0.002, max_queue_work=1000)
     batcher = engine.models["de", "en"].batcher
     gate, translate_batch = threading.Event(), batcher.run
-    batcher.run = lambda texts, config: gate.wait(30) and translate_batch(texts, config)
+    batcher.run = lambda texts, config, wanted: gate.wait(30) and translate_batch(texts, config, wanted)
     settings = Settings(max_request_work=400, max_queue_work=1000)
     source, target = PAIRS[0]
     with TestClient(create_app(settings, engine=engine), raise_server_exceptions=False) as client:

@@ -29,10 +29,12 @@ import sys
 import threading
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from test_service_server import free_port, serving, start_server
 from toy import SENTENCES, toy_pairs
@@ -303,7 +305,7 @@ def test_serve_with_no_usable_bundle_says_so_in_one_line(tmp_path: Path) -> None
 
 
 def _recording_run(batches: list[list[str]], gate: threading.Event | None = None):
-    def run(texts: list[str], config: DecodeConfig) -> list[str]:
+    def run(texts: list[str], config: DecodeConfig, wanted: Callable[[], np.ndarray]) -> list[str]:
         if gate is not None:
             gate.wait(10)
         batches.append(list(texts))

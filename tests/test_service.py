@@ -29,7 +29,7 @@ from seq2seq.core.config import DecodeConfig
 from seq2seq.core.segment import split_sentences
 from seq2seq.decoding.translator import Translator
 from service.batching import MicroBatcher
-from service.engine import TranslatorEngine
+from service.engine import TranslatorEngine, model_call
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -220,9 +220,9 @@ def test_native_early_exit_reaches_the_search(client: TestClient, monkeypatch: p
     seen: list[bool] = []
     search = translator_module.beam_search
 
-    def recording(backend, src_ids, src_mask, config, max_positions=None):
+    def recording(backend, src_ids, src_mask, config, max_positions=None, wanted=None):
         seen.append(config.early_exit)
-        return search(backend, src_ids, src_mask, config, max_positions)
+        return search(backend, src_ids, src_mask, config, max_positions, wanted)
 
     monkeypatch.setattr(translator_module, "beam_search", recording)
     for asked in (True, False, None):
@@ -338,7 +338,7 @@ def test_split_sentences_offsets() -> None:
 def test_micro_batcher_batches_concurrent_requests(echo_engine: TranslatorEngine) -> None:
     translator = echo_engine.models["de", "en"].translator
     sizes: list[int] = []
-    batcher = MicroBatcher(translator.translate_batch, window_s=0.05, max_sentences=64, on_batch=sizes.append)
+    batcher = MicroBatcher(model_call(translator), window_s=0.05, max_sentences=64, on_batch=sizes.append)
     texts = ["a b", "c", "d e f", "g h a b"] * 4
     results: dict[int, str] = {}
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 from echo_backend import EchoBackend, make_client
 
 from data.tokenizer import Tokenizer
@@ -103,10 +105,10 @@ def test_v1_align_takes_fair_turns_and_the_request_timeout(toy_tokenizer_path: P
     batcher = engine.models["de", "en"].batcher
     gate, run, calls = threading.Event(), batcher.run, []
 
-    def gated(items: list, job: object) -> list:
+    def gated(items: list, job: object, wanted: Callable[[], np.ndarray]) -> list:
         calls.append(type(job).__name__)
         gate.wait(30)
-        return run(items, job)
+        return run(items, job, wanted)
 
     batcher.run = gated
     pair = {"text": "a b c", "translation": "a b c", "source": "de"}

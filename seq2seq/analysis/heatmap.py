@@ -24,7 +24,7 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from seq2seq.core.alignment import Alignment  # noqa: E402
+from seq2seq.core.alignment import Alignment, label  # noqa: E402
 
 FORMATS = {"png": "image/png", "svg": "image/svg+xml"}
 DPI = 100
@@ -38,14 +38,11 @@ _RENDER_LOCK = threading.Lock()
 
 def _parts(alignment: Any) -> tuple[list[str], list[str], list[list[float]], list[tuple[int, int]], str]:
     """(source labels, target labels, matrix, links, caption) from an Alignment or AlignmentMap."""
+    source, target = [label(t.text) for t in alignment.source_tokens], [label(t.text) for t in alignment.target_tokens]
     if isinstance(alignment, Alignment):
-        source = [t.text for t in alignment.source_tokens]
-        target = [t.text for t in alignment.target_tokens]
         matrix, links, layer = alignment.matrix.tolist(), alignment.links, alignment.layer
         heads: Any = list(alignment.heads) or "mean"
     else:  # seq2seq.decoding.records.AlignmentMap (the API / JSONL record)
-        source = [t.text for t in alignment.source_tokens]
-        target = [t.text for t in alignment.target_tokens]
         matrix, layer, heads = alignment.matrix, alignment.layer, alignment.heads
         links = [(int(i), int(j)) for i, j in (p.split("-") for p in alignment.links.split())]
     heads_text = "mean of heads" if heads == "mean" else "heads " + ",".join(map(str, heads))

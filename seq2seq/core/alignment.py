@@ -62,14 +62,15 @@ def pieces_with_offsets(pieces: list[str]) -> tuple[str, list[Token]]:
     """Rebuild the detokenized text from SentencePiece pieces and each piece's span in it.
 
     The span excludes the piece's leading space marker, so a piece covers only visible
-    characters.
+    characters; a piece that is only the marker covers the space it stands for (`visible`).
     """
     text, tokens = "", []
     for piece in pieces:
         visible = piece.replace(SPACE_MARK, " ")
         if visible.startswith(" ") and not text:
             visible = visible.lstrip(" ")
-        start = len(text) + (len(visible) - len(visible.lstrip(" ")))
+        marker = len(visible) - len(visible.lstrip(" "))
+        start = len(text) + (marker if marker < len(visible) else 0)
         text += visible
         tokens.append(Token(piece, start, len(text)))
     return text, tokens
@@ -191,11 +192,25 @@ class Alignments:
 
 def visible(piece: Token, text: str) -> Token:
     """The piece's span without the whitespace SentencePiece offsets include before a
-    word-initial piece, labelled with the text it covers (its own text if it covers none)."""
+    word-initial piece, labelled with the text it covers.
+
+    The rule every token of a map keeps: `text[start:end] == token.text`. A piece that is
+    only the space marker ("▁" before "(" in "Haus (rot)") covers the whitespace it stands
+    for, and its text is that whitespace; at the very start of a text, where SentencePiece
+    adds a marker for no whitespace, it covers nothing and its text is "". (A label shows
+    either as "▁": `label`.)"""
     start = piece.start
     while start < piece.end and text[start].isspace():
         start += 1
-    return Token(text[start : piece.end] or piece.text, start, piece.end)
+    if start == piece.end:  # only whitespace (or nothing): the piece is a bare space marker
+        start = piece.start
+    return Token(text[start : piece.end], start, piece.end)
+
+
+def label(text: str) -> str:
+    """How a token's text is shown on a heatmap axis: as it is, or "▁" for a bare space
+    marker (whose text is whitespace or empty: `visible`)."""
+    return text if text.strip() else SPACE_MARK
 
 
 def align(

@@ -14,6 +14,7 @@ S source length, P cached target length, V vocabulary.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,6 +23,9 @@ from seq2seq.core.backend import DecoderCache, SearchBackend, StepOutput, select
 from seq2seq.core.config import AlignmentOptions, DecodeConfig, ModelConfig
 from seq2seq.decoding.candidates import Candidates, RowBest
 from seq2seq.decoding.repeats import RepeatGuard
+
+# () -> (B,) bool: which sentences of a running batch someone still waits for (asked after every step).
+Wanted = Callable[[], np.ndarray]
 
 
 @dataclass
@@ -81,6 +85,7 @@ def beam_search(
     src_mask: np.ndarray,
     config: DecodeConfig = DecodeConfig(),
     max_positions: int | None = None,
+    wanted: Wanted | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate a padded batch; returns `config.n_best` hypotheses per sentence, best first.
 
@@ -96,7 +101,9 @@ def beam_search(
     `hypothesis_score` (the length penalty and, with `config.coverage_penalty`, the coverage
     penalty over what the model's alignment head read: `_Coverage`). With
     `config.no_repeat_ngram_size` n > 0, a piece that would repeat an n-gram already in its
-    hypothesis is banned before the ranking (`seq2seq.decoding.repeats`).
+    hypothesis is banned before the ranking (`seq2seq.decoding.repeats`). `wanted` () -> (B,)
+    bool is asked after every step: a sentence nobody wants any more (its client hung up)
+    leaves the batch there, with the hypotheses it finished so far (maybe none).
     """
     k = config.beam_size
     limits = _length_limits(src_mask, config, max_positions)
@@ -134,6 +141,8 @@ def beam_search(
         if config.early_exit:  # the best continuation ended the sentence (`_finish` kept it)
             best_ended = top.possible[:, 0] & top.is_eos[:, 0]
             keep &= ~(best_ended & np.array([len(finished[s]) >= config.n_best for s in beams.active]))
+        if wanted is not None:
+            keep &= wanted()[beams.active]
         if not keep.any():
             break
         order = np.arange(len(keep)) if keep.all() else _batch_order(keep)

@@ -27,7 +27,7 @@ from seq2seq.core.alignment import Alignment, Alignments, Token, align, pieces_w
 from seq2seq.core.backend import SearchBackend
 from seq2seq.core.casing import Truecaser, cased_pieces, keep_shouted_words, shout
 from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, ModelConfig
-from seq2seq.decoding.search import Hypothesis, beam_search, pad_batch
+from seq2seq.decoding.search import Hypothesis, Wanted, beam_search, pad_batch
 
 
 def plan_runs(lengths: list[int], beams: int, budget: int) -> list[range]:
@@ -157,49 +157,83 @@ class Translator:
         """Translate `texts` with `config` (None: `decode_defaults`); results in input order, each
         with `config.n_best - 1` alternatives and, when `config.alignment` is set, each with its
         `alignment` and `quality`."""
+        return [r for r in self.translate_wanted(texts, config) if r is not None]
+
+    def translate_wanted(
+        self, texts: list[str], config: DecodeConfig | None = None, wanted: Wanted | None = None
+    ) -> list[TranslationResult | None]:
+        """`translate_batch` for a caller whose texts may stop being wanted while they are
+        translated (a server whose client hung up): `wanted()` -> (len(texts),) bool is read
+        after every search step; a text no longer wanted leaves its batch there, and its place
+        in the results holds None (None `wanted`: every text is wanted to the end)."""
         config = self.decode_defaults if config is None else config
         options = config.alignment.resolve(self.config) if config.alignment is not None else None
+        shouted, cased = self._read(texts, config)
+        encoded = [self.encode_source(t if c is None else c) for t, c in zip(texts, cased)]
+        order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
+        results: list[TranslationResult | None] = [None] * len(texts)
+        for run in plan_runs([len(encoded[i]) for i in order], config.beam_size, self.max_batch_tokens):
+            chunk = order[run.start : run.stop]
+            chunk_wanted = None if wanted is None else (lambda chunk=chunk: wanted()[chunk])
+            if chunk_wanted is not None and not chunk_wanted().any():
+                continue
+            found = self._search([encoded[i] for i in chunk], config, chunk_wanted)
+            still = np.ones(len(chunk), dtype=bool) if chunk_wanted is None else chunk_wanted()
+            for index, hypotheses, keep in zip(chunk, found, still, strict=True):
+                if keep and hypotheses:
+                    results[index] = self._result(
+                        encoded[index], hypotheses, texts[index], cased[index], shouted[index] is not None
+                    )
+            if options is not None:
+                self._fill_alignments([(texts[i], results[i]) for i in chunk if results[i] is not None], options)
+        return results
+
+    def source_lengths(self, texts: list[str], config: DecodeConfig | None = None) -> list[int]:
+        """The number of source pieces the model reads of each text (EOS excluded) when
+        `translate_batch` translates it with `config`: a length known before translating."""
+        _, cased = self._read(texts, self.decode_defaults if config is None else config)
+        return [len(self.encode_source(t if c is None else c)) - 1 for t, c in zip(texts, cased)]
+
+    def _read(self, texts: list[str], config: DecodeConfig) -> tuple[list[str | None], list[str | None]]:
+        """(shouted, cased) per text: the text with its case restored when it was shouted
+        whole, and the text the model reads when it differs from the text (None otherwise)."""
         shouted = [self.truecaser.restore_shouted(t) if config.restore_case else None for t in texts]
         # A normal text's shouted words are read in their case too, but its translation is not shouted back.
         cased = [
             s if s is not None or not config.restore_case else self.truecaser.restore_emphasised(t)
             for t, s in zip(texts, shouted)
         ]
-        encoded = [self.encode_source(t if c is None else c) for t, c in zip(texts, cased)]
-        order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
-        results: list[TranslationResult | None] = [None] * len(texts)
-        for run in plan_runs([len(encoded[i]) for i in order], config.beam_size, self.max_batch_tokens):
-            chunk = order[run.start : run.stop]
-            for index, hypotheses in zip(chunk, self._search([encoded[i] for i in chunk], config), strict=True):
-                results[index] = self._result(
-                    encoded[index], hypotheses, texts[index], cased[index], shouted[index] is not None
-                )
-            if options is not None:
-                self._fill_alignments([(texts[i], results[i]) for i in chunk], options)
-        return [r for r in results if r is not None]
+        return shouted, cased
 
-    def _search(self, sources: list[list[int]], config: DecodeConfig) -> list[list[Hypothesis]]:
-        """Each source's hypotheses, in order. Sources are sorted by length; with `streams` > 1
-        they are dealt out in turn to the streams' sub-batches, so each spans the same lengths
-        and they finish together. One sub-batch is searched on this thread, the others on the
-        stream pool's."""
+    def _search(
+        self, sources: list[list[int]], config: DecodeConfig, wanted: Wanted | None = None
+    ) -> list[list[Hypothesis]]:
+        """Each source's hypotheses, in order (none for a source no longer `wanted`). Sources
+        are sorted by length; with `streams` > 1 they are dealt out in turn to the streams'
+        sub-batches, so each spans the same lengths and they finish together. One sub-batch is
+        searched on this thread, the others on the stream pool's."""
         parts = min(self.streams, len(sources))
         if parts == 1:
-            return self._search_one(self.backend, sources, config)
+            return self._search_one(self.backend, sources, config, wanted)
         shares = [sources[i::parts] for i in range(parts)]
+        share_wanted = [None if wanted is None else (lambda i=i: wanted()[i::parts]) for i in range(parts)]
         pool = self._pool()
-        others = [pool.submit(self._search_one, self.stream_backend, share, config) for share in shares[1:]]
-        found = [self._search_one(self.stream_backend, shares[0], config), *(f.result() for f in others)]
+        others = [
+            pool.submit(self._search_one, self.stream_backend, share, config, share_wanted[i + 1])
+            for i, share in enumerate(shares[1:])
+        ]
+        mine = self._search_one(self.stream_backend, shares[0], config, share_wanted[0])
+        found = [mine, *(f.result() for f in others)]
         merged: list[list[Hypothesis]] = [[] for _ in sources]
         for part, hypotheses in enumerate(found):
             merged[part::parts] = hypotheses
         return merged
 
     def _search_one(
-        self, backend: SearchBackend, sources: list[list[int]], config: DecodeConfig
+        self, backend: SearchBackend, sources: list[list[int]], config: DecodeConfig, wanted: Wanted | None = None
     ) -> list[list[Hypothesis]]:
         src_ids, src_mask = pad_batch(sources, backend.pad_id)
-        return beam_search(backend, src_ids, src_mask, config, self.max_positions)
+        return beam_search(backend, src_ids, src_mask, config, self.max_positions, wanted)
 
     def _pool(self) -> ThreadPoolExecutor:
         """The threads of the streams beyond the caller's, started at the first split batch."""

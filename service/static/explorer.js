@@ -42,6 +42,9 @@ function blue(weight) {
 // Dark cells get white text (contrast stays above 4.5:1 on every stop).
 const inkFor = (weight) => (weight > 0.5 ? "#ffffff" : "#1a1a1a");
 const fmt = (w) => w.toFixed(2);
+// A bare space-marker piece covers the whitespace it stands for (its text is " ", or "" at
+// the start of a text): it is labelled "▁", as the model's own pieces show it.
+const shown = (text) => (text.trim() ? text : "\u2581");
 
 // ------------------------------------------------------------------ the API
 
@@ -172,8 +175,8 @@ function currentMap() {
       const [i, j] = pair.split("-");
       return `${j},${i}`;   // Pharaoh i-j: i = source column, j = target row
     }));
-    return { kind: "cross", rows: aligned.target_tokens.map((t) => t.text),
-             columns: aligned.source_tokens.map((t) => t.text), matrix: aligned.matrices[state.layer][index], links,
+    return { kind: "cross", rows: aligned.target_tokens.map((t) => shown(t.text)),
+             columns: aligned.source_tokens.map((t) => shown(t.text)), matrix: aligned.matrices[state.layer][index], links,
              rowName: "translation", columnName: "source" };
   }
   const maps = sentence[state.kind];
@@ -271,7 +274,7 @@ function renderTokens() {
     const button = document.createElement("button");
     button.type = "button";
     button.className = "token";
-    button.textContent = token.text;
+    button.textContent = shown(token.text);
     Object.assign(button.dataset, { side, index: i });
     const [flag, attentionWhy] = FLAGS[side];
     const why = (side === "source" && quality && UNTRANSLATED_BY[quality.untranslated_by]) || attentionWhy;
