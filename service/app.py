@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
-from starlette.routing import Match
+from starlette.routing import Match, Mount
 
 from service import align, attention, libre, native, openapi
 from service.connections import ClientWatch, HeadAsGet, HTTPMiddleware, Utf8Query
@@ -132,11 +132,14 @@ def allowed_methods(app: FastAPI, scope: dict) -> list[str]:
     wherever GET is (`HeadAsGet`): each method of SERVED_METHODS is tried against the
     routes, by the router's own matching (FastAPI nests included routers, so their routes
     are not a flat list to read methods from)."""
-    methods = {
-        method
-        for method in SERVED_METHODS - {"HEAD"}
-        if any(route.matches({**scope, "method": method})[0] == Match.FULL for route in app.router.routes)
-    }
+    # Inside a mount (/static) the scope's root_path has grown by the mount's path: probe as the app saw it.
+    top = {**scope, "root_path": scope.get("app_root_path", scope.get("root_path", ""))}
+    methods = set()
+    for route in app.router.routes:
+        if isinstance(route, Mount):  # matches any method; the app's mounts serve files, by GET
+            methods |= {"GET"} if route.matches(top)[0] == Match.FULL else set()
+            continue
+        methods |= {m for m in SERVED_METHODS - {"HEAD"} if route.matches({**top, "method": m})[0] == Match.FULL}
     return sorted(methods | ({"HEAD"} if "GET" in methods else set()))
 
 
@@ -238,6 +241,8 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
             streams=settings.streams,
         )
         app.state.engine = loaded
+        for model in loaded.models.values():
+            metrics_.watch_queue(model.name, lambda batcher=model.batcher: batcher.queued_work)
         # Load the language identifier in the background: the first "auto" request need not wait.
         languages = frozenset(lang for pair in loaded.models for lang in pair)
         threading.Thread(target=get_detector, args=(languages,), name="langid-warmup", daemon=True).start()

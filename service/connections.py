@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from typing import Any
@@ -117,13 +116,7 @@ class ReadTimeouts(H11Protocol):
         else:
             cycle = self.cycle
             if not cycle.response_started:
-                body = json.dumps({"error": f"the request body did not arrive within {limit:g} s"}).encode()
-                headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
-                headers.append((b"content-length", str(len(body)).encode()))
-                with contextlib.suppress(h11.LocalProtocolError):
-                    self.transport.write(self.conn.send(h11.Response(status_code=408, headers=headers)))
-                    self.transport.write(self.conn.send(h11.Data(data=body)))
-                    self.transport.write(self.conn.send(h11.EndOfMessage()))
+                self.transport.write(_raw_408(f"the request body did not arrive within {limit:g} s"))
                 if self.access_log:
                     self.access_logger.info(
                         '%s - "%s %s HTTP/%s" %d',

@@ -10,6 +10,7 @@ container).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -32,6 +33,12 @@ class Metrics:
             registry=self.registry,
         )
         self.in_flight = Gauge("crossalign_requests_in_flight", "HTTP requests being served", registry=self.registry)
+        self.queued_work = Gauge(
+            "crossalign_queued_work",
+            "work units (beam size x characters) queued or running, per model",
+            ["model"],
+            registry=self.registry,
+        )
         self.tokens = Counter(
             "crossalign_tokens", "subword tokens translated", ["model", "side"], registry=self.registry
         )
@@ -43,6 +50,10 @@ class Metrics:
             buckets=BATCH_BUCKETS,
             registry=self.registry,
         )
+
+    def watch_queue(self, model: str, queued_work: Callable[[], float]) -> None:
+        """Report `queued_work()` as the model's queued work at every scrape."""
+        self.queued_work.labels(model).set_function(queued_work)
 
     def observe_batch(self, model: str, size: int) -> None:
         self.batch_size.labels(model).observe(size)

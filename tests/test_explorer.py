@@ -108,8 +108,12 @@ def page(browser, server: str):
     """The page after translating SENTENCE; every request it made is kept in `page.requests`."""
     context = browser.new_context(accept_downloads=True, viewport={"width": 1100, "height": 900})
     page = context.new_page()
-    page.requests = []
+    page.requests, page.failed = [], []
     page.on("request", lambda request: page.requests.append(request.url))
+    page.on(
+        "response",
+        lambda response: page.failed.append((response.url, response.status)) if response.status >= 400 else None,
+    )
     page.goto(server + "/")
     page.get_by_label("Text to translate").fill(SENTENCE)
     page.get_by_label("Language pair").select_option("de:en")
@@ -148,8 +152,13 @@ def test_translation_and_alignment_map(page, server: str) -> None:
     for row in range(rows):  # the alignment: rows sum to 1
         assert abs(sum(w for r, _, w in cells if r == row) - 1) < 2e-3
     assert page.locator("#map .cell.link").count() == rows  # one hard link per target word
-    # No request left the server: no CDN, nothing external.
+    # No request left the server: no CDN, nothing external; and none failed (the icon is served).
     assert page.requests and all(url.startswith(server) for url in page.requests)
+    assert page.failed == []
+    icon = httpx.get(server + "/favicon.ico", timeout=10)
+    assert (
+        icon.status_code == 200 and icon.headers["content-type"] == "image/x-icon" and icon.content[:4] == b"\0\0\1\0"
+    )
 
 
 def test_untranslated_and_ungrounded_words_are_marked_with_a_legend(page, server: str) -> None:

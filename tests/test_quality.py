@@ -8,6 +8,7 @@ import json
 import math
 import random
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +78,34 @@ def test_assess_flags_untranslated_and_ungrounded_words_but_never_punctuation() 
     record = quality.to_dict()
     assert record["untranslated"] == [2, 3] and record["confidence"] is None
     assert json.loads(json.dumps(record)) == record
+
+
+def test_a_score_exactly_at_the_threshold_is_not_flagged() -> None:
+    """The flags are strict inequalities: a detector flags a logit above its threshold, the
+    fallbacks a coverage or a peak below theirs. A word exactly at a threshold is not flagged
+    (a `>=` for `>`, or a `<=` for `<`, would flag it); one just past it is. Binary fractions
+    keep every sum exact."""
+    at_threshold = np.array(
+        [
+            [0.5, 0.25, 0.125, 0.125, 0.0],  # "The": peak 0.5, exactly the peak threshold
+            [0.25, 0.625, 0.0, 0.0, 0.125],
+            [0.25, 0.25, 0.125, 0.0, 0.375],  # "glows": peak 0.375, below it
+            [0.0, 0.0, 0.0, 0.0, 1.0],
+        ]
+    )  # coverage: "ist" 0.25, exactly the coverage threshold; "klein" 0.125, below it
+    fallback = QualityThresholds(untranslated_coverage=0.25, ungrounded_peak=0.5)
+    quality = assess(at_threshold, SOURCE, TARGET, thresholds=fallback)
+    assert quality.source_coverage[2] == 0.25 and quality.target_peak[0] == 0.5
+    assert quality.untranslated == [3] and quality.ungrounded == [2]
+
+    # Learned detectors: logit = 0 + 1 * feature, threshold 0.5.
+    detectors = replace(
+        fallback, untranslated=Detector(("x",), (1.0,), 0.0, 0.5), ungrounded=Detector(("y",), (1.0,), 0.0, 0.5)
+    )
+    target_features = {"y": np.array([0.5, 0.0, 0.75, 0.9]), "surprise": np.zeros(4)}
+    features = ({"x": np.array([0.5, np.nextafter(0.5, 1.0), 0.0, 0.5, 0.9])}, target_features)
+    learned = assess(MAP, SOURCE, TARGET, thresholds=detectors, features=features)
+    assert learned.untranslated == [1] and learned.ungrounded == [2]  # never "." (punctuation)
 
 
 def test_confidence_is_the_clipped_linear_estimate() -> None:

@@ -294,6 +294,30 @@ def test_batch_equals_each_sentence_alone():
     assert [len(h.tokens) for h in batched[0]] == [5, 5]
 
 
+def test_a_sentence_no_longer_wanted_leaves_the_batch_at_the_next_step():
+    """`wanted` (the service: a client that hung up) is asked after every step: sentence 9,
+    which only its length limit would end (25 steps), leaves after the step where it stopped
+    being wanted, and the search ends with sentence 7, whose hypotheses are those it has
+    alone."""
+    config = plain(beam_size=2, n_best=2, length_penalty=0.6, max_length_ratio=1.0, max_length_extra=20)
+    steps: list[int] = []
+
+    class Counting(ScriptedBackend):
+        def step(self, *args, **kwargs):
+            steps.append(len(steps))
+            return super().step(*args, **kwargs)
+
+    batch = sources([7, 6, EOS], [9, 5, 5, EOS])
+    _, alone_nine = beam_search(Counting(), *batch, config)
+    assert len(steps) == 25 and len(alone_nine[0].tokens) == 24  # unwatched: to the limit (4 + 20 tokens)
+    steps.clear()
+    seven, nine = beam_search(Counting(), *batch, config, wanted=lambda: np.array([True, len(steps) < 2]))
+    assert len(steps) == 3  # 9 left after step 1; 7 finished at step 2
+    assert nine == [] and [h.tokens for h in seven] == [[B, A], [A, A]]
+    [seven_alone] = beam_search(ScriptedBackend(), *sources([7, 6, EOS]), config)
+    assert [(h.tokens, h.score) for h in seven] == [(h.tokens, h.score) for h in seven_alone]
+
+
 @pytest.mark.parametrize("beam", [1, 2])
 def test_a_finished_sentence_hands_its_place_to_the_last_and_the_cache_is_not_copied(beam: int):
     """When sentences finish, the last ones in the batch take their places (`_batch_order`)

@@ -12,7 +12,7 @@ import torch
 from toy import SENTENCES
 
 from data.tokenizer import Tokenizer
-from seq2seq.core.alignment import words
+from seq2seq.core.alignment import SPACE_MARK, Token, label, pieces_with_offsets, visible, words
 from seq2seq.core.config import DecodeConfig, ModelConfig
 from seq2seq.decoding.translator import Translator
 from seq2seq.training.model import Transformer
@@ -53,13 +53,11 @@ def test_word_alignment_rows_sum_to_one_and_offsets_point_into_the_texts(tiny_ch
         matrix = alignment.matrix
         assert matrix.shape == (len(alignment.target_tokens), len(alignment.source_tokens))
         assert np.allclose(matrix.sum(axis=1), 1.0)
-        # A piece with no visible characters (a bare "▁") has an empty span and keeps "▁" as its label.
+        # Every token's offsets slice the text to its text (a bare "▁" covers its whitespace: `visible`).
         for token in alignment.source_tokens:
-            assert source[token.start : token.end] == token.text or (token.start == token.end and token.text == "▁")
+            assert source[token.start : token.end] == token.text
         for token in alignment.target_tokens:
-            assert result.text[token.start : token.end] == token.text or (
-                token.start == token.end and token.text == "▁"
-            )
+            assert result.text[token.start : token.end] == token.text
         assert all(0 <= i < matrix.shape[1] and 0 <= j < matrix.shape[0] for i, j in alignment.links)
     assert [t.text for t in translator.align(source, result).source_tokens] == [w.text for w in words(source)]
 
@@ -129,3 +127,24 @@ def test_eval_command_scores_with_sacrebleu_signatures(tmp_path: Path) -> None:
     result = json.loads(out.stdout)
     assert 0 < result["bleu"] < 100 and 0 < result["chrf"] < 100
     assert result["bleu_signature"].startswith("nrefs:1") and "nc:6" in result["chrf_signature"]
+
+
+def test_a_bare_space_marker_covers_the_whitespace_it_stands_for() -> None:
+    """The rule of `seq2seq.core.alignment.visible`: every token's offsets slice the text to its
+    text, a piece that is only "▁" included. SentencePiece (the shipped model's) makes one
+    before "(" and before a leading "„"; the translation side is rebuilt from pieces."""
+    tokenizer = Tokenizer(ROOT / "models" / "de-en" / "spm.model")
+    text = "„Hallo“ sagt er: Das Haus (rot) ist äußerst (1) klein."
+    _, pieces, offsets = tokenizer.encode_with_offsets(text)
+    tokens = [visible(Token(piece, start, end), text) for piece, (start, end) in zip(pieces, offsets)]
+    bare = [token for piece, token in zip(pieces, tokens) if piece == SPACE_MARK]
+    assert len(bare) >= 3  # the case this test is about: the tokenizer does make bare markers here
+    assert all(text[t.start : t.end] == t.text for t in tokens)
+    assert bare[0] == Token("", 0, 0)  # before the leading "„": no whitespace to cover
+    assert all(t.text == " " and t.end == t.start + 1 for t in bare[1:])
+    translation, target = pieces_with_offsets(["▁The", "▁house", "▁", "(", "red", ")", "▁is", "▁small", "."])
+    assert translation == "The house (red) is small."
+    shown = [visible(t, translation) for t in target]
+    assert all(translation[t.start : t.end] == t.text for t in shown)
+    assert shown[2] == Token(" ", 9, 10)
+    assert [label(t.text) for t in shown[1:4]] == ["house", SPACE_MARK, "("]  # a heatmap labels it "▁"
