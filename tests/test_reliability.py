@@ -13,8 +13,17 @@ Against a real server (`python -m service.serve`, uvicorn, onnxruntime, a tiny t
 - `serve` with a broken bundle beside a good one: one line names it, /health lists it,
   the good one is served; the access log never shows a key.
 
-And the scheduler itself (service.batching), where timing is exact: fair turns, the
-queue bound, a failing batch retried request by request.
+Hardening (issue 32), on a server with API keys and one-second read timeouts: junk methods
+add no metric series; every 405 names the methods served and HEAD answers every GET; odd
+JSON (huge integers, deep nesting, NaN, not UTF-8, ...) is a 400 on every route; the body
+limit is exact, declared or chunked; a flood of 4000 x 4000 heatmaps leaves /health fast
+and the memory near its baseline; abandoned requests leave the queue, and shutdown after
+them is prompt; half-open heads and trickled bodies are closed within the timeout;
+newcomers from other keys are not starved; no key reaches any log line.
+
+And the scheduler itself (service.batching), where timing is exact: fair turns (three
+clients, newcomers in the next call), the queue bound, a failing batch retried request by
+request, cancellation of queued and running rows.
 """
 
 from __future__ import annotations

@@ -32,6 +32,40 @@ def test_requests_over_size_limits_get_413(echo_engine: TranslatorEngine) -> Non
         assert wide.status_code == 413 and "per axis" in wide.json()["error"]
 
 
+def test_maps_too_large_are_refused_before_translating_and_alike(echo_engine: TranslatorEngine) -> None:
+    """/v1/heatmap and /v1/attention count a text's source tokens before translating it, and
+    answer the same limit (`heatmap_max_tokens`) with the same 413; /v1/attention's answer is
+    capped in weights (`attention_max_weights`), a heatmap in area (`heatmap_max_area`)."""
+    batcher = echo_engine.models["de", "en"].batcher
+    run, calls = batcher.run, []
+    batcher.run = lambda items, job, wanted: calls.append(len(items)) or run(items, job, wanted)
+    try:
+        settings = {"heatmap_max_tokens": 50, "attention_max_weights": 2000, "heatmap_max_area": 1_000_000}
+        with make_client(echo_engine, **settings) as client:
+            long = "a " * 60  # 60 words, 60 pieces: over 50 on the source axis
+            answers = [
+                client.get("/v1/heatmap", params={"q": long}),
+                client.get("/v1/heatmap", params={"q": long, "level": "subword"}),
+                client.get("/v1/heatmap", params={"q": long, "kind": "encoder"}),
+                client.post("/v1/attention", json={"text": long}),
+            ]
+            assert [a.status_code for a in answers] == [413] * 4, [a.text for a in answers]
+            assert all("source tokens" in a.json()["error"] and "at most" in a.json()["error"] for a in answers)
+            assert calls == []  # nothing was translated
+            # 30 tokens: within the token limit, but the encoder's maps alone (2 heads x 31 x 31) and
+            # the least the decoder's can hold are over 2,000 weights: refused before translating.
+            weighty = client.post("/v1/attention", json={"text": "a b c " * 10, "source": "de"})
+            assert weighty.status_code == 413 and "2050 weights" in weighty.json()["error"] and calls == []
+            # 15 tokens: 580 before translating; the translation's maps take the answer over.
+            late = client.post("/v1/attention", json={"text": "a b c " * 5, "source": "de"})
+            assert late.status_code == 413 and "weights" in late.json()["error"] and calls == [1]
+            wide = client.get("/v1/heatmap", params={"q": "a b", "width": 2000, "height": 1000})
+            assert wide.status_code == 400 and "at most 1000000" in wide.json()["error"]
+            assert client.get("/v1/heatmap", params={"q": "a b", "width": 1000, "height": 1000}).status_code == 200
+    finally:
+        batcher.run = run
+
+
 def test_oversized_body_is_refused_before_reading(echo_engine: TranslatorEngine) -> None:
     with make_client(echo_engine, max_body_bytes=2048) as client:
         response = client.post("/v1/translate", json={"text": "a " * 2000})
