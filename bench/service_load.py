@@ -51,8 +51,9 @@ def free_port() -> int:
 
 
 def start_server(
-    models: Path, window_ms: float, threads: int, quality: str = "thorough"
+    models: Path, window_ms: float, threads: int, quality: str = "thorough", **settings: str
 ) -> tuple[subprocess.Popen, str]:
+    """A server on a free loopback port; `settings` are more of service.settings.Settings's fields."""
     port = free_port()
     env = {
         **os.environ,
@@ -61,6 +62,7 @@ def start_server(
         "CROSSALIGN_RATE_LIMIT": "0",
         "CROSSALIGN_API_KEYS": "",
         "CROSSALIGN_QUALITY": quality,
+        **{f"CROSSALIGN_{name.upper()}": value for name, value in settings.items()},
     }
     process = subprocess.Popen(
         [

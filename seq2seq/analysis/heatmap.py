@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 from matplotlib.axes import Axes  # noqa: E402
@@ -116,7 +117,20 @@ def _draw_map(
     if not (n_source and n_target):
         axes.text(0.5, 0.5, "empty alignment", ha="center", va="center", transform=axes.transAxes)
         return
-    image = axes.imshow(matrix, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+    # A mesh of cells, not an image: matplotlib resamples an image to the canvas in float
+    # arrays (~35 bytes a pixel: 560 MB for 4000 x 4000), where Agg fills a mesh's cells in
+    # place. In an SVG the mesh is one embedded raster, as the image was.
+    image = axes.pcolormesh(
+        np.arange(n_source + 1) - 0.5,
+        np.arange(n_target + 1) - 0.5,
+        np.asarray(matrix, dtype=np.float64).reshape(n_target, n_source),
+        cmap="Blues",
+        vmin=0.0,
+        vmax=1.0,
+        rasterized=True,
+    )
+    axes.set_xlim(-0.5, n_source - 0.5)
+    axes.set_ylim(n_target - 0.5, -0.5)  # the first target token on top, as an image shows it
     for i, j in links:  # i = source column, j = target row
         axes.add_patch(Rectangle((i - 0.5, j - 0.5), 1, 1, fill=False, edgecolor="#d62728", linewidth=1.5))
     for i in untranslated:
