@@ -120,22 +120,21 @@ class HeatmapQuery(HeatmapRequest):
 def heatmap_response(body: HeatmapRequest, ctx: RequestContext) -> Response:
     ctx.check_texts([body.q])
     check_canvas(ctx, body.width, body.height)
-    model, _ = ctx.resolve_pair(body.source, body.target, [body.q])
-    options = AlignmentOptions(body.level, body.layer, None if body.head is None else tuple(body.head), body.step_shift)
-    # A self-attention layer is checked against its own stack (the encoder's may be deeper).
-    options = ctx.resolve_alignment(model, options if body.kind == "cross" else replace(options, layer=None))
-    cross = options if body.kind == "cross" else None
-    config = ctx.decode_config(model, body.beam_size, 1, True, cross, body.no_repeat_ngram_size)
-    # The source axis is known before translating: a text too long for it costs no translation.
-    known = source_axis(model, body.q, config, body.kind, body.level)
-    if body.kind != "decoder":  # (a decoder map's axes are the translation's)
-        check_axis(ctx, known, 0)
-    # Its pixels, the sides left out fitted to a square of the source's tokens (the translation's
-    # length is not known yet), are admitted before translating: a heatmap that cannot be
-    # drawn now costs nothing.
-    fitted = default_size(known, known)
-    pixels = (body.width or fitted[0]) * (body.height or fitted[1])
-    with ctx.render_place(pixels):
+    # Its pixels are admitted first, so that a heatmap that cannot be drawn now costs next to
+    # nothing (under a flood, most are refused); a side left out is counted as fitted to the
+    # text's words, a guess at its tokens made without tokenizing it.
+    guess = default_size(len(words(body.q)), len(words(body.q)))
+    with ctx.render_place((body.width or guess[0]) * (body.height or guess[1])):
+        model, _ = ctx.resolve_pair(body.source, body.target, [body.q])
+        options = AlignmentOptions(
+            body.level, body.layer, None if body.head is None else tuple(body.head), body.step_shift
+        )
+        # A self-attention layer is checked against its own stack (the encoder's may be deeper).
+        options = ctx.resolve_alignment(model, options if body.kind == "cross" else replace(options, layer=None))
+        cross = options if body.kind == "cross" else None
+        config = ctx.decode_config(model, body.beam_size, 1, True, cross, body.no_repeat_ngram_size)
+        if body.kind != "decoder":  # the source axis is known before translating (a decoder map's are not)
+            check_axis(ctx, source_axis(model, body.q, config, body.kind, body.level), 0)
         translated = ctx.translate(model, [body.q], config)[0]
         if body.kind == "cross":
             alignment, title, axes = text_alignment(translated, options), None, ("source", "target")
@@ -174,12 +173,11 @@ def heatmap_response(body: HeatmapRequest, ctx: RequestContext) -> Response:
 def source_axis(model: ServedModel, text: str, config: DecodeConfig, kind: str, level: str) -> int:
     """The tokens along a heatmap's source axis, counted before translating: the words of every
     sentence (a word-level cross map), the source pieces the model reads (subword), or those
-    with each sentence's </s> (the encoder's self-attention; for the decoder's, whose axes are
-    the translation's, an estimate of them)."""
+    with each sentence's </s> (the encoder's self-attention)."""
     if kind == "cross" and level == "word":
         return sum(len(words(sentence)) for sentence in sentences_of(text))
     lengths = sentence_source_lengths(model, text, config)
-    return sum(lengths) + (len(lengths) if kind != "cross" else 0)
+    return sum(lengths) + (len(lengths) if kind == "encoder" else 0)
 
 
 def check_axis(ctx: RequestContext, columns: int, rows: int) -> None:

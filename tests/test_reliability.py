@@ -666,7 +666,9 @@ def test_a_render_flood_leaves_health_fast_and_memory_near_its_baseline(
     meanwhile, and 3 s after the flood the server's memory is within 1.5x of its baseline
     (the figures are collected and the heap trimmed after every render)."""
     url, process, _ = hardened
-    httpx.get(url + "/v1/heatmap", params={"q": "der Hund", "format": "svg"}, headers=key(), timeout=60)  # warm
+    # Warm: a heatmap drawn, the language identifier loaded (in the background since the start).
+    httpx.get(url + "/v1/heatmap", params={"q": "der Hund", "format": "svg"}, headers=key(), timeout=60)
+    httpx.post(url + "/detect", json={"q": SENTENCES[0]}, headers=key(), timeout=60)
     baseline = rss_mb(process.pid)
     body = {"q": SENTENCES[1], "source": "de", "format": "png", "width": 4000, "height": 4000}
     latencies: list[float] = []
