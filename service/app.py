@@ -1,11 +1,13 @@
 """The FastAPI app: models loaded in `lifespan`, small routers, one error shape.
 
-    uvicorn --factory service.app:create_app     (or `crossalign serve`)
+    crossalign serve      (uvicorn with the read timeouts and the key-redacting log: service/serve.py)
 
 Every error, whatever raised it (our checks, FastAPI's validation, a malformed body), is
 answered as LibreTranslate answers, `{"error": "..."}` with a 4xx status; an unexpected
-failure is a logged 500 with the same shape, and the server keeps serving. Torch-free:
-the models run on onnxruntime.
+failure is a logged 500 with the same shape, and the server keeps serving. Below the
+routes (service/connections.py): HEAD runs as GET, a query that is not UTF-8 is a 400, and
+every request carries a cancel token that a client's hang-up cancels. Torch-free: the
+models run on onnxruntime.
 """
 
 from __future__ import annotations

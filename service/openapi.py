@@ -52,14 +52,16 @@ ERRORS = {
     "422": "well-formed, but the text is in a language this server does not translate (source 'auto')",
     "429": "rate limit exceeded (failed key attempts count too)",
     "431": "header fields larger than the server's limit",
+    "408": "the request's head or body did not arrive within the server's read timeouts (the connection is closed)",
     "500": "unexpected failure of this request; the server keeps serving",
-    "503": "busy (the queue is full or the translation timed out) or models not loaded",
+    "503": "busy (the queue is full, the heatmaps admitted fill the renderer, or the translation timed "
+    "out), models not loaded, or the server is stopping",
 }
 # 413 also answers a request whose parts are each valid but whose whole is over a size limit
-# no schema can state: characters of all texts together, work (beam x characters), heatmap tokens.
+# no schema can state: characters of all texts together, work (beam x characters), map tokens.
 SIZE_ERROR = {
-    "413": "request too large: the body's bytes, the characters of all texts together, or the "
-    "work (beam_size x characters) exceed the server's limits"
+    "413": "request too large: the body's bytes, the characters of all texts together, the "
+    "work (beam_size x characters), a map's tokens or /v1/attention's weights exceed the server's limits"
 }
 # Fields holding text to translate: these get the input rules and the character limit.
 TEXT_FIELDS = {"q", "text", "texts", "translation"}
