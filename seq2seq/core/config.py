@@ -168,6 +168,18 @@ class TrainConfig:
     # aligns a word it has seen instead of guessing the next one. A new run records it as
     # the model's `alignment_step_shift`, so the product reads the same row.
     guided_step_shift: bool = True
+    # Target-term hints (Dinu et al. 2019; seq2seq/core/hints.py): each candidate hint of a
+    # training pair (DATA/hints.train.jsonl, written with the hint pieces' vocabulary by
+    # `crossalign data hints`) is shown in the source with this probability; 0 = none.
+    hint_rate: float = 0.0
+    # Subword regularization (Kudo 2018): each batch's source and target segmentations are
+    # sampled from the unigram model with this smoothing alpha (nbest -1; lower is more
+    # random); 0 = the one best segmentation, as at translation time.
+    subword_alpha: float = 0.0
+    # R-Drop (Liang et al. 2021): each batch runs twice with independent dropout and the
+    # symmetric KL divergence between the two output distributions is added with this
+    # weight; 0 = off. A step then costs about twice as much.
+    rdrop_alpha: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(self.betas))
@@ -182,6 +194,10 @@ class TrainConfig:
             problems.append(f"cooldown_steps {self.cooldown_steps} outside [0, max_steps {self.max_steps}]")
         if not 0.0 <= self.word_dropout < 1.0:
             problems.append(f"word_dropout {self.word_dropout} outside [0, 1)")
+        if not 0.0 <= self.hint_rate <= 1.0:
+            problems.append(f"hint_rate {self.hint_rate} outside [0, 1]")
+        if self.subword_alpha < 0 or self.rdrop_alpha < 0:
+            problems.append("subword_alpha and rdrop_alpha must be >= 0")
         if problems:
             raise ValueError("invalid TrainConfig: " + "; ".join(problems))
 
