@@ -157,7 +157,7 @@ class TrainConfig:
     init_from: str = ""
     # Guided alignment (Garg et al. 2019): supervise one cross-attention head with a word
     # aligner's links while training translation. A Pharaoh file with one line per line of
-    # DATA/train.tsv (bench/eflomal_baseline.py --train-out); "" = off. The head is
+    # DATA/train.tsv (export/eflomal_baseline.py --train-out); "" = off. The head is
     # `guided_head` of ModelConfig.alignment_layer, and a new run records it as the model's
     # alignment head, so the product reads the supervised head by default.
     guided_alignment: str = ""
