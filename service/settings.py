@@ -95,7 +95,8 @@ class Settings(BaseSettings):
     max_batch_sentences: int = Field(128, ge=1, description="sentences per micro-batch")
     # 64: at concurrency 32 the batching gain rose from 1.93x to 2.42x (medians of two
     # rounds, bench/service_load.py --rounds 2); concurrency 8 has at most 32 rows queued
-    # (one sentence a request, beam 4), so its latency does not change (README, session 11).
+    # (one sentence a request, beam 4), so its latency does not change (docs/performance.md,
+    # "64 beam rows per micro-batch by default").
     max_batch_rows: int = Field(
         64,
         ge=0,

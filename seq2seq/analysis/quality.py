@@ -13,7 +13,7 @@ returns, so a user can check every figure against the heatmap:
   decoder (the mean over its pieces);
 - per sentence, **confidence** in [0, 1]: a linear estimate of the sentence's chrF / 100
   from three features, clipped to [0, 1] (the weights are fitted on the valid split by
-  `bench/quality_signals.py`):
+  `export/quality_signals.py`):
     * the mean log-probability per target token (EOS included), ≤ 0;
     * the sentence coverage: the mean over source words of min(coverage, 1), in [0, 1];
     * the length misfit: -|log(length ratio / expected ratio)|, ≤ 0, where the length ratio
@@ -43,7 +43,7 @@ The two flags:
     * ungrounded: the word's surprise (mean and max over its pieces) with the peak and the
       entropy of its row in the model's own map: an invented word is one the decoder did
       not expect; attention alone hardly tells it.
-  Weights and thresholds are fitted on the model's valid split (`bench/quality_signals.py`).
+  Weights and thresholds are fitted on the model's valid split (`export/quality_signals.py`).
 - A `quality.json` without detectors (written before them), or an assessment without
   `Evidence`, falls back to single thresholds: coverage < `untranslated_coverage`, peak <
   `ungrounded_peak` of the map itself.

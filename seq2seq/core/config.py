@@ -157,7 +157,7 @@ class TrainConfig:
     init_from: str = ""
     # Guided alignment (Garg et al. 2019): supervise one cross-attention head with a word
     # aligner's links while training translation. A Pharaoh file with one line per line of
-    # DATA/train.tsv (bench/eflomal_baseline.py --train-out); "" = off. The head is
+    # DATA/train.tsv (export/eflomal_baseline.py --train-out); "" = off. The head is
     # `guided_head` of ModelConfig.alignment_layer, and a new run records it as the model's
     # alignment head, so the product reads the supervised head by default.
     guided_alignment: str = ""
@@ -229,19 +229,20 @@ class DecodeConfig:
     length_penalty: float = 1.0
     # GNMT beta: plus beta * sum over source pieces of log(min(attention received, 1)), read
     # from the model's alignment head (Wu et al. 2016); 0 = off. 0.2 was tuned on valid
-    # (README, "Coverage-aware beam search"): BLEU 7.78 -> 8.10, length ratio 0.876 -> 0.948.
+    # (docs/decoding.md, coverage penalty): BLEU 7.78 -> 8.10, length ratio 0.876 -> 0.948.
     coverage_penalty: float = 0.2
     # No hypothesis may produce an n-gram of target pieces it already holds (fairseq's and
     # CTranslate2's no_repeat_ngram_size, seq2seq/decoding/repeats.py); 0 = off. 4 was chosen on valid
-    # for the shipped model (README, "Repetition guard"): BLEU 10.95 -> 10.99, outputs with a
-    # repeated word trigram 32 -> 18; 3 stops more (3 left) but costs 0.06 BLEU, 2 costs 0.25.
+    # for the shipped model (docs/decoding.md, repetition guard): BLEU 10.95 -> 10.99,
+    # outputs with a repeated word trigram 32 -> 18; 3 stops more (3 left) but costs 0.06
+    # BLEU, 2 costs 0.25.
     no_repeat_ngram_size: int = 4
     # Stop a sentence as soon as its best continuation (by summed log-prob) is EOS and n_best
     # hypotheses have finished (CTranslate2 stops so without a length penalty). The default,
     # fairseq's rule, waits for beam_size finished hypotheses, which lets a longer one win
     # under the length penalty. Measured on the shipped model (valid, its decoding): early
     # exit is 1.13-1.23x faster at beam 4 but loses 0.35 BLEU, length ratio 0.973 -> 0.885
-    # (README, "Stopping rule", bench/stopping_rule.py). Off by default; `translate --early-exit`.
+    # (docs/performance.md, "Stopping rule"). Off by default; `translate --early-exit`.
     early_exit: bool = False
     max_length_ratio: float = 2.0  # max target length = ratio * source length + 10
     max_length_extra: int = 10

@@ -38,8 +38,8 @@ def plan_runs(lengths: list[int], beams: int, budget: int) -> list[range]:
     As few runs as the budget allows (the count a fill from the shortest gives, which is the
     least), of even size: a fill leaves its last run whatever remains, often one long
     sentence, whose search then runs alone, a step's fixed cost for one sentence, on one
-    stream while the other's core waits (README, lever 25). Here the longest sentences are
-    taken first, each run an even share of those left, fewer where the budget says so.
+    stream while the other's core waits (docs/performance.md, lever 25). Here the longest
+    sentences are taken first, each run an even share of those left, fewer where the budget says so.
     """
     fill_runs, start = 0, 0
     while start < len(lengths):

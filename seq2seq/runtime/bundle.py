@@ -13,7 +13,7 @@ A bundle holds everything needed to translate and to keep working on the model:
     data_manifest.json   only with `--data-manifest`: the data directory's provenance file
     quality.json         the quality-signal thresholds chosen on valid data (seq2seq/analysis/quality.py),
                          carried over from the checkpoint directory or added by
-                         `bench/quality_signals.py --save` (`set_quality_file`)
+                         `export/quality_signals.py --save` (`set_quality_file`)
 
 bundle.json's `decoding` holds the search settings (`seq2seq.core.config.SEARCH_FIELDS`: beam size,
 length penalty, coverage penalty, repetition guard) the model is served and measured with:

@@ -2,7 +2,7 @@
 
 Garg et al. 2019 ("Jointly Learning to Align and Translate with Transformer Models"): one
 cross-attention head is trained, together with translation, to put its attention where
-a word aligner (eflomal, bench/eflomal_baseline.py) links the words.
+a word aligner (eflomal, export/eflomal_baseline.py) links the words.
 
 The rule from word links to a subword target, per training pair:
   * words are `seq2seq.core.alignment.words()` of the pair's texts (eflomal's tokens); a
