@@ -54,7 +54,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from data.files import BUNDLE_FILE, CONFIG_FILE, QUALITY_FILE, TOKENIZER_FILE, WEIGHTS_FILE
+from data.files import BUNDLE_FILE, CONFIG_FILE, DICTIONARY_FILE, QUALITY_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from data.tokenizer import Tokenizer
 from export.calibrate import DEFAULT_SOURCE, Calibration, calibrate_graphs
 from export.gemm import fuse_graph_file
@@ -459,6 +459,10 @@ def write_bundle(
     if (loaded.checkpoint_dir / QUALITY_FILE).is_file():
         shutil.copyfile(loaded.checkpoint_dir / QUALITY_FILE, directory / QUALITY_FILE)
         quality_file = QUALITY_FILE
+    # The dictionary of automatic hints (a model trained with hints: `crossalign data hints`) travels too.
+    if (loaded.checkpoint_dir / DICTIONARY_FILE).is_file():
+        shutil.copyfile(loaded.checkpoint_dir / DICTIONARY_FILE, directory / DICTIONARY_FILE)
+        files.append(DICTIONARY_FILE)
     graphs, calibrated = build_graphs(loaded.model, directory, int8, directory / TOKENIZER_FILE, opset)
     precision = "int8" if int8 is not None else "fp32"
     extra = {

@@ -44,6 +44,11 @@ class Decoding(BaseModel):
     length_penalty: float = Field(description="GNMT alpha")
     coverage_penalty: float = Field(description="GNMT beta; 0 = off")
     no_repeat_ngram_size: int = Field(description="no repeated n-gram of target pieces; 0 = off")
+    dictionary_hints: bool = Field(
+        description="rare source words the bundle's dictionary knows are shown with their translation (a model "
+        "trained with hints)"
+    )
+    hint_max_count: int = Field(description="a word is rare when the training sentences held it at most this often")
 
 
 class ModelStatus(BaseModel):

@@ -21,11 +21,11 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from seq2seq.core.config import DecodeConfig
-from seq2seq.decoding.records import AlignmentMap, Quality
+from seq2seq.decoding.records import AlignmentMap, Quality, TermUse
 from service.deps import APIError, RequestContext, get_access, get_context, request_api_key
 from service.engine import ServedModel
 from service.languages import language_name
-from service.requests import AlignmentRequest, JSONRequest
+from service.requests import AlignmentRequest, DictionaryHints, GlossaryField, JSONRequest
 from service.translation import text_alignment, text_quality
 
 router = APIRouter(tags=["LibreTranslate"])
@@ -51,6 +51,8 @@ class LibreTranslateRequest(JSONRequest):
     alternatives: int = Field(0, ge=0, description="number of alternative translations")
     api_key: str | None = None
     alignment: bool | AlignmentRequest = Field(False, description="crossalign extension: add the alignment map")
+    glossary: GlossaryField
+    dictionary_hints: DictionaryHints
 
 
 class DetectRequest(JSONRequest):
@@ -187,7 +189,8 @@ def translate(
     """`{translatedText, alternatives}`, lists when `q` is a list; `alignment` and `quality` when
     the alignment is asked for; `caseRestored` (format text, when a text was shouted): per text,
     whether a sentence of it was read with its case restored (seq2seq/core/casing.py), its answer
-    then in capitals."""
+    then in capitals; `terms` (format text, when hints were shown: a `glossary`, or the
+    dictionary's for rare words): per text, each hint and whether the translation used it."""
     texts = [params.q] if isinstance(params.q, str) else list(params.q)
     ctx.check_texts(texts)
     if params.format == "html" and params.alignment:
@@ -197,13 +200,22 @@ def translate(
     model, detection = ctx.resolve_pair(params.source, params.target, plain)
     options = ctx.resolve_alignment(model, alignment.options()) if alignment else None
     # LibreTranslate takes no search settings: the model's own, its beam raised to the alternatives.
-    config = ctx.decode_config(model, None, params.alternatives + 1, attention=options is not None, alignment=options)
+    config = ctx.decode_config(
+        model,
+        None,
+        params.alternatives + 1,
+        attention=options is not None,
+        alignment=options,
+        glossary=params.glossary,
+        dictionary_hints=params.dictionary_hints,
+    )
     if params.format == "html":
         translations = _translate_html(ctx, model, texts, config)
         alternatives: list[list[str]] = [[] for _ in texts]
         maps: list[AlignmentMap | None] = [None for _ in texts]
         qualities: list[Quality | None] = [None for _ in texts]
         restored: list[bool] | None = None
+        terms: list[list[TermUse]] = [[] for _ in texts]
     else:
         translated = ctx.translate(model, texts, config)
         translations = [t.text for t in translated]
@@ -211,6 +223,7 @@ def translate(
         maps = [AlignmentMap.from_alignment(text_alignment(t, options)) if options else None for t in translated]
         qualities = [text_quality(t) if options else None for t in translated]
         restored = [any(r.case_restored for r in t.results) for t in translated]
+        terms = [t.terms for t in translated]
     single = isinstance(params.q, str)
     response: dict[str, Any] = {
         "translatedText": translations[0] if single else translations,
@@ -221,6 +234,9 @@ def translate(
     if detection is not None:
         detected = {"confidence": round(detection.confidence * 100, 1), "language": detection.language}
         response["detectedLanguage"] = detected if single else [detected for _ in texts]
+    if any(terms):  # the hints shown (a glossary, or the dictionary for rare words) and whether each was used
+        listed = [[term.model_dump() for term in text_terms] for text_terms in terms]
+        response["terms"] = listed[0] if single else listed
     if options:
         dumped = [m.model_dump() if m else None for m in maps]
         response["alignment"] = dumped[0] if single else dumped

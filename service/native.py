@@ -16,6 +16,8 @@ from service.deps import APIError, CheckedRoute, RequestContext, get_context
 from service.requests import (
     AlignmentRequest,
     BeamSize,
+    DictionaryHints,
+    GlossaryField,
     JSONRequest,
     NoRepeatNgramSize,
     Source,
@@ -46,6 +48,8 @@ class TranslateRequest(JSONRequest):
         description="stop each sentence's beam search as soon as its best continuation ends it, instead of "
         "waiting for beam_size finished hypotheses: faster, but shorter and less accurate translations",
     )
+    glossary: GlossaryField
+    dictionary_hints: DictionaryHints
 
     @model_validator(mode="after")
     def _one_input(self) -> TranslateRequest:
@@ -71,7 +75,15 @@ def translate(body: TranslateRequest, ctx: RequestContext = Depends(get_context)
     alignment = AlignmentRequest() if body.alignment is True else body.alignment or None
     options = ctx.resolve_alignment(model, alignment.options()) if alignment else None
     config = ctx.decode_config(
-        model, body.beam_size, body.n_best, options is not None, options, body.no_repeat_ngram_size, body.early_exit
+        model,
+        body.beam_size,
+        body.n_best,
+        options is not None,
+        options,
+        body.no_repeat_ngram_size,
+        body.early_exit,
+        body.glossary,
+        body.dictionary_hints,
     )
     translated = ctx.translate(model, texts, config)
     return TranslateResponse(translations=[text_translation(model, t, body.n_best) for t in translated])

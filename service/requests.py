@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from seq2seq.core.config import AlignmentOptions, DecodeConfig
 
@@ -41,6 +41,45 @@ NoRepeatNgramSize = Annotated[
         le=MAX_NO_REPEAT_NGRAM_SIZE,
         description="no translation repeats an n-gram of target pieces it already holds "
         f"(a stutter such as 'office office office'); 0 = off ({model_default('no_repeat_ngram_size')})",
+    ),
+]
+# A glossary is a request's own small term list, not a terminology base: bounded like the text.
+MAX_GLOSSARY_ENTRIES = 256
+MAX_GLOSSARY_BYTES = 16_384
+
+
+def check_glossary(glossary: dict[str, str] | None) -> dict[str, str] | None:
+    """A glossary's entries are non-empty strings, at most MAX_GLOSSARY_ENTRIES of them and
+    MAX_GLOSSARY_BYTES of UTF-8 in all; ValueError (a 400 naming the field) otherwise."""
+    if glossary is None:
+        return None
+    if len(glossary) > MAX_GLOSSARY_ENTRIES:
+        raise ValueError(f"at most {MAX_GLOSSARY_ENTRIES} entries, not {len(glossary)}")
+    if any(not source.strip() or not target.strip() for source, target in glossary.items()):
+        raise ValueError("every term and its translation must be a non-empty string")
+    size = sum(len(source.encode()) + len(target.encode()) for source, target in glossary.items())
+    if size > MAX_GLOSSARY_BYTES:
+        raise ValueError(f"at most {MAX_GLOSSARY_BYTES} bytes of terms, not {size}")
+    return glossary
+
+
+GlossaryField = Annotated[
+    dict[str, str] | None,
+    AfterValidator(check_glossary),
+    Field(
+        None,
+        description='your terms, source term -> target term (e.g. {"Gießkanne": "watering can"}): matched in '
+        "inflected forms and shown to the model, which was trained to use such hints; each sentence's quality "
+        f"block says whether the translation used them. At most {MAX_GLOSSARY_ENTRIES} entries and "
+        f"{MAX_GLOSSARY_BYTES} bytes. A model trained without hints answers 400",
+    ),
+]
+DictionaryHints = Annotated[
+    bool | None,
+    Field(
+        None,
+        description="show rare source words the model's dictionary knows with their translation (a model trained "
+        f"with hints; false = off; {model_default('dictionary_hints')})",
     ),
 ]
 StepShift = Annotated[

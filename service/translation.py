@@ -26,6 +26,7 @@ from seq2seq.decoding.records import (
     AlignmentMap,
     Hypothesis,
     Quality,
+    TermUse,
     TextTranslation,
     TokenSpan,
 )
@@ -52,6 +53,15 @@ class TranslatedText:
 
     def _join(self, parts: list[str]) -> tuple[str, list[tuple[int, int]]]:
         return join_sentences(self.source, self.spans, parts)
+
+    @property
+    def terms(self) -> list[TermUse]:
+        """The hints of every sentence and whether its translation used each, spans into `source`."""
+        return [
+            TermUse(**term.shifted(start).to_dict())
+            for (start, _), result in zip(self.spans, self.results)
+            for term in result.terms
+        ]
 
     @property
     def source_tokens(self) -> int:
@@ -104,8 +114,12 @@ def text_alignment(translated: TranslatedText, options: AlignmentOptions) -> Ali
 def text_quality(translated: TranslatedText) -> Quality | None:
     """One quality block for a whole text: its sentences' blocks (built with their maps)
     joined, word indices counted over the whole text as in `text_alignment`'s word map."""
-    parts = [(r.quality, len(r.target_ids) + 1) for r in translated.results if r.quality is not None]
-    return Quality.from_quality(join_quality(parts)) if parts else None
+    parts, offsets = [], []
+    for (start, _), result in zip(translated.spans, translated.results):
+        if result.quality is not None:
+            parts.append((result.quality, len(result.target_ids) + 1))
+            offsets.append(start)
+    return Quality.from_quality(join_quality(parts, offsets)) if parts else None
 
 
 def _spans(tokens: list[Token]) -> list[TokenSpan]:
@@ -128,7 +142,7 @@ def _aligned(result: TranslationResult, source_offset: int, target_offset: int) 
         source_words=_spans(word.source_tokens),
         target_words=_spans(word.target_tokens),
         word_links=word.pharaoh,
-        quality=None if result.quality is None else Quality.from_quality(result.quality),
+        quality=None if result.quality is None else Quality.from_quality(result.quality, source_offset=source_offset),
     )
 
 

@@ -199,3 +199,75 @@ def test_data_hints_command_writes_candidates_index_and_vocabulary(tmp_path: Pat
     assert TermIndex.load(data / "dictionary.tsv.gz").lookup("Gießkanne") == (1, "watering can")
     assert Tokenizer(data / "spm.model").hint_ids == (8000, 8001)
     assert json.loads((data / "manifest.json").read_text())["tokenizer"]["vocab_size"] == 8002
+
+
+# --------------------------------------------------------------------------- a model that uses them
+
+
+def test_a_tiny_model_learns_to_follow_a_glossary_and_says_when_it_did(
+    tmp_path: Path, toy_tokenizer_path: Path
+) -> None:
+    """The copy task, except that "a" becomes one of e..h at random: only a hint can say which.
+    Trained with hints half of the time, the model writes the glossary's term where "a" was
+    and the quality block says so; its maps stay over the user's words."""
+    import random
+
+    from test_train import tiny_model_config, tiny_train_config
+
+    from seq2seq.core.config import AlignmentOptions, DecodeConfig
+    from seq2seq.decoding.translator import HintError, Translator
+    from seq2seq.training.model import load_model
+    from seq2seq.training.torch_backend import TorchBackend
+    from seq2seq.training.train import train
+
+    data = tmp_path / "data"
+    data.mkdir()
+    tokenizer = Tokenizer(add_hint_pieces(toy_tokenizer_path, data / "spm.model"))
+    rng = random.Random(0)
+
+    def pair() -> tuple[str, str, list]:
+        words = [rng.choice("abcd") for _ in range(rng.randint(3, 6))]
+        words[rng.randrange(len(words))] = "a"
+        outputs, hints, position = [], [], 0
+        for word in words:
+            term = rng.choice("efgh") if word == "a" else word
+            outputs.append(term)
+            if word == "a":
+                hints.append([position, position + 1, term])
+            position += len(word) + 1
+        return " ".join(words), " ".join(outputs), hints
+
+    pairs = [pair() for _ in range(3000)]
+    (data / "train.tsv").write_text("".join(f"{s}\t{t}\tsentence\n" for s, t, _ in pairs))
+    (data / "hints.train.jsonl").write_text("".join(json.dumps(h) + "\n" for _, _, h in pairs))
+    (data / "valid.tsv").write_text("".join(f"{s}\t{t}\tsentence\n" for s, t, _ in pairs[:4]))
+    final = train(
+        tiny_train_config(data, tmp_path / "run", max_steps=1200, hint_rate=0.5),
+        tiny_model_config(vocab_size=tokenizer.vocab_size),
+        resume=False,
+    )
+    translator = Translator(TorchBackend(load_model(final)), Tokenizer(final / "spm.model"))
+    tests = [pair()[0] for _ in range(40)]
+    wanted = [rng.choice("efgh") for _ in tests]
+    followed = 0
+    for source, term in zip(tests, wanted):
+        config = DecodeConfig(beam_size=1, glossary=(("a", term),), alignment=AlignmentOptions())
+        result = translator.translate(source, config)
+        expected = " ".join(term if w == "a" else w for w in source.split())
+        followed += result.text == expected
+        outcomes = result.quality.terms
+        assert [(o.source, o.term, o.origin) for o in outcomes] == [("a", term, "glossary")] * source.split().count("a")
+        assert result.attention.shape[-1] == len(source.split()) + 1  # the user's pieces and EOS, no hint column
+        assert [t.text for t in result.alignment.word.source_tokens] == source.split()
+        if result.text == expected:
+            assert all(o.appears for o in outcomes)
+    assert followed >= 0.8 * len(tests), followed
+    # Without the hint "a" has no answer: the model guesses, mostly wrong.
+    plain = [translator.translate(s, DecodeConfig(beam_size=1)).text for s in tests]
+    assert (
+        sum(p == " ".join(t if w == "a" else w for w in s.split()) for p, s, t in zip(plain, tests, wanted)) < followed
+    )
+    # A model that never saw hints refuses a glossary.
+    shipped_like = Translator(TorchBackend(load_model(final)), Tokenizer(toy_tokenizer_path))
+    with pytest.raises(HintError):
+        shipped_like.translate(tests[0], DecodeConfig(glossary=(("a", "e"),)))

@@ -47,10 +47,8 @@ def job_options(args: argparse.Namespace) -> dict:
             for name in (
                 "input_format",
                 "format",
-                "beam_size",
-                "length_penalty",
-                "coverage_penalty",
-                "no_repeat_ngram_size",
+                *SEARCH_FIELDS,
+                "glossary",
                 "restore_case",
                 "early_exit",
                 "max_chars",
@@ -75,6 +73,9 @@ OPTIONS_ADDED_SINCE = {
     "no_repeat_ngram_size": 0,
     "restore_case": False,
     "early_exit": False,
+    "dictionary_hints": False,
+    "hint_max_count": 2,
+    "glossary": [],
 }
 
 

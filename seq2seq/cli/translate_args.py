@@ -141,6 +141,26 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         f"({bundle_default('no_repeat_ngram_size')})",
     )
     parser.add_argument(
+        "--dictionary-hints",
+        action=argparse.BooleanOptionalAction,
+        help="show rare source words to the model with their dictionary translation, for a model trained with "
+        f"hints ({bundle_default('dictionary_hints')})",
+    )
+    parser.add_argument(
+        "--hint-max-count",
+        type=ngram_size,
+        metavar="N",
+        help=f"a word is rare when the training sentences held it at most N times ({bundle_default('hint_max_count')})",
+    )
+    parser.add_argument(
+        "--glossary",
+        type=read_glossary,
+        metavar="FILE.tsv",
+        default=(),
+        help="your terms, one `source term<TAB>target term` per line: matched in inflected forms and shown to "
+        "the model (a model trained with hints); each translation's quality says whether it used them",
+    )
+    parser.add_argument(
         "--restore-case",
         action=argparse.BooleanOptionalAction,
         default=DecodeConfig.restore_case,
@@ -157,7 +177,25 @@ def bundle_default(name: str) -> str:
 def asked_decoding(args: argparse.Namespace) -> dict[str, Any]:
     """The search settings given on the command line (None = unset: the model's own), for
     `DecodeConfig.override` over `Translator.decode_defaults`."""
-    return {name: getattr(args, name) for name in SEARCH_FIELDS}
+    return {name: getattr(args, name) for name in SEARCH_FIELDS} | {"glossary": args.glossary or None}
+
+
+def read_glossary(path: str) -> tuple[tuple[str, str], ...]:
+    """--glossary FILE.tsv: (source term, target term) pairs; refused when parsing (exit status
+    2) naming the line that is not two non-empty fields."""
+    entries = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise argparse.ArgumentTypeError(f"{path}: {error}") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        fields = [field.strip() for field in line.split("\t")]
+        if len(fields) != 2 or not all(fields):
+            raise argparse.ArgumentTypeError(f"{path}:{number}: expected `source term<TAB>target term`")
+        entries.append((fields[0], fields[1]))
+    return tuple(entries)
 
 
 def ngram_size(text: str) -> int:

@@ -213,7 +213,14 @@ class TrainConfig:
 # The DecodeConfig fields that decide which translation the search finds. A bundle records
 # them (bundle.json `decoding`) as the defaults it was measured with and is served with; the
 # others (n_best, attention, alignment, length limits) are per call.
-SEARCH_FIELDS = ("beam_size", "length_penalty", "coverage_penalty", "no_repeat_ngram_size")
+SEARCH_FIELDS = (
+    "beam_size",
+    "length_penalty",
+    "coverage_penalty",
+    "no_repeat_ngram_size",
+    "dictionary_hints",
+    "hint_max_count",
+)
 
 
 @dataclass(frozen=True)
@@ -254,8 +261,19 @@ class DecodeConfig:
     # (seq2seq/core/casing.py): the SentencePiece model cuts capitals into letters, and the model
     # then writes garbage. False = the model reads every text as given.
     restore_case: bool = True
+    # Target-term hints (seq2seq/core/hints.py), for a model trained with them: each source
+    # word the bundle's dictionary knows and the training sentences held at most
+    # `hint_max_count` times is shown with its usual translation. A bundle records whether it
+    # serves them (bundle.json `decoding`); a model without hint pieces ignores them.
+    dictionary_hints: bool = False
+    hint_max_count: int = 2
+    # The caller's terms, (source term, target term) pairs: matched in inflected forms and
+    # shown as hints, before (and instead of) any dictionary hint on the same words. Needs a
+    # model trained with hints (HintError otherwise).
+    glossary: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "glossary", tuple((str(s), str(t)) for s, t in self.glossary))
         if self.beam_size < 1 or not 1 <= self.n_best <= self.beam_size:
             raise ValueError(f"need 1 <= n_best ({self.n_best}) <= beam_size ({self.beam_size})")
         if self.coverage_penalty < 0:
@@ -264,6 +282,8 @@ class DecodeConfig:
             raise ValueError(f"no_repeat_ngram_size must be >= 0 (0 = off), not {self.no_repeat_ngram_size}")
         if self.alignment is not None and not self.return_attention:
             raise ValueError("an alignment needs the attention: set return_attention")
+        if self.hint_max_count < 0:
+            raise ValueError(f"hint_max_count must be >= 0, not {self.hint_max_count}")
 
     def override(self, **asked: Any) -> DecodeConfig:
         """This config with each setting in `asked` that is set (not None) in place of its own:

@@ -18,6 +18,7 @@ Torch-free.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -174,31 +175,43 @@ def collapse_columns(attention: np.ndarray, source: HintedSource, kept: int) -> 
     return collapsed
 
 
-def hint_outcomes(hints: Sequence[Hint], source_text: str, alignment: Alignment | None, translation: str) -> list[dict]:
-    """For each hint: whether the translation uses it. It appears when the term's words are in
-    the translation (with an English ending); it is used when also one of those words is
-    linked, in the word alignment, to a source word of the hint's span (without an
-    alignment: when it appears)."""
+@dataclass(frozen=True)
+class TermOutcome:
+    """Whether a translation used a hint it was shown: the quality block's `terms`."""
+
+    source: str  # the hinted source words, as the text has them
+    start: int  # their character span in the source text
+    end: int
+    term: str  # the target term shown
+    origin: str  # "glossary" or "dictionary"
+    appears: bool  # the term's words are in the translation (an English ending allowed)
+    used: bool  # it appears and one of its words is aligned to a hinted source word
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def shifted(self, offset: int) -> TermOutcome:
+        """The same outcome with its span moved by the sentence's offset in a longer text."""
+        return dataclasses.replace(self, start=self.start + offset, end=self.end + offset)
+
+
+def term_outcomes(
+    hints: Sequence[Hint], source_text: str, word_alignment: Alignment | None, translation: str
+) -> list[TermOutcome]:
+    """For each hint: whether `translation` (of `source_text`) uses it. It appears when the
+    term's words are in the translation, each with an English ending or none; it is used
+    when one of those words is also linked, in the word alignment, to a source word of the
+    hint's span (without an alignment: when it appears)."""
     outcomes = []
-    target_words = words(translation) if alignment is None else alignment.target_tokens
+    target_words = words(translation) if word_alignment is None else word_alignment.target_tokens
     for hint in hints:
         span = find_term(target_words, hint.term, TARGET_ENDINGS)
-        appears = span is not None
-        aligned = appears
-        if alignment is not None and span is not None:
-            hinted = {i for i, t in enumerate(alignment.source_tokens) if hint.start <= t.start < hint.end}
-            aligned = any(i in hinted for i, j in alignment.links if span[0] <= j < span[1])
-        outcomes.append(
-            {
-                "source": source_text[hint.start : hint.end],
-                "start": hint.start,
-                "end": hint.end,
-                "term": hint.term,
-                "origin": hint.origin,
-                "used": bool(appears and aligned),
-                "appears": appears,
-            }
-        )
+        used = span is not None
+        if word_alignment is not None and span is not None:
+            hinted = {i for i, t in enumerate(word_alignment.source_tokens) if hint.start <= t.start < hint.end}
+            used = any(i in hinted for i, j in word_alignment.links if span[0] <= j < span[1])
+        text = source_text[hint.start : hint.end]
+        outcomes.append(TermOutcome(text, hint.start, hint.end, hint.term, hint.origin, span is not None, used))
     return outcomes
 
 

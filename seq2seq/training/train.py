@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from data.files import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
+from data.files import CONFIG_FILE, DICTIONARY_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from data.prepare import Pair, read_pairs
 from data.tokenizer import Tokenizer
 from seq2seq.core.config import (
@@ -150,6 +150,8 @@ def save_best(model: Transformer, out_dir: Path, data_dir: Path, entry: dict) ->
     best = out_dir / "best"
     save_model(model, best)
     (best / TOKENIZER_FILE).write_bytes((data_dir / TOKENIZER_FILE).read_bytes())
+    if (data_dir / DICTIONARY_FILE).is_file():  # the term index of automatic hints goes with the model
+        (best / DICTIONARY_FILE).write_bytes((data_dir / DICTIONARY_FILE).read_bytes())
     (best / "validation.json").write_text(json.dumps(entry, indent=1) + "\n")
 
 
@@ -502,6 +504,8 @@ def write_final(run: Run, final_dir: Path) -> None:
     )
     save_model(final, final_dir)
     (final_dir / TOKENIZER_FILE).write_bytes((run.data_dir / TOKENIZER_FILE).read_bytes())
+    if (run.data_dir / DICTIONARY_FILE).is_file():  # the term index of automatic hints goes with the model
+        (final_dir / DICTIONARY_FILE).write_bytes((run.data_dir / DICTIONARY_FILE).read_bytes())
     (final_dir / "history.json").write_text(json.dumps(run.state["history"], indent=1) + "\n")
     (final_dir / "train_config.json").write_text(json.dumps(to_dict(run.config), indent=2) + "\n")
     log.info("averaged %d checkpoints into %s", len(paths), final_dir)
