@@ -271,3 +271,82 @@ def test_a_tiny_model_learns_to_follow_a_glossary_and_says_when_it_did(
     shipped_like = Translator(TorchBackend(load_model(final)), Tokenizer(toy_tokenizer_path))
     with pytest.raises(HintError):
         shipped_like.translate(tests[0], DecodeConfig(glossary=(("a", "e"),)))
+
+
+# --------------------------------------------------------------------------- the HTTP API
+
+
+@pytest.fixture(scope="module")
+def hint_client(toy_tokenizer_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The echo model over the toy vocabulary with the hint pieces: it copies what it reads,
+    hints included, attending to the position it copies, which is all the wiring needs."""
+    from echo_backend import EchoBackend, make_client
+
+    from seq2seq.decoding.translator import Translator
+    from service.engine import TranslatorEngine
+
+    tokenizer = Tokenizer(add_hint_pieces(toy_tokenizer_path, tmp_path_factory.mktemp("hint_spm") / "spm.model"))
+    engine = TranslatorEngine(
+        {("de", "en"): ("de-en", Translator(EchoBackend(tokenizer.vocab_size), tokenizer))}, window_s=0.002
+    )
+    with make_client(engine) as client:
+        yield client
+    engine.close()
+
+
+@pytest.mark.parametrize(
+    ("glossary", "problem"),
+    [
+        (["a", "e"], "valid dictionary"),
+        ({"a": 1}, "valid string"),
+        ({"a": " "}, "non-empty"),
+        ({f"w{i}": "e" for i in range(257)}, "at most 256 entries"),
+        ({"a": "e" * 20_000}, "bytes"),
+    ],
+)
+@pytest.mark.parametrize("route", ["/v1/translate", "/translate"])
+def test_a_bad_glossary_is_a_400_naming_the_field(hint_client, glossary: object, problem: str, route: str) -> None:
+    body = {"source": "de", "target": "en", "glossary": glossary}
+    body |= {"text": "b a c"} if route == "/v1/translate" else {"q": "b a c"}
+    response = hint_client.post(route, json=body)
+    assert response.status_code == 400, response.text
+    assert "glossary" in response.json()["error"] and problem in response.json()["error"]
+
+
+def test_a_model_without_hints_refuses_a_glossary_with_400(echo_engine) -> None:
+    from echo_backend import make_client
+
+    with make_client(echo_engine) as client:
+        response = client.post("/v1/translate", json={"text": "b a c", "source": "de", "glossary": {"a": "e"}})
+    assert response.status_code == 400 and "not trained with target-term hints" in response.json()["error"]
+
+
+def test_the_api_shows_each_glossary_term_and_whether_it_was_used(hint_client) -> None:
+    text = "b c d a c"
+    response = hint_client.post("/v1/translate", json={"text": text, "source": "de", "glossary": {"a": "e"}})
+    assert response.status_code == 200, response.text
+    (sentence,) = response.json()["translations"][0]["sentences"]
+    (term,) = sentence["quality"]["terms"]
+    assert term["source"] == "a" and text[term["start"] : term["end"]] == "a" and term["origin"] == "glossary"
+    assert term["term"] == "e" and term["appears"] and term["used"]  # the echo copied the hint, aligned to "a"
+    # The maps stay over the user's words: no hint piece among the source tokens.
+    assert [t["text"] for t in sentence["source_words"]] == ["b", "c", "d", "a", "c"]
+    assert [t["text"] for t in sentence["source_tokens"]] == ["b", "c", "d", "a", "c"]
+    libre = hint_client.post("/translate", json={"q": [text], "source": "de", "target": "en", "glossary": {"a": "e"}})
+    assert libre.status_code == 200
+    assert [(t["start"], t["term"], t["used"]) for t in libre.json()["terms"][0]] == [(6, "e", True)]
+    plain = hint_client.post("/translate", json={"q": text, "source": "de", "target": "en"})
+    assert "terms" not in plain.json()  # LibreTranslate's own shape when no hint was shown
+
+
+def test_a_texts_quality_places_each_sentences_terms_at_its_offset() -> None:
+    from seq2seq.analysis.quality import SentenceQuality, join
+    from seq2seq.core.hints import TermOutcome
+
+    def quality(term: str) -> SentenceQuality:
+        outcome = TermOutcome("a", 2, 3, term, "glossary", True, True)
+        return SentenceQuality([1.0], [], [1.0], [0.0], [], 1.0, 1.0, -0.1, 0.9, terms=[outcome])
+
+    joined = join([(quality("e"), 3), (quality("f"), 3)], source_offsets=[0, 10])
+    assert [(t.start, t.end, t.term) for t in joined.terms] == [(2, 3, "e"), (12, 13, "f")]
+    assert [(t.start, t.term) for t in join([(quality("g"), 3)], source_offsets=[5]).terms] == [(7, "g")]
