@@ -7,9 +7,10 @@ module is placed by where it is created:
 
 - `data/`: corpora, splits, the tokenizer.
 - `seq2seq/core/`, `seq2seq/analysis/`, `seq2seq/decoding/`, `seq2seq/runtime/`: the
-  torch-free inference library. Inside it a module imports its own folder or a lower one:
-  core < analysis < decoding, runtime (decoding and runtime are peers and do not import
-  each other).
+  torch-free inference library, and `seq2seq/documents/` above it (markup carried by the
+  alignment, file formats: it uses the translator and teacher forcing). Inside it a module
+  imports its own folder or a lower one: core < analysis < decoding, runtime < documents
+  (decoding and runtime are peers and do not import each other).
 - `seq2seq/training/`, `export/`, and `seq2seq/loading.py` (the one bridge: it reaches
   `training/` lazily, for the torch backend only): the torch layer.
 - `service/`, `seq2seq/cli/`: the top.
@@ -38,7 +39,7 @@ DATA, LIBRARY, TORCH, TOP = 0, 1, 2, 3
 LAYER_NAMES = {DATA: "data", LIBRARY: "inference library", TORCH: "model/training and export", TOP: "service and CLIs"}
 # The folders of the torch-free library and their rank: a module imports its own folder or
 # one of lower rank. Folders of equal rank are peers and do not import each other.
-LIBRARY_FOLDERS = {"core": 0, "analysis": 1, "decoding": 2, "runtime": 2}
+LIBRARY_FOLDERS = {"core": 0, "analysis": 1, "decoding": 2, "runtime": 2, "documents": 3}
 TORCH_FOLDERS = ("training",)
 
 
