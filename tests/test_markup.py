@@ -240,3 +240,15 @@ def test_xml_with_entity_declarations_or_errors_is_refused() -> None:
         parse_xml(bomb)
     with pytest.raises(XMLInputError, match="well-formed"):
         fragment("<g>offen")
+
+
+def test_the_share_keeps_a_stray_hard_link_out_of_the_tag() -> None:
+    """ "yesterday" links to "Mantel" (its row's argmax) but draws only 40% of its row from it:
+    the complete mapping takes it into the tag, the span by share does not."""
+    source, target = "einen neuen Mantel gestern", "a new coat yesterday"
+    marked = Marked(source, [Tag(6, 18, "b")])  # "neuen Mantel"
+    alignment = word_map(source, target, diagonal(3), soft={(3, 2): 0.4, (3, 3): 0.35, (3, 0): 0.25})
+    assert transfer(marked, target, alignment, method="links").words[0] == [1, 2, 3]
+    assert transfer(marked, target, alignment).words[0] == [1, 2]
+    with pytest.raises(ValueError, match="method"):
+        transfer(marked, target, alignment, method="nearest")
