@@ -43,6 +43,15 @@ NoRepeatNgramSize = Annotated[
         f"(a stutter such as 'office office office'); 0 = off ({model_default('no_repeat_ngram_size')})",
     ),
 ]
+MarkupFormat = Annotated[
+    Literal["html", "xml"] | None,
+    Field(
+        None,
+        description="the text carries inline markup, read as one segment: html (every element inline; br a line "
+        "break; script, style, pre, code kept as written) or xml (any element inline, e.g. XLIFF 1.2 <g>/<x/>; "
+        "<ph>, <bpt>, <ept>, <it> kept whole); the markup is placed on the translation by the word alignment",
+    ),
+]
 StepShift = Annotated[
     bool | None,
     Field(None, description="read the map where the target token is the decoder input (default: the model's)"),

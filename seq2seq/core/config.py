@@ -254,6 +254,10 @@ class DecodeConfig:
     # (seq2seq/core/casing.py): the SentencePiece model cuts capitals into letters, and the model
     # then writes garbage. False = the model reads every text as given.
     restore_case: bool = True
+    # With an alignment: each hypothesis's quality block too (seq2seq/analysis/quality.py; in
+    # the thorough mode one more teacher-forced row per source word). False: the maps alone,
+    # all that placing markup on a translation reads (seq2seq/documents).
+    quality: bool = True
 
     def __post_init__(self) -> None:
         if self.beam_size < 1 or not 1 <= self.n_best <= self.beam_size:

@@ -175,7 +175,7 @@ class Translator:
                     encoded[index], hypotheses, texts[index], cased[index], shouted[index] is not None
                 )
             if options is not None:
-                self._fill_alignments([(texts[i], results[i]) for i in chunk], options)
+                self._fill_alignments([(texts[i], results[i]) for i in chunk], options, config.quality)
         return [r for r in results if r is not None]
 
     def _search(self, sources: list[list[int]], config: DecodeConfig) -> list[list[Hypothesis]]:
@@ -244,9 +244,11 @@ class Translator:
         target_text, target_pieces = pieces_with_offsets(result.target_tokens)
         return align(result.attention, source_text, source_pieces, target_text, target_pieces, options)
 
-    def _fill_alignments(self, items: list[tuple[str, TranslationResult | None]], options: AlignmentOptions) -> None:
-        """The maps and quality of every hypothesis of (source text, result) `items`; the
-        occlusion runs, when the detector reads them, batched over them all."""
+    def _fill_alignments(
+        self, items: list[tuple[str, TranslationResult | None]], options: AlignmentOptions, quality: bool = True
+    ) -> None:
+        """The maps and (with `quality`) the quality of every hypothesis of (source text,
+        result) `items`; the occlusion runs, when the detector reads them, batched over them all."""
         hypotheses = []
         for source_text, result in items:
             assert result is not None
@@ -254,6 +256,8 @@ class Translator:
             for hypothesis in [result, *result.alternatives]:
                 hypothesis.alignment = self.alignments(source_text, hypothesis, options, pieces)
                 hypotheses.append(hypothesis)
+        if not quality:
+            return
         occluded: list[np.ndarray | None] = [None] * len(hypotheses)
         if self.quality.needs_occlusion:
             occluded = list(self.occluded(hypotheses))

@@ -209,6 +209,27 @@ def with_margins(source_text: str, translation: str, alignment: Alignment) -> tu
     return lead + translation + trail, concat([(alignment, 0, len(lead))])
 
 
+def fits(alignment: Alignment, source_text: str, target_text: str) -> bool:
+    """Whether `alignment` is a word map of these texts (its words are theirs, at their offsets).
+    A translation whose pieces do not spell its text (an unknown piece the tokenizer decodes
+    otherwise) has a map of other words."""
+    return [(t.start, t.end) for t in alignment.source_tokens] == [(w.start, w.end) for w in words(source_text)] and [
+        (t.start, t.end) for t in alignment.target_tokens
+    ] == [(w.start, w.end) for w in words(target_text)]
+
+
+def proportional(source_text: str, target_text: str) -> Alignment:
+    """A monotone word map by relative position: where no map of the pair fits, tags still go
+    to the target words at the same place in the sentence."""
+    source_words, target_words = words(source_text), words(target_text)
+    matrix = np.zeros((len(target_words), len(source_words)))
+    for j in range(len(target_words)):
+        if source_words:
+            matrix[j, min(len(source_words) - 1, int((j + 0.5) * len(source_words) / len(target_words)))] = 1.0
+    links = [(int(row.argmax()), j) for j, row in enumerate(matrix) if row.size and row.max() > 0]
+    return Alignment("word", source_words, target_words, matrix, sorted(links), 0, (), False)
+
+
 def _source_words(tag: Tag, source_words: list[Token]) -> list[int]:
     return [i for i, word in enumerate(source_words) if word.start < tag.end and tag.start < word.end]
 

@@ -20,7 +20,7 @@ from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig
 from seq2seq.core.segment import join_sentences, split_sentences
 from seq2seq.decoding.forced import align_given
 from seq2seq.decoding.translator import Translator
-from seq2seq.documents.markup import Marked, Placed, transfer, with_margins
+from seq2seq.documents.markup import Marked, Placed, fits, proportional, transfer, with_margins
 
 
 @dataclass
@@ -44,9 +44,10 @@ def has_words(text: str) -> bool:
 def sentence_translator(translator: Translator, config: DecodeConfig | None = None) -> Translate:
     """A `Translate` over the library's translator: each text split into sentences
     (seq2seq.core.segment), all of them one `translate_batch` with the word map made in the
-    same pass, joined with the source's spacing and their maps placed block-diagonally."""
+    same pass (without the quality blocks: `DecodeConfig.quality`), joined with the source's
+    spacing and their maps placed block-diagonally."""
     base = translator.decode_defaults if config is None else config
-    config = replace(base, return_attention=True, alignment=base.alignment or WORD_MAP)
+    config = replace(base, return_attention=True, alignment=base.alignment or WORD_MAP, quality=False)
 
     def run(texts: list[str]) -> list[Translation | Exception]:
         spans = [split_sentences(text) for text in texts]
@@ -90,9 +91,15 @@ class PlacementReport:
 
 
 def place_translation(source: Marked, translation: Translation) -> Placed:
-    """One segment's tags on its translation (the source's margins kept around it)."""
+    """One segment's tags on its translation (the source's margins kept around it). Where
+    the map does not fit the texts (`markup.fits`: a piece that does not spell its text), by
+    relative position, every tag counted as approximated."""
     target_text, alignment = with_margins(source.text, translation.text, translation.alignment)
-    return transfer(source, target_text, alignment)
+    if fits(alignment, source.text, target_text):
+        return transfer(source, target_text, alignment)
+    placed = transfer(source, target_text, proportional(source.text, target_text))
+    placed.approximated = sorted(set(range(len(source.tags))))
+    return placed
 
 
 def place_segments(
