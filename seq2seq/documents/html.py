@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
@@ -274,9 +275,14 @@ def read_html(markup: str, blocks: bool = True) -> list[Part]:
     return reader.parts
 
 
-def render(placed: Placed, verbatim: set[int] = frozenset()) -> str:
-    """A placed translation as HTML: the source's tags as written, the text escaped. A tag in
-    `verbatim` is written with its original content in place of the target text it covers."""
+def escape_html(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def render(placed: Placed, verbatim: set[int] = frozenset(), escape: Callable[[str], str] = escape_html) -> str:
+    """A placed translation as markup: the source's tags as written (`Element`s), the text
+    escaped (HTML by default; Markdown writes its own). A tag in `verbatim` is written with
+    its original content in place of the target text it covers."""
     out: list[str] = []
     written: set[int] = set()
     inside: list[int] = []
@@ -284,7 +290,7 @@ def render(placed: Placed, verbatim: set[int] = frozenset()) -> str:
         element: Element = placed.tags[value].data if kind != "text" else None
         if kind == "text":
             if not any(index in verbatim for index in inside):
-                out.append(html.escape(value, quote=True))
+                out.append(escape(value))
         elif kind == "open":
             inside.append(value)
             if value in verbatim:
