@@ -83,7 +83,8 @@ def translate_document_file(args: argparse.Namespace, decode: DecodeConfig) -> i
     started = time.monotonic()
     todo = sum(1 for segment in document.segments if any(c.isalnum() for c in segment.text))
     with tqdm(total=todo, unit="segment", file=sys.stderr, disable=not sys.stderr.isatty()) as progress:
-        result = translate_document(document, chunked(sentence_translator(translator, decode), progress))
+        translate = chunked(sentence_translator(translator, decode), progress)
+        result = translate_document(document, translate, translator.config.target_lang)
     args.output.write_bytes(result.data)
     if args.alignment:
         with open(sidecar_path(args.output), "w", encoding="utf-8") as sidecar:

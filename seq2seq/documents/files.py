@@ -32,6 +32,7 @@ written to disk: files are read and written in memory.
 
 from __future__ import annotations
 
+import copy
 import io
 import re
 import zipfile
@@ -75,7 +76,9 @@ class Document(Protocol):
     segments: list[Marked]
     notes: Counter  # what the file holds that was kept as it was, untranslated: kind -> count
 
-    def write(self, placed: list[Placed | None]) -> bytes: ...
+    def write(self, placed: list[Placed | None], language: str = "") -> bytes:
+        """The file with the placed translations, in `language` (where the format records one)."""
+        ...
 
 
 # --------------------------------------------------------------------------- limits
@@ -132,7 +135,7 @@ class TextDocument:
     def __post_init__(self) -> None:
         self.segments = [Marked(line.rstrip("\r\n")) for line in self.lines]
 
-    def write(self, placed: list[Placed | None]) -> bytes:
+    def write(self, placed: list[Placed | None], language: str = "") -> bytes:
         out = []
         for line, translation in zip(self.lines, placed):
             ending = line[len(line.rstrip("\r\n")) :]
@@ -156,7 +159,7 @@ class HtmlDocument:
     def __post_init__(self) -> None:
         self.segments = [segment.marked for segment in html_format.segments(self.parts)]
 
-    def write(self, placed: list[Placed | None]) -> bytes:
+    def write(self, placed: list[Placed | None], language: str = "") -> bytes:
         return html_format.write_html(self.parts, placed).encode()
 
 
@@ -184,7 +187,7 @@ class SubtitleDocument:
             (html_format.segments(parts) or [html_format.Segment(Marked(""), "")])[0].marked for parts in self.pages
         ]
 
-    def write(self, placed: list[Placed | None]) -> bytes:
+    def write(self, placed: list[Placed | None], language: str = "") -> bytes:
         out = []
         for (head, text, gap), parts, translation in zip(self.cues, self.pages, placed):
             lines = (
@@ -260,7 +263,7 @@ class MarkdownDocument:
     def __post_init__(self) -> None:
         self.segments = [html_format.segments(parts)[0].marked for parts in self.pages]
 
-    def write(self, placed: list[Placed | None]) -> bytes:
+    def write(self, placed: list[Placed | None], language: str = "") -> bytes:
         lines = list(self.lines)
         edits: dict[int, list[tuple[int, int, str]]] = {}
         dropped: set[int] = set()
@@ -368,15 +371,20 @@ class XliffDocument:
     def __post_init__(self) -> None:
         self.segments = [read_element(target) for target in self.targets]
 
-    def write(self, placed: list[Placed | None]) -> bytes:
+    def write(self, placed: list[Placed | None], language: str = "") -> bytes:
         for target, translation in zip(self.targets, placed):
             if translation is not None:
                 write_element(target, translation)
                 target.set("state", "needs-review-translation")  # machine translated: a person reviews
+                if language:
+                    target.set("{http://www.w3.org/XML/1998/namespace}lang", language)
+        if language:
+            for file in self.tree.getroot().iter("{*}file"):
+                file.set("target-language", language)
         return etree.tostring(self.tree, xml_declaration=True, encoding="UTF-8")
 
 
-def read_xliff(data: bytes, limits: Limits, target_language: str = "") -> XliffDocument:
+def read_xliff(data: bytes, limits: Limits) -> XliffDocument:
     try:
         tree = parse_xml(data)
     except XMLInputError as error:
@@ -394,18 +402,13 @@ def read_xliff(data: bytes, limits: Limits, target_language: str = "") -> XliffD
         target = etree.Element(source.tag.replace("source", "target"), attrib=dict(source.attrib))
         target.text = source.text
         for child in source:
-            target.append(etree.fromstring(etree.tostring(child)))  # a copy, tail included
+            target.append(copy.deepcopy(child))  # a copy, tail included
         target.tail = source.tail
         if old is not None:
             unit.replace(old, target)
         else:
             source.addnext(target)
-        if target_language:
-            target.set("{http://www.w3.org/XML/1998/namespace}lang", target_language)
         targets.append(target)
-    if target_language:
-        for file in root.iter(f"{{{namespace}}}file" if namespace else "file"):
-            file.set("target-language", target_language)
     return XliffDocument(tree, targets)
 
 
@@ -414,7 +417,8 @@ def read_xliff(data: bytes, limits: Limits, target_language: str = "") -> XliffD
 TEXT_NS = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
 ODF_RULES = Rules(
     opaque=frozenset(),
-    stand_ins={"s": " ", "tab": " ", "line-break": "\n", "soft-page-break": ""},
+    stand_ins={"tab": " ", "line-break": "\n", "soft-page-break": ""},
+    spaces=frozenset({"s"}),
     all_opaque_but=frozenset({"span", "a", "meta"}),
 )
 # Opaque ODF elements whose own paragraphs are translated (or which hold no text).
@@ -440,7 +444,7 @@ class OdtDocument:
                 if tag.empty and isinstance(tag.data.tag, str) and local(tag.data) not in ODF_PASSED:
                     self.notes[f"text:{local(tag.data)} elements"] += 1
 
-    def write(self, placed: list[Placed | None]) -> bytes:
+    def write(self, placed: list[Placed | None], language: str = "") -> bytes:
         for paragraph, translation in zip(self.paragraphs, placed):
             if translation is not None:
                 write_element(paragraph, translation, clean=lambda text: text.replace("\n", " "))
@@ -497,7 +501,7 @@ class OfficeDocument:
                     self.notes.update(_kept(element) for element in tag.data.elements[:1])
         self.notes.pop("", None)
 
-    def write(self, placed: list[Placed | None]) -> bytes:
+    def write(self, placed: list[Placed | None], language: str = "") -> bytes:
         for paragraph, translation in zip(self.paragraphs, placed):
             if translation is not None:
                 write_paragraph(paragraph, translation)
@@ -648,7 +652,12 @@ def characters(document: Document) -> int:
 def read_document(data: bytes, file_format: FileFormat, limits: Limits = Limits()) -> Document:
     """Read and check a document: DocumentError if it does not parse as its format, or
     DocumentTooLarge if it is over `limits` (its characters counted before translating)."""
-    document = file_format.read(data, limits)
+    try:
+        document = file_format.read(data, limits)
+    except DocumentError:
+        raise
+    except Exception as error:  # noqa: BLE001 - whatever else a reader meets in the bytes, they are not this format
+        raise DocumentError(f"not a valid {file_format.name.upper()} file: {type(error).__name__}: {error}") from None
     count = characters(document)
     if limits.max_characters and count > limits.max_characters:
         raise DocumentTooLarge(
@@ -657,9 +666,10 @@ def read_document(data: bytes, file_format: FileFormat, limits: Limits = Limits(
     return document
 
 
-def translate_document(document: Document, translate: Translate) -> TranslatedFile:
+def translate_document(document: Document, translate: Translate, language: str = "") -> TranslatedFile:
     """Translate a read document's segments (one `translate` call: the caller batches) and
-    write it back; a segment that failed keeps its source and is counted in the report."""
+    write it back, in `language` where the format records one; a segment that failed keeps
+    its source and is counted in the report."""
     sidecar: list[dict] = []
     texts: list[str] = []
 
@@ -680,4 +690,4 @@ def translate_document(document: Document, translate: Translate) -> TranslatedFi
     indexed = [index for index, segment in enumerate(document.segments) if has_words(segment.text)]
     for record, index in zip(sidecar, indexed):
         record["segment"] = index
-    return TranslatedFile(document.write(placed), report, dict(document.notes), sidecar)
+    return TranslatedFile(document.write(placed, language), report, dict(document.notes), sidecar)

@@ -4,8 +4,9 @@
 `<text:p>`): its text and tails are the plain text, its child elements the tags. `rules`
 says, by local name, which children are *opaque* (kept whole and anchored where they
 stood: XLIFF's native-code `<ph>`, `<bpt>`, `<ept>`, `<it>`; an ODT footnote or frame),
-which stand for a character of the text (ODT's `<text:s/>` is a space, `<text:line-break/>`
-a line break), and which are containers (`<g>`, `<mrk>`, `<text:span>`, `<text:a>`: the
+which stand for a character of the text (ODT's `<text:tab/>` a space, `<text:line-break/>`
+a line break), which only encode spaces (ODT's `<text:s/>`: read as a space and not kept,
+the translation has its own), and which are containers (`<g>`, `<mrk>`, `<text:span>`, `<text:a>`: the
 inline markup carried onto the translation). Whitespace runs read as one space.
 
 `write_element(element, placed)` replaces the element's content with the placed
@@ -59,6 +60,7 @@ class Rules:
 
     opaque: frozenset[str] = XLIFF_CODES
     stand_ins: dict[str, str] = field(default_factory=dict)  # element -> the text it stands for
+    spaces: frozenset[str] = frozenset()  # elements that only encode spaces: read as spaces, not kept
     all_opaque_but: frozenset[str] | None = None  # when set: only these are containers
 
     def is_opaque(self, name: str) -> bool:
@@ -86,7 +88,9 @@ def read_element(element: etree._Element, rules: Rules = Rules()) -> Marked:
         text(node.text)
         for child in node:
             name = local(child)
-            if not isinstance(child.tag, str) or rules.is_opaque(name) or name in rules.stand_ins:
+            if name in rules.spaces:
+                text(" ")
+            elif not isinstance(child.tag, str) or rules.is_opaque(name) or name in rules.stand_ins:
                 stand_in = rules.stand_ins.get(name, "")
                 builder.empty(child, "" if stand_in == " " and space[0] else stand_in)
                 space[0] = space[0] or stand_in.isspace() if stand_in else space[0]
