@@ -198,3 +198,46 @@ def zip_with(entries: dict[str, bytes], compression: int = zipfile.ZIP_DEFLATED)
         for name, data in entries.items():
             archive.writestr(name, data)
     return out.getvalue()
+
+
+def showcase_docx() -> bytes:
+    """A page of everyday German for the shipped model (bench/documents.py renders its
+    translation): a heading, formatting and a link mid-sentence, a table, a header."""
+    import docx
+    from docx.shared import Pt, RGBColor
+
+    document = docx.Document()
+    document.sections[0].header.paragraphs[0].text = "Mein Wochenbericht"
+    document.add_heading("Ein kleines Haus am See", 1)
+    for parts in (
+        ("Das ist ein ", "kleines", " Haus."),
+        ("Ich habe ", "keine Zeit", "."),
+        ("Wir haben gestern im ", "Garten", " gegessen."),
+        ("Der Zug fährt um ", "halb acht", " ab."),
+    ):
+        paragraph = document.add_paragraph(parts[0])
+        run = paragraph.add_run(parts[1])
+        run.bold = True
+        run.font.color.rgb = RGBColor(0xC0, 0x1F, 0x1F)
+        paragraph.add_run(parts[2])
+    paragraph = document.add_paragraph("Meine Schwester wohnt seit drei Jahren in ")
+    paragraph.add_run("Hamburg").italic = True
+    paragraph.add_run(". Die Kinder spielen draußen im Schnee.")
+    document.add_heading("Termine", 2)
+    table = document.add_table(rows=3, cols=2)
+    table.style = "Table Grid"
+    for row, (when, what) in enumerate(
+        (
+            ("Montag", "Ich rufe dich morgen früh an."),
+            ("Dienstag", "Der Server antwortet nicht."),
+            ("Freitag", "Das Restaurant an der Ecke hat sonntags geschlossen."),
+        )  # fmt: skip
+    ):
+        table.cell(row, 0).text, table.cell(row, 1).text = when, what
+    paragraph = document.add_paragraph("Bitte ")
+    run = paragraph.add_run("vergiss nicht")
+    run.underline, run.font.size = True, Pt(13)
+    paragraph.add_run(", den Müll rauszubringen!")
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
