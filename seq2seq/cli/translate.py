@@ -182,10 +182,7 @@ class _Input:
 
 
 def _run(args: argparse.Namespace) -> int:
-    document = document_format(args)
-    if document is not None:
-        args.format = document
-    args.format = args.format or batch.JobOptions.output_format
+    args.format = document_format(args) or args.format
     try:
         fill_unset_options(args)
     except BundleError as error:
@@ -232,10 +229,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def document_format(args: argparse.Namespace) -> str | None:
-    """The document format of this run: --format, or the input's extension (not .txt)."""
+    """The document format of this run: --format, or the input's extension (not .txt) when
+    --format is left at the line job's default."""
     if args.format in translate_args.DOCUMENT_FORMATS:
         return args.format
-    if args.format is None and args.input is not None:
+    if args.format == batch.JobOptions.output_format and args.input is not None:
         with contextlib.suppress(DocumentError):
             name = format_of(args.input.name).name
             return name if name in translate_args.DOCUMENT_FORMATS else None

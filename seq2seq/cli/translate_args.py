@@ -104,10 +104,10 @@ def add_io_arguments(parser: argparse.ArgumentParser) -> None:
         "-f",
         "--format",
         choices=batch.OUTPUT_FORMATS + DOCUMENT_FORMATS,
-        default=None,
+        default=batch.JobOptions.output_format,
         help=f"output format of a line job (default {batch.JobOptions.output_format}), or a document format: "
-        f"{', '.join(DOCUMENT_FORMATS)} translate the file -i whole into -o, markup and layout kept (default: "
-        "from the input's extension, .txt stays a line job)",
+        f"{', '.join(DOCUMENT_FORMATS)} translate the file -i whole into -o, markup and layout kept (an input "
+        "with such an extension is a document unless --format tsv or jsonl is given; .txt stays a line job)",
     )
     parser.add_argument(
         "--resume",
