@@ -12,7 +12,7 @@ import pytest
 
 from seq2seq.core.alignment import Alignment, hard_links, words
 from seq2seq.documents.html import read_html, render, segments, tokens, write_html
-from seq2seq.documents.markup import Marked, MarkupBuilder, Tag, identity, transfer
+from seq2seq.documents.markup import Marked, MarkupBuilder, Tag, fits, identity, transfer
 from seq2seq.documents.translate import PlacementReport, Translation, place_segments, place_translation
 from seq2seq.documents.xml import XMLInputError, fragment, fragment_text, parse_xml, read_element, write_element
 
@@ -252,3 +252,19 @@ def test_the_share_keeps_a_stray_hard_link_out_of_the_tag() -> None:
     assert transfer(marked, target, alignment).words[0] == [1, 2]
     with pytest.raises(ValueError, match="method"):
         transfer(marked, target, alignment, method="nearest")
+
+
+def test_a_map_that_does_not_spell_the_translation_places_by_position() -> None:
+    """A translation whose pieces do not spell its text (an unknown piece decodes otherwise)
+    has a map of other words: its tags go by relative position, all counted as approximated."""
+    builder = MarkupBuilder()
+    builder.text("der ")
+    handle = builder.open("b")
+    builder.text("Hund")
+    builder.close(handle)
+    builder.text(" bellt")
+    marked = builder.build()
+    wrong = word_map("der Hund bellt", "the < unk > barks", diagonal(3))  # the map's words: 5, the text's: 3
+    placed = place_translation(marked, Translation("the dog barks", wrong))
+    assert placed.words == [[1]] and placed.approximated == [0]
+    assert fits(word_map("a b", "x y", diagonal(2)), "a b", "x y") and not fits(wrong, marked.text, "the dog barks")
