@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 from starlette.routing import Match, Route
 
-from service import align, attention, libre, native, openapi
+from service import align, attention, files, libre, native, openapi
 from service.deps import Access, APIError, RequestContext, get_context
 from service.engine import TranslatorEngine, load_engine
 from service.languages import get_detector
@@ -184,8 +184,9 @@ class SizeLimitMiddleware:
     incomplete-event limit, see service/serve.py), which stops an endless header before it
     is whole; this check makes the limit exact when a header arrives at once."""
 
-    def __init__(self, app: Any, max_bytes: int, max_header_bytes: int):
+    def __init__(self, app: Any, max_bytes: int, max_header_bytes: int, upload_bytes: dict[str, int] | None = None):
         self.app, self.max_bytes, self.max_header_bytes = app, max_bytes, max_header_bytes
+        self.upload_bytes = upload_bytes or {}  # paths that take files, and their own limit
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -197,10 +198,11 @@ class SizeLimitMiddleware:
                 scope, receive, send
             )
             return
+        limit = self.upload_bytes.get(scope.get("path", ""), self.max_bytes)
         length = dict(scope.get("headers", ())).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+        if length is not None and (not length.isdigit() or int(length) > limit):
             response = (
-                _error(413, f"request body exceeds the limit of {self.max_bytes} bytes")
+                _error(413, f"request body exceeds the limit of {limit} bytes")
                 if length.isdigit()
                 else _error(400, "invalid Content-Length header")
             )
@@ -213,8 +215,8 @@ class SizeLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise BodyTooLarge(self.max_bytes)  # FastAPI and our readers pass HTTPExceptions on
+                if received > limit:
+                    raise BodyTooLarge(limit)  # FastAPI and our readers pass HTTPExceptions on
             return message
 
         await self.app(scope, counting_receive, send)
@@ -262,6 +264,7 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
     app.state.metrics = metrics_
     app.state.access = Access(settings.api_key_set, settings.rate_limit)
     app.state.engine = None
+    app.state.files = files.FileStore(settings.files_path, settings.file_ttl)
     app.dependency_overrides[get_settings] = lambda: settings
     install_error_handlers(app)
     app.add_middleware(ErrorBoundary)  # first added = innermost: it sees route errors before Starlette's
@@ -273,12 +276,16 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
             allow_headers=["Authorization", "Content-Type", "X-API-Key"],
         )
     app.add_middleware(
-        SizeLimitMiddleware, max_bytes=settings.max_body_bytes, max_header_bytes=settings.max_header_bytes
+        SizeLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        max_header_bytes=settings.max_header_bytes,
+        upload_bytes={files.UPLOAD_PATH: settings.file_max_bytes},
     )
     app.add_middleware(MetricsMiddleware, metrics=metrics_)
     app.include_router(libre.router)
     app.include_router(native.router)
     app.include_router(align.router)
+    app.include_router(files.router)
     app.include_router(ops)
     attention.install(app)  # /v1/attention and the explorer page at /
     openapi.install(app, settings)  # /openapi.json as the service behaves, /docs and /redoc offline

@@ -13,12 +13,14 @@ from seq2seq.core.config import AlignmentOptions
 from seq2seq.decoding.records import TextTranslation
 from service.attention import self_attention_alignment
 from service.deps import APIError, CheckedRoute, RequestContext, get_context
+from service.markup import marked_translations
 from service.requests import (
     AlignmentRequest,
     BeamSize,
     DictionaryHints,
     GlossaryField,
     JSONRequest,
+    MarkupFormat,
     NoRepeatNgramSize,
     Source,
     StepShift,
@@ -50,6 +52,7 @@ class TranslateRequest(JSONRequest):
     )
     glossary: GlossaryField
     dictionary_hints: DictionaryHints
+    format: MarkupFormat = None
 
     @model_validator(mode="after")
     def _one_input(self) -> TranslateRequest:
@@ -68,7 +71,9 @@ def translate(body: TranslateRequest, ctx: RequestContext = Depends(get_context)
     the input and the translation), the soft alignment matrix (rows = target tokens, each row
     sums to 1), hard word links in Pharaoh `i-j` form, and the layer/heads that produced it;
     one map per n-best alternative. With the alignment, each sentence's `quality` block:
-    untranslated source words, ungrounded target words, confidence (see `Quality`)."""
+    untranslated source words, ungrounded target words, confidence (see `Quality`). With
+    `format` html or xml, each text is one segment whose inline markup is placed on its
+    translation (`marked_text`); the rest describes the plain text (`plain_source`)."""
     texts = [body.text] if body.text is not None else list(body.texts or [])
     ctx.check_texts(texts, "text" if body.text is not None else "texts")
     model, _ = ctx.resolve_pair(body.source, body.target, texts)
@@ -85,6 +90,8 @@ def translate(body: TranslateRequest, ctx: RequestContext = Depends(get_context)
         body.glossary,
         body.dictionary_hints,
     )
+    if body.format is not None:
+        return TranslateResponse(translations=marked_translations(ctx, model, texts, body.format, config, body.n_best))
     translated = ctx.translate(model, texts, config)
     return TranslateResponse(translations=[text_translation(model, t, body.n_best) for t in translated])
 

@@ -19,7 +19,7 @@ import numpy as np
 from seq2seq.analysis.quality import join as join_quality
 from seq2seq.core.alignment import Alignment, Token, concat
 from seq2seq.core.config import AlignmentOptions, DecodeConfig
-from seq2seq.core.segment import split_sentences
+from seq2seq.core.segment import join_sentences, split_sentences
 from seq2seq.decoding.records import (
     AlignedSentence,
     AlignedTranslation,
@@ -70,18 +70,6 @@ class TranslatedText:
     @property
     def target_tokens(self) -> int:
         return sum(len(r.target_ids) for r in self.results)
-
-
-def join_sentences(source: str, spans: list[tuple[int, int]], parts: list[str]) -> tuple[str, list[tuple[int, int]]]:
-    """Join sentence translations with the whitespace found between the source sentences."""
-    text, target_spans = "", []
-    for index, part in enumerate(parts):
-        if index:
-            gap = source[spans[index - 1][1] : spans[index][0]]
-            text += gap if gap else " "
-        target_spans.append((len(text), len(text) + len(part)))
-        text += part
-    return text, target_spans
 
 
 def translate_texts(

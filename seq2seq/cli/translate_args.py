@@ -14,13 +14,20 @@ from typing import Any
 from seq2seq.cli import batch
 from seq2seq.cli.align import add_alignment_source_arguments, add_quality_argument
 from seq2seq.core.config import SEARCH_FIELDS, AlignmentOptions, DecodeConfig
+from seq2seq.documents.files import FORMATS
 from seq2seq.loading import BACKENDS
 from seq2seq.runtime.bundle import PRECISIONS
 
 log = logging.getLogger("crossalign.translate")
 DEFAULT_MODEL = Path("models/de-en")
+DOCUMENT_FORMATS = tuple(name for name in FORMATS if name != "txt")  # a .txt file is a line job
 
 EPILOG = f"""\
+documents: -i report.docx -o report.en.docx translates a whole file (docx, odt, pptx, html,
+  xliff, srt, md; the format from the extension, or --format), each paragraph or cue one
+  segment, its inline formatting placed on the translation by the word alignment; with
+  --alignment a JSONL sidecar FILE.alignment.jsonl holds every segment's word links.
+
 input: one segment per line, UTF-8, read as bytes and decoded line by line.
   text   the whole line is the source
   tsv    the first column is the source (e.g. a test split's source<TAB>target)
@@ -96,9 +103,11 @@ def add_io_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-f",
         "--format",
-        choices=batch.OUTPUT_FORMATS,
+        choices=batch.OUTPUT_FORMATS + DOCUMENT_FORMATS,
         default=batch.JobOptions.output_format,
-        help=f"output format (default {batch.JobOptions.output_format})",
+        help=f"output format of a line job (default {batch.JobOptions.output_format}), or a document format: "
+        f"{', '.join(DOCUMENT_FORMATS)} translate the file -i whole into -o, markup and layout kept (an input "
+        "with such an extension is a document unless --format tsv or jsonl is given; .txt stays a line job)",
     )
     parser.add_argument(
         "--resume",

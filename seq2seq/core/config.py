@@ -271,6 +271,10 @@ class DecodeConfig:
     # shown as hints, before (and instead of) any dictionary hint on the same words. Needs a
     # model trained with hints (HintError otherwise).
     glossary: tuple[tuple[str, str], ...] = ()
+    # With an alignment: each hypothesis's quality block too (seq2seq/analysis/quality.py; in
+    # the thorough mode one more teacher-forced row per source word). False: the maps alone,
+    # all that placing markup on a translation reads (seq2seq/documents).
+    quality: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "glossary", tuple((str(s), str(t)) for s, t in self.glossary))

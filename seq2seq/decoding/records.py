@@ -159,6 +159,12 @@ class TextTranslation(BaseModel):
     alternatives: list[Hypothesis] = Field(
         default_factory=list, description="n-best alternatives of the whole text (k-th of every sentence)"
     )
+    marked_text: str | None = Field(
+        None,
+        description="with `format` html or xml: the translation with the input's inline markup placed on it "
+        "by the word alignment; `text`, `plain_source` and every offset are those of the plain text",
+    )
+    plain_source: str | None = Field(None, description="with `format`: the input's plain text (markup taken out)")
 
 
 def aligned_translation(result: TranslationResult, alignment: Alignment | None) -> AlignedTranslation:

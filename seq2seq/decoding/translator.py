@@ -233,7 +233,7 @@ class Translator:
                     sources[index], hypotheses, texts[index], cased[index], shouted[index] is not None
                 )
             if options is not None:
-                self._fill_alignments([(texts[i], results[i]) for i in chunk], options)
+                self._fill_alignments([(texts[i], results[i]) for i in chunk], options, config.quality)
             else:
                 for result in (results[i] for i in chunk):
                     assert result is not None
@@ -313,16 +313,21 @@ class Translator:
         target_text, target_pieces = pieces_with_offsets(result.target_tokens)
         return align(result.attention, source_text, source_pieces, target_text, target_pieces, options)
 
-    def _fill_alignments(self, items: list[tuple[str, TranslationResult | None]], options: AlignmentOptions) -> None:
-        """The maps and quality of every hypothesis of (source text, result) `items`; the
-        occlusion runs, when the detector reads them, batched over them all."""
+    def _fill_alignments(
+        self, items: list[tuple[str, TranslationResult | None]], options: AlignmentOptions, quality: bool = True
+    ) -> None:
+        """The maps and (with `quality`) the quality of every hypothesis of (source text,
+        result) `items`; the occlusion runs, when the detector reads them, batched over them all."""
         hypotheses = []
         for source_text, result in items:
             assert result is not None
             pieces = self.pieces_read(source_text, result)
             for hypothesis in [result, *result.alternatives]:
                 hypothesis.alignment = self.alignments(source_text, hypothesis, options, pieces)
+                hypothesis.terms = self._term_outcomes(hypothesis, hypothesis.alignment.word)
                 hypotheses.append(hypothesis)
+        if not quality:
+            return
         occluded: list[np.ndarray | None] = [None] * len(hypotheses)
         if self.quality.needs_occlusion:
             occluded = list(self.occluded(hypotheses))
@@ -334,7 +339,7 @@ class Translator:
             hypothesis.quality = assess_alignment(
                 hypothesis.alignment, hypothesis.mean_log_prob, self.quality, evidence
             )
-            hypothesis.quality.terms = hypothesis.terms = self._term_outcomes(hypothesis, hypothesis.alignment.word)
+            hypothesis.quality.terms = hypothesis.terms
 
     def occluded(self, hypotheses: list[TranslationResult]) -> list[np.ndarray]:
         """Per aligned hypothesis, (Sw, T+1) log-probs of its pieces with each source word
