@@ -5,8 +5,9 @@
 #   docker run --rm -p 5000:5000 crossalign            # serves every bundle in models/ (models/de-en)
 #   docker run --rm -p 5000:5000 -v "$PWD/models:/app/models:ro" crossalign   # or your own bundles
 #
-# The image installs exactly as the README does: ./install.sh --serve (a .venv with the
-# [serve] extra). Settings are CROSSALIGN_* env vars (see service/settings.py).
+# The image installs exactly as the README (and docs/getting-started.md) does:
+# ./install.sh --serve (a .venv with the [serve] extra). Settings are CROSSALIGN_* env vars
+# (see service/settings.py).
 
 ARG PYTHON_IMAGE=python:3.11-slim
 

@@ -156,7 +156,7 @@ class CTranslate2System:
 
     def translate(self, texts: list[str], decode: DecodeConfig, num_hypotheses: int = 1) -> list[list[int]]:
         """The best translation of each text; `num_hypotheses` > 1 makes CTranslate2 finish that
-        many before it stops a sentence (bench/stopping_rule.py)."""
+        many before it stops a sentence (docs/performance.md, "Stopping rule")."""
         sources = [self.tokenizer.sp.encode(t, out_type=str) + [self.eos] for t in texts]
         limit = max(max_target_length(len(s), decode) for s in sources) + 1  # + EOS
         results = self.translator.translate_batch(
@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         default=4,
         help="turns the timed sentences are split into (default 4). Keep each turn several batches "
         "long: with one batch per turn CTranslate2's OpenMP threads are woken for every call, "
-        "which flatters us (README, 'How the comparison is sliced')",
+        "which flatters us (docs/performance.md, after lever 24)",
     )
     parser.add_argument("--b1-sentences", type=int, default=16, help="sentences per slice timed at batch 1")
     parser.add_argument("--no-torch", action="store_true", help="leave our torch backend out")

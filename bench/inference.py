@@ -13,7 +13,7 @@ graphs are quantized into a temporary directory first.
     python bench/inference.py --test work/data/test.tsv --revisions 4616e16 HEAD~2 HEAD \
         --n 128 --pause-training
 
-`--revisions` compares commits of this repository instead (the README's lever table):
+`--revisions` compares commits of this repository instead (the lever tables of docs/performance.md):
 each revision is extracted with `git archive` into a temporary directory and runs in its
 own worker process on its own code and its own `models/de-en`, and the workers take turns
 on slices of the sentences (one at a time, round-robin), so a load change on a shared

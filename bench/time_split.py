@@ -19,8 +19,8 @@ graph run and the search's calls by wrapping them, and prints core-milliseconds 
 
 Per step: each part over the decoder runs. Wrapping costs about a microsecond a call, so
 the Python parts read a little high. The machine is shared: compare parts within a run.
-Issue #13 used it to show what separates us from CTranslate2 (README, "Where the time
-goes"): our graphs run at its speed, the search's Python does not.
+Issue #13 used it to show what separates us from CTranslate2 (docs/performance.md, "Where
+the time goes"): our graphs run at its speed, the search's Python does not.
 """
 
 from __future__ import annotations

@@ -21,4 +21,5 @@ CONFIG_FILE = "config.json"  # ModelConfig, beside every checkpoint and export
 WEIGHTS_FILE = "model.pt"  # the torch state dict
 TOKENIZER_FILE = "spm.model"  # the SentencePiece model the embeddings are indexed by
 QUALITY_FILE = "quality.json"  # the quality detectors' thresholds, chosen at release
+DICTIONARY_FILE = "dictionary.tsv.gz"  # the term index automatic hints read (data/dictionary.py)
 BUNDLE_FILE = "bundle.json"  # a release bundle's manifest: graphs, sha256 of every file, decoding defaults

@@ -14,6 +14,9 @@ from pathlib import Path
 import sentencepiece as spm
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+# The pieces that open and close a target-term hint in a source ("Gießkanne ⟨watering can⟩",
+# seq2seq/core/hints.py): user-defined symbols, which SentencePiece never splits or merges.
+HINT_OPEN, HINT_CLOSE = "⟨", "⟩"
 
 
 def train_sentencepiece(
@@ -48,6 +51,25 @@ def train_sentencepiece(
     return model_prefix.with_suffix(".model")
 
 
+def add_hint_pieces(model_path: Path, out_path: Path) -> Path:
+    """A copy of the SentencePiece model with HINT_OPEN and HINT_CLOSE appended as
+    user-defined pieces (ids V and V + 1): every other piece keeps its id, so a model's
+    embeddings stay valid and only grow two rows (`crossalign train --init-from`). A model
+    that has them already is copied unchanged."""
+    from sentencepiece import sentencepiece_model_pb2  # protobuf: a build-time step, never serving
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(Path(model_path).read_bytes())
+    have = {piece.piece for piece in proto.pieces}
+    for symbol in (HINT_OPEN, HINT_CLOSE):
+        if symbol not in have:
+            piece = proto.pieces.add()
+            piece.piece, piece.score = symbol, 0.0
+            piece.type = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+    Path(out_path).write_bytes(proto.SerializeToString())
+    return Path(out_path)
+
+
 class Tokenizer:
     """Thin wrapper: text <-> ids, plus pieces with character offsets for alignments."""
 
@@ -64,6 +86,20 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         return self.sp.get_piece_size()
+
+    @functools.cached_property
+    def hint_ids(self) -> tuple[int, int] | None:
+        """The ids of HINT_OPEN and HINT_CLOSE, or None for a vocabulary without them (a
+        model that was never taught hints)."""
+        ids = tuple(self.sp.piece_to_id(symbol) for symbol in (HINT_OPEN, HINT_CLOSE))
+        return None if UNK_ID in ids else (ids[0], ids[1])
+
+    def same_pieces_as(self, other: Tokenizer) -> bool:
+        """True if this vocabulary is `other`'s, possibly with pieces appended (the hint
+        pieces): every id of `other` names the same piece here."""
+        return self.vocab_size >= other.vocab_size and all(
+            self.sp.id_to_piece(i) == other.sp.id_to_piece(i) for i in range(other.vocab_size)
+        )
 
     def encode(self, text: str) -> list[int]:
         return self.sp.encode(text, out_type=int)

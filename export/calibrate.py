@@ -17,9 +17,9 @@ on those runs from the int8 graph, and each `DynamicQuantizeLinear` becomes a
 including 0, as the dynamic formula does; values beyond it saturate). Then each
 `MatMulInteger -> Cast -> Mul(scale) [-> Add(bias)]` chain is fused by hand into
 onnxruntime's `com.microsoft.MatMulIntegerToFloat` (onnxruntime fuses the dynamic pattern
-itself, but not one whose scales are constants): as fast as the dynamic graphs (README,
-#13), and rows no longer interact, so a translation is the same alone or in any batch
-(tested).
+itself, but not one whose scales are constants): as fast as the dynamic graphs
+(docs/performance.md), and rows no longer interact, so a translation is the same alone or
+in any batch (tested).
 
 Measured on the stage-4 weights (480 test sentences, beam 4): fp32 BLEU 8.84 / chrF 30.24,
 dynamic int8 8.93 / 30.21, calibrated int8 8.86 / 30.36 (128 valid sources).

@@ -54,7 +54,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from data.files import BUNDLE_FILE, CONFIG_FILE, QUALITY_FILE, TOKENIZER_FILE, WEIGHTS_FILE
+from data.files import BUNDLE_FILE, CONFIG_FILE, DICTIONARY_FILE, QUALITY_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from data.tokenizer import Tokenizer
 from export.calibrate import DEFAULT_SOURCE, Calibration, calibrate_graphs
 from export.gemm import fuse_graph_file
@@ -107,12 +107,13 @@ class DecoderStepGraph(nn.Module):
     `q @ k.transpose(-1, -2)` then meets the transpose taken here and onnxruntime cancels the
     two, so every score is a plain MatMul. With (N, H, S, Dh) keys it multiplies by a
     transposed operand, about twice as slow for these batched (1, Dh) x (Dh, S) products:
-    a decoder step 1.02-1.08x faster (README, lever 22). Each step's new keys are
-    concatenated along the last axis instead, which costs the same.
+    a decoder step 1.02-1.08x faster (docs/performance.md, lever 22). Each step's new
+    keys are concatenated along the last axis instead, which costs the same.
 
     The source mask and cross K/V have one row per sentence, and the N rows of tokens and
     cache are its beams, G = N / B consecutive rows each: each sentence's K/V are read once
-    for all its beams (`seq2seq.training.model._grouped_by_source`; README, lever 23).
+    for all its beams (`seq2seq.training.model._grouped_by_source`; docs/performance.md,
+    lever 23).
     """
 
     def __init__(self, model: Transformer):
@@ -157,8 +158,9 @@ def export_graphs(
     """Write encoder.onnx and decoder_step.onnx for `model` into `out_dir`; returns role -> file.
 
     `cross_per_sentence`: the decoder step reads one cross K/V and source mask per sentence
-    for its rows, a sentence's beams being consecutive rows (README, lever 23); False gives
-    the graph of earlier exports, one copy per row (kept to test that those still run)."""
+    for its rows, a sentence's beams being consecutive rows (docs/performance.md, lever 23);
+    False gives the graph of earlier exports, one copy per row (kept to test that those
+    still run)."""
     model = model.eval()
     config = model.config
     layers, heads, head_dim = config.decoder_layers, config.n_heads, config.head_dim
@@ -457,6 +459,10 @@ def write_bundle(
     if (loaded.checkpoint_dir / QUALITY_FILE).is_file():
         shutil.copyfile(loaded.checkpoint_dir / QUALITY_FILE, directory / QUALITY_FILE)
         quality_file = QUALITY_FILE
+    # The dictionary of automatic hints (a model trained with hints: `crossalign data hints`) travels too.
+    if (loaded.checkpoint_dir / DICTIONARY_FILE).is_file():
+        shutil.copyfile(loaded.checkpoint_dir / DICTIONARY_FILE, directory / DICTIONARY_FILE)
+        files.append(DICTIONARY_FILE)
     graphs, calibrated = build_graphs(loaded.model, directory, int8, directory / TOKENIZER_FILE, opset)
     precision = "int8" if int8 is not None else "fp32"
     extra = {

@@ -14,7 +14,7 @@ against torch. Same maths, outputs equal up to float rounding.
 
 Applied to the fp32 graphs only, after the int8 graphs are made from them: the quantizer
 quantizes MatMuls, and the int8 kernel already adds the bias (export/calibrate.py).
-Measured (README, lever 22): the fp32 decoder step 1.01-1.03x faster.
+Measured (docs/performance.md, lever 22): the fp32 decoder step 1.01-1.03x faster.
 """
 
 from __future__ import annotations

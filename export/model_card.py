@@ -186,7 +186,7 @@ def precision_line(metrics: dict) -> str:
         f"{fp32['test_bleu_beam4']} / chrF {fp32['test_chrf_beam4']} (greedy {fp32['test_bleu_greedy']} / "
         f"{fp32['test_chrf_greedy']}), gold BLEU {fp32['gold_bleu_beam4']} / chrF {fp32['gold_chrf_beam4']}, "
         f"gold AER {fp32['gold_aer_default_map']}; int8 ships because it loses at most 0.3 test BLEU and is "
-        "faster (README, inference speed). Only one precision fits the bundle budget; "
+        "faster (docs/performance.md, lever 3). Only one precision fits the bundle budget; "
         "`crossalign export models/de-en --in-place --graphs int8 fp32` rebuilds the fp32 graphs from "
         "model.pt (needs torch).\n"
     )
@@ -307,7 +307,7 @@ def limitations_section(train_config: dict) -> str:
 
 - Small model, small corpus, CPU-only training budget: expect literal, often wrong
   translations of long or domain-specific sentences; German→English only.
-- {"Alignment maps come from one cross-attention head trained (guided) to align, which is better than raw attention but still behind a dedicated statistical aligner on our gold set (AER above)" if train_config.get("guided_alignment") else "Alignment maps are raw cross-attention of one layer"}; see the README's alignment section.
+- {"Alignment maps come from one cross-attention head trained (guided) to align, which is better than raw attention but still behind a dedicated statistical aligner on our gold set (AER above)" if train_config.get("guided_alignment") else "Alignment maps are raw cross-attention of one layer"}; see docs/alignment.md.
 """
 
 

@@ -3,7 +3,7 @@
 # write its model card. Every figure in the model card comes from this script.
 #
 #   [NOTES=notes.md] [EARLIER="RUN ..."] [PREPARE="crossalign data prepare ..."] [GRAPHS=int8|fp32] \
-#   [ALPHA=1.0] [BETA=0.2] [NGRAM=4] \
+#   [ALPHA=1.0] [BETA=0.2] [NGRAM=4] [GOLD=... EFLOMAL_GOLD=...] \
 #       export/release.sh [RUN_DIR] [DATA_DIR=~/.cache/crossalign/data/ding8k] [OUT=models/de-en]
 #
 # EARLIER names the runs that RUN_DIR continues (`crossalign train --init-from`), oldest
@@ -17,7 +17,7 @@
 # what the service and the CLIs decode with unless told otherwise, and every eval below),
 # 4. test-split BLEU/chrF/length ratio (beam 4 and greedy), the same on the 162 everyday
 # gold sentences, and gold-set AER, 5. quality-signal thresholds chosen on valid
-# (bench/quality_signals.py), 6. with GRAPHS=int8 (the default, issue #13's decision): the
+# (export/quality_signals.py), 6. with GRAPHS=int8 (the default, issue #13's decision): the
 # same test and gold figures for the fp32 graphs, a refusal if int8 loses more than 0.3
 # test BLEU, and the fp32 graphs dropped (bundle budget; `crossalign export OUT --in-place
 # --graphs int8 fp32` brings them back), 7. metrics into bundle.json, 8. MODEL_CARD.md + curve.
@@ -27,12 +27,15 @@ cd "$(dirname "$0")/.."
 RUN="${1:-$HOME/.cache/crossalign/runs/release}"; DATA="${2:-$HOME/.cache/crossalign/data/ding8k}"; OUT="${3:-models/de-en}"
 PREPARE="${PREPARE:-crossalign data prepare --out $DATA --tokenizer models/de-en/spm.model}"
 PY=.venv/bin/python
-GOLD=data/gold/de-en.gold.tsv
+# The gold set read in the bundle's direction (data/gold/en-de.gold.tsv: the same pairs, links transposed).
+DIRECTION="$(basename "$OUT")"
+GOLD="${GOLD:-data/gold/$DIRECTION.gold.tsv}"
+EFLOMAL_GOLD="${EFLOMAL_GOLD:-data/gold/eflomal$([ "$DIRECTION" = de-en ] || echo ".$DIRECTION").gold.pharaoh}"
 GRAPHS="${GRAPHS:-int8}"
 case "$GRAPHS" in int8) PRECISIONS="int8 fp32";; fp32) PRECISIONS="fp32";; *) echo "GRAPHS: int8 or fp32" >&2; exit 2;; esac
 
 echo "== alignment sources on the gold set"
-$PY bench/alignment_sources.py --model "$RUN/final" --backend torch --gold "$GOLD" --json "$RUN/alignment_sources.json"
+$PY -m export.alignment_sources --model "$RUN/final" --backend torch --gold "$GOLD" --json "$RUN/alignment_sources.json"
 # The best source (layer, heads, step shift) becomes the bundle's default map; a guided
 # model's supervised head wins here when the supervision worked.
 $PY - "$RUN" <<'PY'
@@ -81,10 +84,10 @@ $PY -m seq2seq.cli eval --model "$OUT" --test "$DATA/test.tsv" --beam-size 4 --j
 $PY -m seq2seq.cli eval --model "$OUT" --test "$DATA/test.tsv" --beam-size 1 --json > "$RUN/test_greedy.json"
 $PY -m seq2seq.cli eval --model "$OUT" --test "$GOLD" --beam-size 4 --json > "$RUN/gold_beam4.json"
 $PY -m seq2seq.cli eval --gold "$GOLD" --model "$OUT" --json > "$RUN/gold_aer.json"
-$PY -m seq2seq.cli eval --gold "$GOLD" --hyp data/gold/eflomal.gold.pharaoh --json > "$RUN/gold_aer_eflomal.json"
+$PY -m seq2seq.cli eval --gold "$GOLD" --hyp "$EFLOMAL_GOLD" --json > "$RUN/gold_aer_eflomal.json"
 
 echo "== quality-signal thresholds on valid"
-$PY bench/quality_signals.py --model "$OUT" --data "$DATA" --save "$OUT/quality.json" --no-test > "$RUN/quality_signals.txt" || {
+$PY -m export.quality_signals --model "$OUT" --data "$DATA" --save "$OUT/quality.json" --no-test > "$RUN/quality_signals.txt" || {
     echo "quality thresholds not re-chosen (see $RUN/quality_signals.txt)" >&2; }
 
 if [ "$GRAPHS" = int8 ]; then

@@ -4,13 +4,13 @@ The legacy exporter traces `x.view(b, t, H, Dh)` with `b, t = x.shape[:2]` as gr
 so every head split and merge reaches its Reshape through a Shape -> Gather -> Unsqueeze ->
 Concat chain (and `h * dh` through a Mul), evaluated at every run. onnxruntime folds the
 parts that are static but not the batch and length dims, so about 80 of a decoder step's
-~200 kernels were this bookkeeping (a quarter of its kernel time at batch 1; README, lever
-7). ONNX's Reshape copies an input dim where the target says 0, so a target whose dynamic
+~200 kernels were this bookkeeping (a quarter of its kernel time at batch 1; docs/performance.md,
+lever 7). ONNX's Reshape copies an input dim where the target says 0, so a target whose dynamic
 entries are the data's own dims at the same positions can be a constant: `[0, 0, H, Dh]`
 to split heads, `[0, 0, D]` to merge them. The chains then feed nothing and are removed.
 
 A target that also needs a dim the data does not have there, such as the sentences B of
-the grouped cross-attention's (B·G, T, H, Dh) -> (B, G·T, H, Dh) (README, lever 23), is
+the grouped cross-attention's (B·G, T, H, Dh) -> (B, G·T, H, Dh) (lever 23), is
 built once per graph instead, from the graph input that declares that dim (here `src_mask`,
 (sentences, source)): one Shape -> Gather -> Concat shared by every layer's Reshape with the
 same target, where each layer had its own chain. One dim that is neither the data's own

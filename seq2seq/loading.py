@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from data.files import BUNDLE_FILE, TOKENIZER_FILE
+from data.dictionary import TermIndex
+from data.files import BUNDLE_FILE, DICTIONARY_FILE, TOKENIZER_FILE
 from data.tokenizer import Tokenizer
 from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE, QUALITY_MODES, QualityThresholds
 from seq2seq.core.backend import SearchBackend
@@ -77,6 +78,7 @@ def load_translator(
         tokenizer_path = bundle.tokenizer_path
         quality = QualityThresholds() if bundle.quality_path is None else QualityThresholds.load(bundle.quality_path)
         decoding = bundle.decode_defaults
+        dictionary = bundle.dictionary_path
     else:
         import torch  # only here: the onnx path must never import torch
 
@@ -89,6 +91,7 @@ def load_translator(
         tokenizer_path = model_dir / TOKENIZER_FILE
         quality = QualityThresholds.load(model_dir)  # defaults when it has none
         decoding = decode_defaults(model_dir)  # a bundle's on model.pt decodes as its graphs do
+        dictionary = model_dir / DICTIONARY_FILE if (model_dir / DICTIONARY_FILE).is_file() else None
     return Translator(
         search_backend,
         Tokenizer(tokenizer_path),
@@ -99,4 +102,5 @@ def load_translator(
         decoding,
         streams,
         stream_backend,
+        None if dictionary is None else TermIndex.load(dictionary),
     )

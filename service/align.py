@@ -5,7 +5,10 @@ behind `crossalign align`), and the map is read by the one rule of seq2seq.core.
 a pair aligned here, by the CLI or by `crossalign eval --gold` gets the same links. Each
 pair is aligned as one unit (it is not split into sentences: the sentences of a source
 and of its translation need not correspond one to one). Word indices are those of
-`seq2seq.core.alignment.words()` over the texts as sent, as in the gold set.
+`seq2seq.core.alignment.words()` over the texts as sent, as in the gold set. With `format`
+(html or xml) the text carries inline markup: its plain text is aligned with the
+translation, and the markup is placed on the translation by that map (`marked_translation`:
+what a translator's tool needs after post-editing).
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from seq2seq.core.config import AlignmentError
 from seq2seq.decoding.forced import AlignmentFailed
 from seq2seq.decoding.records import AlignmentMap, Quality, TokenSpan
+from seq2seq.documents.markup import transfer
+from seq2seq.documents.translate import has_words
 from service.deps import APIError, CheckedRoute, RequestContext, get_context
-from service.requests import AlignmentRequest, JSONRequest, Source, Target, exactly_one
+from service.markup import read_inline_texts
+from service.requests import AlignmentRequest, JSONRequest, MarkupFormat, Source, Target, exactly_one
 
 router = APIRouter(prefix="/v1", tags=["native"], route_class=CheckedRoute)
 
@@ -59,6 +65,8 @@ class GivenPairs(JSONRequest):
 class AlignRequest(AlignmentRequest, GivenPairs):
     model_config = ConfigDict(json_schema_extra=exactly_one(("text", "translation"), ("pairs",)))
 
+    format: MarkupFormat = None
+
 
 class PairAlignment(BaseModel):
     text: str
@@ -80,6 +88,11 @@ class PairAlignment(BaseModel):
         description="a side was shouted (all caps, or shouted words) and the model read it with its "
         "case restored; words and offsets are those of the texts as given",
     )
+    marked_translation: str | None = Field(
+        None,
+        description="with `format`: the translation with the text's inline markup placed on it by this "
+        "alignment (`text` is then the text's plain text, which the words and offsets refer to)",
+    )
 
 
 class AlignResponse(BaseModel):
@@ -100,15 +113,24 @@ def align(body: AlignRequest, ctx: RequestContext = Depends(get_context)) -> Ali
         labels=[prefix + name for prefix in prefixes for name in ("text", "translation")],
         items=len(items),
     )
-    model, _ = ctx.resolve_pair(body.source, body.target, [item.text for item in items])
+    inline = read_inline_texts([item.text for item in items], body.format, [p + "text" for p in prefixes])
+    texts = [marked.marked.text for marked in inline] if body.format else [item.text for item in items]
+    for prefix, text in zip(prefixes, texts):
+        if not has_words(text):
+            raise APIError(400, f"Invalid request: {prefix}text has no words outside its markup")
+    model, _ = ctx.resolve_pair(body.source, body.target, texts)
     options = ctx.resolve_alignment(model, body.options())
     # Scheduled as a translation is: the work cap, the queue bound, the fair turns, the timeout.
-    results = ctx.align(model, [(item.text, item.translation) for item in items], options)
+    results = ctx.align(model, [(text, item.translation) for text, item in zip(texts, items)], options)
     out = []
     for index, result in enumerate(results):
         if isinstance(result, AlignmentError):  # past check_texts: too long for the model, or the model failed
             where = f"pairs[{index}]: " if body.pairs is not None else ""
             raise APIError(500 if isinstance(result, AlignmentFailed) else 413, f"{where}{result}")
         record = result.to_record()
+        if body.format:
+            record["marked_translation"] = inline[index].write(
+                transfer(inline[index].marked, items[index].translation, result.word)
+            )
         out.append(PairAlignment(text=record.pop("source"), translation=record.pop("target"), **record))
     return AlignResponse(alignments=out)

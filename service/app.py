@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
 
-from service import align, attention, libre, native, openapi
+from service import align, attention, files, libre, native, openapi
 from service.connections import ClientWatch, HeadAsGet, HTTPMiddleware, Utf8Query
 from service.deps import Access, APIError, error_response, get_engine
 from service.engine import TranslatorEngine, load_engine
@@ -52,6 +52,11 @@ class Decoding(BaseModel):
     length_penalty: float = Field(description="GNMT alpha")
     coverage_penalty: float = Field(description="GNMT beta; 0 = off")
     no_repeat_ngram_size: int = Field(description="no repeated n-gram of target pieces; 0 = off")
+    dictionary_hints: bool = Field(
+        description="rare source words the bundle's dictionary knows are shown with their translation (a model "
+        "trained with hints)"
+    )
+    hint_max_count: int = Field(description="a word is rare when the training sentences held it at most this often")
 
 
 class ModelStatus(BaseModel):
@@ -186,8 +191,9 @@ class SizeLimitMiddleware:
     incomplete-event limit, see service/serve.py), which stops an endless header before it
     is whole; this check makes the limit exact when a header arrives at once."""
 
-    def __init__(self, app: Any, max_bytes: int, max_header_bytes: int):
+    def __init__(self, app: Any, max_bytes: int, max_header_bytes: int, upload_bytes: dict[str, int] | None = None):
         self.app, self.max_bytes, self.max_header_bytes = app, max_bytes, max_header_bytes
+        self.upload_bytes = upload_bytes or {}  # paths that take files, and their own limit
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -199,10 +205,11 @@ class SizeLimitMiddleware:
                 scope, receive, send
             )
             return
+        limit = self.upload_bytes.get(scope.get("path", ""), self.max_bytes)
         length = dict(scope.get("headers", ())).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+        if length is not None and (not length.isdigit() or int(length) > limit):
             response = (
-                error_response(413, f"request body exceeds the limit of {self.max_bytes} bytes")
+                error_response(413, f"request body exceeds the limit of {limit} bytes")
                 if length.isdigit()
                 else error_response(400, "invalid Content-Length header")
             )
@@ -215,8 +222,8 @@ class SizeLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise BodyTooLarge(self.max_bytes)  # FastAPI and our readers pass HTTPExceptions on
+                if received > limit:
+                    raise BodyTooLarge(limit)  # FastAPI and our readers pass HTTPExceptions on
             return message
 
         await self.app(scope, counting_receive, send)
@@ -269,6 +276,7 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
     app.state.access = Access(settings.api_key_set, settings.rate_limit)
     app.state.renderer = Renderer(settings.max_render_pixels)
     app.state.engine = None
+    app.state.files = files.FileStore(settings.files_path, settings.file_ttl)
     app.dependency_overrides[get_settings] = lambda: settings
     install_error_handlers(app)
     app.add_middleware(ErrorBoundary)  # first added = innermost: it sees route errors before Starlette's
@@ -280,7 +288,10 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
             allow_headers=["Authorization", "Content-Type", "X-API-Key"],
         )
     app.add_middleware(
-        SizeLimitMiddleware, max_bytes=settings.max_body_bytes, max_header_bytes=settings.max_header_bytes
+        SizeLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        max_header_bytes=settings.max_header_bytes,
+        upload_bytes={files.UPLOAD_PATH: settings.file_max_bytes},
     )
     app.add_middleware(Utf8Query)
     app.add_middleware(ClientWatch)  # outside the size limit: the body it pumps is counted as the app reads it
@@ -290,6 +301,7 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
     app.include_router(libre.router)
     app.include_router(native.router)
     app.include_router(align.router)
+    app.include_router(files.router)
     app.include_router(ops)
     attention.install(app)  # /v1/attention and the explorer page at /
     openapi.install(app, settings)  # /openapi.json as the service behaves, /docs and /redoc offline

@@ -361,11 +361,14 @@ class RequestContext:
         alignment: AlignmentOptions | None = None,
         no_repeat_ngram_size: int | None = None,
         early_exit: bool = False,
+        glossary: dict[str, str] | None = None,
+        dictionary_hints: bool | None = None,
     ) -> DecodeConfig:
         """The search settings of a request: those it sets, the model's own (`decode_defaults`,
         its bundle's) for those it leaves unset (None); `alignment` (resolved) is built with the
-        translation. `no_repeat_ngram_size` comes validated by its field (service.requests);
-        `early_exit`: `DecodeConfig.early_exit`."""
+        translation. `no_repeat_ngram_size` and `glossary` come validated by their fields
+        (service.requests); `early_exit`, `dictionary_hints`: DecodeConfig's. 400 for a glossary
+        the model cannot take."""
         largest = self.settings.max_beam_size
         defaults = model.decode_defaults
         if beam_size is not None and not 1 <= beam_size <= largest:
@@ -378,7 +381,16 @@ class RequestContext:
             )
         if not 1 <= n_best <= largest:
             raise APIError(400, f"n_best (or alternatives + 1) must be between 1 and {largest}, not {n_best}")
-        asked = defaults.override(beam_size=beam_size, no_repeat_ngram_size=no_repeat_ngram_size)
+        if glossary and model.translator.tokenizer.hint_ids is None:
+            raise APIError(
+                400, f"glossary: the {model.name} model was not trained with target-term hints, so it cannot take one"
+            )
+        asked = defaults.override(
+            beam_size=beam_size,
+            no_repeat_ngram_size=no_repeat_ngram_size,
+            dictionary_hints=dictionary_hints,
+            glossary=tuple(glossary.items()) if glossary else None,
+        )
         # n best hypotheses need a beam at least n wide: a smaller beam_size is raised to n_best.
         return replace(
             asked,

@@ -11,20 +11,19 @@ counted over the whole text.
 
 from __future__ import annotations
 
-import html
-import re
 from typing import Any, Literal
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from seq2seq.core.config import DecodeConfig
-from seq2seq.decoding.records import AlignmentMap, Quality
+from seq2seq.core.config import AlignmentOptions
+from seq2seq.decoding.records import AlignmentMap, TermUse
+from seq2seq.documents.html import read_html, segments
 from service.deps import APIError, RequestContext, get_access, get_context, parse_json, read_body, request_api_key
-from service.engine import ServedModel
 from service.languages import language_name
-from service.requests import AlignmentRequest, JSONRequest
+from service.markup import MarkedTranslation, translate_pages
+from service.requests import AlignmentRequest, DictionaryHints, GlossaryField, JSONRequest
 from service.translation import text_alignment, text_quality
 
 router = APIRouter(tags=["LibreTranslate"])
@@ -32,24 +31,21 @@ FORM_TRUE, FORM_FALSE = ("true",), ("false",)  # what a form says for a JSON boo
 
 
 class LibreTranslateRequest(JSONRequest):
-    # HTML is translated node by node: no alignment map (the schema says so, as the route does).
     # Unknown fields are ignored, as LibreTranslate does.
-    model_config = ConfigDict(
-        extra="ignore",
-        json_schema_extra={
-            "not": {
-                "required": ["format", "alignment"],
-                "properties": {"format": {"const": "html"}, "alignment": {"not": {"const": False}}},
-            }
-        },
-    )
+    model_config = ConfigDict(extra="ignore")
     q: str | list[str] = Field(description="text, or a list of texts translated as one batch")
     source: str = Field(description="source language code, or 'auto'")
     target: str = Field(description="target language code")
-    format: Literal["text", "html"] = "text"
+    format: Literal["text", "html"] = Field(
+        "text",
+        description="html: block elements delimit segments, each translated whole with its inline markup "
+        "placed by the alignment; script, style, pre, code and comments kept as written",
+    )
     alternatives: int = Field(0, ge=0, description="number of alternative translations")
     api_key: str | None = None
     alignment: bool | AlignmentRequest = Field(False, description="crossalign extension: add the alignment map")
+    glossary: GlossaryField
+    dictionary_hints: DictionaryHints
 
 
 class DetectRequest(JSONRequest):
@@ -70,15 +66,20 @@ class Language(BaseModel):
     targets: list[str]
 
 
+# Fields a form cannot carry (an object): JSON bodies only; a form's are ignored, as unknown ones are.
+JSON_ONLY_FIELDS = ("glossary",)
+
+
 def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
     schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
     schema.pop("$defs", None)
+    form = {**schema, "properties": {k: v for k, v in schema["properties"].items() if k not in JSON_ONLY_FIELDS}}
     return {
         "requestBody": {
             "required": True,
             "content": {
                 "application/json": {"schema": schema},
-                "application/x-www-form-urlencoded": {"schema": schema},
+                "application/x-www-form-urlencoded": {"schema": form},
             },
         }
     }
@@ -159,11 +160,17 @@ async def translate_params(
     q = fields["q"]
     if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(t, str) for t in q))):
         raise APIError(400, "Invalid request: q must be a string or a list of strings")
-    if isinstance(fields.get("alignment"), str):  # form: "true"/"false" (a JSON object needs a JSON body)
-        flag = fields["alignment"].strip().lower()
-        if flag not in FORM_TRUE + FORM_FALSE:
-            raise APIError(400, f"Invalid request: alignment must be true or false in a form, not {flag[:20]!r}")
-        fields["alignment"] = flag in FORM_TRUE
+    if is_form(request):
+        for name in JSON_ONLY_FIELDS:
+            fields.pop(name, None)
+        if fields.get("dictionary_hints") in ("null", ""):  # a form's way to leave it unset
+            fields.pop("dictionary_hints")
+    for name in ("alignment", "dictionary_hints"):
+        if isinstance(fields.get(name), str):  # form: "true"/"false" (a JSON object needs a JSON body)
+            flag = fields[name].strip().lower()
+            if flag not in FORM_TRUE + FORM_FALSE:
+                raise APIError(400, f"Invalid request: {name} must be true or false in a form, not {flag[:20]!r}")
+            fields[name] = flag in FORM_TRUE
     try:
         # A form's values are all text ("2", "true"); JSON must have the declared types.
         return LibreTranslateRequest.model_validate(fields, strict=not is_form(request))
@@ -180,25 +187,38 @@ def translate(
     params: LibreTranslateRequest = Depends(translate_params), ctx: RequestContext = Depends(get_context)
 ) -> dict[str, Any]:
     """`{translatedText, alternatives}`, lists when `q` is a list; `alignment` and `quality` when
-    the alignment is asked for; `caseRestored` (format text, when a text was shouted): per text,
-    whether a sentence of it was read with its case restored (seq2seq/core/casing.py), its answer
-    then in capitals."""
+    the alignment is asked for (format html: a list per text, one map per translated segment,
+    with the segment's plain `text` and `translation` its offsets refer to); `caseRestored`
+    (when a text was shouted): per text, whether a sentence of it was read with its case
+    restored (seq2seq/core/casing.py), its answer then in capitals; `terms` (format text, when hints
+    were shown: a `glossary`, or the dictionary's for rare words): per text, each hint and
+    whether the translation used it."""
     texts = [params.q] if isinstance(params.q, str) else list(params.q)
     ctx.check_texts(texts)
-    if params.format == "html" and params.alignment:
-        raise APIError(400, "alignment is available for format 'text' only")
     alignment = (AlignmentRequest() if params.alignment is True else params.alignment) or None
-    plain = [_visible_text(t) for t in texts] if params.format == "html" else texts
+    plain = (
+        [" ".join(s.marked.text for s in segments(read_html(t))) for t in texts] if params.format == "html" else texts
+    )
     model, detection = ctx.resolve_pair(params.source, params.target, plain)
     options = ctx.resolve_alignment(model, alignment.options()) if alignment else None
     # LibreTranslate takes no search settings: the model's own, its beam raised to the alternatives.
-    config = ctx.decode_config(model, None, params.alternatives + 1, attention=options is not None, alignment=options)
+    config = ctx.decode_config(
+        model,
+        None,
+        params.alternatives + 1,
+        attention=options is not None,
+        alignment=options,
+        glossary=params.glossary,
+        dictionary_hints=params.dictionary_hints,
+    )
     if params.format == "html":
-        translations = _translate_html(ctx, model, texts, config)
+        pages = translate_pages(ctx, model, texts, config)
+        translations = [page.text for page in pages]
         alternatives: list[list[str]] = [[] for _ in texts]
-        maps: list[AlignmentMap | None] = [None for _ in texts]
-        qualities: list[Quality | None] = [None for _ in texts]
-        restored: list[bool] | None = None
+        maps: list[Any] = [_segment_maps(page, options) if options else None for page in pages]
+        qualities: list[Any] = [[text_quality(t) for _, t, _ in page.segments] if options else None for page in pages]
+        restored = [any(r.case_restored for _, t, _ in page.segments for r in t.results) for page in pages]
+        terms: list[list[TermUse]] = [[] for _ in texts]  # HTML: the terms are not reported
     else:
         translated = ctx.translate(model, texts, config)
         translations = [t.text for t in translated]
@@ -206,6 +226,7 @@ def translate(
         maps = [AlignmentMap.from_alignment(text_alignment(t, options)) if options else None for t in translated]
         qualities = [text_quality(t) if options else None for t in translated]
         restored = [any(r.case_restored for r in t.results) for t in translated]
+        terms = [t.terms for t in translated]
     single = isinstance(params.q, str)
     response: dict[str, Any] = {
         "translatedText": translations[0] if single else translations,
@@ -216,33 +237,36 @@ def translate(
     if detection is not None:
         detected = {"confidence": round(detection.confidence * 100, 1), "language": detection.language}
         response["detectedLanguage"] = detected if single else [detected for _ in texts]
+    if any(terms):  # the hints shown (a glossary, or the dictionary for rare words) and whether each was used
+        listed = [[term.model_dump() for term in text_terms] for text_terms in terms]
+        response["terms"] = listed[0] if single else listed
     if options:
-        dumped = [m.model_dump() if m else None for m in maps]
+        dumped = [_dumped(m) for m in maps]
         response["alignment"] = dumped[0] if single else dumped
         # With the alignment, its quality signals (seq2seq.decoding.records.Quality; word indices of the text).
-        blocks = [q.model_dump() if q else None for q in qualities]
+        blocks = [_dumped(q) for q in qualities]
         response["quality"] = blocks[0] if single else blocks
     return response
 
 
-# Text between tags; <script> and <style> contents are left alone.
-_TAG = re.compile(r"(<script\b.*?</script\s*>|<style\b.*?</style\s*>|<!--.*?-->|<[^>]*>)", re.S | re.I)
+def _dumped(value: Any) -> Any:
+    """A model, a list of them (an HTML text's segments), or None, as JSON values."""
+    if isinstance(value, list):
+        return [_dumped(item) for item in value]
+    return value.model_dump() if isinstance(value, BaseModel) else value
 
 
-def _visible_text(markup: str) -> str:
-    return " ".join(html.unescape(p) for i, p in enumerate(_TAG.split(markup)) if i % 2 == 0 and p.strip())
-
-
-def _translate_html(ctx: RequestContext, model: ServedModel, texts: list[str], config: DecodeConfig) -> list[str]:
-    """Translate the text nodes of every document (one batch), keeping tags and spacing."""
-    documents = [_TAG.split(t) for t in texts]
-    nodes = [(d, i) for d, parts in enumerate(documents) for i, p in enumerate(parts) if i % 2 == 0 and p.strip()]
-    translated = ctx.translate(model, [html.unescape(documents[d][i]) for d, i in nodes], config)
-    for (d, i), result in zip(nodes, translated):
-        part = documents[d][i]
-        lead, trail = part[: len(part) - len(part.lstrip())], part[len(part.rstrip()) :]
-        documents[d][i] = lead + html.escape(result.text, quote=False) + trail
-    return ["".join(parts) for parts in documents]
+def _segment_maps(page: MarkedTranslation, options: AlignmentOptions) -> list[dict[str, Any]]:
+    """An HTML text's maps: per translated segment its plain text and translation, and the map
+    over them (the requested level)."""
+    return [
+        {
+            "text": text,
+            "translation": translated.text,
+            **AlignmentMap.from_alignment(text_alignment(translated, options)).model_dump(),
+        }
+        for text, translated, _ in page.segments
+    ]
 
 
 @router.get("/languages", response_model=list[Language], summary="Served languages (LibreTranslate-compatible)")

@@ -15,10 +15,14 @@ from seq2seq.decoding.records import TextTranslation
 from service.attention import self_attention_alignment
 from service.deps import APIError, CheckedRoute, RequestContext, get_context
 from service.engine import ServedModel
+from service.markup import marked_translations
 from service.requests import (
     AlignmentRequest,
     BeamSize,
+    DictionaryHints,
+    GlossaryField,
     JSONRequest,
+    MarkupFormat,
     NoRepeatNgramSize,
     Source,
     StepShift,
@@ -54,6 +58,9 @@ class TranslateRequest(JSONRequest):
         description="stop each sentence's beam search as soon as its best continuation ends it, instead of "
         "waiting for beam_size finished hypotheses: faster, but shorter and less accurate translations",
     )
+    glossary: GlossaryField
+    dictionary_hints: DictionaryHints
+    format: MarkupFormat = None
 
     @model_validator(mode="after")
     def _one_input(self) -> TranslateRequest:
@@ -72,15 +79,27 @@ def translate(body: TranslateRequest, ctx: RequestContext = Depends(get_context)
     the input and the translation), the soft alignment matrix (rows = target tokens, each row
     sums to 1), hard word links in Pharaoh `i-j` form, and the layer/heads that produced it;
     one map per n-best alternative. With the alignment, each sentence's `quality` block:
-    untranslated source words, ungrounded target words, confidence (see `Quality`)."""
+    untranslated source words, ungrounded target words, confidence (see `Quality`). With
+    `format` html or xml, each text is one segment whose inline markup is placed on its
+    translation (`marked_text`); the rest describes the plain text (`plain_source`)."""
     texts = [body.text] if body.text is not None else list(body.texts or [])
     ctx.check_texts(texts, "text" if body.text is not None else "texts")
     model, _ = ctx.resolve_pair(body.source, body.target, texts)
     alignment = AlignmentRequest() if body.alignment is True else body.alignment or None
     options = ctx.resolve_alignment(model, alignment.options()) if alignment else None
     config = ctx.decode_config(
-        model, body.beam_size, body.n_best, options is not None, options, body.no_repeat_ngram_size, body.early_exit
+        model,
+        body.beam_size,
+        body.n_best,
+        options is not None,
+        options,
+        body.no_repeat_ngram_size,
+        body.early_exit,
+        body.glossary,
+        body.dictionary_hints,
     )
+    if body.format is not None:
+        return TranslateResponse(translations=marked_translations(ctx, model, texts, body.format, config, body.n_best))
     translated = ctx.translate(model, texts, config)
     return TranslateResponse(translations=[text_translation(model, t, body.n_best) for t in translated])
 

@@ -168,6 +168,8 @@ def _constrain_field(
             option.update(minimum=-limits["layers"], maximum=limits["layers"] - 1)
         elif name in ("heads", "head") and kind == "array" and "heads" in limits:
             option["items"].update(minimum=0, maximum=limits["heads"] - 1)
+        elif name == "glossary" and kind == "object" and not limits.get("hints", 1):
+            option["maxProperties"] = 0  # a model trained without hints takes no terms
 
 
 def truthful_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
@@ -205,6 +207,8 @@ def truthful_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
         configs = [model.config for model in engine.models.values()]
         if configs:
             limits = {"layers": min(c.decoder_layers for c in configs), "heads": min(c.n_heads for c in configs)}
+            # A glossary needs a model trained with hints (400 otherwise): every served one, for the document.
+            limits["hints"] = int(all(m.translator.tokenizer.hint_ids is not None for m in engine.models.values()))
     for node in _request_schemas(schema):
         _constrain(node, settings, languages, limits)
     return schema

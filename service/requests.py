@@ -11,10 +11,11 @@ the base of every JSON body: validated as its JSON Schema reads.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
 from seq2seq.core.config import AlignmentOptions, DecodeConfig
 
@@ -41,6 +42,73 @@ NoRepeatNgramSize = Annotated[
         le=MAX_NO_REPEAT_NGRAM_SIZE,
         description="no translation repeats an n-gram of target pieces it already holds "
         f"(a stutter such as 'office office office'); 0 = off ({model_default('no_repeat_ngram_size')})",
+    ),
+]
+# A glossary is a request's own small term list, not a terminology base: bounded like the text.
+MAX_GLOSSARY_ENTRIES = 256
+MAX_GLOSSARY_BYTES = 16_384
+
+
+# A term holds something other than (ASCII) whitespace: the same rule in the check and the
+# schema (JSON Schema's \s and Python's differ beyond ASCII).
+TERM_PATTERN = "[^ \t\n\r\f\v]"
+
+
+def check_glossary(glossary: dict[str, str] | None) -> dict[str, str] | None:
+    """A glossary's entries are non-blank strings, at most MAX_GLOSSARY_ENTRIES of them and
+    MAX_GLOSSARY_BYTES of UTF-8 in all; ValueError (a 400 naming the field) otherwise."""
+    if glossary is None:
+        return None
+    if len(glossary) > MAX_GLOSSARY_ENTRIES:
+        raise ValueError(f"at most {MAX_GLOSSARY_ENTRIES} entries, not {len(glossary)}")
+    if not all(re.search(TERM_PATTERN, term) for entry in glossary.items() for term in entry):
+        raise ValueError("every term and its translation must be a non-empty string")
+    size = sum(len(source.encode()) + len(target.encode()) for source, target in glossary.items())
+    if size > MAX_GLOSSARY_BYTES:
+        raise ValueError(f"at most {MAX_GLOSSARY_BYTES} bytes of terms, not {size}")
+    return glossary
+
+
+GLOSSARY_DESCRIPTION = (
+    'your terms, source term -> target term (e.g. {"Gießkanne": "watering can"}): matched in inflected forms and '
+    "shown to the model, which was trained to use such hints; each sentence's quality block says whether the "
+    f"translation used them. At most {MAX_GLOSSARY_ENTRIES} entries and {MAX_GLOSSARY_BYTES} bytes; JSON bodies "
+    "only. A model trained without hints answers 400"
+)
+GlossaryField = Annotated[
+    dict[str, str] | None,
+    AfterValidator(check_glossary),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {
+                    "type": "object",
+                    "maxProperties": MAX_GLOSSARY_ENTRIES,
+                    "propertyNames": {"type": "string", "pattern": TERM_PATTERN},
+                    "additionalProperties": {"type": "string", "pattern": TERM_PATTERN},
+                },
+                {"type": "null"},
+            ],
+            "description": GLOSSARY_DESCRIPTION,
+        }
+    ),
+    Field(None, description=GLOSSARY_DESCRIPTION),
+]
+DictionaryHints = Annotated[
+    bool | None,
+    Field(
+        None,
+        description="show rare source words the model's dictionary knows with their translation (a model trained "
+        f"with hints; false = off; {model_default('dictionary_hints')})",
+    ),
+]
+MarkupFormat = Annotated[
+    Literal["html", "xml"] | None,
+    Field(
+        None,
+        description="the text carries inline markup, read as one segment: html (every element inline; br a line "
+        "break; script, style, pre, code kept as written) or xml (any element inline, e.g. XLIFF 1.2 <g>/<x/>; "
+        "<ph>, <bpt>, <ept>, <it> kept whole); the markup is placed on the translation by the word alignment",
     ),
 ]
 StepShift = Annotated[

@@ -9,6 +9,8 @@ the dependencies read; tests override it or pass a `Settings` to `create_app`.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -111,6 +113,36 @@ class Settings(BaseSettings):
         "(or 400 and a closed connection, when the parser "
         "sees it first)",
     )
+    # Files (POST /translate_file, GET /download_file/<id>): a document is an attack surface.
+    file_max_bytes: int = Field(
+        20 << 20,
+        ge=1024,
+        description="largest upload to /translate_file in bytes (the whole multipart body, counted while it "
+        "is read); beyond it: 413",
+    )
+    file_char_limit: int = Field(
+        100000,
+        ge=1,
+        description="characters of text to translate in one file, counted before translating; beyond it: 413",
+    )
+    file_max_unzipped_bytes: int = Field(
+        200 << 20,
+        ge=1024,
+        description="a DOCX, PPTX or ODT's entries uncompressed, summed; beyond it (or an entry expanding over "
+        "200 times): 413, before any parser reads it",
+    )
+    file_timeout: float = Field(
+        600.0,
+        gt=0,
+        description="seconds a file's translation may take, all its segments (each model call also within "
+        "request_timeout); beyond it: 503",
+    )
+    file_ttl: float = Field(1800.0, gt=0, description="seconds a translated file can be downloaded; then it is deleted")
+    files_dir: str = Field(
+        "",
+        description="where translated files wait for their download (empty: crossalign-files-<uid> in the "
+        "system's temporary directory); nothing else is written anywhere",
+    )
     # Admission control: bounded work per request and in the queue, turns shared between clients.
     max_request_work: int = Field(
         20000,
@@ -131,7 +163,8 @@ class Settings(BaseSettings):
     max_batch_sentences: int = Field(128, ge=1, description="sentences per micro-batch")
     # 64: at concurrency 32 the batching gain rose from 1.93x to 2.42x (medians of two
     # rounds, bench/service_load.py --rounds 2); concurrency 8 has at most 32 rows queued
-    # (one sentence a request, beam 4), so its latency does not change (README, session 11).
+    # (one sentence a request, beam 4), so its latency does not change (docs/performance.md,
+    # "64 beam rows per micro-batch by default").
     max_batch_rows: int = Field(
         64,
         ge=0,
@@ -185,6 +218,12 @@ class Settings(BaseSettings):
     @property
     def cors_origin_list(self) -> list[str]:
         return self.cors_origins.split(",") if self.cors_origins else []
+
+    @property
+    def files_path(self) -> Path:
+        return (
+            Path(self.files_dir) if self.files_dir else Path(tempfile.gettempdir()) / f"crossalign-files-{os.getuid()}"
+        )
 
 
 @lru_cache

@@ -19,13 +19,14 @@ import numpy as np
 from seq2seq.analysis.quality import join as join_quality
 from seq2seq.core.alignment import Alignment, Token, concat
 from seq2seq.core.config import AlignmentOptions, DecodeConfig
-from seq2seq.core.segment import split_sentences
+from seq2seq.core.segment import join_sentences, split_sentences
 from seq2seq.decoding.records import (
     AlignedSentence,
     AlignedTranslation,
     AlignmentMap,
     Hypothesis,
     Quality,
+    TermUse,
     TextTranslation,
     TokenSpan,
 )
@@ -55,24 +56,21 @@ class TranslatedText:
         return join_sentences(self.source, self.spans, parts)
 
     @property
+    def terms(self) -> list[TermUse]:
+        """The hints of every sentence and whether its translation used each, spans into `source`."""
+        return [
+            TermUse(**term.shifted(start).to_dict())
+            for (start, _), result in zip(self.spans, self.results)
+            for term in result.terms
+        ]
+
+    @property
     def source_tokens(self) -> int:
         return sum(len(r.source_ids) for r in self.results)
 
     @property
     def target_tokens(self) -> int:
         return sum(len(r.target_ids) for r in self.results)
-
-
-def join_sentences(source: str, spans: list[tuple[int, int]], parts: list[str]) -> tuple[str, list[tuple[int, int]]]:
-    """Join sentence translations with the whitespace found between the source sentences."""
-    text, target_spans = "", []
-    for index, part in enumerate(parts):
-        if index:
-            gap = source[spans[index - 1][1] : spans[index][0]]
-            text += gap if gap else " "
-        target_spans.append((len(text), len(text) + len(part)))
-        text += part
-    return text, target_spans
 
 
 def sentences_of(text: str) -> list[str]:
@@ -122,8 +120,12 @@ def text_alignment(translated: TranslatedText, options: AlignmentOptions) -> Ali
 def text_quality(translated: TranslatedText) -> Quality | None:
     """One quality block for a whole text: its sentences' blocks (built with their maps)
     joined, word indices counted over the whole text as in `text_alignment`'s word map."""
-    parts = [(r.quality, len(r.target_ids) + 1) for r in translated.results if r.quality is not None]
-    return Quality.from_quality(join_quality(parts)) if parts else None
+    parts, offsets = [], []
+    for (start, _), result in zip(translated.spans, translated.results):
+        if result.quality is not None:
+            parts.append((result.quality, len(result.target_ids) + 1))
+            offsets.append(start)
+    return Quality.from_quality(join_quality(parts, offsets)) if parts else None
 
 
 def _spans(tokens: list[Token]) -> list[TokenSpan]:
@@ -146,7 +148,7 @@ def _aligned(result: TranslationResult, source_offset: int, target_offset: int) 
         source_words=_spans(word.source_tokens),
         target_words=_spans(word.target_tokens),
         word_links=word.pharaoh,
-        quality=None if result.quality is None else Quality.from_quality(result.quality),
+        quality=None if result.quality is None else Quality.from_quality(result.quality, source_offset=source_offset),
     )
 
 

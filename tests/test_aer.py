@@ -158,7 +158,7 @@ def test_baseline_alignments_fit_the_gold_set(gold):
     if not BASELINE.is_file():
         pytest.skip("no committed baseline")
     hypotheses = read_pharaoh(BASELINE)
-    assert len(hypotheses) == len(gold), "regenerate the baseline: bench/eflomal_baseline.py --gold-out"
+    assert len(hypotheses) == len(gold), "regenerate the baseline: export/eflomal_baseline.py --gold-out"
     for links, pair in zip(hypotheses, gold):
         n_source, n_target = len(words(pair.source)), len(words(pair.target))
         assert all(i < n_source and j < n_target for i, j in links), f"gold line {pair.line}"

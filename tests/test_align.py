@@ -332,17 +332,17 @@ def test_eval_gold_scores_a_pharaoh_file(tmp_path: Path, capsys: pytest.CaptureF
     assert json.loads(capsys.readouterr().out)["aer"] == 14.54  # the baseline of data/gold/README.md
 
 
-def test_alignment_sources_bench_ranks_every_source(
-    tiny_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture
-) -> None:
-    import importlib.util
+def test_alignment_sources_ranks_every_source(tiny_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from export import alignment_sources
 
-    spec = importlib.util.spec_from_file_location("alignment_sources", REPO / "bench" / "alignment_sources.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     gold = tmp_path / "gold.tsv"
     gold.write_text("".join(f"{s}\t{t}\t{' '.join(f'{i}-{i}' for i in range(len(s.split())))}\n" for s, t in PAIRS))
-    assert bench.main(["--model", str(tiny_bundle), "--gold", str(gold), "--json", str(tmp_path / "rows.json")]) == 0
+    assert (
+        alignment_sources.main(
+            ["--model", str(tiny_bundle), "--gold", str(gold), "--json", str(tmp_path / "rows.json")]
+        )
+        == 0
+    )
     rows = json.loads((tmp_path / "rows.json").read_text())
     assert len(rows) == 2 * 2 * (1 + 4)  # 2 layers x (mean + 4 heads) x shift off/on
     assert [r["aer"] for r in rows] == sorted(r["aer"] for r in rows)

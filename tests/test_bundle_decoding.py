@@ -31,10 +31,36 @@ from seq2seq.runtime.bundle import BundleError, load_bundle_manifest, parse_deco
 from service.app import create_app
 from service.settings import Settings
 
-CHOSEN = {"beam_size": 3, "length_penalty": 0.6, "coverage_penalty": 0.0, "no_repeat_ngram_size": 0}
+CHOSEN = {
+    "beam_size": 3,
+    "length_penalty": 0.6,
+    "coverage_penalty": 0.0,
+    "no_repeat_ngram_size": 0,
+    "dictionary_hints": True,  # the tiny bundle has no hint pieces: recorded and carried, not applied
+    "hint_max_count": 5,
+}
 # What flags and request fields ask for instead: none of it is CHOSEN's or DecodeConfig's.
-ASKED = {"beam_size": 2, "length_penalty": 1.5, "coverage_penalty": 0.3, "no_repeat_ngram_size": 3}
-FLAGS = [f"--{name.replace('_', '-')}={value}" for name, value in ASKED.items()]
+ASKED = {
+    "beam_size": 2,
+    "length_penalty": 1.5,
+    "coverage_penalty": 0.3,
+    "no_repeat_ngram_size": 3,
+    "dictionary_hints": False,
+    "hint_max_count": 1,
+}
+
+
+def flags(settings: dict) -> list[str]:
+    """The command-line flags that ask for `settings` (a switch as --name / --no-name)."""
+    return [
+        (f"--{name.replace('_', '-')}" if value else f"--no-{name.replace('_', '-')}")
+        if isinstance(value, bool)
+        else f"--{name.replace('_', '-')}={value}"
+        for name, value in settings.items()
+    ]
+
+
+FLAGS = flags(ASKED)
 
 
 def with_decoding(tiny_bundle: Path, root: Path, decoding: object) -> Path:
@@ -238,7 +264,7 @@ def test_a_resumed_job_keeps_the_decoding_it_ran_with(
     job_file(out).write_text(json.dumps(job_options(parse(*FLAGS))))
     assert {name: getattr(parse(), name) for name in ASKED} == ASKED and check_resume_options(parse()) == []
     # Asking for the bundle's settings now would change the job: refused, naming them.
-    assert len(check_resume_options(parse(*(f"--{n.replace('_', '-')}={v}" for n, v in CHOSEN.items())))) == 4
+    assert len(check_resume_options(parse(*flags(CHOSEN)))) == 6
     out.write_text("".join(whole.read_text(encoding="utf-8").splitlines(keepends=True)[:2]), encoding="utf-8")
     assert cli_main(["translate", "-m", str(chosen), "-i", str(source), "-o", str(out), "--resume", *one]) == 0
     assert settings_of(searches) == [ASKED] and out.read_text() == whole.read_text()

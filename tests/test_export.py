@@ -161,8 +161,8 @@ def test_head_reshapes_have_constant_targets(tiny_bundle: Path) -> None:
     Gather -> Concat chain left to run per step); the parity tests above check that the
     outputs did not move. The exceptions are built once per run from the Shape of a graph
     input: the targets that give each Gemm's output back its leading dims (export/gemm.py),
-    and those of the grouped cross-attention, which need the sentences and rows (README,
-    lever 23), one Concat for all layers."""
+    and those of the grouped cross-attention, which need the sentences and rows
+    (docs/performance.md, lever 23), one Concat for all layers."""
     for name in ("encoder.onnx", "decoder_step.onnx"):
         graph = onnx.load(str(tiny_bundle / name)).graph
         constants = {tensor.name for tensor in graph.initializer}

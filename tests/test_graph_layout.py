@@ -1,7 +1,7 @@
 """The exported graphs' layout for speed: keys transposed, so every attention score is a
-plain MatMul, and the fp32 graphs' bias Adds fused into Gemms (export/gemm.py) (README,
-lever 22); one cross K/V per sentence, read once for all its beams (lever 23). None
-changes a result; bundles exported before them still run."""
+plain MatMul, and the fp32 graphs' bias Adds fused into Gemms (export/gemm.py)
+(docs/performance.md, lever 22); one cross K/V per sentence, read once for all its beams
+(lever 23). None changes a result; bundles exported before them still run."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from seq2seq.cli import main as cli_main
 from seq2seq.core.config import TrainConfig
 from seq2seq.training.guided import GuidedAlignment, guided_loss
 from seq2seq.training.train import train
-from seq2seq.training.train_data import load_examples
+from seq2seq.training.train_data import BatchExample, load_examples
 
 
 class FakeTokenizer:
@@ -73,8 +73,8 @@ def test_guided_rows_are_the_input_steps_of_the_pieces_with_the_step_shift(tmp_p
     links.write_text("0-0 1-1 1-2 2-3 2-4\n")
     pairs = read_pairs_text(tmp_path, "Das Hausboot sinkt\tThe house boat is sinking\tsentence\n")
     guided = GuidedAlignment(links, pairs, [0], FakeTokenizer(), step_shift=step_shift)
-    examples = [([4, 5, 6, 7, 3], [8, 9, 10, 11, 12, 13])]  # 4 source pieces + EOS, 6 target pieces
-    rows = guided.targets(examples, [0])[0].numpy()  # (T + 1 decoder steps, S + 1)
+    batch = [BatchExample(0, [4, 5, 6, 7, 3], [8, 9, 10, 11, 12, 13])]  # 4 source pieces + EOS, 6 target pieces
+    rows = guided.targets(batch)[0].numpy()  # (T + 1 decoder steps, S + 1)
     per_piece = guided.distribution(0, n_source=4, n_target=6)
     # Decoder step p reads BOS + y_<p and produces y_p: shifted, piece t is supervised at
     # step t + 1 (where it is the input) and step 0 (input BOS) is free; else at step t.

@@ -7,9 +7,10 @@ module is placed by where it is created:
 
 - `data/`: corpora, splits, the tokenizer.
 - `seq2seq/core/`, `seq2seq/analysis/`, `seq2seq/decoding/`, `seq2seq/runtime/`: the
-  torch-free inference library. Inside it a module imports its own folder or a lower one:
-  core < analysis < decoding, runtime (decoding and runtime are peers and do not import
-  each other).
+  torch-free inference library, and `seq2seq/documents/` above it (markup carried by the
+  alignment, file formats: it uses the translator and teacher forcing). Inside it a module
+  imports its own folder or a lower one: core < analysis < decoding, runtime < documents
+  (decoding and runtime are peers and do not import each other).
 - `seq2seq/training/`, `export/`, and `seq2seq/loading.py` (the one bridge: it reaches
   `training/` lazily, for the torch backend only): the torch layer.
 - `service/`, `seq2seq/cli/`: the top.
@@ -38,7 +39,7 @@ DATA, LIBRARY, TORCH, TOP = 0, 1, 2, 3
 LAYER_NAMES = {DATA: "data", LIBRARY: "inference library", TORCH: "model/training and export", TOP: "service and CLIs"}
 # The folders of the torch-free library and their rank: a module imports its own folder or
 # one of lower rank. Folders of equal rank are peers and do not import each other.
-LIBRARY_FOLDERS = {"core": 0, "analysis": 1, "decoding": 2, "runtime": 2}
+LIBRARY_FOLDERS = {"core": 0, "analysis": 1, "decoding": 2, "runtime": 2, "documents": 3}
 TORCH_FOLDERS = ("training",)
 
 
@@ -225,7 +226,7 @@ def test_the_torch_free_library_imports_without_torch() -> None:
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
 
 
-def test_the_serving_path_never_imports_torch(tiny_bundle: Path) -> None:
+def test_the_serving_path_never_imports_torch(tiny_bundle: Path, tmp_path: Path) -> None:
     """Load the bundle as `crossalign serve` does and use every route that runs the model."""
     code = textwrap.dedent(f"""
         import sys
@@ -234,13 +235,18 @@ def test_the_serving_path_never_imports_torch(tiny_bundle: Path) -> None:
         from service.settings import Settings
 
         text = {SENTENCES[0]!r}
-        with TestClient(create_app(Settings(models={str(tiny_bundle.parent)!r}, threads=1))) as client:
+        settings = Settings(models={str(tiny_bundle.parent)!r}, threads=1, files_dir={str(tmp_path)!r})
+        with TestClient(create_app(settings)) as client:
             calls = [
                 client.post("/translate", json={{"q": text, "source": "de", "target": "en", "alignment": True}}),
                 client.post("/v1/translate", json={{"text": text, "source": "de", "n_best": 2, "beam_size": 2}}),
                 client.post("/v1/align", json={{"text": text, "translation": "the dog is small .", "source": "de"}}),
                 client.post("/v1/attention", json={{"text": text, "source": "de"}}),
                 client.get("/v1/heatmap", params={{"q": text, "source": "de", "format": "svg"}}),
+                client.post("/translate", json={{"q": "<p>" + text + "</p>", "source": "de", "target": "en",
+                                                 "format": "html"}}),
+                client.post("/translate_file", files={{"file": ("a.html", "<p>" + text + "</p>")}},
+                            data={{"source": "de", "target": "en"}}),
             ]
         for response in calls:
             assert response.status_code == 200, (response.request.url, response.text)

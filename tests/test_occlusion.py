@@ -77,7 +77,7 @@ def test_batched_occlusion_equals_one_teacher_forced_run_per_occluded_source(tin
 # --------------------------------------------------------------------------- the shipped model
 
 # Flag a word when taking it out of the source makes the target *more* likely: the single
-# rule the benchmark fits (bench/quality_signals.py, "occlusion drop": drop < -0.25).
+# rule the benchmark fits (export/quality_signals.py, "occlusion drop": drop < -0.25).
 OCCLUSION_ONLY = Detector(("occlusion_drop",), (-1.0,), 0.0, 0.25)
 
 

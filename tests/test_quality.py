@@ -1,13 +1,12 @@
 """Quality signals (seq2seq/analysis/quality.py), the planted damage they are measured on
-(bench/planted.py) and the script that measures them and chooses a model's detectors and
-thresholds (bench/quality_signals.py), on hand-made maps and on a tiny exported model."""
+(export/planted.py) and the script that measures them and chooses a model's detectors and
+thresholds (export/quality_signals.py), on hand-made maps and on a tiny exported model."""
 
 from __future__ import annotations
 
 import json
 import math
 import random
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 from toy import SENTENCES, toy_pairs, train_tiny
 
+from export import planted, quality_signals
 from export.exporter import export_model
 from seq2seq.analysis.confidence import confidence_features, length_misfit, sentence_coverage
 from seq2seq.analysis.occlusion import DROP_FLOOR, OCCLUSION_FEATURES
@@ -35,11 +35,6 @@ from seq2seq.core.alignment import Alignments, Token, align, words
 from seq2seq.core.config import AlignmentOptions
 from seq2seq.decoding.forced import align_pair
 from seq2seq.loading import load_translator
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-import planted  # noqa: E402  (bench/planted.py)
-import quality_signals  # noqa: E402  (bench/quality_signals.py)
 
 # Rows = target words ("The", "house", "glows", "."), columns = source words ("Das", "Haus", "ist", "klein", ".").
 SOURCE = ["Das", "Haus", "ist", "klein", "."]

@@ -34,7 +34,7 @@ def first_step_on_every_row(
     self: search._Beams, backend: SearchBackend, need_attention: bool, top_k: int = 0
 ) -> StepOutput:
     """What the search did before: all K rows of every sentence step from BOS (the cross K/V
-    one per row, unless the graph reads one per sentence: README, lever 23)."""
+    one per row, unless the graph reads one per sentence: docs/performance.md, lever 23)."""
     expand = np.repeat(np.arange(len(self.active)), self.k)
     cross = (self.cache.cross_k, self.cache.cross_v)
     if not self.cross_per_sentence:
@@ -87,9 +87,9 @@ def test_first_step_on_one_row_per_sentence_changes_nothing_fp32(
     sentences = SENTENCES[:8]
     config = DecodeConfig(beam_size=3, n_best=3, coverage_penalty=0.3)
     after, before = search_both_ways(monkeypatch, tiny_bundle, "fp32", sentences, config)
-    # The graph reads each sentence's cross K/V once for its rows (README, lever 23): its
-    # first step's one row per sentence is a (1, Dh) x (Dh, S) product where the K rows
-    # were one (K, Dh) x (Dh, S), which round differently in the last bits.
+    # The graph reads each sentence's cross K/V once for its rows (docs/performance.md,
+    # lever 23): its first step's one row per sentence is a (1, Dh) x (Dh, S) product where
+    # the K rows were one (K, Dh) x (Dh, S), which round differently in the last bits.
     assert_same_hypotheses(after, before, atol=1e-5)
 
 

@@ -20,13 +20,13 @@ import pytest
 import torch
 
 from data.tokenizer import Tokenizer, train_sentencepiece
-from seq2seq.core.config import DecodeConfig, ModelConfig, TrainConfig
+from seq2seq.core.config import DecodeConfig, ModelConfig, TrainConfig, to_dict
 from seq2seq.decoding.translator import Translator
 from seq2seq.training.checkpoints import average_checkpoints, list_checkpoints
 from seq2seq.training.model import Transformer, load_model
 from seq2seq.training.torch_backend import TorchBackend
 from seq2seq.training.train import learning_rate, smoothed_loss, train
-from seq2seq.training.train_data import make_batches
+from seq2seq.training.train_data import collate, load_examples, make_batches
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -288,7 +288,34 @@ def test_a_run_takes_its_direction_from_the_data_manifest(tmp_path: Path, toy_to
 
 
 def test_distributed_data_parallel_with_two_processes(tmp_path: Path, toy_tokenizer_path: Path):
+    """Two ranks, each on its own batch: their gradients are averaged, so the weights after a
+    step are those of one process stepping on the mean of the two batches' losses (each
+    normalised by its own tokens, as each rank does). A rank that kept its own gradient
+    would land elsewhere: Adam's first step moves each weight by the sign of its gradient."""
     write_toy_data(tmp_path / "data", toy_tokenizer_path, train_count=60, held_out_count=4)
+    train_config = TrainConfig(
+        data_dir=str(tmp_path / "data"),
+        out_dir=str(tmp_path / "run"),
+        max_tokens=64,
+        max_steps=2,
+        warmup_steps=2,
+        valid_every=1,
+        save_every=1,
+        valid_bleu_sentences=2,
+        average_last=1,
+        threads=1,
+        weight_decay=0.0,
+    )
+    model_config = ModelConfig(
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        alignment_layer=-1,
+        dropout=0.0,
+        max_positions=32,
+    )
     driver = tmp_path / "driver.py"
     driver.write_text(
         textwrap.dedent(f"""
@@ -297,11 +324,7 @@ def test_distributed_data_parallel_with_two_processes(tmp_path: Path, toy_tokeni
         from seq2seq.core.config import ModelConfig, TrainConfig
         from seq2seq.training.train import train
 
-        final = train(TrainConfig(data_dir={str(tmp_path / "data")!r}, out_dir={str(tmp_path / "run")!r},
-                                  max_tokens=64, max_steps=6, warmup_steps=2, valid_every=3, save_every=3,
-                                  valid_bleu_sentences=2, average_last=2, threads=1),
-                      ModelConfig(d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1,
-                                  alignment_layer=-1, dropout=0.0, max_positions=32))
+        final = train(TrainConfig(**{to_dict(train_config)!r}), ModelConfig(**{to_dict(model_config)!r}))
         assert not dist.is_initialized()
         with open({str(tmp_path)!r} + f"/rank{{os.environ['RANK']}}.done", "w") as handle:
             handle.write(str(final))
@@ -318,13 +341,42 @@ def test_distributed_data_parallel_with_two_processes(tmp_path: Path, toy_tokeni
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert (tmp_path / "rank0.done").is_file() and (tmp_path / "rank1.done").is_file()
-    final = Path((tmp_path / "rank0.done").read_text())
-    model = load_model(final)
-    assert all(torch.isfinite(p).all() for p in model.parameters())
-    assert [p.name for p in list_checkpoints(tmp_path / "run")] == ["step0000003.pt", "step0000006.pt"]
+    assert [p.name for p in list_checkpoints(tmp_path / "run")] == ["step0000001.pt", "step0000002.pt"]
     history = (tmp_path / "run" / "history.jsonl").read_text().splitlines()
-    assert len(history) == 2  # validation at steps 3 and 6, written once (by rank 0)
+    assert len(history) == 2  # validation at steps 1 and 2, written once (by rank 0)
     assert math.isfinite(json.loads(history[-1])["valid_loss"])
+    after_one_step = torch.load(list_checkpoints(tmp_path / "run")[0], weights_only=False)["model"]
+
+    # The same first step in one process, on the mean of the two ranks' losses.
+    tokenizer = Tokenizer(tmp_path / "data" / "spm.model")
+    model_config = replace(model_config, vocab_size=tokenizer.vocab_size)
+    examples = load_examples(tmp_path / "data" / "train.tsv", tokenizer, model_config.max_positions)
+    batches = make_batches(examples, train_config.max_tokens, train_config.seed, 0)
+    batches = batches[len(batches) % 2 :]  # as the loop makes the count even across ranks
+    rank_batches = batches[:2]  # step 1: rank r reads batches[0 * 2 + r]
+
+    def first_step(batches_read: list[list[int]]) -> dict[str, torch.Tensor]:
+        torch.manual_seed(train_config.seed)  # as train() seeds before building the model
+        model = Transformer(model_config)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=learning_rate(1, train_config), betas=train_config.betas, weight_decay=0.0
+        )
+        losses = []
+        for indices in batches_read:
+            src, tgt_in, tgt_out = collate(examples, indices, model_config)
+            loss_sum, tokens = smoothed_loss(model(src, tgt_in), tgt_out, train_config.label_smoothing, 0)
+            losses.append(loss_sum / tokens)
+        optimizer.zero_grad()
+        (sum(losses) / len(losses)).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.clip_norm)
+        optimizer.step()
+        return model.state_dict()
+
+    union = first_step(rank_batches)
+    for name, tensor in union.items():
+        assert torch.allclose(after_one_step[name], tensor, atol=1e-5), name
+    for alone in (first_step([rank_batches[0]]), first_step([rank_batches[1]])):  # no averaging: elsewhere
+        assert any(not torch.allclose(after_one_step[n], tensor, atol=1e-5) for n, tensor in alone.items())
 
 
 def test_every_training_setting_is_explained_in_help() -> None:

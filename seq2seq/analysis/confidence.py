@@ -2,8 +2,8 @@
 covers and how far the translation's length is from the expected one. Torch-free.
 
 The confidence is a linear estimate of the sentence's chrF / 100 (weights fitted by
-`bench/quality_signals.py`); `seq2seq.analysis.quality.assess` applies it, and
-`bench/quality_confidence.py` fits it from these same features.
+`export/quality_signals.py`); `seq2seq.analysis.quality.assess` applies it, and
+`export/quality_confidence.py` fits it from these same features.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ relied on the word, whatever others gained.
 
 Occluding = removing the word's pieces from the source (`OCCLUDE_MODES`: or replacing
 them by <unk>, or masking them out of attention). Measured on planted omissions
-(bench/occlusion_experiment.py, the shipped model, detector F1 valid-held / gold, seed 1):
+(docs/quality.md, source occlusion; the shipped model, detector F1 valid-held / gold, seed 1):
 remove 71.0 / 72.8, mask 68.6 / 70.1, unk 69.1 / 72.2, attention features alone 65.2 / 67.1
 (seed 2: remove 68.4 / 75.0 against 63.1 / 71.0). Those int8 graphs were dynamically
 quantized, so their log-probs depended a little on the rest of the batch (~0.02 per piece

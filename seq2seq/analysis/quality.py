@@ -13,7 +13,7 @@ returns, so a user can check every figure against the heatmap:
   decoder (the mean over its pieces);
 - per sentence, **confidence** in [0, 1]: a linear estimate of the sentence's chrF / 100
   from three features, clipped to [0, 1] (the weights are fitted on the valid split by
-  `bench/quality_signals.py`):
+  `export/quality_signals.py`):
     * the mean log-probability per target token (EOS included), ≤ 0;
     * the sentence coverage: the mean over source words of min(coverage, 1), in [0, 1];
     * the length misfit: -|log(length ratio / expected ratio)|, ≤ 0, where the length ratio
@@ -43,7 +43,7 @@ The two flags:
     * ungrounded: the word's surprise (mean and max over its pieces) with the peak and the
       entropy of its row in the model's own map: an invented word is one the decoder did
       not expect; attention alone hardly tells it.
-  Weights and thresholds are fitted on the model's valid split (`bench/quality_signals.py`).
+  Weights and thresholds are fitted on the model's valid split (`export/quality_signals.py`).
 - A `quality.json` without detectors (written before them), or an assessment without
   `Evidence`, falls back to single thresholds: coverage < `untranslated_coverage`, peak <
   `ungrounded_peak` of the map itself.
@@ -74,6 +74,7 @@ from seq2seq.analysis.confidence import confidence_features, sentence_coverage
 from seq2seq.analysis.occlusion import OCCLUSION_FEATURES, occlusion_features
 from seq2seq.core.alignment import Alignments, is_punctuation, projection, subword_map, word_map
 from seq2seq.core.config import AlignmentOptions
+from seq2seq.core.hints import TermOutcome
 
 # "thorough": the untranslated detector with source occlusion (a teacher-forced row per source
 # word); "fast": its attention-only twin, no occlusion (`QualityThresholds.for_mode`).
@@ -362,6 +363,9 @@ class SentenceQuality:
     confidence: float | None  # 0..1, about the sentence chrF / 100; None without log-prob
     target_surprise: list[float] | None = None  # per target word, -log p (mean over pieces); None when not known
     untranslated_by: str = "coverage threshold"  # what flagged `untranslated` (UNTRANSLATED_BY)
+    # The target-term hints the model was shown and whether the translation used each
+    # (seq2seq/core/hints.py); filled by the translator with the map.
+    terms: list[TermOutcome] = field(default_factory=list)
 
     def to_dict(self, decimals: int = 4) -> dict:
         rounded = lambda values: [round(float(v), decimals) for v in values]  # noqa: E731
@@ -378,16 +382,20 @@ class SentenceQuality:
             "confidence": maybe(self.confidence),
             "target_surprise": None if self.target_surprise is None else rounded(self.target_surprise),
             "untranslated_by": self.untranslated_by,
+            "terms": [term.to_dict() for term in self.terms],
         }
 
 
-def join(parts: Sequence[tuple[SentenceQuality, int]]) -> SentenceQuality:
+def join(parts: Sequence[tuple[SentenceQuality, int]], source_offsets: Sequence[int] = ()) -> SentenceQuality:
     """The quality of a text translated sentence by sentence, from each sentence's quality and
     its produced tokens (target pieces + EOS): word lists are concatenated and flag indices
     shifted, as `seq2seq.core.alignment.concat` places the maps on the diagonal; the sentence
-    figures are averaged weighted by produced tokens, as the text's score is."""
+    figures are averaged weighted by produced tokens, as the text's score is. The terms'
+    spans move by each sentence's offset in the text (`source_offsets`, default 0)."""
+    offsets = list(source_offsets) or [0] * len(parts)
     if len(parts) == 1:
-        return parts[0][0]
+        quality = parts[0][0]
+        return replace(quality, terms=[t.shifted(offsets[0]) for t in quality.terms]) if offsets[0] else quality
     weights = np.array([tokens for _, tokens in parts], dtype=np.float64)
 
     def mean(values: list[float | None]) -> float | None:
@@ -407,6 +415,7 @@ def join(parts: Sequence[tuple[SentenceQuality, int]]) -> SentenceQuality:
     surprises = [q.target_surprise for q, _ in parts]
     joined.target_surprise = None if any(v is None for v in surprises) else [v for s in surprises for v in s]
     joined.untranslated_by = parts[0][0].untranslated_by  # one translator, one mode: the same for every sentence
+    joined.terms = [term.shifted(offset) for (quality, _), offset in zip(parts, offsets) for term in quality.terms]
     return joined
 
 

@@ -15,7 +15,14 @@ input order:
   with the model's thresholds); a bad line is `{"line", "source", "target", "error"}`;
 - `--format untranslated`: the source words the given translation left out (flagged
   untranslated), as `index:word` separated by spaces; an empty line when none (or when the
-  line could not be aligned, its error going to stderr).
+  line could not be aligned, its error going to stderr);
+- `--format marked` (with `--markup`): the translation with the source's inline markup
+  placed on it by the alignment (seq2seq/documents/markup.py); an empty line for a bad line.
+
+`--markup html|xml`: the source side carries inline markup (HTML, or XML such as XLIFF's
+`<g>`/`<x/>`), read as one segment; its plain text is aligned, word indices are those of
+the plain text, and JSONL records get `marked_translation`. A source that does not parse
+is a bad line.
 
 Bad lines (no tab, invalid UTF-8, a side that breaks the service's input rules of
 `seq2seq.core.inputs` -- empty, over --max-chars, control characters --, too long for the
@@ -44,10 +51,13 @@ from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig
 from seq2seq.core.inputs import text_problem
 from seq2seq.decoding.forced import align_given
 from seq2seq.decoding.translator import Translator
+from seq2seq.documents.inline import INLINE_FORMATS, InlineText, read_inline
+from seq2seq.documents.markup import Marked, transfer
+from seq2seq.documents.translate import has_words
 from seq2seq.loading import BACKENDS, DEFAULT_BACKEND, load_translator
 
 log = logging.getLogger("crossalign.align")
-FORMATS = ("pharaoh", "jsonl", "untranslated")
+FORMATS = ("pharaoh", "jsonl", "untranslated", "marked")
 
 
 @dataclass
@@ -98,6 +108,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("word", "subword"),
         default=AlignmentOptions.level,
         help="subword: also write the subword map in JSONL records",
+    )
+    parser.add_argument(
+        "--markup",
+        choices=INLINE_FORMATS,
+        help="the source carries inline markup: align its plain text and place the markup on the translation",
     )
     parser.add_argument("--batch-lines", type=int, default=256, help="lines read and aligned together")
     parser.add_argument("--max-chars", type=int, default=MAX_CHARS, help="longer sides are error records")
@@ -154,9 +169,11 @@ def write_records(
     lines: list[PairLine], translator: Translator, options: AlignmentOptions, args: argparse.Namespace, out: TextIO
 ) -> int:
     """Align one chunk of lines and write its records in order; returns the number of failures."""
+    inline = {id(p): read_marked_source(p, args.markup) for p in lines} if args.markup else {}
     good = [p for p in lines if p.error is None]
+    plain = [inline[id(p)].marked.text if args.markup else p.source for p in good]
     aligned = iter(
-        align_given(translator, [(p.source, p.target) for p in good], options, restore_case=args.restore_case)
+        align_given(translator, list(zip(plain, [p.target for p in good])), options, restore_case=args.restore_case)
     )
     failures = 0
     for pair in lines:
@@ -175,18 +192,42 @@ def write_records(
                     + "\n"
                 )
             continue
+        marked = None
+        if args.markup:
+            source = inline[id(pair)]
+            marked = source.write(transfer(source.marked, pair.target, result.word))
         if args.format == "pharaoh":
             out.write(result.word.pharaoh + "\n")
+        elif args.format == "marked":
+            out.write((marked if marked is not None else pair.target).replace("\n", " ") + "\n")
         elif args.format == "untranslated":
             words = result.word.source_tokens
             out.write(" ".join(f"{i}:{words[i].text}" for i in result.quality.untranslated) + "\n")
         else:
-            out.write(json.dumps({"line": pair.line, **result.to_record()}, ensure_ascii=False) + "\n")
+            record = {"line": pair.line, **result.to_record()}
+            if marked is not None:
+                record["marked_translation"] = marked
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
     out.flush()
     return failures
 
 
+def read_marked_source(pair: PairLine, kind: str) -> InlineText:
+    """The line's source as one marked segment; a source that does not parse, or has no words
+    outside its markup, makes the line bad (its `error`)."""
+    try:
+        inline = read_inline(pair.source, kind)
+    except ValueError as error:
+        pair.error = pair.error or f"source: {error}"
+        return InlineText(Marked(pair.source), lambda placed: pair.source)
+    if not has_words(inline.marked.text):
+        pair.error = pair.error or "source: no words outside its markup"
+    return inline
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.format == "marked" and not args.markup:
+        raise SystemExit("crossalign align: --format marked needs --markup html or xml")
     translator = load_translator(args.model, args.backend, args.threads, quality_mode=args.quality)
     try:
         options = alignment_options(args, args.level).resolve(translator.config)

@@ -28,8 +28,10 @@ from data.tokenizer import Tokenizer
 from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE
 from seq2seq.cli import batch, translate_args
 from seq2seq.cli.align import alignment_options
+from seq2seq.cli.documents import translate_document_file
 from seq2seq.cli.translate_args import add_arguments  # noqa: F401 - `crossalign` calls translate.add_arguments
 from seq2seq.core.config import SEARCH_FIELDS, AlignmentError, AlignmentOptions, DecodeConfig, ModelConfig, load_config
+from seq2seq.documents.files import DocumentError, format_of
 from seq2seq.runtime.bundle import BundleError, decode_defaults
 
 log = logging.getLogger("crossalign.translate")
@@ -47,10 +49,8 @@ def job_options(args: argparse.Namespace) -> dict:
             for name in (
                 "input_format",
                 "format",
-                "beam_size",
-                "length_penalty",
-                "coverage_penalty",
-                "no_repeat_ngram_size",
+                *SEARCH_FIELDS,
+                "glossary",
                 "restore_case",
                 "early_exit",
                 "max_chars",
@@ -75,6 +75,9 @@ OPTIONS_ADDED_SINCE = {
     "no_repeat_ngram_size": 0,
     "restore_case": False,
     "early_exit": False,
+    "dictionary_hints": False,
+    "hint_max_count": 2,
+    "glossary": [],
 }
 
 
@@ -180,6 +183,7 @@ class _Input:
 
 
 def _run(args: argparse.Namespace) -> int:
+    args.format = document_format(args) or args.format
     try:
         fill_unset_options(args)
     except BundleError as error:
@@ -190,6 +194,8 @@ def _run(args: argparse.Namespace) -> int:
         for problem in problems:
             log.error("%s", problem)
         return batch.EXIT_USAGE
+    if args.format in translate_args.DOCUMENT_FORMATS:
+        return translate_document_file(args, _decode_config(args))
     if args.alignment and args.format == "text":
         log.warning("--alignment shows in --format jsonl (maps) or tsv (links), not in text output")
     decode = _decode_config(args)
@@ -221,6 +227,18 @@ def _run(args: argparse.Namespace) -> int:
         heatmap_format=args.heatmap_format,
     )
     return _translate(args, engine, tokenizer, max_source, source, options)
+
+
+def document_format(args: argparse.Namespace) -> str | None:
+    """The document format of this run: --format, or the input's extension (not .txt) when
+    --format is left at the line job's default."""
+    if args.format in translate_args.DOCUMENT_FORMATS:
+        return args.format
+    if args.format == batch.JobOptions.output_format and args.input is not None:
+        with contextlib.suppress(DocumentError):
+            name = format_of(args.input.name).name
+            return name if name in translate_args.DOCUMENT_FORMATS else None
+    return None
 
 
 def _decode_config(args: argparse.Namespace) -> DecodeConfig:

@@ -14,13 +14,20 @@ from typing import Any
 from seq2seq.cli import batch
 from seq2seq.cli.align import add_alignment_source_arguments, add_quality_argument
 from seq2seq.core.config import SEARCH_FIELDS, AlignmentOptions, DecodeConfig
+from seq2seq.documents.files import FORMATS
 from seq2seq.loading import BACKENDS
 from seq2seq.runtime.bundle import PRECISIONS
 
 log = logging.getLogger("crossalign.translate")
 DEFAULT_MODEL = Path("models/de-en")
+DOCUMENT_FORMATS = tuple(name for name in FORMATS if name != "txt")  # a .txt file is a line job
 
 EPILOG = f"""\
+documents: -i report.docx -o report.en.docx translates a whole file (docx, odt, pptx, html,
+  xliff, srt, md; the format from the extension, or --format), each paragraph or cue one
+  segment, its inline formatting placed on the translation by the word alignment; with
+  --alignment a JSONL sidecar FILE.alignment.jsonl holds every segment's word links.
+
 input: one segment per line, UTF-8, read as bytes and decoded line by line.
   text   the whole line is the source
   tsv    the first column is the source (e.g. a test split's source<TAB>target)
@@ -96,9 +103,11 @@ def add_io_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-f",
         "--format",
-        choices=batch.OUTPUT_FORMATS,
+        choices=batch.OUTPUT_FORMATS + DOCUMENT_FORMATS,
         default=batch.JobOptions.output_format,
-        help=f"output format (default {batch.JobOptions.output_format})",
+        help=f"output format of a line job (default {batch.JobOptions.output_format}), or a document format: "
+        f"{', '.join(DOCUMENT_FORMATS)} translate the file -i whole into -o, markup and layout kept (an input "
+        "with such an extension is a document unless --format tsv or jsonl is given; .txt stays a line job)",
     )
     parser.add_argument(
         "--resume",
@@ -141,6 +150,26 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         f"({bundle_default('no_repeat_ngram_size')})",
     )
     parser.add_argument(
+        "--dictionary-hints",
+        action=argparse.BooleanOptionalAction,
+        help="show rare source words to the model with their dictionary translation, for a model trained with "
+        f"hints ({bundle_default('dictionary_hints')})",
+    )
+    parser.add_argument(
+        "--hint-max-count",
+        type=ngram_size,
+        metavar="N",
+        help=f"a word is rare when the training sentences held it at most N times ({bundle_default('hint_max_count')})",
+    )
+    parser.add_argument(
+        "--glossary",
+        type=read_glossary,
+        metavar="FILE.tsv",
+        default=(),
+        help="your terms, one `source term<TAB>target term` per line: matched in inflected forms and shown to "
+        "the model (a model trained with hints); each translation's quality says whether it used them",
+    )
+    parser.add_argument(
         "--restore-case",
         action=argparse.BooleanOptionalAction,
         default=DecodeConfig.restore_case,
@@ -157,7 +186,25 @@ def bundle_default(name: str) -> str:
 def asked_decoding(args: argparse.Namespace) -> dict[str, Any]:
     """The search settings given on the command line (None = unset: the model's own), for
     `DecodeConfig.override` over `Translator.decode_defaults`."""
-    return {name: getattr(args, name) for name in SEARCH_FIELDS}
+    return {name: getattr(args, name) for name in SEARCH_FIELDS} | {"glossary": args.glossary or None}
+
+
+def read_glossary(path: str) -> tuple[tuple[str, str], ...]:
+    """--glossary FILE.tsv: (source term, target term) pairs; refused when parsing (exit status
+    2) naming the line that is not two non-empty fields."""
+    entries = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise argparse.ArgumentTypeError(f"{path}: {error}") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        fields = [field.strip() for field in line.split("\t")]
+        if len(fields) != 2 or not all(fields):
+            raise argparse.ArgumentTypeError(f"{path}:{number}: expected `source term<TAB>target term`")
+        entries.append((fields[0], fields[1]))
+    return tuple(entries)
 
 
 def ngram_size(text: str) -> int:

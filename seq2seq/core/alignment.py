@@ -1,6 +1,6 @@
 """From cross-attention to alignment maps: one rule, used by the API, the CLI and evaluation.
 
-The rule (documented in README, "Alignment maps"):
+The rule (documented in docs/alignment.md):
 
 1. Read one decoder layer's cross-attention, averaged over the chosen heads (all heads by
    default). Row i is the decoder step that *produced* target piece i; with

@@ -28,12 +28,13 @@ class DecoderCache:
     Shapes: L decoder layers, N rows, H heads, S source length, P cached target positions.
 
     The keys' last two axes are the backend's business: the ONNX graphs exported since
-    README lever 22 take and return them transposed, (L, N, H, Dh, S) and (L, N, H, Dh, P),
-    so each score is a plain MatMul (`OnnxBackend.keys_transposed`). The search only moves
-    rows (axis 1) and reads P from the values, whose layout is the same everywhere.
+    lever 22 (docs/performance.md) take and return them transposed, (L, N, H, Dh, S) and
+    (L, N, H, Dh, P), so each score is a plain MatMul (`OnnxBackend.keys_transposed`). The
+    search only moves rows (axis 1) and reads P from the values, whose layout is the same
+    everywhere.
 
     The cross K/V have one row per search row, or, for a backend with `cross_per_sentence`
-    (README lever 23), one per sentence (B, its K beams being consecutive rows).
+    (lever 23), one per sentence (B, its K beams being consecutive rows).
     """
 
     cross_k: np.ndarray  # (L, N, H, S, Dh) (or transposed, above) cross-attention keys, once per source
@@ -155,7 +156,7 @@ def move_rows(states: np.ndarray, rows: np.ndarray) -> np.ndarray:
     Only the rows that change place are copied. When a sentence finishes, the search moves
     the last sentence into its place (`seq2seq.decoding.search`), so its K rows are all that move,
     where `np.take` copied every row of the batch (at beam 4, batch 32 that was 9% of the
-    time: README, lever 13). When most rows move (beams reordered), one `np.take` is
+    time: docs/performance.md, lever 13). When most rows move (beams reordered), one `np.take` is
     cheaper than a gather and a scatter, and is used. Each layer's slab of the result
     is contiguous, as backends need (the rows are a prefix of each layer's rows).
     """

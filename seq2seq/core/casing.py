@@ -37,7 +37,7 @@ its adjective follows and otherwise the joint vocabulary's English words win ("â
 piece, "Bus" two; "im bus" made the model translate "in the rain"). The first word is
 capitalised (or kept as given if that scores better). On the valid split 89.7% of the words
 come back in their original case, against 79.8% for "all lower case but the first word"
-(bench/shouting.py; README, "Shouted input").
+(docs/decoding.md, "Shouted input").
 
 **A shouted word in a normal text** (`Truecaser.restore_emphasised`): a run of 4+
 capitals in a text that is not shouted as a whole ("Das ist UNGLAUBLICH teuer.") is cut into
@@ -99,7 +99,7 @@ def lower(text: str) -> str:
 
 def shout(text: str) -> str:
     """`text` in upper case, character for character ("ÃŸ", whose upper case is "SS", is
-    kept): the same length, the same offsets. Also how bench/shouting.py shouts its sources,
+    kept): the same length, the same offsets. Also how the measurement shouted its sources,
     as caps lock types them."""
     return "".join(map(_upper, text))
 
@@ -126,7 +126,7 @@ def case_counts(text: str) -> tuple[int, int]:
 
     Every text the translator gets passes through here, so each distinct character is
     classified once (cached) and counted by `Counter` in C: 2.5x faster than a Python loop
-    over the characters (README, lever 14)."""
+    over the characters (docs/performance.md, lever 14)."""
     cased = upper = 0
     for character, count in Counter(text).items():
         is_letter, is_upper = _letter_case(character)

@@ -157,7 +157,7 @@ class TrainConfig:
     init_from: str = ""
     # Guided alignment (Garg et al. 2019): supervise one cross-attention head with a word
     # aligner's links while training translation. A Pharaoh file with one line per line of
-    # DATA/train.tsv (bench/eflomal_baseline.py --train-out); "" = off. The head is
+    # DATA/train.tsv (export/eflomal_baseline.py --train-out); "" = off. The head is
     # `guided_head` of ModelConfig.alignment_layer, and a new run records it as the model's
     # alignment head, so the product reads the supervised head by default.
     guided_alignment: str = ""
@@ -168,6 +168,18 @@ class TrainConfig:
     # aligns a word it has seen instead of guessing the next one. A new run records it as
     # the model's `alignment_step_shift`, so the product reads the same row.
     guided_step_shift: bool = True
+    # Target-term hints (Dinu et al. 2019; seq2seq/core/hints.py): each candidate hint of a
+    # training pair (DATA/hints.train.jsonl, written with the hint pieces' vocabulary by
+    # `crossalign data hints`) is shown in the source with this probability; 0 = none.
+    hint_rate: float = 0.0
+    # Subword regularization (Kudo 2018): each batch's source and target segmentations are
+    # sampled from the unigram model with this smoothing alpha (nbest -1; lower is more
+    # random); 0 = the one best segmentation, as at translation time.
+    subword_alpha: float = 0.0
+    # R-Drop (Liang et al. 2021): each batch runs twice with independent dropout and the
+    # symmetric KL divergence between the two output distributions is added with this
+    # weight; 0 = off. A step then costs about twice as much.
+    rdrop_alpha: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(self.betas))
@@ -182,6 +194,10 @@ class TrainConfig:
             problems.append(f"cooldown_steps {self.cooldown_steps} outside [0, max_steps {self.max_steps}]")
         if not 0.0 <= self.word_dropout < 1.0:
             problems.append(f"word_dropout {self.word_dropout} outside [0, 1)")
+        if not 0.0 <= self.hint_rate <= 1.0:
+            problems.append(f"hint_rate {self.hint_rate} outside [0, 1]")
+        if self.subword_alpha < 0 or self.rdrop_alpha < 0:
+            problems.append("subword_alpha and rdrop_alpha must be >= 0")
         if problems:
             raise ValueError("invalid TrainConfig: " + "; ".join(problems))
 
@@ -197,7 +213,14 @@ class TrainConfig:
 # The DecodeConfig fields that decide which translation the search finds. A bundle records
 # them (bundle.json `decoding`) as the defaults it was measured with and is served with; the
 # others (n_best, attention, alignment, length limits) are per call.
-SEARCH_FIELDS = ("beam_size", "length_penalty", "coverage_penalty", "no_repeat_ngram_size")
+SEARCH_FIELDS = (
+    "beam_size",
+    "length_penalty",
+    "coverage_penalty",
+    "no_repeat_ngram_size",
+    "dictionary_hints",
+    "hint_max_count",
+)
 
 
 @dataclass(frozen=True)
@@ -213,19 +236,20 @@ class DecodeConfig:
     length_penalty: float = 1.0
     # GNMT beta: plus beta * sum over source pieces of log(min(attention received, 1)), read
     # from the model's alignment head (Wu et al. 2016); 0 = off. 0.2 was tuned on valid
-    # (README, "Coverage-aware beam search"): BLEU 7.78 -> 8.10, length ratio 0.876 -> 0.948.
+    # (docs/decoding.md, coverage penalty): BLEU 7.78 -> 8.10, length ratio 0.876 -> 0.948.
     coverage_penalty: float = 0.2
     # No hypothesis may produce an n-gram of target pieces it already holds (fairseq's and
     # CTranslate2's no_repeat_ngram_size, seq2seq/decoding/repeats.py); 0 = off. 4 was chosen on valid
-    # for the shipped model (README, "Repetition guard"): BLEU 10.95 -> 10.99, outputs with a
-    # repeated word trigram 32 -> 18; 3 stops more (3 left) but costs 0.06 BLEU, 2 costs 0.25.
+    # for the shipped model (docs/decoding.md, repetition guard): BLEU 10.95 -> 10.99,
+    # outputs with a repeated word trigram 32 -> 18; 3 stops more (3 left) but costs 0.06
+    # BLEU, 2 costs 0.25.
     no_repeat_ngram_size: int = 4
     # Stop a sentence as soon as its best continuation (by summed log-prob) is EOS and n_best
     # hypotheses have finished (CTranslate2 stops so without a length penalty). The default,
     # fairseq's rule, waits for beam_size finished hypotheses, which lets a longer one win
     # under the length penalty. Measured on the shipped model (valid, its decoding): early
     # exit is 1.13-1.23x faster at beam 4 but loses 0.35 BLEU, length ratio 0.973 -> 0.885
-    # (README, "Stopping rule", bench/stopping_rule.py). Off by default; `translate --early-exit`.
+    # (docs/performance.md, "Stopping rule"). Off by default; `translate --early-exit`.
     early_exit: bool = False
     max_length_ratio: float = 2.0  # max target length = ratio * source length + 10
     max_length_extra: int = 10
@@ -237,8 +261,23 @@ class DecodeConfig:
     # (seq2seq/core/casing.py): the SentencePiece model cuts capitals into letters, and the model
     # then writes garbage. False = the model reads every text as given.
     restore_case: bool = True
+    # Target-term hints (seq2seq/core/hints.py), for a model trained with them: each source
+    # word the bundle's dictionary knows and the training sentences held at most
+    # `hint_max_count` times is shown with its usual translation. A bundle records whether it
+    # serves them (bundle.json `decoding`); a model without hint pieces ignores them.
+    dictionary_hints: bool = False
+    hint_max_count: int = 2
+    # The caller's terms, (source term, target term) pairs: matched in inflected forms and
+    # shown as hints, before (and instead of) any dictionary hint on the same words. Needs a
+    # model trained with hints (HintError otherwise).
+    glossary: tuple[tuple[str, str], ...] = ()
+    # With an alignment: each hypothesis's quality block too (seq2seq/analysis/quality.py; in
+    # the thorough mode one more teacher-forced row per source word). False: the maps alone,
+    # all that placing markup on a translation reads (seq2seq/documents).
+    quality: bool = True
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "glossary", tuple((str(s), str(t)) for s, t in self.glossary))
         if self.beam_size < 1 or not 1 <= self.n_best <= self.beam_size:
             raise ValueError(f"need 1 <= n_best ({self.n_best}) <= beam_size ({self.beam_size})")
         if self.coverage_penalty < 0:
@@ -247,6 +286,8 @@ class DecodeConfig:
             raise ValueError(f"no_repeat_ngram_size must be >= 0 (0 = off), not {self.no_repeat_ngram_size}")
         if self.alignment is not None and not self.return_attention:
             raise ValueError("an alignment needs the attention: set return_attention")
+        if self.hint_max_count < 0:
+            raise ValueError(f"hint_max_count must be >= 0, not {self.hint_max_count}")
 
     def override(self, **asked: Any) -> DecodeConfig:
         """This config with each setting in `asked` that is set (not None) in place of its own:

@@ -184,3 +184,15 @@ def split_sentences(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[tuple
         spans += _cut_long(text, start, line_end, max_chars)
         line_start = line_end
     return spans
+
+
+def join_sentences(source: str, spans: list[tuple[int, int]], parts: list[str]) -> tuple[str, list[tuple[int, int]]]:
+    """Join sentence translations with the whitespace found between the source sentences."""
+    text, target_spans = "", []
+    for index, part in enumerate(parts):
+        if index:
+            gap = source[spans[index - 1][1] : spans[index][0]]
+            text += gap if gap else " "
+        target_spans.append((len(text), len(text) + len(part)))
+        text += part
+    return text, target_spans

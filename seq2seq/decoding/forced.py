@@ -3,7 +3,7 @@
 Linguists often have the translation already and want only its alignment. The target is
 fed to the decoder as BOS + target (teacher forcing) and the cross-attention is read
 exactly as for a translation the search produced, so `crossalign align`, `POST /v1/align`,
-`crossalign eval --gold` and `bench/alignment_sources.py` all apply the one rule of
+`crossalign eval --gold` and `export/alignment_sources.py` all apply the one rule of
 `seq2seq.core.alignment` (layer, heads, step shift, subword -> word, argmax links) to the same
 (L, H, T+1, S+1) array that `TranslationResult.attention` holds.
 
@@ -162,7 +162,7 @@ def forced_attention(
     `restore_case`: shouted texts are read with their case restored (module doc).
 
     The raw material of `align_given`, and of scoring many alignment sources from one
-    forward pass (bench/alignment_sources.py: `seq2seq.core.alignment.align` with any options).
+    forward pass (export/alignment_sources.py: `seq2seq.core.alignment.align` with any options).
     Pairs are batched by length, at most `max_batch_tokens` padded tokens per batch.
     """
     source_limit = translator.max_source_tokens  # already <= max_positions

@@ -36,6 +36,22 @@ class AlignmentMap(BaseModel):
         return cls.model_validate(alignment.to_dict(decimals))
 
 
+class TermUse(BaseModel):
+    """A target-term hint the model was shown (the caller's glossary, or the dictionary for a
+    rare word) and whether the translation used it."""
+
+    source: str = Field(description="the source words the term is for, as the text has them")
+    start: int = Field(description="their character offset into the source text, inclusive")
+    end: int = Field(description="character offset, exclusive")
+    term: str = Field(description="the target term shown to the model")
+    origin: Literal["glossary", "dictionary"] = Field(description="the caller's glossary, or the bundle's dictionary")
+    appears: bool = Field(description="the term's words are in the translation (an English plural ending allowed)")
+    used: bool = Field(
+        description="it appears and, in the word alignment, one of its words is linked to a source word it is for "
+        "(without an alignment: it appears)"
+    )
+
+
 class Quality(BaseModel):
     """Warnings read from the word alignment map (seq2seq/analysis/quality.py; thresholds: the model's
     quality.json). Word indices refer to `alignment.source_tokens` / `target_tokens` at word
@@ -75,9 +91,19 @@ class Quality(BaseModel):
         "features), or the coverage threshold (a model without detectors)"
     )
 
+    terms: list[TermUse] = Field(
+        default_factory=list,
+        description="the target-term hints the model was shown (glossary entries, and dictionary hints for rare "
+        "words) and whether the translation used each",
+    )
+
     @classmethod
-    def from_quality(cls, quality: SentenceQuality, decimals: int = 4) -> Quality:
-        return cls.model_validate(quality.to_dict(decimals))
+    def from_quality(cls, quality: SentenceQuality, decimals: int = 4, source_offset: int = 0) -> Quality:
+        """The block of `quality`; the terms' spans moved by `source_offset` (a sentence's
+        place in a longer text, as the maps are shifted)."""
+        values = quality.to_dict(decimals)
+        values["terms"] = [term.shifted(source_offset).to_dict() for term in quality.terms]
+        return cls.model_validate(values)
 
 
 class AlignedTranslation(BaseModel):
@@ -133,6 +159,12 @@ class TextTranslation(BaseModel):
     alternatives: list[Hypothesis] = Field(
         default_factory=list, description="n-best alternatives of the whole text (k-th of every sentence)"
     )
+    marked_text: str | None = Field(
+        None,
+        description="with `format` html or xml: the translation with the input's inline markup placed on it "
+        "by the word alignment; `text`, `plain_source` and every offset are those of the plain text",
+    )
+    plain_source: str | None = Field(None, description="with `format`: the input's plain text (markup taken out)")
 
 
 def aligned_translation(result: TranslationResult, alignment: Alignment | None) -> AlignedTranslation:

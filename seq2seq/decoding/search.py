@@ -346,7 +346,8 @@ class _Trace:
     growing per-hypothesis history is copied when the beams reorder (that is O(T²)).
 
     The back-pointers are kept as Python lists: the walk reads one entry a step, and a list
-    item costs a fraction of a numpy scalar and its `int()`/`float()` (README, lever 15)."""
+    item costs a fraction of a numpy scalar and its `int()`/`float()` (docs/performance.md,
+    lever 15)."""
 
     def __init__(self) -> None:
         self.attention: list[np.ndarray | None] = []  # step t: (L, N_t, H, S) cross weights of its rows

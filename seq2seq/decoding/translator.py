@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from data.tokenizer import Tokenizer
+from data.dictionary import TermIndex
+from data.tokenizer import UNK_ID, Tokenizer
 from seq2seq.analysis.occlusion import occluded_log_probs, word_pieces
 from seq2seq.analysis.quality import (
     DEFAULT_QUALITY_MODE,
@@ -27,6 +28,17 @@ from seq2seq.core.alignment import Alignment, Alignments, Token, align, pieces_w
 from seq2seq.core.backend import SearchBackend
 from seq2seq.core.casing import Truecaser, cased_pieces, keep_shouted_words, shout
 from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, ModelConfig
+from seq2seq.core.hints import (
+    Glossary,
+    Hint,
+    HintedSource,
+    TermOutcome,
+    collapse_columns,
+    dictionary_hints,
+    insert_hints,
+    plain_source,
+    term_outcomes,
+)
 from seq2seq.decoding.search import Hypothesis, Wanted, beam_search, pad_batch
 
 
@@ -38,8 +50,8 @@ def plan_runs(lengths: list[int], beams: int, budget: int) -> list[range]:
     As few runs as the budget allows (the count a fill from the shortest gives, which is the
     least), of even size: a fill leaves its last run whatever remains, often one long
     sentence, whose search then runs alone, a step's fixed cost for one sentence, on one
-    stream while the other's core waits (README, lever 25). Here the longest sentences are
-    taken first, each run an even share of those left, fewer where the budget says so.
+    stream while the other's core waits (docs/performance.md, lever 25). Here the longest
+    sentences are taken first, each run an even share of those left, fewer where the budget says so.
     """
     fill_runs, start = 0, 0
     while start < len(lengths):
@@ -80,6 +92,14 @@ class TranslationResult:
     # (seq2seq.core.casing): a case change of the input, character for character, so offsets into
     # it are offsets into the input. None: read as given. The translation is then in capitals.
     cased_source: str | None = None
+    # The target-term hints the model was shown (seq2seq/core/hints.py), with whether this
+    # translation used each; `source_ids`, `source_tokens` and `attention` are over the
+    # user's own pieces all the same (a hint's attention counts for the word it explains).
+    terms: list[TermOutcome] = field(default_factory=list)
+    # What the model read when hints were shown (ids with the hints, and each position's
+    # owner among the user's pieces); None: the user's pieces alone, `source_ids`.
+    hinted: HintedSource | None = None
+    source_text: str = ""  # the text translated, as given
 
     @property
     def case_restored(self) -> bool:
@@ -89,6 +109,15 @@ class TranslationResult:
     def mean_log_prob(self) -> float:
         """Log-probability per produced token, EOS included."""
         return self.log_prob / (len(self.target_ids) + 1)
+
+
+@dataclass(frozen=True)
+class ReadSource:
+    """What the model reads of one text: the text with its case restored where that differs
+    from the text (None: the text as given), and its pieces with any hints inserted."""
+
+    cased: str | None
+    model: HintedSource
 
 
 class Translator:
@@ -117,6 +146,7 @@ class Translator:
         decode_defaults: DecodeConfig = DecodeConfig(),
         streams: int = 1,
         stream_backend: SearchBackend | None = None,
+        term_index: TermIndex | None = None,
     ):
         self.backend, self.tokenizer = backend, tokenizer
         if streams < 1:
@@ -125,6 +155,9 @@ class Translator:
         self._stream_pool: ThreadPoolExecutor | None = None
         self._stream_pool_lock = threading.Lock()
         self.decode_defaults = decode_defaults
+        # The dictionary behind automatic hints (the bundle's dictionary.tsv.gz), for a model
+        # whose vocabulary has the hint pieces; None: none.
+        self.term_index = term_index if tokenizer.hint_ids is not None else None
         self.config: ModelConfig = backend.config
         quality.check(self.config.decoder_layers)
         self.quality_mode = quality_mode
@@ -140,6 +173,38 @@ class Translator:
     def encode_source(self, text: str) -> list[int]:
         ids = self.tokenizer.encode(text)[: self.max_source_tokens - 1]
         return ids + [self.backend.eos_id]
+
+    def hints_for(self, text: str, config: DecodeConfig) -> list[Hint]:
+        """The hints `config` asks for on `text`: its glossary's terms, then the dictionary's
+        for rare words the glossary left alone. Raises HintError for a glossary the model
+        cannot read."""
+        if config.glossary and self.tokenizer.hint_ids is None:
+            raise HintError("this model was not trained with target-term hints, so it cannot take a glossary")
+        hints = Glossary(config.glossary).hints(text) if config.glossary else []
+        if config.dictionary_hints and self.term_index is not None:
+            hints = sorted(
+                hints + dictionary_hints(text, self.term_index, config.hint_max_count, hints), key=lambda h: h.start
+            )
+        return hints
+
+    def model_source(self, text: str, hints: list[Hint]) -> HintedSource:
+        """What the model reads for `text` (EOS excluded), with `hints` inserted, cut to the
+        model's source length. The hint pieces typed by a user are read as <unk>: only a hint
+        the translator placed is one."""
+        ids, _, offsets = self.tokenizer.encode_with_offsets(text)
+        if self.tokenizer.hint_ids is not None:
+            ids = [UNK_ID if i in self.tokenizer.hint_ids else i for i in ids]
+        if not hints:
+            return plain_source(ids[: self.max_source_tokens - 1])
+        hinted = insert_hints(ids, offsets, hints, self._term_ids, self.tokenizer.hint_ids)
+        keep = self.max_source_tokens - 1
+        if len(hinted.ids) <= keep:
+            return hinted
+        users = hinted.owner[keep - 1] + (hinted.owner[keep] != hinted.owner[keep - 1])
+        return HintedSource(hinted.ids[:keep], hinted.owner[:keep], users, hinted.hints)
+
+    def _term_ids(self, term: str) -> list[int]:
+        return self.tokenizer.encode(term)
 
     def source_pieces(self, text: str, limit: int | None = None) -> list[Token]:
         """The first `limit` source pieces with character offsets into `text` (as given)."""
@@ -168,8 +233,9 @@ class Translator:
         in the results holds None (None `wanted`: every text is wanted to the end)."""
         config = self.decode_defaults if config is None else config
         options = config.alignment.resolve(self.config) if config.alignment is not None else None
-        shouted, cased = self._read(texts, config)
-        encoded = [self.encode_source(t if c is None else c) for t, c in zip(texts, cased)]
+        shouted, sources = self._read(texts, config)
+        cased = [source.cased for source in sources]
+        encoded = [source.model.ids + [self.backend.eos_id] for source in sources]
         order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
         results: list[TranslationResult | None] = [None] * len(texts)
         for run in plan_runs([len(encoded[i]) for i in order], config.beam_size, self.max_batch_tokens):
@@ -182,28 +248,42 @@ class Translator:
             for index, hypotheses, keep in zip(chunk, found, still, strict=True):
                 if keep and hypotheses:
                     results[index] = self._result(
-                        encoded[index], hypotheses, texts[index], cased[index], shouted[index] is not None
+                        sources[index].model, hypotheses, texts[index], cased[index], shouted[index] is not None
                     )
+            done = [i for i in chunk if results[i] is not None]
             if options is not None:
-                self._fill_alignments([(texts[i], results[i]) for i in chunk if results[i] is not None], options)
+                self._fill_alignments([(texts[i], results[i]) for i in done], options, config.quality)
+            else:
+                for result in (results[i] for i in done):
+                    assert result is not None
+                    for hypothesis in [result, *result.alternatives]:
+                        hypothesis.terms = self._term_outcomes(hypothesis, None)
         return results
 
     def source_lengths(self, texts: list[str], config: DecodeConfig | None = None) -> list[int]:
-        """The number of source pieces the model reads of each text (EOS excluded) when
-        `translate_batch` translates it with `config`: a length known before translating."""
-        _, cased = self._read(texts, self.decode_defaults if config is None else config)
-        return [len(self.encode_source(t if c is None else c)) - 1 for t, c in zip(texts, cased)]
+        """How many of each text's own pieces the model reads (hints and EOS excluded: what a
+        map's source axis shows) when `translate_batch` translates it with `config`: a length
+        known before translating."""
+        _, sources = self._read(texts, self.decode_defaults if config is None else config)
+        return [source.model.user_pieces for source in sources]
 
-    def _read(self, texts: list[str], config: DecodeConfig) -> tuple[list[str | None], list[str | None]]:
-        """(shouted, cased) per text: the text with its case restored when it was shouted
-        whole, and the text the model reads when it differs from the text (None otherwise)."""
+    def _read(self, texts: list[str], config: DecodeConfig) -> tuple[list[str | None], list[ReadSource]]:
+        """(shouted, read) per text: the text with its case restored when it was shouted whole
+        (else None), and what the model reads of it (its case, its hints)."""
         shouted = [self.truecaser.restore_shouted(t) if config.restore_case else None for t in texts]
         # A normal text's shouted words are read in their case too, but its translation is not shouted back.
         cased = [
             s if s is not None or not config.restore_case else self.truecaser.restore_emphasised(t)
             for t, s in zip(texts, shouted)
         ]
-        return shouted, cased
+        read = [t if c is None else c for t, c in zip(texts, cased)]
+        return shouted, [ReadSource(c, self.model_source(r, self.hints_for(r, config))) for r, c in zip(read, cased)]
+
+    def _term_outcomes(self, result: TranslationResult, word_alignment: Alignment | None) -> list[TermOutcome]:
+        """Whether `result` used each hint it was shown (by its word map, when it has one)."""
+        if result.hinted is None or not result.hinted.hints:
+            return []
+        return term_outcomes(result.hinted.hints, result.source_text, word_alignment, result.text)
 
     def _search(
         self, sources: list[list[int]], config: DecodeConfig, wanted: Wanted | None = None
@@ -278,16 +358,21 @@ class Translator:
         target_text, target_pieces = pieces_with_offsets(result.target_tokens)
         return align(result.attention, source_text, source_pieces, target_text, target_pieces, options)
 
-    def _fill_alignments(self, items: list[tuple[str, TranslationResult | None]], options: AlignmentOptions) -> None:
-        """The maps and quality of every hypothesis of (source text, result) `items`; the
-        occlusion runs, when the detector reads them, batched over them all."""
+    def _fill_alignments(
+        self, items: list[tuple[str, TranslationResult | None]], options: AlignmentOptions, quality: bool = True
+    ) -> None:
+        """The maps and (with `quality`) the quality of every hypothesis of (source text,
+        result) `items`; the occlusion runs, when the detector reads them, batched over them all."""
         hypotheses = []
         for source_text, result in items:
             assert result is not None
             pieces = self.pieces_read(source_text, result)
             for hypothesis in [result, *result.alternatives]:
                 hypothesis.alignment = self.alignments(source_text, hypothesis, options, pieces)
+                hypothesis.terms = self._term_outcomes(hypothesis, hypothesis.alignment.word)
                 hypotheses.append(hypothesis)
+        if not quality:
+            return
         occluded: list[np.ndarray | None] = [None] * len(hypotheses)
         if self.quality.needs_occlusion:
             occluded = list(self.occluded(hypotheses))
@@ -299,6 +384,7 @@ class Translator:
             hypothesis.quality = assess_alignment(
                 hypothesis.alignment, hypothesis.mean_log_prob, self.quality, evidence
             )
+            hypothesis.quality.terms = hypothesis.terms
 
     def occluded(self, hypotheses: list[TranslationResult]) -> list[np.ndarray]:
         """Per aligned hypothesis, (Sw, T+1) log-probs of its pieces with each source word
@@ -306,27 +392,35 @@ class Translator:
         pairs = []
         for hypothesis in hypotheses:
             assert hypothesis.alignment is not None
-            source_ids = [*hypothesis.source_ids, self.backend.eos_id]
-            pairs.append((source_ids, hypothesis.target_ids, word_pieces(hypothesis.alignment)))
+            groups = word_pieces(hypothesis.alignment)
+            if hypothesis.hinted is None:
+                source_ids = [*hypothesis.source_ids, self.backend.eos_id]
+            else:  # a word is occluded with its hint: the model must not read it there either
+                source_ids = [*hypothesis.hinted.ids, self.backend.eos_id]
+                owner = hypothesis.hinted.owner
+                groups = [[p for p, piece in enumerate(owner) if piece in set(group)] for group in groups]
+            pairs.append((source_ids, hypothesis.target_ids, groups))
         return occluded_log_probs(self.backend, pairs, max_batch_tokens=self.max_batch_tokens)
 
     def _result(
-        self, source_ids: list[int], hypotheses: list[Hypothesis], text: str, cased: str | None, shouted: bool = False
+        self, source: HintedSource, hypotheses: list[Hypothesis], text: str, cased: str | None, shouted: bool = False
     ) -> TranslationResult:
-        """The best of `hypotheses` with the others as its alternatives; `cased` is `text`
-        with its case restored (None: nothing restored); when the whole text was `shouted`,
-        every hypothesis is shouted back."""
-        source_tokens = self.tokenizer.pieces(source_ids[:-1])
+        """The best of `hypotheses` with the others as its alternatives; `source` is what the
+        model read, `cased` is `text` with its case restored (None: nothing restored); when the
+        whole text was `shouted`, every hypothesis is shouted back."""
+        user_ids = [source.ids[p] for p in source.user_positions][: source.user_pieces]
+        source_tokens = self.tokenizer.pieces(user_ids)
         if cased is not None:
-            pieces = [(t.text, t.start, t.end) for t in self.source_pieces(cased, len(source_ids) - 1)]
+            pieces = [(t.text, t.start, t.end) for t in self.source_pieces(cased, len(user_ids))]
             source_tokens = cased_pieces(pieces, cased, text)
-        made = [self._one(source_ids, source_tokens, h, text, cased, shouted) for h in hypotheses]
+        made = [self._one(source, user_ids, source_tokens, h, text, cased, shouted) for h in hypotheses]
         best = made[0]
         best.alternatives = made[1:]
         return best
 
     def _one(
         self,
+        source: HintedSource,
         source_ids: list[int],
         source_tokens: list[str],
         hypothesis: Hypothesis,
@@ -334,10 +428,10 @@ class Translator:
         cased: str | None,
         shouted: bool,
     ) -> TranslationResult:
-        source_length = len(source_ids)
         attention = None
         if hypothesis.attention is not None:
-            attention = hypothesis.attention[..., :source_length]  # drop batch padding columns
+            attention = hypothesis.attention[..., : len(source.ids) + 1]  # drop batch padding columns
+            attention = collapse_columns(attention, source, kept=len(source.ids))  # hints count for their words
         text, target_tokens = self.tokenizer.decode(hypothesis.tokens), self.tokenizer.pieces(hypothesis.tokens)
         if shouted:  # answer a shouter in capitals, character for character (offsets hold)
             text = shout(text)
@@ -351,10 +445,17 @@ class Translator:
             score=hypothesis.score,
             source_tokens=source_tokens,
             target_tokens=target_tokens,
-            source_ids=source_ids[:-1],
+            source_ids=source_ids,
             target_ids=list(hypothesis.tokens),
             log_prob=hypothesis.log_prob,
             token_log_probs=list(hypothesis.token_log_probs),
             attention=attention,
             cased_source=cased,
+            hinted=source if source.hinted else None,
+            source_text=source_text,
         )
+
+
+class HintError(ValueError):
+    """Hints the model cannot take (a glossary for a model trained without hints); the
+    service answers it with 400."""

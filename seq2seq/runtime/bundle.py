@@ -13,7 +13,7 @@ A bundle holds everything needed to translate and to keep working on the model:
     data_manifest.json   only with `--data-manifest`: the data directory's provenance file
     quality.json         the quality-signal thresholds chosen on valid data (seq2seq/analysis/quality.py),
                          carried over from the checkpoint directory or added by
-                         `bench/quality_signals.py --save` (`set_quality_file`)
+                         `export/quality_signals.py --save` (`set_quality_file`)
 
 bundle.json's `decoding` holds the search settings (`seq2seq.core.config.SEARCH_FIELDS`: beam size,
 length penalty, coverage penalty, repetition guard) the model is served and measured with:
@@ -44,7 +44,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from data.files import BUNDLE_FILE, QUALITY_FILE, sha256_file
+from data.files import BUNDLE_FILE, DICTIONARY_FILE, QUALITY_FILE, sha256_file
 from seq2seq.core.config import SEARCH_FIELDS, DecodeConfig, ModelConfig, from_dict, to_dict
 
 FORMAT = "crossalign-bundle"
@@ -92,6 +92,11 @@ class Bundle:
         """The quality thresholds file, None for a bundle without one (defaults then apply)."""
         name = self.manifest.get("quality")
         return None if name is None else self.directory / name
+
+    @property
+    def dictionary_path(self) -> Path | None:
+        """The term index of automatic hints (`data.dictionary.TermIndex`), None without one."""
+        return self.directory / DICTIONARY_FILE if DICTIONARY_FILE in self.manifest["files"] else None
 
     def graph_paths(self, precision: str | None = None) -> tuple[Path, Path]:
         """(encoder, decoder_step) paths for `precision` (default: the bundle's precision)."""
@@ -259,7 +264,13 @@ def parse_decoding(section: Any) -> DecodeConfig:
     for name in SEARCH_FIELDS:
         if name not in section:
             continue
-        value, kind = section[name], type(getattr(DecodeConfig, name))  # int or float, from its default
+        value, kind = section[name], type(getattr(DecodeConfig, name))  # bool, int or float, from its default
+        if kind is bool:
+            if isinstance(value, bool):
+                values[name] = value
+            else:
+                problems.append(f"decoding.{name} must be true or false, not {json.dumps(value)}")
+            continue
         lowest = 1 if name == "beam_size" else 0
         # JSON has no bool-as-number, and an integral number such as 4.0 is the integer 4 in JSON Schema.
         number = isinstance(value, int | float) and not isinstance(value, bool)

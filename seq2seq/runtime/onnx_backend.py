@@ -22,14 +22,15 @@ layers, H heads, Dh head size, V vocabulary):
 
 The keys are transposed, (.., Dh, S) and (.., Dh, P), so that each attention score is a
 plain MatMul: with the keys as (.., S, Dh) onnxruntime multiplies by a transposed operand,
-about twice as slow for these batched (1, Dh) x (Dh, S) products (README, lever 22).
-Bundles exported before that take them as (.., S, Dh) and still run (`keys_transposed`).
+about twice as slow for these batched (1, Dh) x (Dh, S) products (docs/performance.md,
+lever 22). Bundles exported before that take them as (.., S, Dh) and still run
+(`keys_transposed`).
 
 The source mask and cross K/V have one row per sentence, and the N = B·G rows of tokens and
 cache are its beams, G consecutive rows each (G = 1 greedy, or where the rows are the
 sentences): a sentence's K/V are read once per step for all its beams, and held once
-(README, lever 23). Bundles exported before that take one per row, N, and still run
-(`cross_per_sentence`).
+(docs/performance.md, lever 23). Bundles exported before that take one per row, N, and
+still run (`cross_per_sentence`).
 
 The search keeps the cross K/V and the cache stacked, (L, N, H, ·, Dh), as one array each
 (`seq2seq.core.backend.DecoderCache`); the graph takes and gives them per layer, so the backend
@@ -59,18 +60,19 @@ PER_LAYER = ("new_past_k", "new_past_v")
 # session: their quantized MatMuls are too small to split, and each of the ~200 kernels of
 # a step would wake the pool's sleeping threads (see `session_options`) for nothing; on a
 # loaded machine a step split over two threads also waits for the one that is descheduled.
-# Measured (README, lever 7): int8 beam-4 batch-1 p50 1.14-1.18x faster; fp32 0.98x (its
-# float MatMuls, the 8,000-wide output projection above all, still gain from a second
-# thread), so fp32 keeps one session.
+# Measured (docs/performance.md, lever 7): int8 beam-4 batch-1 p50 1.14-1.18x faster;
+# fp32 0.98x (its float MatMuls, the 8,000-wide output projection above all, still gain
+# from a second thread), so fp32 keeps one session.
 SMALL_STEP_ROWS = 4
 # Runs of at most this many rows go through `InferenceSession.run` and stack their per-layer
 # caches afterwards: at 4-8 rows the stacking copies less than binding ~25 inputs and outputs
-# one by one costs through onnxruntime's Python wrappers (README, lever 20: batch 1 1.05x).
+# one by one costs through onnxruntime's Python wrappers (docs/performance.md, lever 20:
+# batch 1 1.05x).
 # Larger runs are bound in place (no copy of megabytes of cache).
 PLAIN_RUN_ROWS = 8
 # The fixed cost of one encoder run, in source positions (`length_groups`): fitted once to
 # timed encoder runs of 1-32 sentences, about 10 positions on one thread for fp32, 4 for int8,
-# and 30 on two threads for fp32; 16 is between them (README, lever 21).
+# and 30 on two threads for fp32; 16 is between them (docs/performance.md, lever 21).
 ENCODE_RUN_POSITIONS = 16.0
 
 
@@ -89,9 +91,10 @@ def encoder_io() -> dict[str, dict[str, tuple[str, ...]]]:
 
 def decoder_io(layers: int, cross_per_sentence: bool = True) -> dict[str, dict[str, tuple[str, ...]]]:
     """The decoder-step graph's inputs and outputs (name -> axes), in order, for L = `layers`,
-    the keys transposed: (.., head_dim, length). Graphs exported before README lever 22 have
-    them as (.., length, head_dim) and still run (`OnnxBackend.keys_transposed`). With
-    `cross_per_sentence` (the exporter's layout since README lever 23), the source mask and
+    the keys transposed: (.., head_dim, length). Graphs exported before lever 22
+    (docs/performance.md) have them as (.., length, head_dim) and still run
+    (`OnnxBackend.keys_transposed`). With `cross_per_sentence` (the exporter's layout since
+    lever 23), the source mask and
     cross K/V have one row per sentence, whose beams are consecutive rows; graphs exported
     before have one per row and still run (`OnnxBackend.cross_per_sentence`).
 
@@ -159,9 +162,10 @@ def default_streams(threads: int) -> int:
 
     The search's own work (ranking, the cache's reorder, back-pointers: about a quarter of a
     beam-4 batch) runs in Python on one core while the graphs' pool waits; a second stream,
-    searching the other half of the batch, runs its graphs meanwhile. Measured (README,
-    lever 19). More than two streams would split a batch into sub-batches too small for the
-    graphs' MatMuls to pay off, and a service runs several requests side by side anyway.
+    searching the other half of the batch, runs its graphs meanwhile. Measured
+    (docs/performance.md, lever 19). More than two streams would split a batch into
+    sub-batches too small for the graphs' MatMuls to pay off, and a service runs several
+    requests side by side anyway.
     """
     return 2 if threads >= 2 else 1
 
@@ -268,8 +272,8 @@ class OnnxBackend:
         expected = list(decoder_io(config.decoder_layers)["inputs"])
         found = [graph_input.name for graph_input in self.decoder.get_inputs()]
         self.keys_transposed = self._keys_transposed(config)
-        # One cross K/V and source mask per sentence for its beams' rows (README, lever 23),
-        # or, in bundles exported before, one per row.
+        # One cross K/V and source mask per sentence for its beams' rows (docs/performance.md,
+        # lever 23), or, in bundles exported before, one per row.
         cross_v = next((i.shape for i in self.decoder.get_inputs() if i.name == "cross_v_0"), ["rows"])
         self.cross_per_sentence = cross_v[0] == "sentences"
         # Whether the graph ranks the search's candidates itself (export/topk.py).
@@ -282,8 +286,8 @@ class OnnxBackend:
 
     def _keys_transposed(self, config: ModelConfig) -> bool:
         """Whether the graphs take and give K as (.., Dh, S|P) (the exporter's layout since
-        README lever 22) rather than (.., S|P, Dh): read from the graphs' own shapes, where
-        the head size is the only fixed last axis."""
+        lever 22, docs/performance.md) rather than (.., S|P, Dh): read from the graphs' own
+        shapes, where the head size is the only fixed last axis."""
         head_dim = config.d_model // config.n_heads
         encoder_k = next(o.shape for o in self.encoder.get_outputs() if o.name == "cross_k")
         decoder_k = next((i.shape for i in self.decoder.get_inputs() if i.name == "cross_k_0"), encoder_k)
@@ -311,11 +315,12 @@ class OnnxBackend:
         (L, B, H, S, Dh) from graphs without `keys_transposed`) and V (L, B, H, S, Dh).
 
         Sentences of similar length are encoded together, each group padded only to its own
-        longest (`seq2seq.core.backend.length_groups`, README lever 21); the groups' K/V are then
-        written into arrays of the whole batch's S. Every real position gets the values a
-        whole-batch run gives, up to float rounding (the encoder masks padding, so no
-        sentence reads another's length; tested: the same search). Padded positions hold
-        zeros or their group's padding, and the decoder masks them out of every score.
+        longest (`seq2seq.core.backend.length_groups`; docs/performance.md, lever 21); the
+        groups' K/V are then written into arrays of the whole batch's S. Every real position
+        gets the values a whole-batch run gives, up to float rounding (the encoder masks
+        padding, so no sentence reads another's length; tested: the same search). Padded
+        positions hold zeros or their group's padding, and the decoder masks them out of
+        every score.
         """
         lengths = np.where(src_mask.any(axis=1), src_mask.shape[1] - np.argmax(src_mask[:, ::-1], axis=1), 0)
         groups = length_groups(lengths, ENCODE_RUN_POSITIONS)

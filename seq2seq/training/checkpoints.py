@@ -15,6 +15,7 @@ import torch
 
 from data.files import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from data.prepare import data_languages
+from data.tokenizer import Tokenizer
 from seq2seq.core.config import ModelConfig, TrainConfig, load_config
 from seq2seq.training.model import Transformer
 
@@ -90,13 +91,16 @@ def initial_config(model_dir: Path, data_dir: Path, requested: ModelConfig | Non
     for name in (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE):
         if not (model_dir / name).is_file():
             raise FileNotFoundError(f"--init-from {model_dir}: no {name}; give a release bundle or a run's final/")
-    if (model_dir / TOKENIZER_FILE).read_bytes() != (data_dir / TOKENIZER_FILE).read_bytes():
+    data_tokenizer = Tokenizer(data_dir / TOKENIZER_FILE)
+    if not data_tokenizer.same_pieces_as(Tokenizer(model_dir / TOKENIZER_FILE)):
         raise ValueError(
-            f"--init-from {model_dir}: its spm.model differs from {data_dir / 'spm.model'}; the "
+            f"--init-from {model_dir}: its spm.model differs from {data_dir / TOKENIZER_FILE}; the "
             f"token ids would not match (prepare the data with `crossalign data prepare --tokenizer "
-            f"{model_dir / 'spm.model'}`, or start from scratch)"
+            f"{model_dir / TOKENIZER_FILE}`, or start from scratch)"
         )
-    config = load_config(ModelConfig, model_dir / CONFIG_FILE)
+    # The data's vocabulary may extend the model's (the hint pieces, `crossalign data hints`):
+    # the embeddings then grow by as many rows (`grow_embeddings`).
+    config = replace(load_config(ModelConfig, model_dir / CONFIG_FILE), vocab_size=data_tokenizer.vocab_size)
     if requested is not None:
         config = replace(config, **{name: getattr(requested, name) for name in REGULARISATION_FIELDS})
     return config
@@ -127,3 +131,22 @@ def run_model_config(
             alignment_step_shift=train_config.guided_step_shift,
         )
     return model_config
+
+
+def grow_embeddings(state: dict[str, torch.Tensor], vocab_size: int, tokenizer: Tokenizer) -> dict[str, torch.Tensor]:
+    """A state dict whose (tied) embedding has rows for `vocab_size` ids: a model continued on
+    a vocabulary with pieces appended. A new piece starts from the embedding of the piece
+    most like it, else from the mean row. Our corpus has no brackets (data prepare strips
+    Ding's glosses), so the hint markers start from ":" ("Gießkanne: watering can") and "–"."""
+    weights = state["embedding.weight"]
+    old = weights.shape[0]
+    if old >= vocab_size:
+        return state
+    like = {"⟨": ":", "⟩": "–"}
+    rows = []
+    for index in range(old, vocab_size):
+        twin = tokenizer.sp.piece_to_id(like.get(tokenizer.sp.id_to_piece(index), ""))
+        rows.append(weights[twin] if 0 < twin < old and twin != tokenizer.sp.unk_id() else weights.float().mean(0))
+    grown = dict(state)
+    grown["embedding.weight"] = torch.cat([weights, torch.stack(rows).to(weights.dtype)])
+    return grown

@@ -2,7 +2,7 @@
 
 Garg et al. 2019 ("Jointly Learning to Align and Translate with Transformer Models"): one
 cross-attention head is trained, together with translation, to put its attention where
-a word aligner (eflomal, bench/eflomal_baseline.py) links the words.
+a word aligner (eflomal, export/eflomal_baseline.py) links the words.
 
 The rule from word links to a subword target, per training pair:
   * words are `seq2seq.core.alignment.words()` of the pair's texts (eflomal's tokens); a
@@ -32,7 +32,7 @@ from data.tokenizer import Tokenizer
 from seq2seq.analysis.aer import read_pharaoh
 from seq2seq.core.alignment import Token, projection, words
 from seq2seq.training.model import Transformer, key_padding_mask
-from seq2seq.training.train_data import Example
+from seq2seq.training.train_data import BatchExample, BatchPieces
 
 
 class GuidedAlignment:
@@ -48,17 +48,23 @@ class GuidedAlignment:
             )
         self.pairs, self.lines, self.tokenizer = pairs, lines, tokenizer
 
-    def distribution(self, line: int, n_source: int, n_target: int) -> np.ndarray | None:
+    def distribution(
+        self, line: int, n_source: int, n_target: int, pieces: BatchPieces | None = None
+    ) -> np.ndarray | None:
         """(n_target, n_source + 1) gold attention of one training line (+ its EOS column),
-        zero rows where a piece is not supervised; None when the pieces do not match."""
+        zero rows where a piece is not supervised; None when the pieces do not match.
+
+        `pieces`: the (source, target) pieces with character offsets the example was read as
+        (subword sampling, `TrainConfig.subword_alpha`); None: the pair's own tokenization."""
         pair = self.pairs[line]
-        pieces = []
-        for text, expected in ((pair.source, n_source), (pair.target, n_target)):
-            _, names, offsets = self.tokenizer.encode_with_offsets(text)
+        if pieces is None:
+            pieces = tuple(self.tokenizer.encode_with_offsets(text)[1:] for text in (pair.source, pair.target))
+        projected = []
+        for text, (names, offsets), expected in zip((pair.source, pair.target), pieces, (n_source, n_target)):
             if len(names) != expected:
                 return None
-            pieces.append(projection([Token(n, s, e) for n, (s, e) in zip(names, offsets)], words(text)) > 0)
-        source_of, target_of = pieces  # (S, Sw), (T, Tw) bool
+            projected.append(projection([Token(n, s, e) for n, (s, e) in zip(names, offsets)], words(text)) > 0)
+        source_of, target_of = projected  # (S, Sw), (T, Tw) bool
         linked = np.zeros((target_of.shape[1], source_of.shape[1]), dtype=bool)  # (Tw, Sw)
         for i, j in self.links[line]:
             if i < linked.shape[1] and j < linked.shape[0]:
@@ -71,18 +77,26 @@ class GuidedAlignment:
         gold[:, :n_source] = np.divide(mass, counts, out=np.zeros(mass.shape), where=counts > 0)
         return gold
 
-    def targets(self, examples: list[Example], indices: list[int]) -> torch.Tensor:
+    def targets(self, batch: list[BatchExample]) -> torch.Tensor:
         """(B, T, S) gold rows for a batch laid out as `collate` lays it out (T = longest
-        target + 1 for the EOS step, S = longest source with its EOS)."""
-        s = max(len(examples[i][0]) for i in indices)
-        t = max(len(examples[i][1]) for i in indices) + 1
-        gold = np.zeros((len(indices), t, s), dtype=np.float32)
-        for row, index in enumerate(indices):
-            source, target = examples[index]
-            found = self.distribution(self.lines[index], len(source) - 1, len(target))
-            if found is not None:
-                first = 1 if self.step_shift else 0  # decoder position 0 reads BOS
-                gold[row, first : first + len(target), : len(source)] = found
+        target + 1 for the EOS step, S = longest source with its EOS). A hinted source's
+        hint positions get no gold mass: the head aligns the user's words."""
+        s = max(len(example.source) for example in batch)
+        t = max(len(example.target) for example in batch) + 1
+        gold = np.zeros((len(batch), t, s), dtype=np.float32)
+        for row, example in enumerate(batch):
+            hinted = example.hinted
+            n_user = len(example.source) - 1 if hinted is None else hinted.user_pieces
+            found = self.distribution(example.line, n_user, len(example.target), example.pieces)
+            if found is None:
+                continue
+            if hinted is not None and hinted.hinted:
+                columns = np.zeros((len(example.target), len(example.source)), dtype=np.float32)
+                columns[:, hinted.user_positions] = found[:, :n_user]
+                columns[:, -1] = found[:, -1]
+                found = columns
+            first = 1 if self.step_shift else 0  # decoder position 0 reads BOS
+            gold[row, first : first + len(example.target), : len(example.source)] = found
         return torch.from_numpy(gold)
 
 

@@ -77,7 +77,8 @@ def _grouped_by_source(
     """`scaled_dot_product` for q (B·G, H, T, Dh) against k, v (B, H, S, Dh) and allowed
     (B, 1, 1, S): each source's G query rows become G·T query positions of one row, so its K
     and V are read once for all of them (one (G·T, Dh) x (Dh, S) product per source and
-    head where there were G (T, Dh) x (Dh, S) ones), and are stored once (README, lever 23).
+    head where there were G (T, Dh) x (Dh, S) ones), and are stored once (docs/performance.md,
+    lever 23).
     Outputs as `scaled_dot_product`'s, row for row: (B·G, H, T, Dh) and (B·G, H, T, S).
 
     Every regrouping is a transpose and a reshape whose only dynamic sizes are B, from

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from data.files import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
+from data.files import CONFIG_FILE, DICTIONARY_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from data.prepare import Pair, read_pairs
 from data.tokenizer import Tokenizer
 from seq2seq.core.config import (
@@ -43,15 +43,25 @@ from seq2seq.core.config import (
 from seq2seq.decoding.translator import Translator
 from seq2seq.training.checkpoints import (
     average_checkpoints,
+    grow_embeddings,
     list_checkpoints,
     restore_checkpoint,
     run_model_config,
     save_checkpoint,
 )
 from seq2seq.training.guided import GuidedAlignment, GuidedForward, guided_loss
+from seq2seq.training.hint_data import HINTS_FILE, HintSampler, read_hint_candidates
 from seq2seq.training.model import Transformer, load_weights, save_model
 from seq2seq.training.torch_backend import TorchBackend
-from seq2seq.training.train_data import Example, collate, drop_words, epoch_examples, load_examples, make_batches
+from seq2seq.training.train_data import (
+    BatchReader,
+    Example,
+    collate,
+    drop_words,
+    epoch_examples,
+    load_examples,
+    make_batches,
+)
 
 log = logging.getLogger("crossalign.train")
 
@@ -140,6 +150,8 @@ def save_best(model: Transformer, out_dir: Path, data_dir: Path, entry: dict) ->
     best = out_dir / "best"
     save_model(model, best)
     (best / TOKENIZER_FILE).write_bytes((data_dir / TOKENIZER_FILE).read_bytes())
+    if (data_dir / DICTIONARY_FILE).is_file():  # the term index of automatic hints goes with the model
+        (best / DICTIONARY_FILE).write_bytes((data_dir / DICTIONARY_FILE).read_bytes())
     (best / "validation.json").write_text(json.dumps(entry, indent=1) + "\n")
 
 
@@ -156,6 +168,7 @@ class TrainingData:
     phrases: list[bool]  # per example: a dictionary phrase pair
     valid_examples: list[Example]
     bleu_pairs: list[Pair]  # validation pairs translated for BLEU
+    reader: BatchReader  # how a batch's examples are read (subword sampling, hints)
     guided: GuidedAlignment | None = None
 
 
@@ -224,14 +237,11 @@ def load_training_data(
     examples = load_examples(
         data_dir / "train.tsv", tokenizer, max_length, train_config.sentence_upsample, lines, phrases
     )
+    pairs = read_pairs(data_dir / "train.tsv")
     guided = None
     if train_config.guided_alignment:
         guided = GuidedAlignment(
-            Path(train_config.guided_alignment),
-            read_pairs(data_dir / "train.tsv"),
-            lines,
-            tokenizer,
-            train_config.guided_step_shift,
+            Path(train_config.guided_alignment), pairs, lines, tokenizer, train_config.guided_step_shift
         )
         log.info(
             "guided alignment: head %d of layer %d, weight %g, step shift %s, links from %s",
@@ -241,11 +251,26 @@ def load_training_data(
             train_config.guided_step_shift,
             train_config.guided_alignment,
         )
+    hints = None
+    if train_config.hint_rate > 0:
+        candidates = read_hint_candidates(data_dir / HINTS_FILE)
+        if len(candidates) != len(pairs):
+            raise ValueError(f"{data_dir / HINTS_FILE}: {len(candidates)} lines for {len(pairs)} lines of train.tsv")
+        hints = HintSampler(candidates, tokenizer, train_config.hint_rate)
+        log.info(
+            "hints: %d of %d training lines have candidates, each shown with probability %g",
+            len(hints.by_line),
+            len(pairs),
+            train_config.hint_rate,
+        )
+    reader = BatchReader(
+        examples, lines, pairs, tokenizer, max_length, train_config.subword_alpha, hints, train_config.seed
+    )
     valid_pairs = read_pairs(data_dir / "valid.tsv")
     valid_examples = load_examples(data_dir / "valid.tsv", tokenizer, max_length)
     bleu_count = train_config.valid_bleu_sentences
     bleu_pairs = valid_pairs if bleu_count < 0 else valid_pairs[:bleu_count]
-    return TrainingData(tokenizer, examples, phrases, valid_examples, bleu_pairs, guided)
+    return TrainingData(tokenizer, examples, phrases, valid_examples, bleu_pairs, reader, guided)
 
 
 def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = True) -> Path:
@@ -274,7 +299,7 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
     torch.manual_seed(train_config.seed)
     model = Transformer(model_config)
     if initial is not None:
-        model.load_state_dict(load_weights(initial / WEIGHTS_FILE))
+        model.load_state_dict(grow_embeddings(load_weights(initial / WEIGHTS_FILE), model_config.vocab_size, tokenizer))
         log.info("initialised from %s (%s)", initial, model_config)
     model.to(train_config.device)
     optimizer = torch.optim.AdamW(
@@ -380,33 +405,53 @@ def train_step(run: Run, indices: list[int], step: int, window: Window) -> float
     config, model_config, data = run.config, run.model.config, run.data
     for group in run.optimizer.param_groups:
         group["lr"] = learning_rate(step, config)
-    src, tgt_in, tgt_out = collate(data.examples, indices, model_config)
+    batch = data.reader.read(indices, step)
+    src, tgt_in, tgt_out = collate([(b.source, b.target) for b in batch], range(len(batch)), model_config)
     device = torch.device(config.device)
     src = drop_words(src, config.word_dropout, model_config).to(device)
     tgt_in = drop_words(tgt_in, config.word_dropout, model_config).to(device)
     tgt_out = tgt_out.to(device)
-    if data.guided is None:
-        with autocast(config):
+    passes = 2 if config.rdrop_alpha > 0 else 1  # R-Drop: the batch twice, in one forward
+    if passes == 2:
+        src, tgt_in, tgt_out = src.repeat(2, 1), tgt_in.repeat(2, 1), tgt_out.repeat(2, 1)
+    head_weights = None
+    with autocast(config):
+        if data.guided is None:
             log_probs = run.forward(src, tgt_in)
-        loss_sum, n_tokens = smoothed_loss(log_probs.float(), tgt_out, config.label_smoothing, model_config.pad_id)
-        # Normalise by this rank's tokens; DDP averages gradients across ranks.
-        loss = loss_sum / max(n_tokens, 1)
-    else:
-        with autocast(config):
+        else:
             log_probs, head_weights = run.forward(src, tgt_in)
-        loss_sum, n_tokens = smoothed_loss(log_probs.float(), tgt_out, config.label_smoothing, model_config.pad_id)
-        guided_sum, n_rows = guided_loss(head_weights.float(), data.guided.targets(data.examples, indices).to(device))
-        loss = loss_sum / max(n_tokens, 1) + config.guided_weight * guided_sum / max(n_rows, 1)
-        window.guided += float(guided_sum.detach())
-        window.guided_rows += n_rows
+    log_probs = log_probs.float()
+    loss_sum, n_tokens = smoothed_loss(log_probs, tgt_out, config.label_smoothing, model_config.pad_id)
+    # Normalise by this rank's tokens (of one pass); DDP averages gradients across ranks.
+    n_tokens //= passes
+    loss = loss_sum / passes / max(n_tokens, 1)
+    if passes == 2:
+        loss = loss + config.rdrop_alpha * rdrop_divergence(log_probs, tgt_out, model_config.pad_id) / max(n_tokens, 1)
+    if head_weights is not None and data.guided is not None:
+        gold = data.guided.targets(batch).to(device)
+        guided_sum, n_rows = guided_loss(head_weights.float(), gold.repeat(passes, 1, 1))
+        loss = loss + config.guided_weight * guided_sum / max(n_rows, 1)
+        window.guided += float(guided_sum.detach()) / passes
+        window.guided_rows += n_rows // passes
     run.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), config.clip_norm)
     run.optimizer.step()
     window.tokens += n_tokens * run.world
-    window.loss += float(loss_sum.detach())
+    window.loss += float(loss_sum.detach()) / passes
     window.loss_tokens += n_tokens
     return float(grad_norm)
+
+
+def rdrop_divergence(log_probs: torch.Tensor, tgt_out: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """Summed symmetric KL between the two halves of a doubled batch (R-Drop, Liang et al.
+    2021): log_probs (2B, T, V), tgt_out (2B, T); padding positions are left out. Each half is
+    pulled toward the other's distribution, as the paper's loss does (no stop-gradient)."""
+    first, second = log_probs.chunk(2)
+    real = (tgt_out.chunk(2)[0] != pad_id).unsqueeze(-1)
+    forward = (first.exp() * (first - second)).masked_fill(~real, 0.0).sum()
+    backward = (second.exp() * (second - first)).masked_fill(~real, 0.0).sum()
+    return (forward + backward) / 2
 
 
 def show_progress(progress: tqdm, run: Run, window: Window, step: int, grad_norm: float) -> None:
@@ -459,6 +504,8 @@ def write_final(run: Run, final_dir: Path) -> None:
     )
     save_model(final, final_dir)
     (final_dir / TOKENIZER_FILE).write_bytes((run.data_dir / TOKENIZER_FILE).read_bytes())
+    if (run.data_dir / DICTIONARY_FILE).is_file():  # the term index of automatic hints goes with the model
+        (final_dir / DICTIONARY_FILE).write_bytes((run.data_dir / DICTIONARY_FILE).read_bytes())
     (final_dir / "history.json").write_text(json.dumps(run.state["history"], indent=1) + "\n")
     (final_dir / "train_config.json").write_text(json.dumps(to_dict(run.config), indent=2) + "\n")
     log.info("averaged %d checkpoints into %s", len(paths), final_dir)

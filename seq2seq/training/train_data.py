@@ -1,5 +1,6 @@
-"""Training examples: a split tokenized, the epoch's sample, length-bucketed batches,
-word dropout and the padded tensors of one batch.
+"""Training examples: a split tokenized, the epoch's sample, length-bucketed batches, each
+batch as it is read (subword sampling, target-term hints), word dropout and the padded
+tensors of one batch.
 
 Everything here is deterministic in (seed, epoch) or draws from torch's RNG, which
 checkpoints save: that is what makes resume exact.
@@ -8,15 +9,21 @@ checkpoints save: that is what makes resume exact.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
+import sentencepiece as spm
 import torch
 
-from data.prepare import read_pairs
+from data.prepare import Pair, read_pairs
 from data.tokenizer import Tokenizer
 from seq2seq.core.config import ModelConfig
+from seq2seq.core.hints import HintedSource
+from seq2seq.training.hint_data import HintSampler
 
 Example = tuple[list[int], list[int]]  # (source ids + EOS, target ids), no BOS/EOS on target
+Pieces = tuple[list[str], list[tuple[int, int]]]  # piece names and character offsets
+BatchPieces = tuple[Pieces, Pieces]  # (source, target), EOS excluded
 
 
 def load_examples(
@@ -96,6 +103,79 @@ def make_batches(
         batches.append(current)
     rng.shuffle(batches)
     return batches
+
+
+@dataclass
+class BatchExample:
+    """One example as a batch reads it."""
+
+    line: int  # its line of train.tsv (guided alignment's links, hint candidates)
+    source: list[int]  # the model's input ids + EOS (hints inserted, when any were drawn)
+    target: list[int]  # no BOS/EOS
+    pieces: BatchPieces | None = None  # the sampled pieces, with offsets (None: the stored tokenization)
+    hinted: HintedSource | None = None  # the source with its hints (None: none drawn)
+
+
+class BatchReader:
+    """Reads a batch's examples: as stored, or with the subword segmentation sampled afresh
+    (Kudo 2018, SentencePiece's `enable_sampling` with `alpha`, both sides) and with a draw
+    of target-term hints (`HintSampler`). Deterministic in (seed, step) and torch's RNG, so a
+    resumed run reads its batches the same way."""
+
+    def __init__(
+        self,
+        examples: list[Example],
+        lines: list[int],
+        pairs: list[Pair],
+        tokenizer: Tokenizer,
+        max_length: int,
+        subword_alpha: float = 0.0,
+        hints: HintSampler | None = None,
+        seed: int = 1,
+    ):
+        self.examples, self.lines, self.pairs, self.tokenizer = examples, lines, pairs, tokenizer
+        self.max_length, self.subword_alpha, self.hints, self.seed = max_length, subword_alpha, hints, seed
+
+    @property
+    def plain(self) -> bool:
+        return self.subword_alpha <= 0 and self.hints is None
+
+    def read(self, indices: list[int], step: int) -> list[BatchExample]:
+        if self.subword_alpha > 0:
+            spm.set_random_generator_seed(self.seed * 1_000_003 + step)
+        return [self._one(index) for index in indices]
+
+    def _one(self, index: int) -> BatchExample:
+        line = self.lines[index]
+        source, target = self.examples[index]
+        pieces = None
+        if self.subword_alpha > 0:
+            pair = self.pairs[line]
+            sampled = [self._sampled(text) for text in (pair.source, pair.target)]
+            if all(0 < len(ids) < self.max_length for ids, _, _ in sampled):
+                (source_ids, *source_pieces), (target_ids, *target_pieces) = sampled
+                source, target = source_ids + [source[-1]], target_ids
+                pieces = (tuple(source_pieces), tuple(target_pieces))
+        drawn = self.hints.draw(line) if self.hints is not None else []
+        if not drawn:
+            return BatchExample(line, source, target, pieces)
+        _, offsets = pieces[0] if pieces is not None else self._offsets(line)
+        if len(offsets) != len(source) - 1:  # a truncated source: read it plain
+            return BatchExample(line, source, target, pieces)
+        hinted = self.hints.insert(source[:-1], offsets, drawn)
+        if len(hinted.ids) + 1 > self.max_length:
+            return BatchExample(line, source, target, pieces)
+        return BatchExample(line, hinted.ids + [source[-1]], target, pieces, hinted)
+
+    def _sampled(self, text: str) -> tuple[list[int], list[str], list[tuple[int, int]]]:
+        mapping = self.tokenizer.sp.encode(
+            text, out_type="offset_mapping", enable_sampling=True, alpha=self.subword_alpha, nbest_size=-1
+        )
+        return list(mapping["ids"]), list(mapping["pieces"]), [(s, e) for s, e in mapping["offsets"]]
+
+    def _offsets(self, line: int) -> tuple[list[str], list[tuple[int, int]]]:
+        _, names, offsets = self.tokenizer.encode_with_offsets(self.pairs[line].source)
+        return names, offsets
 
 
 def drop_words(ids: torch.Tensor, rate: float, config: ModelConfig) -> torch.Tensor:

@@ -8,7 +8,7 @@ gold slice is scored with `seq2seq.analysis.aer.score`. Tokens are `seq2seq.core
 lowercased, so gold indices and eflomal's indices are the same words.
 
     pip install eflomal
-    OMP_NUM_THREADS=1 python bench/eflomal_baseline.py --seed 1 \
+    OMP_NUM_THREADS=1 python -m export.eflomal_baseline --seed 1 \
         --gold-out data/gold/eflomal.gold.pharaoh --train-out work/ding8k/eflomal.train.pharaoh
 
 Reproducibility: eflomal has no seed option; it reads its seed from /dev/urandom. With
@@ -156,6 +156,34 @@ def run_eflomal(
     return read_pharaoh(forward_file), read_pharaoh(reverse_file)
 
 
+def align_pairs(
+    pairs: list[tuple[str, str]],
+    seed: int,
+    iterations: tuple[int, int, int],
+    model: int = 3,
+    n_samplers: int = 3,
+    null_prior: float = 0.2,
+) -> tuple[list[set[Link]], list[set[Link]]]:
+    """eflomal's forward and reverse links of every (source, target) pair, in a scratch
+    directory; exits if eflomal returns another number of alignments."""
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="eflomal-") as tmp:
+        forward, reverse = run_eflomal(
+            [tokenize(s) for s, _ in pairs],
+            [tokenize(t) for _, t in pairs],
+            Path(tmp),
+            seed,
+            model,
+            n_samplers,
+            null_prior,
+            iterations,
+        )
+    if len(forward) != len(pairs) or len(reverse) != len(pairs):
+        sys.exit(f"eflomal returned {len(forward)}/{len(reverse)} alignments for {len(pairs)} pairs")
+    print(f"aligned in {time.perf_counter() - started:.0f} s")
+    return forward, reverse
+
+
 def report(name: str, hypotheses: Iterable[set[Link]], gold) -> None:
     print(f"{name:<16} {score(list(hypotheses), gold)}")
 
@@ -203,8 +231,6 @@ def main(argv: list[str] | None = None) -> None:
     gold = read_gold(args.gold)
     train = read_train(args.train)
     pairs = train + [(pair.source, pair.target) for pair in gold]
-    sources = [tokenize(source) for source, _ in pairs]
-    targets = [tokenize(target) for _, target in pairs]
     iterations = default_iterations(len(pairs), args.rel_iterations)
     print(
         f"eflomal model {args.model}, {args.samplers} samplers, iterations {iterations}, seed {args.seed}: "
@@ -212,15 +238,8 @@ def main(argv: list[str] | None = None) -> None:
         flush=True,
     )
 
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="eflomal-") as tmp:
-        forward, reverse = run_eflomal(
-            sources, targets, Path(tmp), args.seed, args.model, args.samplers, args.null_prior, iterations
-        )
-    if len(forward) != len(pairs) or len(reverse) != len(pairs):
-        sys.exit(f"eflomal returned {len(forward)}/{len(reverse)} alignments for {len(pairs)} pairs")
+    forward, reverse = align_pairs(pairs, args.seed, iterations, args.model, args.samplers, args.null_prior)
     symmetric = [grow_diag_final(f, r) for f, r in zip(forward, reverse)]
-    print(f"aligned in {time.perf_counter() - start:.0f} s")
 
     n = len(train)
     report("forward", forward[n:], gold)

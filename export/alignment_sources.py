@@ -16,7 +16,7 @@ Prints the table sorted by AER and the best choice, as the ModelConfig fields
 Choosing on the gold set and reporting on the same set is optimistic; with 162 pairs,
 differences under about one AER point are noise.
 
-    OMP_NUM_THREADS=1 python bench/alignment_sources.py --model work/release/final --backend torch \\
+    OMP_NUM_THREADS=1 python -m export.alignment_sources --model work/release/final --backend torch \\
         --gold data/gold/de-en.gold.tsv [--json sources.json]
 """
 
@@ -29,16 +29,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from data.files import BUNDLE_FILE
+from seq2seq.analysis.aer import Score, read_gold, score
+from seq2seq.core.alignment import align
+from seq2seq.core.config import AlignmentError, AlignmentOptions
+from seq2seq.decoding.forced import forced_attention
+from seq2seq.loading import BACKENDS, load_translator
 
-from data.files import BUNDLE_FILE  # noqa: E402
-from seq2seq.analysis.aer import Score, read_gold, score  # noqa: E402
-from seq2seq.core.alignment import align  # noqa: E402
-from seq2seq.core.config import AlignmentError, AlignmentOptions  # noqa: E402
-from seq2seq.decoding.forced import forced_attention  # noqa: E402
-from seq2seq.loading import BACKENDS, load_translator  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def candidates(layers: int, heads: int) -> list[tuple[int, tuple[int, ...], bool]]:

@@ -1,4 +1,4 @@
-"""Planted damage and its scoring: the ground truth `bench/quality_signals.py` measures the
+"""Planted damage and its scoring: the ground truth `export/quality_signals.py` measures the
 quality flags against, and the fit of the flags' detectors to it.
 
 **Planting.** A held-out reference translation is damaged on purpose: a contiguous span of

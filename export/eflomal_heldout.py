@@ -1,14 +1,14 @@
 """eflomal links for held-out pairs (valid, test): reference links where no gold set exists.
 
-`bench/quality_signals.py` plants omissions into held-out reference translations and needs
+`export/quality_signals.py` plants omissions into held-out reference translations and needs
 to know which source words a deleted target span translated. Without hand alignments, the
-statistical aligner of `bench/eflomal_baseline.py` (AER 14.5 on the gold set, better than
+statistical aligner of `export/eflomal_baseline.py` (AER 14.5 on the gold set, better than
 any attention map of the model) stands in: it is run on the training corpus plus the
 held-out pairs, which only adds their words to the statistics (no labels are involved, and
 the model under test never sees these links). Output: one Pharaoh line of grow-diag-final
 links per line of each held-out file, indices over `seq2seq.core.alignment.words()`.
 
-    OMP_NUM_THREADS=1 python bench/eflomal_heldout.py --train DATA/train.tsv \\
+    OMP_NUM_THREADS=1 python -m export.eflomal_heldout --train DATA/train.tsv \\
         --heldout DATA/valid.tsv DATA/test.tsv --out-dir DATA    # -> DATA/eflomal.valid.pharaoh, ...
 """
 
@@ -16,18 +16,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-for path in (REPO, REPO / "bench"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from eflomal_baseline import default_iterations, read_train, run_eflomal, tokenize  # noqa: E402
-
-from seq2seq.analysis.aer import grow_diag_final, write_pharaoh  # noqa: E402
+from export.eflomal_baseline import align_pairs, default_iterations, read_train
+from seq2seq.analysis.aer import grow_diag_final, write_pharaoh
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,21 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{iterations}, seed {args.seed}",
         flush=True,
     )
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="eflomal-") as tmp:
-        forward, reverse = run_eflomal(
-            [tokenize(s) for s, _ in pairs],
-            [tokenize(t) for _, t in pairs],
-            Path(tmp),
-            args.seed,
-            3,
-            3,
-            0.2,
-            iterations,
-        )
-    if len(forward) != len(pairs) or len(reverse) != len(pairs):
-        sys.exit(f"eflomal returned {len(forward)}/{len(reverse)} alignments for {len(pairs)} pairs")
-    print(f"aligned in {time.perf_counter() - started:.0f} s")
+    forward, reverse = align_pairs(pairs, args.seed, iterations)
     start = len(train)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for path, block in zip(args.heldout, heldout):

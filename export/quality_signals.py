@@ -1,13 +1,13 @@
 """Do the quality signals of `seq2seq/analysis/quality.py` work? Measure them, and choose a model's detectors.
 
-1. **Planted omissions and insertions** (bench/planted.py). Held-out reference translations
+1. **Planted omissions and insertions** (export/planted.py). Held-out reference translations
    are damaged on purpose: a contiguous span of 1-3 target words is deleted, or 1-2 words
    of another reference are inserted. The damaged pair is aligned by teacher forcing, as
    `crossalign align` does (seq2seq/decoding/forced.py), and `untranslated` / `ungrounded` are
    scored against the planted truth (precision, recall, F1) beside the baseline that flags
    as many words, each sentence's lowest-coverage (lowest-peak) ones. The flags on the
    intact pairs (false alarms per 100 words) are shown beside them.
-2. **Confidence vs quality** (bench/quality_confidence.py). The model translates each
+2. **Confidence vs quality** (export/quality_confidence.py). The model translates each
    split (beam 4, as served); the sentence confidence and, alone, the length-normalised
    log-probability are ranked against sentence chrF (Spearman's ρ).
 
@@ -23,11 +23,11 @@ threshold; the odd ones (`valid-held`), test and gold are scored at those values
 expected length ratio and the confidence weights are fitted on all of valid. `--save`
 writes them all as the model's `quality.json` (`seq2seq.analysis.quality.QualityThresholds`).
 
-    python bench/quality_signals.py --model models/de-en --data ~/.cache/crossalign/data/ding8k \\
+    python -m export.quality_signals --model models/de-en --data ~/.cache/crossalign/data/ding8k \\
         --save models/de-en/quality.json
 
 The held-out eflomal links (DATA/eflomal.valid.pharaoh, DATA/eflomal.test.pharaoh) come
-from `bench/eflomal_heldout.py`. Translations are cached under --cache (keyed by the
+from `export/eflomal_heldout.py`. Translations are cached under --cache (keyed by the
 model's bundle.json and the split file), so re-runs only re-align.
 """
 
@@ -41,12 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-for path in (REPO, REPO / "bench"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from planted import (  # noqa: E402
+from data.files import BUNDLE_FILE
+from export.planted import (
     HEADER,
     Case,
     Scored,
@@ -61,12 +57,10 @@ from planted import (  # noqa: E402
     print_row,
     select,
 )
-from quality_confidence import Splits, report_confidence  # noqa: E402
-
-from data.files import BUNDLE_FILE  # noqa: E402
-from seq2seq.analysis.aer import read_gold, read_pharaoh  # noqa: E402
-from seq2seq.analysis.occlusion import OCCLUSION_FEATURES  # noqa: E402
-from seq2seq.analysis.quality import (  # noqa: E402
+from export.quality_confidence import Splits, report_confidence
+from seq2seq.analysis.aer import read_gold, read_pharaoh
+from seq2seq.analysis.occlusion import OCCLUSION_FEATURES
+from seq2seq.analysis.quality import (
     Detector,
     Evidence,
     QualityThresholds,
@@ -76,16 +70,18 @@ from seq2seq.analysis.quality import (  # noqa: E402
     target_peak,
     word_features,
 )
-from seq2seq.core.alignment import align, words  # noqa: E402
-from seq2seq.core.config import (  # noqa: E402
+from seq2seq.core.alignment import align, words
+from seq2seq.core.config import (
     AlignmentError,
     AlignmentOptions,
-    DecodeConfig,  # noqa: E402
+    DecodeConfig,
 )
-from seq2seq.decoding.forced import forced_attention, occluded_given  # noqa: E402
-from seq2seq.decoding.translator import Translator  # noqa: E402
-from seq2seq.loading import load_translator  # noqa: E402
-from seq2seq.runtime.bundle import set_quality_file  # noqa: E402
+from seq2seq.decoding.forced import forced_attention, occluded_given
+from seq2seq.decoding.translator import Translator
+from seq2seq.loading import load_translator
+from seq2seq.runtime.bundle import set_quality_file
+
+REPO = Path(__file__).resolve().parents[1]
 
 FIT, HELD = "valid-fit", "valid-held"
 
@@ -145,7 +141,7 @@ def read_splits(args: argparse.Namespace) -> Splits:
     for name in ("valid",) + (() if args.no_test else ("test",)):
         pairs, links_file = read_pairs(args.data / f"{name}.tsv"), args.data / f"eflomal.{name}.pharaoh"
         if not links_file.is_file():
-            raise SystemExit(f"{links_file}: missing; make it with bench/eflomal_heldout.py")
+            raise SystemExit(f"{links_file}: missing; make it with export/eflomal_heldout.py")
         links = read_pharaoh(links_file)
         if len(links) != len(pairs):
             raise SystemExit(f"{links_file}: {len(links)} lines for {len(pairs)} pairs")
@@ -454,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
             "decoder_sha256": decoder_sha256(args.model),
             "beam_size": args.beam_size,
             "alignment": {"layer": layer, "heads": list(heads), "step_shift": shift},
-            "by": "bench/quality_signals.py",
+            "by": "export/quality_signals.py",
         },
         untranslated=untranslated,
         ungrounded=ungrounded,

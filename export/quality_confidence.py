@@ -1,8 +1,6 @@
-"""Confidence vs quality, part 2 of `bench/quality_signals.py`: the model translates each
+"""Confidence vs quality, part 2 of `export/quality_signals.py`: the model translates each
 split (beam as served), the confidence weights are fitted on valid against sentence chrF,
 and every split's confidence (and each feature alone) is ranked against chrF (Spearman's ρ).
-
-Imported by bench/quality_signals.py, which puts the repository and bench/ on sys.path.
 """
 
 from __future__ import annotations
@@ -14,10 +12,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from planted import Links, spearman
 from tqdm import tqdm
 
 from data.files import BUNDLE_FILE, WEIGHTS_FILE
+from export.planted import Links, spearman
 from seq2seq.analysis.confidence import confidence_features
 from seq2seq.analysis.quality import is_punctuation, source_coverage
 from seq2seq.core.alignment import words

@@ -1,0 +1,132 @@
+"""Target-term hints: how often a glossary's terms reach the translation, and what hints cost.
+
+    python bench/terms.py --model models/de-en --data ~/.cache/crossalign/data/ding8k-hints \\
+        --pairs ~/.cache/crossalign/data/ding8k-hints/test.tsv data/gold/de-en.gold.tsv
+
+Term use: for each pair, the glossary a user who knows the rare words would give: every
+source word (or run of two or three) that the training phrases translate with a term its
+reference uses (`seq2seq.training.hint_data.reference_hints`, as training draws its hints),
+kept when the word is rare (seen at most `--max-count` times in the training sentences,
+the bundle's dictionary says). Printed per file: the share of those terms found in the
+translation (an English plural ending allowed) without a glossary, and with it; and with
+it, the share the quality block calls `used` (found, and aligned to the word it is for).
+
+Speed (`--speed`): beam 4, batches of 32, the first `--n` sentences of the first file with
+the model's dictionary hints on and off, in alternating rounds (this machine's speed
+drifts); sentences/s of each and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from data.corpora import SENTENCE, Pair  # noqa: E402
+from data.dictionary import TermIndex, phrase_votes  # noqa: E402
+from data.files import DICTIONARY_FILE  # noqa: E402
+from data.prepare import read_pairs, read_tsv_pairs  # noqa: E402
+from seq2seq.core.alignment import words  # noqa: E402
+from seq2seq.core.config import AlignmentOptions  # noqa: E402
+from seq2seq.core.hints import TARGET_ENDINGS, find_term  # noqa: E402
+from seq2seq.loading import load_translator  # noqa: E402
+from seq2seq.training.hint_data import frequent_source_words, reference_hints  # noqa: E402
+
+
+def glossaries(
+    pairs: list[Pair], train: list[Pair], index: TermIndex, max_count: int
+) -> list[tuple[tuple[str, str], ...]]:
+    """Per pair, (source term, reference term) of its rare dictionary words (rare by `index`,
+    the data's term index: the same terms for every model measured)."""
+    votes, frequent = phrase_votes(train), frequent_source_words(train)
+    found = []
+    for pair in pairs:
+        entries = []
+        for start, end, term in reference_hints(pair, votes, frequent):
+            form = pair.source[start:end]
+            counted = [index.lookup(w.text) for w in words(form)]
+            if all(c is None or c[0] <= max_count for c in counted):
+                entries.append((form, term))
+        found.append(tuple(entries))
+    return found
+
+
+def term_use(translator, pairs: list[Pair], glossary: list[tuple[tuple[str, str], ...]], batch: int) -> dict:
+    plain_config = replace(translator.decode_defaults, dictionary_hints=False, return_attention=False)
+    with_config = replace(plain_config, return_attention=True, alignment=AlignmentOptions())
+    asked = [i for i, g in enumerate(glossary) if g]
+    terms = sum(len(glossary[i]) for i in asked)
+    found_plain = found_with = used = 0
+    for start in range(0, len(asked), batch):
+        chunk = asked[start : start + batch]
+        plain = translator.translate_batch([pairs[i].source for i in chunk], plain_config)
+        for i, result in zip(chunk, plain):
+            target = words(result.text)
+            found_plain += sum(find_term(target, term, TARGET_ENDINGS) is not None for _, term in glossary[i])
+        if translator.tokenizer.hint_ids is None:  # a model trained without hints: today's figure only
+            continue
+        for i in chunk:  # each sentence with its own glossary
+            result = translator.translate(pairs[i].source, replace(with_config, glossary=glossary[i]))
+            found_with += sum(t.appears for t in result.terms)
+            used += sum(t.used for t in result.terms)
+    share = lambda n: round(100 * n / max(terms, 1), 1)  # noqa: E731
+    return {
+        "sentences with terms": len(asked),
+        "terms": terms,
+        "found without glossary %": share(found_plain),
+        "found with glossary %": share(found_with),
+        "used with glossary %": share(used),
+    }
+
+
+def speed(translator, sources: list[str], rounds: int) -> dict:
+    on = replace(translator.decode_defaults, beam_size=4, dictionary_hints=True, return_attention=False)
+    off = replace(on, dictionary_hints=False)
+    times: dict[str, list[float]] = {"on": [], "off": []}
+    for round_ in range(rounds):
+        for name in ("on", "off") if round_ % 2 == 0 else ("off", "on"):
+            config = on if name == "on" else off
+            started = time.perf_counter()
+            for start in range(0, len(sources), 32):
+                translator.translate_batch(sources[start : start + 32], config)
+            times[name].append(time.perf_counter() - started)
+    rate = {name: len(sources) / statistics.median(values) for name, values in times.items()}
+    return {
+        "hints on sent/s": round(rate["on"], 1),
+        "hints off sent/s": round(rate["off"], 1),
+        "on / off": round(rate["on"] / rate["off"], 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", type=Path, required=True, help="a bundle or model directory trained with hints")
+    parser.add_argument(
+        "--data", type=Path, required=True, help="prepared data after `crossalign data hints` (phrases, term index)"
+    )
+    parser.add_argument("--pairs", type=Path, nargs="+", required=True, help="source<TAB>reference files")
+    parser.add_argument("--backend", default="onnx", choices=("onnx", "torch"))
+    parser.add_argument("--max-count", type=int, default=2, help="a word is rare at most this often (default 2)")
+    parser.add_argument("--speed", action="store_true", help="also time dictionary hints on and off")
+    parser.add_argument("--n", type=int, default=640, help="sentences timed with --speed (default 640)")
+    parser.add_argument("--rounds", type=int, default=4, help="alternating rounds with --speed (default 4)")
+    args = parser.parse_args()
+    translator = load_translator(args.model, args.backend)
+    train = read_pairs(args.data / "train.tsv")
+    for path in args.pairs:
+        sources, references = read_tsv_pairs(path)
+        pairs = [Pair(s, r, SENTENCE) for s, r in zip(sources, references)]
+        glossary = glossaries(pairs, train, TermIndex.load(args.data / DICTIONARY_FILE), args.max_count)
+        print(path.name, term_use(translator, pairs, glossary, batch=32), flush=True)
+    if args.speed:
+        sources = read_tsv_pairs(args.pairs[0])[0][: args.n]
+        print("speed (beam 4, batch 32):", speed(translator, sources, args.rounds), flush=True)
+
+
+if __name__ == "__main__":
+    main()

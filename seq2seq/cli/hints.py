@@ -1,0 +1,73 @@
+"""`crossalign data hints`: ready a prepared data directory for target-term hints.
+
+Writes, into the data directory:
+- `hints.train.jsonl`: each training pair's candidate hints (`seq2seq.training.hint_data.
+  reference_hints`), one JSON list of [start, end, term] per line of train.tsv, which
+  `crossalign train --hint-rate P` draws from;
+- `dictionary.tsv.gz`: the term index of the single-word source forms (their count in the
+  training sentences and their usual term), which the release bundle ships and the
+  translator's automatic hints read (`data.dictionary.TermIndex`);
+- `spm.model` with the two hint pieces appended (ids V and V + 1; every other id is
+  unchanged, so a model continued with `--init-from` only grows two embedding rows), and the
+  manifest's tokenizer entry updated.
+
+    crossalign data hints --data-dir ~/.cache/crossalign/data/ding8k-all
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections import Counter
+from pathlib import Path
+
+from tqdm import tqdm
+
+from data.dictionary import phrase_votes, usual_term, write_term_index
+from data.files import DICTIONARY_FILE, TOKENIZER_FILE, sha256_file
+from data.prepare import read_pairs
+from data.tokenizer import Tokenizer, add_hint_pieces
+from seq2seq.core.alignment import words
+from seq2seq.training.hint_data import HINTS_FILE, frequent_source_words, reference_hints, verb_stem
+
+log = logging.getLogger("crossalign.data")
+
+
+def prepare_hints(data_dir: Path) -> dict[str, int]:
+    """Write the three files above into `data_dir`; returns counts for the log."""
+    pairs = read_pairs(data_dir / "train.tsv")
+    votes = phrase_votes(pairs)
+    frequent = frequent_source_words(pairs)
+    counts = Counter(w.text for p in pairs if p.kind == "sentence" for w in words(p.source))
+    rows = [
+        (form, counts.get(form, 0), verb_stem(usual_term(terms))) for form, terms in votes.items() if " " not in form
+    ]
+    indexed = write_term_index(rows, data_dir / DICTIONARY_FILE)
+    with_hints = 0
+    with open(data_dir / HINTS_FILE, "w", encoding="utf-8") as handle:
+        for pair in tqdm(pairs, desc="hints", unit="pair", file=sys.stderr, disable=not sys.stderr.isatty()):
+            found = reference_hints(pair, votes, frequent)
+            with_hints += bool(found)
+            handle.write(json.dumps(found, ensure_ascii=False) + "\n")
+    spm_path = data_dir / TOKENIZER_FILE
+    add_hint_pieces(spm_path, spm_path)
+    manifest_path = data_dir / "manifest.json"
+    if manifest_path.is_file():
+        manifest = json.loads(manifest_path.read_text())
+        manifest["tokenizer"].update(
+            sha256=sha256_file(spm_path), vocab_size=Tokenizer(spm_path).vocab_size, hint_pieces=True
+        )
+        manifest["hints"] = {"candidates": HINTS_FILE, "dictionary": DICTIONARY_FILE, "indexed_forms": indexed}
+        manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    return {"pairs": len(pairs), "pairs_with_hints": with_hints, "indexed_forms": indexed}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", type=Path, required=True, help="a directory `crossalign data prepare` wrote")
+
+
+def main(args: argparse.Namespace) -> None:
+    found = prepare_hints(args.data_dir)
+    log.info("hints for %s: %s", args.data_dir, json.dumps(found))

@@ -1,0 +1,51 @@
+"""One text with inline markup, read as one segment: the `format` of `/v1/translate`,
+`/v1/align` and `crossalign align --markup`.
+
+`html`: every element inline (block elements too; `<br>` a line break, `script`/`style`/
+`pre` and `code` kept as written), read by `seq2seq.documents.html`. `xml`: any element
+is inline markup (XLIFF 1.2's `<g>`/`<x/>`; its native-code `<ph>`, `<bpt>`, `<ept>`,
+`<it>` kept whole), a fragment without a root, parsed with entities off
+(`seq2seq.documents.xml`). Pages with blocks go through `read_html` (each block a segment).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from seq2seq.documents.html import read_html, segments, write_html
+from seq2seq.documents.markup import Marked, Placed
+from seq2seq.documents.xml import fragment, fragment_text, read_element, write_element
+
+INLINE_FORMATS = ("html", "xml")
+
+
+@dataclass
+class InlineText:
+    """A text's plain segment, and how to write a placed translation of it (None: the text as it was)."""
+
+    marked: Marked
+    write: Callable[[Placed | None], str]
+
+
+def read_inline(text: str, kind: str) -> InlineText:
+    """`text` as one segment of `kind` ("html" or "xml"); raises ValueError (XMLInputError)
+    for XML that does not parse, naming the problem."""
+    if kind == "html":
+        parts = read_html(text, blocks=False)
+        found = segments(parts)
+        if not found:  # whitespace only
+            return InlineText(Marked(text), lambda placed: text)
+        return InlineText(found[0].marked, lambda placed: write_html(parts, [placed]))
+    if kind != "xml":
+        raise ValueError(f"markup format must be one of {', '.join(INLINE_FORMATS)}, not {kind!r}")
+    root = fragment(text)
+    marked = read_element(root)
+
+    def write(placed: Placed | None) -> str:
+        if placed is None:
+            return text
+        write_element(root, placed)
+        return fragment_text(root)
+
+    return InlineText(marked, write)

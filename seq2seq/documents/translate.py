@@ -1,0 +1,144 @@
+"""Segments through a translator, their markup placed by the alignment made in the same pass.
+
+A `Translate` is what a document needs of a translator: plain segment texts in, each
+one's translation and word map out (`Translation`), or the exception that stopped it. The
+library's (`sentence_translator`) splits each text into sentences, translates them all as
+one batch with `DecodeConfig.alignment` set (the translator fills every result's map in
+the same pass) and joins them, the maps block-diagonally; the service builds its own over
+its fair scheduler. `place_segments` runs the segments that have words through one and
+puts each segment's tags on its translation (`seq2seq.documents.markup.transfer`);
+`place_on_given` does it for translations a client already has, by teacher forcing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from seq2seq.core.alignment import Alignment, concat
+from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig
+from seq2seq.core.segment import join_sentences, split_sentences
+from seq2seq.decoding.forced import align_given
+from seq2seq.decoding.translator import Translator
+from seq2seq.documents.markup import Marked, Placed, fits, proportional, transfer, with_margins
+
+
+@dataclass
+class Translation:
+    """A segment's translation and its word map (source offsets into the segment's text,
+    target offsets into `text`)."""
+
+    text: str
+    alignment: Alignment
+
+
+Translate = Callable[[list[str]], list["Translation | Exception"]]
+WORD_MAP = AlignmentOptions(level="word")
+
+
+def has_words(text: str) -> bool:
+    """A segment worth translating: it has a letter or a digit."""
+    return any(character.isalnum() for character in text)
+
+
+def sentence_translator(translator: Translator, config: DecodeConfig | None = None) -> Translate:
+    """A `Translate` over the library's translator: each text split into sentences
+    (seq2seq.core.segment), all of them one `translate_batch` with the word map made in the
+    same pass (without the quality blocks: `DecodeConfig.quality`), joined with the source's
+    spacing and their maps placed block-diagonally."""
+    base = translator.decode_defaults if config is None else config
+    config = replace(base, return_attention=True, alignment=base.alignment or WORD_MAP, quality=False)
+
+    def run(texts: list[str]) -> list[Translation | Exception]:
+        spans = [split_sentences(text) for text in texts]
+        sentences = [text[start:end] for text, found in zip(texts, spans) for start, end in found]
+        results = iter(translator.translate_batch(sentences, config) if sentences else [])
+        out: list[Translation | Exception] = []
+        for text, found in zip(texts, spans):
+            mine = [next(results) for _ in found]
+            joined, target_spans = join_sentences(text, found, [r.text for r in mine])
+            parts = [
+                (result.alignment.word, start, target_start)
+                for (start, _), (target_start, _), result in zip(found, target_spans, mine)
+                if result.alignment is not None
+            ]
+            out.append(Translation(joined, concat(parts, WORD_MAP)))
+        return out
+
+    return run
+
+
+@dataclass
+class PlacementReport:
+    """What happened to a document's segments and their tags."""
+
+    segments: int = 0  # segments with words, sent to the translator
+    translated: int = 0
+    failed: list[str] = field(default_factory=list)  # why a segment kept its source text
+    tags: int = 0  # tags of the translated segments
+    approximated: int = 0  # tags put at the nearest position (markup.transfer, step 4)
+    splits: int = 0  # times an element was opened again (crossing scopes, discontiguous words)
+
+    def to_dict(self) -> dict:
+        return {
+            "segments": self.segments,
+            "translated": self.translated,
+            "failed": len(self.failed),
+            "tags": self.tags,
+            "tags_approximated": self.approximated,
+            "tags_split": self.splits,
+        }
+
+
+def place_translation(source: Marked, translation: Translation) -> Placed:
+    """One segment's tags on its translation (the source's margins kept around it). Where
+    the map does not fit the texts (`markup.fits`: a piece that does not spell its text), by
+    relative position, every tag counted as approximated."""
+    target_text, alignment = with_margins(source.text, translation.text, translation.alignment)
+    if fits(alignment, source.text, target_text):
+        return transfer(source, target_text, alignment)
+    placed = transfer(source, target_text, proportional(source.text, target_text))
+    placed.approximated = sorted(set(range(len(source.tags))))
+    return placed
+
+
+def place_segments(
+    segments: Sequence[Marked], translate: Translate, report: PlacementReport | None = None
+) -> list[Placed | None]:
+    """Every segment placed on its translation; None for a segment without words, or whose
+    translation failed (counted in `report.failed`): it stays as it was."""
+    report = report if report is not None else PlacementReport()
+    todo = [index for index, segment in enumerate(segments) if has_words(segment.text)]
+    report.segments += len(todo)
+    placed: list[Placed | None] = [None] * len(segments)
+    if not todo:
+        return placed
+    for index, translation in zip(todo, translate([segments[i].text for i in todo])):
+        if isinstance(translation, Exception):
+            report.failed.append(f"segment {index}: {translation}")
+            continue
+        placed[index] = place_translation(segments[index], translation)
+        report.translated += 1
+        report.tags += len(segments[index].tags)
+        report.approximated += len(placed[index].approximated)
+        report.splits += placed[index].splits()
+    return placed
+
+
+def place_on_given(
+    translator: Translator,
+    pairs: Sequence[tuple[Marked, str]],
+    options: AlignmentOptions = WORD_MAP,
+    restore_case: bool = True,
+) -> list[Placed | AlignmentError]:
+    """The tags of each marked source put on its given plain translation, by the word map of
+    teacher forcing (seq2seq.decoding.forced: what a translator's tool needs after
+    post-editing); a pair that cannot be aligned gets its AlignmentError in its place."""
+    word = replace(options, level="word")
+    aligned = align_given(
+        translator, [(marked.text, target) for marked, target in pairs], word, restore_case=restore_case
+    )
+    return [
+        result if isinstance(result, AlignmentError) else transfer(marked, target, result.word)
+        for (marked, target), result in zip(pairs, aligned)
+    ]
