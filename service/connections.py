@@ -3,9 +3,10 @@
 - `ReadTimeouts`: uvicorn's h11 protocol with the timeouts uvicorn lacks. A request's head
   must be whole within `head_timeout_s` (from the connection's opening, or from the first
   byte of a later request on a kept-alive connection: the idle time before that byte is
-  `keep_alive_s`'s), its body within `body_timeout_s` of the head. Past either: 408 (when
-  an answer can still be given) and the connection closed, so connections that hold a
-  head or trickle a body cannot pile up.
+  `keep_alive_s`'s), its body within `body_timeout_s` of the head plus a second for every
+  `body_min_rate` bytes received (a large upload may take its time, a trickle may not).
+  Past either: 408 (when an answer can still be given) and the connection closed, so
+  connections that hold a head or trickle a body cannot pile up.
 - `ClientWatch`: every HTTP request gets a `CancelToken` (`request.state.cancel_token`),
   cancelled when the client disconnects before its answer is complete: its translation
   rows leave the scheduler and its queued render is skipped (service.batching, "Cancellation").
@@ -63,14 +64,19 @@ class ReadTimeouts(H11Protocol):
         super().__init__(*args, **kwargs)
         settings = get_settings()
         self._limits = {"head": settings.head_timeout_s, "body": settings.body_timeout_s}
+        self._min_rate = settings.body_min_rate
         self._phase: str | None = None  # "head", "body" or None: what the timer waits for
         self._timer: asyncio.TimerHandle | None = None
+        self._started = 0.0  # when the phase began
+        self._body_bytes = 0  # received since the body phase began
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._enter("head")  # a connection that never sends a whole head is closed too
 
     def data_received(self, data: bytes) -> None:
+        if self._phase == "body":
+            self._body_bytes += len(data)
         super().data_received(data)
         self._follow()
 
@@ -100,11 +106,19 @@ class ReadTimeouts(H11Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._phase = phase
+        self._phase, self._started, self._body_bytes = phase, self.loop.time(), 0
         if phase is not None:
             self._timer = self.loop.call_later(self._limits[phase], self._expired)
 
+    def _deadline(self) -> float:
+        """When the phase's time is up: its timeout, and for a body a second per `body_min_rate` bytes."""
+        extra = self._body_bytes / self._min_rate if self._phase == "body" else 0.0
+        return self._started + self._limits[self._phase or "head"] + extra
+
     def _expired(self) -> None:
+        if self._phase == "body" and self.loop.time() < self._deadline():  # the bytes since bought more time
+            self._timer = self.loop.call_at(self._deadline(), self._expired)
+            return
         phase, self._phase, self._timer = self._phase, None, None
         if self.transport.is_closing():
             return
@@ -116,7 +130,10 @@ class ReadTimeouts(H11Protocol):
         else:
             cycle = self.cycle
             if not cycle.response_started:
-                self.transport.write(_raw_408(f"the request body did not arrive within {limit:g} s"))
+                message = (
+                    f"the request body came slower than allowed ({limit:g} s, then {self._min_rate} bytes a second)"
+                )
+                self.transport.write(_raw_408(message))
                 if self.access_log:
                     self.access_logger.info(
                         '%s - "%s %s HTTP/%s" %d',

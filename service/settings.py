@@ -67,8 +67,15 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(
         20.0,
         gt=0,
-        description="seconds a request body may take to arrive whole after its head (20 s: a body at "
-        "max_body_bytes needs 52 KB/s); beyond it: 408, the connection closed and the request's work dropped",
+        description="seconds a request body may take to arrive whole after its head, plus a second for every "
+        "body_min_rate bytes received; beyond it: 408, the connection closed and the request's work dropped",
+    )
+    body_min_rate: int = Field(
+        500,
+        ge=1,
+        description="bytes per second a body slower than body_timeout_s allows must keep up (a 20 MB upload "
+        "may take as long as it needs at 500 B/s; a body trickled a byte at a time is closed after "
+        "body_timeout_s; Apache's mod_reqtimeout MinRate)",
     )
     # Limits: every request beyond them gets a 400 that names the limit.
     char_limit: int = Field(5000, ge=1, description="characters per request, summed over all texts")

@@ -791,13 +791,23 @@ def test_half_open_heads_and_trickled_bodies_are_closed_within_the_timeout(
     assert max(seconds for _, seconds in outcomes) < limit, max(seconds for _, seconds in outcomes)
     assert all(answer.startswith(b"HTTP/1.1 408") for answer, _ in outcomes[:100])
     assert all(answer == b"" for answer, _ in outcomes[100:120])
-    assert all(answer.startswith(b"HTTP/1.1 408") and b"body did not arrive" in answer for answer, _ in outcomes[120:])
+    assert all(answer.startswith(b"HTTP/1.1 408") and b"body came slower" in answer for answer, _ in outcomes[120:])
     for sock in heads + silent + trickled:
         sock.close()
     with socket.create_connection((host, int(port)), timeout=10) as sock:  # slow, but whole within the timeout
         for part in (b"GET /health HTTP/1.1\r\n", b"Host: x\r\n", b"\r\n"):
             sock.sendall(part)
             time.sleep(0.25)
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+    # A body slower than the body timeout, but faster than body_min_rate (500 B/s): each 600
+    # bytes buy it 1.2 s more, and it is read whole after 1.5 s.
+    body = json.dumps({"q": "der Hund " * 300, "source": "de", "target": "en"}).encode()
+    head = b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-API-Key: %s\r\n"
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(head % KEYS[0].encode() + b"Content-Length: %d\r\n\r\n" % len(body))
+        for start in range(0, len(body), 600):
+            time.sleep(0.3)
+            sock.sendall(body[start : start + 600])
         assert sock.recv(4096).startswith(b"HTTP/1.1 200")
 
 
