@@ -172,7 +172,10 @@ class ClientWatch(HTTPMiddleware):
     The request's messages are pumped from the server into a queue the app reads: a body
     chunk at a time (the next is read once the app has taken one, so nothing is buffered
     beyond a chunk), and after the body the pump waits on the connection, which is how a
-    hang-up is seen at once, while the request's handler waits on the model in a thread."""
+    hang-up is seen at once, while the request's handler waits on the model in a thread.
+    A request without a body is watched from the start; one with a body once the app asks
+    for it (a request refused before its body is read, a 403, never invites the body:
+    `Expect: 100-continue` is answered on the first read)."""
 
     async def http(self, scope: dict, receive: Any, send: Any) -> None:
         token = CancelToken()
@@ -199,7 +202,15 @@ class ClientWatch(HTTPMiddleware):
                 if message.get("more_body", False):
                     await messages.join()  # the next chunk once the app has taken this one
 
+        pumping: asyncio.Future | None = None
+
+        def watch() -> None:
+            nonlocal pumping
+            if pumping is None:
+                pumping = asyncio.ensure_future(pump())
+
         async def app_receive() -> dict:
+            watch()
             if gone and messages.empty():
                 return {"type": "http.disconnect"}
             message = await messages.get()
@@ -212,14 +223,24 @@ class ClientWatch(HTTPMiddleware):
                 answered = True
             await send(message)
 
-        pumping = asyncio.ensure_future(pump())
+        if not has_body(scope):
+            watch()
         try:
             await self.app(scope, app_receive, watched_send)
         except asyncio.CancelledError:  # the server gave up on the request (shutdown)
             token.cancel()
             raise
         finally:
-            pumping.cancel()
+            if pumping is not None:
+                pumping.cancel()
+
+
+def has_body(scope: dict) -> bool:
+    """Whether the request says it has a body (a non-zero Content-Length, or chunked)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"", b"0")):
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------- the request line

@@ -811,6 +811,26 @@ def test_half_open_heads_and_trickled_bodies_are_closed_within_the_timeout(
         assert sock.recv(4096).startswith(b"HTTP/1.1 200")
 
 
+def test_a_body_refused_before_it_is_read_is_never_invited(hardened: tuple[str, subprocess.Popen, Path]) -> None:
+    """The hang-up watch reads a body only once the app asks for it: a request without a key
+    that expects `100 Continue` gets its 403 at once, and no invitation to send the body."""
+    url, _, _ = hardened
+    answer = raw(
+        url,
+        b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Expect: 100-continue\r\nContent-Length: 5000\r\n\r\n",
+    )
+    assert answer.startswith(b"HTTP/1.1 403"), answer[:200]
+    invited = raw(
+        url,
+        b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-API-Key: "
+        + KEYS[0].encode()
+        + b"\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n",
+        timeout=3,
+    )
+    assert invited.startswith(b"HTTP/1.1 100"), invited[:200]  # a caller the app would read: invited
+
+
 def test_shutdown_after_abandoned_requests_is_prompt(models: Path, tmp_path: Path) -> None:
     """Issue 32, 4: stopping the server while eight abandoned maximal requests would keep the
     model busy: their work is dropped, so shutdown is prompt, far within its graceful
