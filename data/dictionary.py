@@ -44,6 +44,15 @@ def usual_term(terms: Counter[str]) -> str:
     return next(term for term, count in terms.items() if count == best)
 
 
+def first_term(terms: Counter[str]) -> str:
+    """The term of the first entry that gives one (Ding's entry order, alphabetical by headword)."""
+    return next(iter(terms))
+
+
+# The rules a form's term is chosen by (`crossalign data hints --sense`), chosen on valid.
+SENSE_RULES = {"usual": usual_term, "first": first_term}
+
+
 class TermIndex:
     """Sorted `form<TAB>count<TAB>term` lines, looked up by bisection over their forms."""
 

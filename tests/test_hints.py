@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from data.corpora import PHRASE, SENTENCE, Pair
-from data.dictionary import TermIndex, phrase_votes, usual_term, write_term_index
+from data.dictionary import TermIndex, first_term, phrase_votes, usual_term, write_term_index
 from data.tokenizer import HINT_CLOSE, HINT_OPEN, Tokenizer, add_hint_pieces
 from seq2seq.core.hints import (
     Glossary,
@@ -70,6 +70,7 @@ def test_the_usual_term_is_the_one_given_most_often_then_the_first() -> None:
     votes = phrase_votes(pairs)
     assert set(votes) == {"Flur", "Gang"}
     assert usual_term(votes["Flur"]) == "hall" and usual_term(votes["Gang"]) == "corridor"
+    assert first_term(votes["Flur"]) == "open fields" and first_term(votes["Gang"]) == "corridor"
 
 
 def test_a_pair_carries_hints_for_the_dictionary_words_its_reference_uses() -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from data.dictionary import phrase_votes, usual_term, write_term_index
+from data.dictionary import SENSE_RULES, phrase_votes, write_term_index
 from data.files import DICTIONARY_FILE, TOKENIZER_FILE, sha256_file
 from data.prepare import read_pairs
 from data.tokenizer import Tokenizer, add_hint_pieces
@@ -35,15 +35,15 @@ from seq2seq.training.hint_data import HINTS_FILE, frequent_source_words, refere
 log = logging.getLogger("crossalign.data")
 
 
-def prepare_hints(data_dir: Path) -> dict[str, int]:
-    """Write the three files above into `data_dir`; returns counts for the log."""
+def prepare_hints(data_dir: Path, sense: str = "usual") -> dict[str, int]:
+    """Write the three files above into `data_dir`, each form's term chosen by the `sense`
+    rule (`data.dictionary.SENSE_RULES`); returns counts for the log."""
     pairs = read_pairs(data_dir / "train.tsv")
     votes = phrase_votes(pairs)
     frequent = frequent_source_words(pairs)
     counts = Counter(w.text for p in pairs if p.kind == "sentence" for w in words(p.source))
-    rows = [
-        (form, counts.get(form, 0), verb_stem(usual_term(terms))) for form, terms in votes.items() if " " not in form
-    ]
+    choose = SENSE_RULES[sense]
+    rows = [(form, counts.get(form, 0), verb_stem(choose(terms))) for form, terms in votes.items() if " " not in form]
     indexed = write_term_index(rows, data_dir / DICTIONARY_FILE)
     with_hints = 0
     with open(data_dir / HINTS_FILE, "w", encoding="utf-8") as handle:
@@ -66,8 +66,15 @@ def prepare_hints(data_dir: Path) -> dict[str, int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, required=True, help="a directory `crossalign data prepare` wrote")
+    parser.add_argument(
+        "--sense",
+        choices=sorted(SENSE_RULES),
+        default="usual",
+        help="which translation of a form the dictionary gives: the one its entries give most often (usual, "
+        "the default: chosen on valid), or its first entry's (first)",
+    )
 
 
 def main(args: argparse.Namespace) -> None:
-    found = prepare_hints(args.data_dir)
+    found = prepare_hints(args.data_dir, args.sense)
     log.info("hints for %s: %s", args.data_dir, json.dumps(found))
