@@ -9,6 +9,10 @@ sentencepiece and sacrebleu). So the round is three commands, two of them on thi
     python -m seq2seq.training.gpu_round pack --data-dir ~/.cache/crossalign/data/ding8k-hints --out work/gpu
     # on the device (carry: work/gpu): train for --minutes, weights back in parts < 16 MiB
     PYTHONUNBUFFERED=1 python3 -m seq2seq.training.gpu_round run --pack work/gpu --out "$OUT" --minutes 7
+
+The working tree travels with the call and must stay within 64 MiB: with two release
+bundles under models/ (~85 MB) it does not, and the round needs none of them, so move them
+aside for the call (`mv models /tmp/models-aside`, back afterwards).
     # here: the parts joined into a model directory that `crossalign eval/export` take
     python -m seq2seq.training.gpu_round unpack --parts FILES_AT --out ~/.cache/crossalign/runs/gpu-1/final
 
