@@ -77,7 +77,8 @@ class Settings(BaseSettings):
         "may take as long as it needs at 500 B/s; a body trickled a byte at a time is closed after "
         "body_timeout_s; Apache's mod_reqtimeout MinRate)",
     )
-    # Limits: every request beyond them gets a 400 that names the limit.
+    # Limits: a request beyond them gets a 4xx that names the limit (413 for the characters of
+    # all its texts and its work, 400 for the number of texts; docs/api.md, errors).
     char_limit: int = Field(5000, ge=1, description="characters per request, summed over all texts")
     batch_limit: int = Field(64, ge=1, description="texts per request (a list `q` or `texts`)")
     max_beam_size: int = Field(8, ge=1, description="largest beam_size (and n_best / alternatives) a request may ask")
@@ -154,7 +155,7 @@ class Settings(BaseSettings):
     max_request_work: int = Field(
         20000,
         ge=1,
-        description="work units per request: beam_size x characters (5,000 characters at beam 4); beyond it: 400",
+        description="work units per request: beam_size x characters (5,000 characters at beam 4); beyond it: 413",
     )
     max_queue_work: int = Field(
         160000,
