@@ -27,9 +27,9 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
 
-from service import align, attention, files, libre, native, openapi
+from service import align, attention, files, libre, native, openapi, stream
 from service.connections import ClientWatch, HeadAsGet, HTTPMiddleware, Utf8Query
-from service.deps import Access, APIError, error_response, get_engine
+from service.deps import Access, APIError, error_response, get_engine, internal_error_message
 from service.engine import TranslatorEngine, load_engine
 from service.languages import get_detector
 from service.metrics import Metrics, MetricsMiddleware
@@ -171,9 +171,7 @@ class ErrorBoundary(HTTPMiddleware):
         except Exception as error:  # noqa: BLE001 - the boundary: logged, answered, contained
             log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
             if not started:
-                await error_response(500, f"internal error ({type(error).__name__}); the request was not completed")(
-                    scope, receive, send
-                )
+                await error_response(500, internal_error_message(error))(scope, receive, send)
 
 
 class BodyTooLarge(HTTPException):
@@ -300,6 +298,7 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
     app.add_middleware(HeadAsGet)
     app.include_router(libre.router)
     app.include_router(native.router)
+    app.include_router(stream.router)
     app.include_router(align.router)
     app.include_router(files.router)
     app.include_router(ops)

@@ -27,10 +27,15 @@ same turns and the same queue bound, and a batch holds one job (one beam size) o
 Failures. If a model call raises, each request in it is retried on its own, so only the
 request whose text is at fault fails; its neighbours get their results.
 
+Watching. A request may come with an observer (`submit(..., observe=)`), called in the
+worker thread with (its item's index in the request, event) for whatever the run reports as
+it goes: a translation's steps and its sentences as each is whole (service/stream.py streams
+them); a request without one is not slowed by another's.
+
 Cancellation. A caller that no longer wants a request's results cancels its future
 (`future.cancel()`, or through a `CancelToken` the future is bound to: the service binds
-every future of an HTTP request to one token, cancelled when the client disconnects, and
-so will a stream of per-step events). Its rows not yet dealt leave the queue at once, its
+every future of an HTTP request to one token, cancelled when the client disconnects, a
+stream's included). Its rows not yet dealt leave the queue at once, its
 work leaves the queue bound, and its rows in the running model call stop at the search's
 next step (`run`'s `wanted`); a cancelled future's waiter gets `CancelledError`. A request
 that times out is cancelled the same way, and `close()` cancels everything.
@@ -69,9 +74,13 @@ class Job(Protocol):
     def beam_size(self) -> int: ...
 
 
-# (items, job, wanted) -> one result per item, in order; `wanted()` -> (items,) bool says which
-# items someone still waits for (seq2seq.decoding.search.Wanted); one no longer wanted may get None.
-RunBatch = Callable[[list[Any], Any, Wanted], list[Any]]
+# (index of an item, event): what a run reports as it goes (service.engine.model_call: a
+# translation step, or an item's result as soon as it is whole).
+Observe = Callable[[int, Any], None]
+# (items, job, wanted, observe) -> one result per item, in order; `wanted()` -> (items,) bool says
+# which items someone still waits for (seq2seq.decoding.search.Wanted); one no longer wanted may
+# get None. `observe`, when someone watches an item of the batch, is told of its progress.
+RunBatch = Callable[[list[Any], Any, Wanted, Observe | None], list[Any]]
 
 
 def work_units(items: Sequence[Item], beam_size: int) -> int:
@@ -142,6 +151,7 @@ class _Request:
     next: int = 0  # the first sentence not yet dealt into a batch
     done: int = 0  # sentences with a result
     dropped: bool = False  # released: done, failed or cancelled (its rows still queued or running are skipped)
+    observe: Observe | None = None  # told (item index in the request, event) as its items progress
 
 
 @dataclass
@@ -181,11 +191,24 @@ class MicroBatcher:
 
     # ------------------------------------------------------------------ callers' side
 
-    def submit(self, items: Sequence[Item], config: Job, client: str = "", token: CancelToken | None = None) -> Future:
+    def submit(
+        self,
+        items: Sequence[Item],
+        config: Job,
+        client: str = "",
+        token: CancelToken | None = None,
+        observe: Observe | None = None,
+    ) -> Future:
         """A future of `run(items, config)`'s results, in order, cancelled with `token` if given
-        (cancelling it drops the request: see the module's docstring); raises QueueFull."""
+        (cancelling it drops the request: see the module's docstring); `observe(index, event)`
+        hears of its items' progress while they run; raises QueueFull."""
         request = _Request(
-            list(items), config, client, work_units(items, config.beam_size), results=[None] * len(items)
+            list(items),
+            config,
+            client,
+            work_units(items, config.beam_size),
+            results=[None] * len(items),
+            observe=observe,
         )
         if not items:
             request.future.set_result([])
@@ -312,9 +335,13 @@ class MicroBatcher:
         self.on_batch(len(items))
         with self._lock:
             self._running += pieces
+
+        def wanted() -> np.ndarray:
+            return np.array([not owner.dropped for owner in owners])
+
         start = time.perf_counter()
         try:
-            results = self.run(items, config, lambda: np.array([not owner.dropped for owner in owners]))
+            results = self.run(items, config, wanted, _routed(pieces))
         except Exception:  # noqa: BLE001 - retried piece by piece below
             if len(pieces) == 1:
                 self._fail(pieces[0])
@@ -379,3 +406,18 @@ class MicroBatcher:
         if not self._work_per_second:
             return 1
         return int(min(60, max(1, math.ceil(self._queued_work / self._work_per_second))))
+
+
+def _routed(pieces: list[_Piece]) -> Observe | None:
+    """The observer of a batch of `pieces`: each event of an item handed to the observer of
+    the request it belongs to, with the item's index in that request (None: nobody watches)."""
+    if not any(piece.request.observe is not None for piece in pieces):
+        return None
+    owners = [(piece.request, index) for piece in pieces for index in range(piece.start, piece.end)]
+
+    def observe(item: int, event: Any) -> None:
+        request, index = owners[item]
+        if request.observe is not None and not request.dropped:
+            request.observe(index, event)
+
+    return observe

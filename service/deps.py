@@ -30,7 +30,7 @@ from starlette.requests import ClientDisconnect
 from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig
 from seq2seq.core.inputs import text_problem
 from seq2seq.decoding.forced import ForcedAlignment
-from service.batching import CancelToken, Item, QueueFull, work_units
+from service.batching import CancelToken, Item, Observe, QueueFull, work_units
 from service.engine import ServedModel, TranslatorEngine
 from service.languages import CONFIDENT, Detection, LanguageDetector, get_detector, language_name
 from service.metrics import Metrics
@@ -54,6 +54,11 @@ class APIError(Exception):
 def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     """The one error shape, LibreTranslate's: `{"error": message}`."""
     return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def internal_error_message(error: BaseException) -> str:
+    """What a client is told of an unexpected failure (the log has the traceback)."""
+    return f"internal error ({type(error).__name__}); the request was not completed"
 
 
 # --------------------------------------------------------------------------- reading bodies
@@ -429,6 +434,19 @@ class RequestContext:
         )
         return translated
 
+    def submit(
+        self, model: ServedModel, texts: list[str], sentences: list[str], config: DecodeConfig, observe: Observe
+    ) -> concurrent.futures.Future:
+        """Queue the translation of `sentences` (those of `texts`) on the client's turns,
+        without waiting: `observe` hears of its steps and results as they come (a stream),
+        the future is cancelled with the request's token. The work cap (413) and the queue
+        bound (503) as for `translate`."""
+        self.check_work(texts, config.beam_size)
+        try:
+            return model.submit(sentences, config, self.client, self.token, observe)
+        except QueueFull as full:
+            raise self.scheduling_error(full) from None
+
     def align(
         self, model: ServedModel, pairs: list[tuple[str, str]], options: AlignmentOptions
     ) -> list[ForcedAlignment | AlignmentError]:
@@ -464,23 +482,29 @@ class RequestContext:
         return self._scheduled(lambda: self.renderer.render(job, pixels, self.token, self.settings.request_timeout))
 
     def _scheduled(self, call: Callable[[], Any]) -> Any:
-        """Run a model call or a render; a full queue or a timeout is a 503 (with Retry-After),
-        work cancelled because the client hung up a 499 (nobody reads it), because the server
-        is stopping a 503."""
+        """Run a model call or a render; its scheduling failures answered as `scheduling_error` says."""
         try:
             return call()
-        except QueueFull as full:
-            raise APIError(503, f"the server is busy: {full}", headers={"Retry-After": str(full.retry_after)}) from None
-        except concurrent.futures.TimeoutError:
-            raise APIError(
+        except (QueueFull, concurrent.futures.TimeoutError, concurrent.futures.CancelledError) as error:
+            raise self.scheduling_error(error) from None
+
+    def scheduling_error(self, error: BaseException) -> APIError:
+        """The answer to a model call or render that did not complete: a full queue or a
+        timeout is a 503 (with Retry-After), work cancelled because the client hung up a 499
+        (nobody reads it), because the server is stopping a 503; anything else a 500."""
+        if isinstance(error, QueueFull):
+            return APIError(503, f"the server is busy: {error}", headers={"Retry-After": str(error.retry_after)})
+        if isinstance(error, concurrent.futures.TimeoutError):
+            return APIError(
                 503,
                 f"the request took longer than {self.settings.request_timeout:g} s; try again with less text",
                 headers={"Retry-After": "5"},
-            ) from None
-        except concurrent.futures.CancelledError:
+            )
+        if isinstance(error, concurrent.futures.CancelledError):
             if self.token.cancelled:
-                raise APIError(CLIENT_GONE, "the client closed the connection; its work was dropped") from None
-            raise APIError(503, "the server is shutting down", headers={"Retry-After": "5"}) from None
+                return APIError(CLIENT_GONE, "the client closed the connection; its work was dropped")
+            return APIError(503, "the server is shutting down", headers={"Retry-After": "5"})
+        return APIError(500, internal_error_message(error))
 
 
 def get_context(

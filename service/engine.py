@@ -25,8 +25,8 @@ from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE
 from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, ModelConfig
 from seq2seq.decoding.forced import ForcedAlignment, align_given
 from seq2seq.decoding.search import Wanted
-from seq2seq.decoding.translator import TranslationResult, Translator
-from service.batching import CancelToken, MicroBatcher, RunBatch
+from seq2seq.decoding.translator import TranslationResult, TranslationStep, Translator, Watch
+from service.batching import CancelToken, MicroBatcher, Observe, RunBatch
 
 log = logging.getLogger("crossalign.service")
 Pair = tuple[str, str]
@@ -64,6 +64,19 @@ class ServedModel:
         figures were measured with (DecodeConfig's for a bundle without the section)."""
         return self.translator.decode_defaults
 
+    def submit(
+        self,
+        texts: list[str],
+        config: DecodeConfig,
+        client: str = "",
+        token: CancelToken | None = None,
+        observe: Observe | None = None,
+    ) -> concurrent.futures.Future:
+        """A future of `translate`'s results, not waited for: `observe(index, event)` hears
+        of each text's `TranslationStep`s (greedy search) and its `TranslationResult` as they
+        come. Raises service.batching.QueueFull when the queue is full."""
+        return self.batcher.submit(texts, config, client, token, observe)
+
     def translate(
         self,
         texts: list[str],
@@ -76,7 +89,7 @@ class ServedModel:
         `client`'s fair turns). Raises service.batching.QueueFull when the queue is full,
         TimeoutError after `timeout` seconds, CancelledError once `token` is cancelled (either
         way the rest of the request is dropped: service.batching, "Cancellation")."""
-        return self._wait(self.batcher.submit(texts, config, client, token), timeout)
+        return self._wait(self.submit(texts, config, client, token), timeout)
 
     def align(
         self,
@@ -105,14 +118,25 @@ class ServedModel:
 def model_call(translator: Translator) -> RunBatch:
     """What the scheduler runs for one batch: a translation (whose sentences no longer
     `wanted` leave its search at the next step), or a forced alignment of pairs (one
-    teacher-forced pass: it runs whole)."""
+    teacher-forced pass: it runs whole). A watched translation reports each sentence's
+    `TranslationStep`s (greedy search) and its `TranslationResult` as soon as it is whole."""
 
-    def run(items: Sequence[Any], job: DecodeConfig | ForcedJob, wanted: Wanted) -> list[Any]:
+    def run(items: Sequence[Any], job: DecodeConfig | ForcedJob, wanted: Wanted, observe: Observe | None) -> list[Any]:
         if isinstance(job, ForcedJob):
             return align_given(translator, list(items), job.options, restore_case=job.restore_case)
-        return translator.translate_wanted(list(items), job, wanted)
+        return translator.translate_wanted(list(items), job, wanted, None if observe is None else watch(observe, job))
 
     return run
+
+
+def watch(observe: Observe, config: DecodeConfig) -> Watch:
+    """The translator's watch that tells `observe` (item index, event) of each step (a greedy
+    search) and each result."""
+
+    def on_step(step: TranslationStep) -> None:
+        observe(step.text, step)
+
+    return Watch(on_step=on_step if config.beam_size == 1 else None, on_result=observe)
 
 
 class TranslatorEngine:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
@@ -40,7 +40,9 @@ from service.translation import (
 router = APIRouter(prefix="/v1", tags=["native"], route_class=CheckedRoute)
 
 
-class TranslateRequest(JSONRequest):
+class TranslateFields(JSONRequest):
+    """The fields of a /v1/translate body that its stream takes too."""
+
     model_config = ConfigDict(json_schema_extra=exactly_one(("text",), ("texts",)))
 
     text: str | None = Field(None, description="one text (give `text` or `texts`)")
@@ -60,28 +62,34 @@ class TranslateRequest(JSONRequest):
     )
     glossary: GlossaryField
     dictionary_hints: DictionaryHints
-    format: MarkupFormat = None
 
     @model_validator(mode="after")
-    def _one_input(self) -> TranslateRequest:
+    def _one_input(self) -> TranslateFields:
         if (self.text is None) == (self.texts is None):
             raise ValueError("give exactly one of `text` or `texts`")
         return self
+
+
+class TranslateRequest(TranslateFields):
+    format: MarkupFormat = None
 
 
 class TranslateResponse(BaseModel):
     translations: list[TextTranslation]
 
 
-@router.post("/translate", response_model=TranslateResponse, summary="Translate with alignment maps")
-def translate(body: TranslateRequest, ctx: RequestContext = Depends(get_context)) -> TranslateResponse:
-    """Per input: text, score, sentences with subword and word tokens (character offsets into
-    the input and the translation), the soft alignment matrix (rows = target tokens, each row
-    sums to 1), hard word links in Pharaoh `i-j` form, and the layer/heads that produced it;
-    one map per n-best alternative. With the alignment, each sentence's `quality` block:
-    untranslated source words, ungrounded target words, confidence (see `Quality`). With
-    `format` html or xml, each text is one segment whose inline markup is placed on its
-    translation (`marked_text`); the rest describes the plain text (`plain_source`)."""
+@dataclass(frozen=True)
+class TranslationJob:
+    """What a /v1/translate body asks, checked and resolved: the texts, the served model and
+    the search settings (with the alignment options, when it asks for maps)."""
+
+    texts: list[str]
+    model: ServedModel
+    config: DecodeConfig
+
+
+def translation_job(body: TranslateFields, ctx: RequestContext) -> TranslationJob:
+    """Check a /v1/translate body (or its stream's) and resolve what it asks; 4xx if it cannot be done."""
     texts = [body.text] if body.text is not None else list(body.texts or [])
     ctx.check_texts(texts, "text" if body.text is not None else "texts")
     model, _ = ctx.resolve_pair(body.source, body.target, texts)
@@ -98,10 +106,25 @@ def translate(body: TranslateRequest, ctx: RequestContext = Depends(get_context)
         body.glossary,
         body.dictionary_hints,
     )
+    return TranslationJob(texts, model, config)
+
+
+@router.post("/translate", response_model=TranslateResponse, summary="Translate with alignment maps")
+def translate(body: TranslateRequest, ctx: RequestContext = Depends(get_context)) -> TranslateResponse:
+    """Per input: text, score, sentences with subword and word tokens (character offsets into
+    the input and the translation), the soft alignment matrix (rows = target tokens, each row
+    sums to 1), hard word links in Pharaoh `i-j` form, and the layer/heads that produced it;
+    one map per n-best alternative. With the alignment, each sentence's `quality` block:
+    untranslated source words, ungrounded target words, confidence (see `Quality`). With
+    `format` html or xml, each text is one segment whose inline markup is placed on its
+    translation (`marked_text`); the rest describes the plain text (`plain_source`).
+    `POST /v1/translate/stream` sends the same as Server-Sent Events, step by step."""
+    job = translation_job(body, ctx)
     if body.format is not None:
-        return TranslateResponse(translations=marked_translations(ctx, model, texts, body.format, config, body.n_best))
-    translated = ctx.translate(model, texts, config)
-    return TranslateResponse(translations=[text_translation(model, t, body.n_best) for t in translated])
+        translations = marked_translations(ctx, job.model, job.texts, body.format, job.config, body.n_best)
+        return TranslateResponse(translations=translations)
+    translated = ctx.translate(job.model, job.texts, job.config)
+    return TranslateResponse(translations=[text_translation(job.model, t, body.n_best) for t in translated])
 
 
 class HeatmapRequest(JSONRequest):

@@ -152,24 +152,27 @@ def _aligned(result: TranslationResult, source_offset: int, target_offset: int) 
     )
 
 
+def aligned_sentence(result: TranslationResult, span: tuple[int, int], target_span: tuple[int, int]) -> AlignedSentence:
+    """The native API's view of one sentence of a text: its translation `result`, the
+    sentence's `span` in the input and its translation's `target_span` in the whole translation."""
+    (start, end), (target_start, target_end) = span, target_span
+    best = _aligned(result, start, target_start)
+    return AlignedSentence(
+        **best.model_dump(exclude={"alternatives"}),
+        alternatives=[_aligned(alternative, start, 0) for alternative in result.alternatives],
+        source_start=start,
+        source_end=end,
+        target_start=target_start,
+        target_end=target_end,
+    )
+
+
 def text_translation(model: ServedModel, translated: TranslatedText, n_best: int) -> TextTranslation:
     """The native API's view of one translated text (with the alignments it was translated with)."""
-    sentences = []
-    for (start, end), (target_start, target_end), result in zip(
-        translated.spans, translated.target_spans, translated.results
-    ):
-        best = _aligned(result, start, target_start)
-        alternatives = [_aligned(alternative, start, 0) for alternative in result.alternatives]
-        sentences.append(
-            AlignedSentence(
-                **best.model_dump(exclude={"alternatives"}),
-                alternatives=alternatives,
-                source_start=start,
-                source_end=end,
-                target_start=target_start,
-                target_end=target_end,
-            )
-        )
+    sentences = [
+        aligned_sentence(result, span, target_span)
+        for span, target_span, result in zip(translated.spans, translated.target_spans, translated.results)
+    ]
     alternatives = []
     for k in range(n_best - 1):
         text, score = translated.alternative(k)

@@ -36,7 +36,9 @@ class EchoBackend:
         cross = np.broadcast_to(ids, (2, src_ids.shape[0], 2, src_ids.shape[1], 1)).copy()
         return cross, cross
 
-    def step(self, tokens, src_mask, cache: DecoderCache, need_attention, top_k=0) -> StepOutput:
+    def step(
+        self, tokens, src_mask, cache: DecoderCache, need_attention, top_k=0, need_self_attention=False
+    ) -> StepOutput:
         rows, length = tokens.shape[0], cache.cross_k.shape[3]
         position = cache.past_length
         source = cache.cross_k[0, :, 0, :, 0].astype(np.int64)  # (N, S)

@@ -89,7 +89,9 @@ class ScriptedBackend:
         cross = np.broadcast_to(src_ids[None, :, None, :, None], (LAYERS, b, HEADS, s, 1)).astype(np.float32)
         return cross.copy(), cross.copy()
 
-    def step(self, tokens, src_mask, cache: DecoderCache, need_attention, top_k=0) -> StepOutput:
+    def step(
+        self, tokens, src_mask, cache: DecoderCache, need_attention, top_k=0, need_self_attention=False
+    ) -> StepOutput:
         self.calls += 1
         n, s = tokens.shape[0], src_mask.shape[1]
         new = np.broadcast_to(tokens[None, :, None, :, None], (LAYERS, n, HEADS, 1, 1)).astype(np.float32)
@@ -108,10 +110,14 @@ class ScriptedBackend:
                 for head in range(HEADS):
                     weights[layer, row, head] = [expected_attention(prefix, layer, head, j) for j in range(s)]
             weights[:, row] *= src_mask[row]  # padding gets no attention, as in the real model
+        # Self-attention spread evenly over BOS and the prefix: the causal triangle's row.
+        positions = history.shape[3]
+        self_weights = np.full((LAYERS, n, HEADS, positions), 1 / positions, dtype=np.float32)
         return StepOutput(
             log_probs,
             DecoderCache(cache.cross_k, cache.cross_v, history, history.copy()),
             weights if need_attention else None,
+            self_weights=self_weights if need_self_attention else None,
         )
 
 

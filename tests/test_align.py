@@ -51,8 +51,8 @@ class StepOnly:
     def encode(self, *args):
         return self.inner.encode(*args)
 
-    def step(self, *args):
-        return self.inner.step(*args)
+    def step(self, *args, **kwargs):
+        return self.inner.step(*args, **kwargs)
 
     def teacher_force(self, src_ids, src_mask, tgt_ids):
         return teacher_force_by_steps(self, src_ids, src_mask, tgt_ids)
@@ -183,8 +183,8 @@ class FailsOn:
     def encode(self, *args):
         return self.inner.encode(*args)
 
-    def step(self, *args):
-        return self.inner.step(*args)
+    def step(self, *args, **kwargs):
+        return self.inner.step(*args, **kwargs)
 
     def teacher_force(self, src_ids, src_mask, tgt_ids):
         self.calls.append(len(tgt_ids))
@@ -258,7 +258,9 @@ def test_v1_align_takes_the_work_cap_and_the_queue_bound(onnx_translator: Transl
     engine = TranslatorEngine({("de", "en"): ("de-en", onnx_translator)}, window_s=0.002, max_queue_work=1000)
     batcher = engine.models["de", "en"].batcher
     gate, translate_batch = threading.Event(), batcher.run
-    batcher.run = lambda texts, config, wanted: gate.wait(30) and translate_batch(texts, config, wanted)
+    batcher.run = lambda texts, config, wanted, observe: (
+        gate.wait(30) and translate_batch(texts, config, wanted, observe)
+    )
     settings = Settings(max_request_work=400, max_queue_work=1000)
     source, target = PAIRS[0]
     with TestClient(create_app(settings, engine=engine), raise_server_exceptions=False) as client:

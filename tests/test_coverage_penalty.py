@@ -36,8 +36,10 @@ COVERAGE_ROWS = {(): [0.5, 0.5], (A,): [0.8, 0.2], (A, A): [0.1, 0.9]}
 class AttendingBackend(ScriptedBackend):
     """Sentence 8's log-probs, with cross weights that are real attention for the coverage."""
 
-    def step(self, tokens, src_mask, cache: DecoderCache, need_attention, top_k=0) -> StepOutput:
-        out = super().step(tokens, src_mask, cache, need_attention, top_k)
+    def step(
+        self, tokens, src_mask, cache: DecoderCache, need_attention, top_k=0, need_self_attention=False
+    ) -> StepOutput:
+        out = super().step(tokens, src_mask, cache, need_attention, top_k, need_self_attention)
         assert need_attention  # the coverage penalty needs the weights even when the caller does not
         n, s = src_mask.shape
         weights = np.zeros((LAYERS, n, HEADS, s), dtype=np.float32)

@@ -316,7 +316,7 @@ def test_serve_with_no_usable_bundle_says_so_in_one_line(tmp_path: Path) -> None
 
 
 def _recording_run(batches: list[list[str]], gate: threading.Event | None = None):
-    def run(texts: list[str], config: DecodeConfig, wanted: Callable[[], np.ndarray]) -> list[str]:
+    def run(texts: list[str], config: DecodeConfig, wanted: Callable[[], np.ndarray], observe=None) -> list[str]:
         if gate is not None:
             gate.wait(10)
         batches.append(list(texts))
@@ -384,7 +384,7 @@ def test_newcomers_ride_in_the_next_call_however_many_clients_wait() -> None:
     batches: list[list[str]] = []
     gate, started = threading.Event(), threading.Event()
 
-    def run(texts: list[str], config: DecodeConfig, wanted: Callable[[], np.ndarray]) -> list[str]:
+    def run(texts: list[str], config: DecodeConfig, wanted: Callable[[], np.ndarray], observe=None) -> list[str]:
         batches.append(list(texts))
         started.set()
         gate.wait(10)
@@ -419,7 +419,7 @@ def test_cancelling_a_request_drops_its_rows_queued_and_running() -> None:
     seen: list[np.ndarray] = []
     gate, started = threading.Event(), threading.Event()
 
-    def run(texts: list[str], config: DecodeConfig, wanted: Callable[[], np.ndarray]) -> list[str | None]:
+    def run(texts: list[str], config: DecodeConfig, wanted: Callable[[], np.ndarray], observe=None) -> list[str | None]:
         started.set()
         gate.wait(10)
         seen.append(wanted())

@@ -73,7 +73,9 @@ class StutterBackend:
         cross = np.broadcast_to(src_ids[None, :, None, :, None], (2, *src_ids.shape[:1], 2, src_ids.shape[1], 1))
         return cross.astype(np.float32), cross.astype(np.float32)
 
-    def step(self, tokens, src_mask, cache: DecoderCache, need_attention, top_k=0) -> StepOutput:
+    def step(
+        self, tokens, src_mask, cache: DecoderCache, need_attention, top_k=0, need_self_attention=False
+    ) -> StepOutput:
         rows = tokens.shape[0]
         new = np.broadcast_to(tokens[None, :, None, :, None], (2, rows, 2, 1, 1)).astype(np.float32)
         history = np.concatenate([cache.self_k, new], axis=3)  # (L, N, H, P+1, 1): BOS + prefix

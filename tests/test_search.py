@@ -90,9 +90,9 @@ def test_early_exit_stops_at_the_first_best_eos_where_the_default_waits_for_k():
     stepped: list[int] = []
 
     class Counting(ScriptedBackend):
-        def step(self, tokens, src_mask, cache, need_attention, top_k=0):
+        def step(self, tokens, src_mask, cache, need_attention, top_k=0, need_self_attention=False):
             stepped.append(len(tokens))
-            return super().step(tokens, src_mask, cache, need_attention, top_k)
+            return super().step(tokens, src_mask, cache, need_attention, top_k, need_self_attention)
 
     [waited] = beam_search(Counting(), *sources([8, EOS]), plain(beam_size=2, length_penalty=1.0))
     steps_waited, stepped[:] = len(stepped), []
@@ -331,9 +331,9 @@ def test_a_finished_sentence_hands_its_place_to_the_last_and_the_cache_is_not_co
             super().__init__()
             self.cross: list[np.ndarray] = []
 
-        def step(self, tokens, src_mask, cache, need_attention, top_k=0):
+        def step(self, tokens, src_mask, cache, need_attention, top_k=0, need_self_attention=False):
             self.cross.append(cache.cross_k)
-            return super().step(tokens, src_mask, cache, need_attention, top_k)
+            return super().step(tokens, src_mask, cache, need_attention, top_k, need_self_attention)
 
     # Sentences 7 and 8 end after a few tokens; both 9s run to their length limit.
     sentences = [[7, 6, EOS], [9, 5, 5, 4, EOS], [8, EOS], [9, 4, 4, 4, EOS]]

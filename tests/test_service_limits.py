@@ -38,7 +38,7 @@ def test_maps_too_large_are_refused_before_translating_and_alike(echo_engine: Tr
     capped in weights (`attention_max_weights`), a heatmap in area (`heatmap_max_area`)."""
     batcher = echo_engine.models["de", "en"].batcher
     run, calls = batcher.run, []
-    batcher.run = lambda items, job, wanted: calls.append(len(items)) or run(items, job, wanted)
+    batcher.run = lambda items, job, wanted, observe: calls.append(len(items)) or run(items, job, wanted, observe)
     try:
         settings = {"heatmap_max_tokens": 50, "attention_max_weights": 2000, "heatmap_max_area": 1_000_000}
         with make_client(echo_engine, **settings) as client:
@@ -139,10 +139,10 @@ def test_v1_align_takes_fair_turns_and_the_request_timeout(toy_tokenizer_path: P
     batcher = engine.models["de", "en"].batcher
     gate, run, calls = threading.Event(), batcher.run, []
 
-    def gated(items: list, job: object, wanted: Callable[[], np.ndarray]) -> list:
+    def gated(items: list, job: object, wanted: Callable[[], np.ndarray], observe: object) -> list:
         calls.append(type(job).__name__)
         gate.wait(30)
-        return run(items, job, wanted)
+        return run(items, job, wanted, observe)
 
     batcher.run = gated
     pair = {"text": "a b c", "translation": "a b c", "source": "de"}

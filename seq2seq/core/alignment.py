@@ -96,15 +96,22 @@ def normalize_rows(matrix: np.ndarray) -> np.ndarray:
     return np.divide(matrix, sums, out=np.zeros_like(matrix), where=sums > 0)
 
 
+def source_rows(attention: np.ndarray, layer: int, heads: tuple[int, ...] = ()) -> np.ndarray:
+    """(L, H, R, S+1) cross-attention of R decoder steps -> (R, S): the rule's step 1 and its
+    source side of step 2 (the layer, the mean of `heads` (() = all), the source EOS column
+    removed, each row renormalised). What a stream shows of a step as soon as it is decoded."""
+    per_layer = attention[layer]  # (H, R, S+1)
+    mean = per_layer[list(heads)].mean(axis=0) if heads else per_layer.mean(axis=0)
+    return normalize_rows(mean[:, :-1].astype(np.float64))
+
+
 def subword_map(attention: np.ndarray, layer: int, heads: tuple[int, ...] = (), step_shift: bool = False) -> np.ndarray:
     """(L, H, T+1, S+1) cross-attention -> (T, S) subword map, specials removed, rows sum to 1.
 
     T target pieces (EOS row removed), S source pieces (EOS column removed).
     """
-    per_layer = attention[layer]  # (H, T+1, S+1)
-    mean = per_layer[list(heads)].mean(axis=0) if heads else per_layer.mean(axis=0)
-    rows = mean[1:] if step_shift else mean[:-1]  # (T, S+1)
-    return normalize_rows(rows[:, :-1].astype(np.float64))
+    rows = source_rows(attention, layer, heads)  # (T+1, S)
+    return rows[1:] if step_shift else rows[:-1]
 
 
 def word_map(sub_map: np.ndarray, source_projection: np.ndarray, target_projection: np.ndarray) -> np.ndarray:

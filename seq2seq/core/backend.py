@@ -88,6 +88,10 @@ class StepOutput:
     # when the search asked for them (`top_k`) and the backend ranks them itself; else None
     # and the search ranks from log_probs.
     top: tuple[np.ndarray, np.ndarray] | None = None
+    # (L, N, H, P+1) self-attention of the new position over the P+1 positions so far, when
+    # the search asked for it (`need_self_attention`: a watched search) and the backend gives
+    # it; else None.
+    self_weights: np.ndarray | None = None
 
 
 @dataclass
@@ -123,12 +127,20 @@ class SearchBackend(Protocol):
         ...
 
     def step(
-        self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, need_attention: bool, top_k: int = 0
+        self,
+        tokens: np.ndarray,
+        src_mask: np.ndarray,
+        cache: DecoderCache,
+        need_attention: bool,
+        top_k: int = 0,
+        need_self_attention: bool = False,
     ) -> StepOutput:
         """tokens (N, 1) int64 at position P = cache.past_length, src_mask (N, S) bool -> the
         new position's log-probs, the cache extended by it, its cross-attention (L, N, H, S)
         when `need_attention`, and, if the backend can and `top_k` > 0, each row's `top_k`
-        best log-probs with their ids (`StepOutput.top`; a backend may leave it None)."""
+        best log-probs with their ids (`StepOutput.top`; a backend may leave it None); with
+        `need_self_attention`, its self-attention (L, N, H, P+1) if the backend can
+        (`StepOutput.self_weights`; else None)."""
         ...
 
     def teacher_force(self, src_ids: np.ndarray, src_mask: np.ndarray, tgt_ids: np.ndarray) -> TeacherForced:

@@ -21,11 +21,41 @@ import numpy as np
 
 from seq2seq.core.backend import DecoderCache, SearchBackend, StepOutput, select_rows
 from seq2seq.core.config import AlignmentOptions, DecodeConfig, ModelConfig
-from seq2seq.decoding.candidates import Candidates, RowBest
+from seq2seq.decoding.candidates import Candidates, RowBest, top_candidates
 from seq2seq.decoding.repeats import RepeatGuard
 
 # () -> (B,) bool: which sentences of a running batch someone still waits for (asked after every step).
 Wanted = Callable[[], np.ndarray]
+# The candidates a watched step reports per sentence: enough to see what the model weighed.
+WATCHED_CANDIDATES = 5
+
+
+@dataclass(frozen=True)
+class SearchStep:
+    """What one step of a watched greedy search chose (`beam_search`'s `observe`): one row
+    per sentence still decoding, in the batch's current order.
+
+    Shapes: B' sentences still decoding, L decoder layers, H heads, S padded source length
+    (source EOS included), C = `WATCHED_CANDIDATES`.
+    """
+
+    step: int  # 0: the step whose input is BOS
+    sentences: np.ndarray  # (B',) int: each row's sentence, its index in the batch
+    tokens: np.ndarray  # (B',) int: the piece chosen (EOS: the sentence ends here)
+    log_probs: np.ndarray  # (B',) float32: its log-prob
+    # (B', C) int and float32: the C likeliest pieces as the search ranked them, best first
+    # (so the chosen one first); PAD, BOS and banned repeats have -inf, as at the length
+    # limit everything but EOS.
+    candidates: np.ndarray
+    candidate_log_probs: np.ndarray
+    cross_weights: np.ndarray  # (L, B', H, S): the step's cross-attention
+    # (L, B', H, step + 1): its self-attention over BOS and the pieces so far (the causal
+    # triangle's new row); None from a backend that does not give it.
+    self_weights: np.ndarray | None
+
+
+# Called after every step of a watched search (in the searching thread).
+Observe = Callable[[SearchStep], None]
 
 
 @dataclass
@@ -86,6 +116,7 @@ def beam_search(
     config: DecodeConfig = DecodeConfig(),
     max_positions: int | None = None,
     wanted: Wanted | None = None,
+    observe: Observe | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate a padded batch; returns `config.n_best` hypotheses per sentence, best first.
 
@@ -104,12 +135,20 @@ def beam_search(
     hypothesis is banned before the ranking (`seq2seq.decoding.repeats`). `wanted` () -> (B,)
     bool is asked after every step: a sentence nobody wants any more (its client hung up)
     leaves the batch there, with the hypotheses it finished so far (maybe none).
+
+    `observe` (greedy search only: a beam's prefix is not final until its sentence ends)
+    is handed a `SearchStep` after every step, before the sentences that ended leave the
+    batch: what each chose, with its candidates and attention rows. Watching changes no
+    result; it costs each step a partial sort of the log-probs and the attention outputs.
     """
     k = config.beam_size
+    if observe is not None and k != 1:
+        raise ValueError(f"only a greedy search can be watched step by step, not a beam of {k}")
     limits = _length_limits(src_mask, config, max_positions)
     beams = _Beams.start(backend, src_ids, src_mask, config)
     trace = _Trace()
-    need_attention = config.return_attention or beams.coverage is not None
+    watched = observe is not None
+    need_attention = config.return_attention or beams.coverage is not None or watched
     # Each row's 2K + 1 best tokens (`Candidates.rank`), asked of the backend with room for
     # the banned ones; greedy needs only the argmax.
     banned = (backend.pad_id, backend.bos_id)
@@ -118,9 +157,9 @@ def beam_search(
 
     for step in range(int(limits.max()) + 1):
         if step == 0:
-            out = beams.first_step(backend, need_attention, top_k)
+            out = beams.first_step(backend, need_attention, top_k, watched)
         else:
-            out = backend.step(beams.tokens, beams.mask, beams.cache, need_attention, top_k)
+            out = backend.step(beams.tokens, beams.mask, beams.cache, need_attention, top_k, watched)
         at_limit = (limits[beams.active] <= step).repeat(k)
         log_probs = _allowed(out.log_probs, backend, at_limit)
         repeating = beams.repeats.ban(log_probs) if beams.repeats is not None else np.zeros(0, dtype=np.intp)
@@ -134,6 +173,8 @@ def beam_search(
         if row_best is not None and len(repeating):
             row_best = row_best.reranked(repeating, log_probs)
         top = Candidates.rank(beams.scores, log_probs, k, backend.eos_id, row_best)
+        if observe is not None:
+            observe(_watched_step(step, beams.active, top.tokens[:, 0], log_probs, out))
         _finish(top, log_probs, beams, trace, step, config, backend.eos_id, finished)
         going_on = top.possible & ~top.is_eos
         going_on &= going_on.cumsum(axis=1) <= k  # the K best that go on
@@ -155,6 +196,26 @@ def beam_search(
         hypotheses.sort(key=lambda h: -h.score)
         results.append(hypotheses[: config.n_best])
     return results
+
+
+def _watched_step(
+    step: int, sentences: np.ndarray, chosen: np.ndarray, log_probs: np.ndarray, out: StepOutput
+) -> SearchStep:
+    """The `SearchStep` of a greedy step (one row per sentence): `chosen` (B',) the tokens it
+    takes, from `log_probs` (B', V) as the search ranked them."""
+    assert out.cross_weights is not None  # a watched search asks for them
+    rows = np.arange(len(chosen))
+    candidates = top_candidates(log_probs, WATCHED_CANDIDATES)
+    return SearchStep(
+        step=step,
+        sentences=sentences.copy(),
+        tokens=chosen.copy(),
+        log_probs=log_probs[rows, chosen],
+        candidates=candidates,
+        candidate_log_probs=log_probs[rows[:, None], candidates],
+        cross_weights=out.cross_weights,
+        self_weights=out.self_weights,
+    )
 
 
 def _batch_order(keep: np.ndarray) -> np.ndarray:
@@ -248,7 +309,9 @@ class _Beams:
             repeats=RepeatGuard(config.no_repeat_ngram_size, batch * k) if config.no_repeat_ngram_size else None,
         )
 
-    def first_step(self, backend: SearchBackend, need_attention: bool, top_k: int = 0) -> StepOutput:
+    def first_step(
+        self, backend: SearchBackend, need_attention: bool, top_k: int = 0, need_self_attention: bool = False
+    ) -> StepOutput:
         """The first decoder step, run on one row per sentence (all K beams of a sentence are
         BOS over the same source, so their rows would be K equal copies), then expanded to
         the K rows of each sentence: row n = sentence n // K. CTranslate2 does the same
@@ -260,7 +323,7 @@ class _Beams:
         """
         batch = len(self.active)
         sources = self.mask[:: self.k]  # (B, S): the first of each sentence's K equal rows
-        out = backend.step(self.tokens[:batch], sources, self.cache, need_attention, top_k)
+        out = backend.step(self.tokens[:batch], sources, self.cache, need_attention, top_k, need_self_attention)
         if self.k == 1:
             return out
         expand = np.repeat(np.arange(batch), self.k)
@@ -277,6 +340,7 @@ class _Beams:
             DecoderCache(*expanded),
             None if out.cross_weights is None else out.cross_weights[:, expand],
             None if out.top is None else (np.repeat(out.top[0], self.k, axis=0), np.repeat(out.top[1], self.k, axis=0)),
+            None if out.self_weights is None else out.self_weights[:, expand],
         )
 
     def advance(

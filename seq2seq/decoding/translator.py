@@ -8,7 +8,9 @@ read with its case restored and answered in capitals (seq2seq/core/casing.py,
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -39,7 +41,7 @@ from seq2seq.core.hints import (
     plain_source,
     term_outcomes,
 )
-from seq2seq.decoding.search import Hypothesis, Wanted, beam_search, pad_batch
+from seq2seq.decoding.search import Hypothesis, Observe, SearchStep, Wanted, beam_search, pad_batch
 
 
 def plan_runs(lengths: list[int], beams: int, budget: int) -> list[range]:
@@ -118,6 +120,37 @@ class ReadSource:
 
     cased: str | None
     model: HintedSource
+
+
+@dataclass(frozen=True)
+class TranslationStep:
+    """One step of a watched greedy translation (`Watch.on_step`): the piece one text's
+    search chose, what it weighed, and where the model looked while choosing it.
+
+    Shapes: L decoder layers, H heads, S the user's source pieces (hints folded into the
+    piece they explain, as in `TranslationResult.attention`), C candidates.
+    """
+
+    text: int  # which of the texts translated
+    step: int  # 0: the step whose input is BOS; the step's piece is target piece `step`
+    token: int  # the piece's id; EOS: the translation ends here
+    piece: str  # as the model wrote it (a shouted text's result is then put in capitals)
+    log_prob: float
+    candidates: list[tuple[str, float]]  # (piece, log-prob), the C likeliest first; -inf: banned
+    cross: np.ndarray  # (L, H, S+1): the step's cross-attention over the source pieces and EOS
+    decoder: np.ndarray | None  # (L, H, step+1): its self-attention over BOS and the pieces before it
+
+
+@dataclass(frozen=True)
+class Watch:
+    """Someone watching a translation as it is made (a stream of events): `on_step` after
+    every step of a greedy search (a beam's prefix is not final, so a beam search has none),
+    `on_result(index, result)` as soon as a text's result is whole (its maps and quality
+    included), which for a batch searched in several runs is before the last run. Called in
+    the translating threads (with `Translator.streams` > 1, several at once)."""
+
+    on_step: Callable[[TranslationStep], None] | None = None
+    on_result: Callable[[int, TranslationResult], None] | None = None
 
 
 class Translator:
@@ -225,13 +258,20 @@ class Translator:
         return [r for r in self.translate_wanted(texts, config) if r is not None]
 
     def translate_wanted(
-        self, texts: list[str], config: DecodeConfig | None = None, wanted: Wanted | None = None
+        self,
+        texts: list[str],
+        config: DecodeConfig | None = None,
+        wanted: Wanted | None = None,
+        watch: Watch | None = None,
     ) -> list[TranslationResult | None]:
         """`translate_batch` for a caller whose texts may stop being wanted while they are
         translated (a server whose client hung up): `wanted()` -> (len(texts),) bool is read
         after every search step; a text no longer wanted leaves its batch there, and its place
-        in the results holds None (None `wanted`: every text is wanted to the end)."""
+        in the results holds None (None `wanted`: every text is wanted to the end). A `watch`
+        sees the steps (greedy search) and each result as soon as it is whole."""
         config = self.decode_defaults if config is None else config
+        if watch is not None and watch.on_step is not None and config.beam_size != 1:
+            raise ValueError(f"only a greedy search can be watched step by step, not a beam of {config.beam_size}")
         options = config.alignment.resolve(self.config) if config.alignment is not None else None
         shouted, sources = self._read(texts, config)
         cased = [source.cased for source in sources]
@@ -243,7 +283,10 @@ class Translator:
             chunk_wanted = None if wanted is None else (lambda chunk=chunk: wanted()[chunk])
             if chunk_wanted is not None and not chunk_wanted().any():
                 continue
-            found = self._search([encoded[i] for i in chunk], config, chunk_wanted)
+            observe = None
+            if watch is not None and watch.on_step is not None:
+                observe = self._observer(watch.on_step, chunk, [sources[i].model for i in chunk])
+            found = self._search([encoded[i] for i in chunk], config, chunk_wanted, observe)
             still = np.ones(len(chunk), dtype=bool) if chunk_wanted is None else chunk_wanted()
             for index, hypotheses, keep in zip(chunk, found, still, strict=True):
                 if keep and hypotheses:
@@ -258,7 +301,47 @@ class Translator:
                     assert result is not None
                     for hypothesis in [result, *result.alternatives]:
                         hypothesis.terms = self._term_outcomes(hypothesis, None)
+            if watch is not None and watch.on_result is not None:
+                for index in done:
+                    result = results[index]
+                    assert result is not None
+                    watch.on_result(index, result)
         return results
+
+    def _observer(
+        self, on_step: Callable[[TranslationStep], None], texts: list[int], sources: list[HintedSource]
+    ) -> Observe:
+        """The search's observer for a run of `texts` (their indices; `sources`, what the model
+        reads of each): each row of a `SearchStep` handed on as a `TranslationStep`."""
+
+        def observe(found: SearchStep) -> None:
+            pieces = self.tokenizer.pieces(found.tokens.tolist())
+            for row, sentence in enumerate(found.sentences.tolist()):
+                source = sources[sentence]
+                candidates = found.candidates[row].tolist()
+                on_step(
+                    TranslationStep(
+                        text=texts[sentence],
+                        step=found.step,
+                        token=int(found.tokens[row]),
+                        piece=pieces[row],
+                        log_prob=float(found.log_probs[row]),
+                        candidates=list(
+                            zip(self.tokenizer.pieces(candidates), found.candidate_log_probs[row].tolist())
+                        ),
+                        cross=self._user_columns(found.cross_weights[:, row], source),
+                        decoder=None if found.self_weights is None else found.self_weights[:, row],
+                    )
+                )
+
+        return observe
+
+    def _user_columns(self, attention: np.ndarray, source: HintedSource) -> np.ndarray:
+        """attention (..., S') over the padded positions the model read -> (..., S+1) over the
+        user's pieces and EOS: padding dropped, each hint's weight counted for the word it
+        explains (`TranslationResult.attention`'s columns)."""
+        attention = attention[..., : len(source.ids) + 1]
+        return collapse_columns(attention, source, kept=len(source.ids))
 
     def source_lengths(self, texts: list[str], config: DecodeConfig | None = None) -> list[int]:
         """How many of each text's own pieces the model reads (hints and EOS excluded: what a
@@ -266,6 +349,16 @@ class Translator:
         known before translating."""
         _, sources = self._read(texts, self.decode_defaults if config is None else config)
         return [source.model.user_pieces for source in sources]
+
+    def pieces_to_read(self, texts: list[str], config: DecodeConfig | None = None) -> list[list[Token]]:
+        """The source pieces the model will read of each text when `translate_batch`
+        translates it with `config` (the columns of its attention, known before translating:
+        `pieces_read` gives them after), with offsets into the text as given."""
+        _, sources = self._read(texts, self.decode_defaults if config is None else config)
+        return [
+            self.source_pieces(text if source.cased is None else source.cased, source.model.user_pieces)
+            for text, source in zip(texts, sources)
+        ]
 
     def _read(self, texts: list[str], config: DecodeConfig) -> tuple[list[str | None], list[ReadSource]]:
         """(shouted, read) per text: the text with its case restored when it was shouted whole
@@ -286,23 +379,29 @@ class Translator:
         return term_outcomes(result.hinted.hints, result.source_text, word_alignment, result.text)
 
     def _search(
-        self, sources: list[list[int]], config: DecodeConfig, wanted: Wanted | None = None
+        self,
+        sources: list[list[int]],
+        config: DecodeConfig,
+        wanted: Wanted | None = None,
+        observe: Observe | None = None,
     ) -> list[list[Hypothesis]]:
         """Each source's hypotheses, in order (none for a source no longer `wanted`). Sources
         are sorted by length; with `streams` > 1 they are dealt out in turn to the streams'
         sub-batches, so each spans the same lengths and they finish together. One sub-batch is
-        searched on this thread, the others on the stream pool's."""
+        searched on this thread, the others on the stream pool's (`observe` then sees each
+        sub-batch's steps on its own thread, its sentences numbered among all `sources`)."""
         parts = min(self.streams, len(sources))
         if parts == 1:
-            return self._search_one(self.backend, sources, config, wanted)
+            return self._search_one(self.backend, sources, config, wanted, observe)
         shares = [sources[i::parts] for i in range(parts)]
         share_wanted = [None if wanted is None else (lambda i=i: wanted()[i::parts]) for i in range(parts)]
+        share_observe = [None if observe is None else _renumbered(observe, i, parts) for i in range(parts)]
         pool = self._pool()
         others = [
-            pool.submit(self._search_one, self.stream_backend, share, config, share_wanted[i + 1])
+            pool.submit(self._search_one, self.stream_backend, share, config, share_wanted[i + 1], share_observe[i + 1])
             for i, share in enumerate(shares[1:])
         ]
-        mine = self._search_one(self.stream_backend, shares[0], config, share_wanted[0])
+        mine = self._search_one(self.stream_backend, shares[0], config, share_wanted[0], share_observe[0])
         found = [mine, *(f.result() for f in others)]
         merged: list[list[Hypothesis]] = [[] for _ in sources]
         for part, hypotheses in enumerate(found):
@@ -310,10 +409,15 @@ class Translator:
         return merged
 
     def _search_one(
-        self, backend: SearchBackend, sources: list[list[int]], config: DecodeConfig, wanted: Wanted | None = None
+        self,
+        backend: SearchBackend,
+        sources: list[list[int]],
+        config: DecodeConfig,
+        wanted: Wanted | None = None,
+        observe: Observe | None = None,
     ) -> list[list[Hypothesis]]:
         src_ids, src_mask = pad_batch(sources, backend.pad_id)
-        return beam_search(backend, src_ids, src_mask, config, self.max_positions, wanted)
+        return beam_search(backend, src_ids, src_mask, config, self.max_positions, wanted, observe)
 
     def _pool(self) -> ThreadPoolExecutor:
         """The threads of the streams beyond the caller's, started at the first split batch."""
@@ -428,10 +532,7 @@ class Translator:
         cased: str | None,
         shouted: bool,
     ) -> TranslationResult:
-        attention = None
-        if hypothesis.attention is not None:
-            attention = hypothesis.attention[..., : len(source.ids) + 1]  # drop batch padding columns
-            attention = collapse_columns(attention, source, kept=len(source.ids))  # hints count for their words
+        attention = None if hypothesis.attention is None else self._user_columns(hypothesis.attention, source)
         text, target_tokens = self.tokenizer.decode(hypothesis.tokens), self.tokenizer.pieces(hypothesis.tokens)
         if shouted:  # answer a shouter in capitals, character for character (offsets hold)
             text = shout(text)
@@ -454,6 +555,12 @@ class Translator:
             hinted=source if source.hinted else None,
             source_text=source_text,
         )
+
+
+def _renumbered(observe: Observe, share: int, parts: int) -> Observe:
+    """The observer of sub-batch `share` of `parts` (sentences share, share + parts, ...):
+    its sentences numbered as in the whole batch."""
+    return lambda found: observe(dataclasses.replace(found, sentences=share + found.sentences * parts))
 
 
 class HintError(ValueError):

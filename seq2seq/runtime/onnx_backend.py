@@ -348,11 +348,18 @@ class OnnxBackend:
         return cross_k, cross_v
 
     def step(
-        self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, need_attention: bool, top_k: int = 0
+        self,
+        tokens: np.ndarray,
+        src_mask: np.ndarray,
+        cache: DecoderCache,
+        need_attention: bool,
+        top_k: int = 0,
+        need_self_attention: bool = False,
     ) -> StepOutput:
         """tokens (N, 1) at position P = cache.past_length (see `SearchBackend.step`). With
         `top_k` > 0 and a graph that has the search's TopK, the output carries each row's
-        `top_k` best log-probs and their ids.
+        `top_k` best log-probs and their ids; with `need_self_attention`, the graph's
+        self-attention output, which it computes on every run anyway.
 
         The first step feeds the empty (N, H, 0, Dh) past of `DecoderCache.start` per layer:
         the graph concatenates it with the new keys, and onnxruntime handles the zero-length
@@ -362,12 +369,15 @@ class OnnxBackend:
         top_k = min(top_k, self.config.vocab_size) if self.has_top_k else 0
         if top_k:
             names += tuple(SEARCH_TOP_IO["outputs"])
+        if need_self_attention:
+            names += ("self_weights",)
         out = self.run_decoder(tokens, src_mask, cache, names, top_k=top_k)
         return StepOutput(
             out["log_probs"][:, -1],
             DecoderCache(cache.cross_k, cache.cross_v, out["new_past_k"], out["new_past_v"]),
             out["cross_weights"][:, :, :, -1] if need_attention else None,
             (out["top_log_probs"][:, -1], out["top_ids"][:, -1]) if top_k else None,
+            out["self_weights"][:, :, :, -1] if need_self_attention else None,
         )
 
     def run_decoder(

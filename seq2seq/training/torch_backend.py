@@ -32,7 +32,13 @@ class TorchBackend:
 
     @torch.inference_mode()
     def step(
-        self, tokens: np.ndarray, src_mask: np.ndarray, cache: DecoderCache, need_attention: bool, top_k: int = 0
+        self,
+        tokens: np.ndarray,
+        src_mask: np.ndarray,
+        cache: DecoderCache,
+        need_attention: bool,
+        top_k: int = 0,
+        need_self_attention: bool = False,
     ) -> StepOutput:
         """tokens (N, 1) at position P = cache.past_length (see `SearchBackend.step`)."""
         first = cache.past_length == 0  # decode's P = 0 is no past at all
@@ -44,6 +50,7 @@ class TorchBackend:
             None if first else torch.from_numpy(np.ascontiguousarray(cache.self_k)),
             None if first else torch.from_numpy(np.ascontiguousarray(cache.self_v)),
             need_cross_weights=need_attention,
+            need_self_weights=need_self_attention,
         )
         log_probs = out.log_probs[:, -1]
         top = log_probs.topk(min(top_k, log_probs.shape[1])) if top_k else None
@@ -52,6 +59,7 @@ class TorchBackend:
             DecoderCache(cache.cross_k, cache.cross_v, out.self_k.numpy(), out.self_v.numpy()),
             None if out.cross_weights is None else out.cross_weights[:, :, :, -1].numpy(),
             None if top is None else (top.values.numpy(), top.indices.numpy()),
+            None if out.self_weights is None else out.self_weights[:, :, :, -1].float().numpy(),
         )
 
     @torch.inference_mode()
