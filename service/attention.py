@@ -37,14 +37,23 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
+from seq2seq.analysis.heads import head_statistics
 from seq2seq.core.alignment import Alignment, Token, concat, words
 from seq2seq.core.backend import SearchBackend
-from seq2seq.core.config import AlignmentOptions, ModelConfig
+from seq2seq.core.config import AlignmentOptions, DecodeConfig, ModelConfig
 from seq2seq.decoding.records import Quality, TokenSpan
 from seq2seq.decoding.translator import TranslationResult, Translator
 from service.deps import APIError, CheckedRoute, RequestContext, get_context
 from service.engine import ServedModel
-from service.requests import BeamSize, JSONRequest, NoRepeatNgramSize, Source, Target
+from service.requests import (
+    BeamSize,
+    DictionaryHints,
+    GlossaryField,
+    JSONRequest,
+    NoRepeatNgramSize,
+    Source,
+    Target,
+)
 from service.settings import Settings
 from service.translation import TranslatedText, sentence_source_lengths
 
@@ -163,6 +172,20 @@ class AlignmentMaps(BaseModel):
     )
 
 
+class HeadStats(BaseModel):
+    """What each head of one stack does (seq2seq/analysis/heads.py), over the raw maps."""
+
+    mark: str = Field(description="the sentence mark `mark_share` reads: </s> (encoder, cross) or <s> (decoder)")
+    entropy: list[list[float]] = Field(
+        description="(layers, heads): mean row entropy over the log of the keys a row may read; 0 = one token, "
+        "1 = evenly spread"
+    )
+    diagonal: list[list[float]] = Field(
+        description="(layers, heads): mean weight within one position of the diagonal (proportional on the cross map)"
+    )
+    mark_share: list[list[float]] = Field(description="(layers, heads): mean weight on the mark")
+
+
 class SentenceAttention(BaseModel):
     source: str = Field(description="the sentence")
     translation: str
@@ -180,6 +203,7 @@ class SentenceAttention(BaseModel):
         description="rows = <s> + translation pieces (decoder inputs), columns = source pieces + </s>; unmasked"
     )
     alignment: dict[Literal["word", "subword"], AlignmentMaps]
+    heads: dict[Kind, HeadStats] = Field(description="per stack, what each layer's heads do (the model view)")
     quality: Quality | None = Field(
         None,
         description="quality signals of the model's own word alignment (its "
@@ -304,6 +328,10 @@ def attention_response(model: ServedModel, translated: TranslatedText, settings:
                 decoder=_maps(maps.decoder_inputs, maps.decoder_inputs, maps.decoder),
                 cross=_maps(maps.decoder_inputs, maps.encoder_tokens, maps.cross),
                 alignment=alignment,
+                heads={
+                    kind: HeadStats.model_validate(head_statistics([weights], kind).rounded(DECIMALS))
+                    for kind, weights in (("encoder", maps.encoder), ("decoder", maps.decoder), ("cross", maps.cross))
+                },
                 quality=None if result.quality is None else Quality.from_quality(result.quality),
             )
         )
@@ -332,6 +360,8 @@ class AttentionRequest(JSONRequest):
     target: Target
     beam_size: BeamSize
     no_repeat_ngram_size: NoRepeatNgramSize
+    glossary: GlossaryField
+    dictionary_hints: DictionaryHints
 
 
 class AttentionQuery(JSONRequest):
@@ -347,12 +377,34 @@ class AttentionQuery(JSONRequest):
     no_repeat_ngram_size: NoRepeatNgramSize
 
 
+def explored_config(
+    ctx: RequestContext,
+    model: ServedModel,
+    beam_size: int | None,
+    no_repeat_ngram_size: int | None,
+    glossary: dict[str, str] | None = None,
+    dictionary_hints: bool | None = None,
+) -> DecodeConfig:
+    """The search settings of a translation whose maps are explored (/v1/attention, the model
+    view): one hypothesis, with the model's own word map built with it for its quality signals."""
+    options = ctx.resolve_alignment(model, AlignmentOptions())
+    return ctx.decode_config(
+        model,
+        beam_size,
+        1,
+        True,
+        options,
+        no_repeat_ngram_size,
+        glossary=glossary,
+        dictionary_hints=dictionary_hints,
+    )
+
+
 def attention_for(body: AttentionRequest, ctx: RequestContext) -> AttentionResponse:
     ctx.check_texts([body.text], "text")
     model, _ = ctx.resolve_pair(body.source, body.target, [body.text])
-    # The model's own word map is built with the translation, for its quality signals.
-    config = ctx.decode_config(
-        model, body.beam_size, 1, True, ctx.resolve_alignment(model, AlignmentOptions()), body.no_repeat_ngram_size
+    config = explored_config(
+        ctx, model, body.beam_size, body.no_repeat_ngram_size, body.glossary, body.dictionary_hints
     )
     # What is known before translating is checked before translating: the source tokens, and
     # the weights of the encoder's maps alone.

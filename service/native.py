@@ -8,11 +8,12 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from seq2seq.analysis.heatmap import FORMATS, default_size, filename, render_heatmap
+from seq2seq.analysis.heads import block_diagonal, head_statistics
+from seq2seq.analysis.heatmap import FORMATS, default_size, filename, head_grid_size, render_head_grid, render_heatmap
 from seq2seq.core.alignment import words
 from seq2seq.core.config import AlignmentOptions, DecodeConfig
 from seq2seq.decoding.records import TextTranslation
-from service.attention import self_attention_alignment
+from service.attention import explored_config, self_attention_alignment, sentence_maps
 from service.deps import APIError, CheckedRoute, RequestContext, get_context
 from service.engine import ServedModel
 from service.markup import marked_translations
@@ -132,6 +133,13 @@ class HeatmapRequest(JSONRequest):
     source: Source
     target: Target
     format: Literal["png", "svg"] = "png"
+    view: Literal["map", "heads"] = Field(
+        "map",
+        description="map: one map (the `layer` and `head` chosen); heads: the model view, every layer and head of "
+        "`kind` as a small map over the raw pieces (with <s> and </s>), the model's alignment heads framed, each "
+        "with its entropy, diagonality and share on the sentence mark (`level`, `layer`, `head` and "
+        "`step_shift` do not apply)",
+    )
     kind: Literal["cross", "encoder", "decoder"] = Field(
         "cross",
         description="cross: the alignment map; encoder / decoder: that self-attention, over subword "
@@ -162,6 +170,8 @@ class HeatmapQuery(HeatmapRequest):
 def heatmap_response(body: HeatmapRequest, ctx: RequestContext) -> Response:
     ctx.check_texts([body.q])
     check_canvas(ctx, body.width, body.height)
+    if body.view == "heads":
+        return heads_response(body, ctx)
     # Its pixels are admitted first, so that a heatmap that cannot be drawn now costs next to
     # nothing (under a flood, most are refused); a side left out is counted as fitted to the
     # text's words, a guess at its tokens made without tokenizing it.
@@ -207,9 +217,40 @@ def heatmap_response(body: HeatmapRequest, ctx: RequestContext) -> Response:
     name = filename(model.source, model.target, body.q, body.format)
     if body.kind != "cross":
         name = name.replace("alignment-", f"{body.kind}-attention-", 1)
-    return Response(
-        image, media_type=FORMATS[body.format], headers={"Content-Disposition": f'attachment; filename="{name}"'}
-    )
+    return download(image, body.format, name)
+
+
+def heads_response(body: HeatmapRequest, ctx: RequestContext) -> Response:
+    """The model view of `body.kind` for the translation of `body.q`: every layer and head (the
+    raw maps of its sentences, block-diagonal), within the same admission as one map."""
+    model, _ = ctx.resolve_pair(body.source, body.target, [body.q])
+    config = model.config
+    layers = config.encoder_layers if body.kind == "encoder" else config.decoder_layers
+    fitted = head_grid_size(layers, config.n_heads)
+    width, height = body.width or fitted[0], body.height or fitted[1]
+    check_canvas(ctx, width, height)
+    with ctx.render_place(width * height):
+        decode = explored_config(ctx, model, body.beam_size, body.no_repeat_ngram_size)
+        check_axis(ctx, source_axis(model, body.q, decode, "encoder", "subword"), 0)
+        translated = ctx.translate(model, [body.q], decode)[0]
+        maps = [getattr(sentence_maps(model.translator.backend, r), body.kind) for r in translated.results]
+        statistics = head_statistics(maps, body.kind)
+        whole = block_diagonal(maps)
+        check_axis(ctx, whole.shape[3], whole.shape[2])
+        marked = []
+        if body.kind == "cross":
+            layer = config.resolved_alignment_layer
+            marked = [(layer, head) for head in (config.alignment_heads or range(config.n_heads))]
+        caption = f"{body.kind} attention, every layer and head: {translated.text!r} ({model.source} -> {model.target})"
+        image = ctx.render(
+            lambda: render_head_grid(whole, statistics, marked, caption, body.format, width, height), width * height
+        )
+    name = filename(model.source, model.target, body.q, body.format).replace("alignment-", f"heads-{body.kind}-", 1)
+    return download(image, body.format, name)
+
+
+def download(image: bytes, fmt: str, name: str) -> Response:
+    return Response(image, media_type=FORMATS[fmt], headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
 
 def source_axis(model: ServedModel, text: str, config: DecodeConfig, kind: str, level: str) -> int:

@@ -25,6 +25,7 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
+from seq2seq.analysis.heads import HeadStatistics  # noqa: E402
 from seq2seq.core.alignment import Alignment, label  # noqa: E402
 
 FORMATS = {"png": "image/png", "svg": "image/svg+xml"}
@@ -91,14 +92,19 @@ def render_heatmap(
         _draw_map(figure, axes, matrix, links, (len(source), len(target)), untranslated, ungrounded)
         _draw_labels(axes, source, target, axis_labels, untranslated, ungrounded)
         _draw_caption(figure, [title or caption] + ([FLAG_LEGEND] if untranslated or ungrounded else []), width)
-        buffer = io.BytesIO()
-        # No timestamp or version in the file: the same map downloads as the same bytes.
-        figure.savefig(
-            buffer,
-            format=fmt,
-            dpi=DPI,
-            metadata={"Software": None} if fmt == "png" else {"Date": None, "Creator": None},
-        )
+        return _saved(figure, fmt)
+
+
+def _saved(figure: Figure, fmt: str) -> bytes:
+    """The figure's PNG or SVG bytes, with no timestamp or version in the file: the same map
+    downloads as the same bytes."""
+    buffer = io.BytesIO()
+    figure.savefig(
+        buffer,
+        format=fmt,
+        dpi=DPI,
+        metadata={"Software": None} if fmt == "png" else {"Date": None, "Creator": None},
+    )
     return buffer.getvalue()
 
 
@@ -181,6 +187,76 @@ def _draw_caption(figure: Figure, lines: list[str], width: int) -> None:
         fontsize=8,
         parse_math=False,
     )
+
+
+HEAD_INCHES = 1.7  # a thumbnail of the model view, and its title
+HEAD_MARK_COLOUR = "#d62728"
+
+
+def head_grid_size(layers: int, heads: int) -> tuple[int, int]:
+    """(width, height) in pixels of the model view of `layers` x `heads` thumbnails."""
+    return int(round((0.8 + HEAD_INCHES * heads) * DPI)), int(round((1.2 + (HEAD_INCHES + 0.35) * layers) * DPI))
+
+
+def render_head_grid(
+    maps: np.ndarray,
+    statistics: HeadStatistics,
+    marked: Sequence[tuple[int, int]],
+    caption: str,
+    fmt: str = "png",
+    width: int | None = None,
+    height: int | None = None,
+) -> bytes:
+    """The model view: every layer and head of one attention stack as a small heatmap, a
+    layer per row of thumbnails, a head per column (bertviz's "model view").
+
+    maps (L, H, R, C) over the raw tokens (rows = queries, top to bottom); `statistics`
+    (seq2seq.analysis.heads) are written under each head's title; the (layer, head) pairs
+    `marked` (the model's alignment heads) are framed in red. No token labels: at this size
+    a map reads by its shape (a diagonal, a column on </s>). Returns PNG or SVG bytes.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    layers, heads = maps.shape[:2]
+    default_width, default_height = head_grid_size(layers, heads)
+    width, height = width or default_width, height or default_height
+    with _RENDER_LOCK, matplotlib.rc_context({"svg.fonttype": "none", "font.size": 8, "svg.hashsalt": "crossalign"}):
+        figure = Figure(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
+        grid = figure.subplots(layers, heads, squeeze=False)
+        rows, columns = maps.shape[2:]
+        for layer in range(layers):
+            for head in range(heads):
+                axes = grid[layer][head]
+                axes.pcolormesh(
+                    np.arange(columns + 1) - 0.5,
+                    np.arange(rows + 1) - 0.5,
+                    np.asarray(maps[layer, head], dtype=np.float64),
+                    cmap="Blues",
+                    vmin=0.0,
+                    vmax=1.0,
+                    rasterized=True,
+                )
+                axes.set_xlim(-0.5, columns - 0.5)
+                axes.set_ylim(rows - 0.5, -0.5)
+                axes.set_xticks([])
+                axes.set_yticks([])
+                is_marked = (layer, head) in marked
+                axes.set_title(
+                    f"layer {layer}, head {head}"
+                    + (" (alignment)" if is_marked else "")
+                    + f"\nH {statistics.entropy[layer, head]:.2f} · diag {statistics.diagonal[layer, head]:.2f}"
+                    + f" · {statistics.mark} {statistics.mark_share[layer, head]:.2f}",
+                    fontsize=7,
+                    color=HEAD_MARK_COLOUR if is_marked else "black",
+                    parse_math=False,
+                )
+                for spine in axes.spines.values():
+                    spine.set_edgecolor(HEAD_MARK_COLOUR if is_marked else "#999999")
+                    spine.set_linewidth(3 if is_marked else 0.5)
+        legend = "H: entropy (0 one token, 1 even) · diag: weight near the diagonal · "
+        legend += f"{statistics.mark}: weight on {statistics.mark}"
+        _draw_caption(figure, [caption, legend], width)
+        return _saved(figure, fmt)
 
 
 def filename(source_lang: str, target_lang: str, text: str, fmt: str) -> str:
