@@ -7,13 +7,21 @@ and prints one table (and JSON with --json). Loopback only.
     python bench/service_load.py --models models --requests 200
     python bench/service_load.py --models /tmp/tiny-models --concurrency 1 8 32 --window-ms 5
     python bench/service_load.py --concurrency 8 32 --requests 512 --rounds 3
+    python bench/service_load.py --stream --concurrency 1 8 --requests 200 --rounds 2
 
 With --rounds N the two modes run N times each, in turn (on, off, off, on, ...), and the
 batching gain is printed per round: this machine's speed drifts by tens of percent within
 minutes, so a gain is only a ratio of runs taken side by side.
 
+With --stream (issue 31) one server (batching on) takes, at each concurrency, greedy
+`POST /v1/translate` requests and the same bodies streamed by `POST /v1/translate/stream`,
+in turn (the order flips every round): the stream's time to its first step event (the
+first piece of the translation) and to its end, its step events per second, and its
+throughput against the plain route's, the cost of streaming.
+
 Aims (issue 4): batching >= 2x the throughput of no batching at concurrency 32; p99 <=
-250 ms at concurrency 8.
+250 ms at concurrency 8. Issue 31: streaming costs <= 20% of the throughput of greedy
+/v1/translate at concurrency 8.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -95,32 +104,144 @@ def start_server(
     raise SystemExit("the server did not start within 120 s")
 
 
-async def load(url: str, concurrency: int, requests: int, alignment: bool = False) -> dict[str, float]:
-    latencies: list[float] = []
+# One request: (client, sentence index) -> its timings in seconds ("latency", and for a stream
+# "first_step" and "steps").
+Send = Callable[[httpx.AsyncClient, int], Awaitable[dict[str, float]]]
+
+
+async def drive(url: str, concurrency: int, requests: int, send: Send) -> dict[str, float]:
+    """`requests` calls of `send` from `concurrency` clients at once, after one warm-up:
+    throughput and latency percentiles, and each timing's median."""
+    timings: list[dict[str, float]] = []
     counter = iter(range(requests))
-    extra = {"alignment": True} if alignment else {}
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_connections=concurrency)) as client:
 
         async def worker() -> None:
             for index in counter:
-                body = {"q": SENTENCES[index % len(SENTENCES)], "source": "de", "target": "en", **extra}
-                start = time.perf_counter()
-                response = await client.post("/translate", json=body)
-                latencies.append(time.perf_counter() - start)
-                response.raise_for_status()
+                timings.append(await send(client, index))
 
-        await client.post("/translate", json={"q": SENTENCES[0], "source": "de", "target": "en"})  # warm-up
+        await send(client, 0)  # warm-up
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - start
-    values = np.array(latencies) * 1000
+    values = np.array([t["latency"] for t in timings]) * 1000
     return {
         "concurrency": concurrency,
         "requests": requests,
         "throughput_rps": round(requests / elapsed, 1),
         "p50_ms": round(float(np.percentile(values, 50)), 1),
         "p99_ms": round(float(np.percentile(values, 99)), 1),
+        **({} if "steps" not in timings[0] else stream_figures(timings, elapsed)),
     }
+
+
+def stream_figures(timings: list[dict[str, float]], elapsed: float) -> dict[str, float]:
+    """Time to the first step event (p50/p99), step events per second of one stream while it
+    streams (median), and of all streams together."""
+    first = np.array([t["first_step"] for t in timings]) * 1000
+    per_stream = [t["steps"] / max(t["latency"] - t["first_step"], 1e-6) for t in timings]
+    return {
+        "first_step_p50_ms": round(float(np.percentile(first, 50)), 1),
+        "first_step_p99_ms": round(float(np.percentile(first, 99)), 1),
+        "events_per_s_per_stream": round(float(np.median(per_stream)), 1),
+        "events_per_s": round(sum(t["steps"] for t in timings) / elapsed, 1),
+    }
+
+
+async def load(url: str, concurrency: int, requests: int, alignment: bool = False) -> dict[str, float]:
+    """LibreTranslate's /translate, the model's default search."""
+    extra = {"alignment": True} if alignment else {}
+
+    async def send(client: httpx.AsyncClient, index: int) -> dict[str, float]:
+        body = {"q": SENTENCES[index % len(SENTENCES)], "source": "de", "target": "en", **extra}
+        start = time.perf_counter()
+        response = await client.post("/translate", json=body)
+        latency = time.perf_counter() - start
+        response.raise_for_status()
+        return {"latency": latency}
+
+    return await drive(url, concurrency, requests, send)
+
+
+def greedy_body(index: int) -> dict:
+    """The body both native routes get: one sentence, greedy search, its word map (the default)."""
+    return {"text": SENTENCES[index % len(SENTENCES)], "source": "de", "target": "en", "beam_size": 1}
+
+
+async def native_load(url: str, concurrency: int, requests: int) -> dict[str, float]:
+    async def send(client: httpx.AsyncClient, index: int) -> dict[str, float]:
+        start = time.perf_counter()
+        response = await client.post("/v1/translate", json=greedy_body(index))
+        latency = time.perf_counter() - start
+        response.raise_for_status()
+        return {"latency": latency}
+
+    return await drive(url, concurrency, requests, send)
+
+
+async def stream_load(url: str, concurrency: int, requests: int) -> dict[str, float]:
+    async def send(client: httpx.AsyncClient, index: int) -> dict[str, float]:
+        start, first, steps, ended = time.perf_counter(), 0.0, 0, False
+        async with client.stream("POST", "/v1/translate/stream", json=greedy_body(index)) as response:
+            response.raise_for_status()
+            async for line in response.aiter_lines():
+                if line == "event: step":
+                    steps += 1
+                    first = first or time.perf_counter() - start
+                elif line == "event: error":
+                    raise RuntimeError(f"the stream failed: {await response.aread()!r}")
+                ended = ended or line == "event: done"
+        if not ended:
+            raise RuntimeError("the stream ended without its done event")
+        return {"latency": time.perf_counter() - start, "first_step": first, "steps": steps}
+
+    return await drive(url, concurrency, requests, send)
+
+
+def row_line(label: str, row: dict) -> str:
+    """One result as a line of the table."""
+    return (
+        f"round {row['round']}  {label} c={row['concurrency']:<3} {row['throughput_rps']:8.1f} req/s   "
+        f"p50 {row['p50_ms']:7.1f} ms   p99 {row['p99_ms']:7.1f} ms"
+    )
+
+
+def compare_streaming(args: argparse.Namespace) -> list[dict]:
+    """Greedy /v1/translate and its stream on one server, in turn at every concurrency."""
+    results = []
+    process, url = start_server(args.models, args.window_ms, args.threads, args.quality)
+    try:
+        for round_ in range(args.rounds):
+            for concurrency in args.concurrency:
+                order = [("translate", native_load), ("stream", stream_load)]
+                for route, run in order if round_ % 2 == 0 else order[::-1]:
+                    row = {"round": round_ + 1, "route": route, **asyncio.run(run(url, concurrency, args.requests))}
+                    results.append(row)
+                    extra = ""
+                    if route == "stream":
+                        extra = (
+                            f"   first step p50 {row['first_step_p50_ms']:6.1f} ms p99 {row['first_step_p99_ms']:6.1f}"
+                            f" ms   {row['events_per_s_per_stream']:7.1f} events/s a stream,"
+                            f" {row['events_per_s']:7.1f} in all"
+                        )
+                    print(row_line(f"{route:9}", row) + extra, flush=True)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    by = {(r["round"], r["route"], r["concurrency"]): r for r in results}
+    for concurrency in args.concurrency:
+        costs = [
+            1
+            - by[round_, "stream", concurrency]["throughput_rps"]
+            / by[round_, "translate", concurrency]["throughput_rps"]
+            for round_ in range(1, args.rounds + 1)
+        ]
+        print(
+            f"streaming's throughput cost at concurrency {concurrency}: "
+            + " / ".join(f"{cost:+.1%}" for cost in costs)
+            + (f" (median {float(np.median(costs)):+.1%})" if len(costs) > 1 else "")
+        )
+    return results
 
 
 def main() -> int:
@@ -143,9 +264,19 @@ def main() -> int:
     parser.add_argument(
         "--rounds", type=int, default=1, help="runs of every mode, in turn (default 1); one gain per round"
     )
+    parser.add_argument(
+        "--stream",
+        action="store_true",
+        help="compare greedy /v1/translate with its stream (/v1/translate/stream) on one batching server",
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.stream:
+        results = compare_streaming(args)
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2) + "\n")
+        return 0
 
     modes = [(m, w) for m, w in (("on", args.window_ms), ("off", 0.0)) if m in args.batching]
     results = []
@@ -162,12 +293,7 @@ def main() -> int:
                         **asyncio.run(load(url, concurrency, args.requests, args.alignment)),
                     }
                     results.append(row)
-                    print(
-                        f"round {round_ + 1}  batching {mode:3}  c={concurrency:<3} "
-                        f"{row['throughput_rps']:8.1f} req/s   "
-                        f"p50 {row['p50_ms']:7.1f} ms   p99 {row['p99_ms']:7.1f} ms",
-                        flush=True,
-                    )
+                    print(row_line(f"batching {mode:3} ", row), flush=True)
             finally:
                 process.terminate()
                 process.wait(timeout=30)

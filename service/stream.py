@@ -79,9 +79,27 @@ class StreamRequest(TranslateFields):
     )
 
 
+EVENTS = ("start", "step", "sentence", "done", "error")
+# One event of the stream (OpenAPI 3.1 describes a text/event-stream by its events).
+STREAM_EVENT = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "event": {
+            "enum": list(EVENTS),
+            "description": "start, a step per decoder step (greedy search), "
+            "a sentence per finished sentence, then done; or error instead of what was left",
+        },
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "description": "the event's JSON on one line: see the operation's description and service/stream.py",
+        },
+    },
+}
 STREAM_RESPONSES = {
     200: {
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "content": {"text/event-stream": {"schema": STREAM_EVENT}},
         "description": "Server-Sent Events: start, step (greedy search), sentence, done; or error",
     }
 }
@@ -94,12 +112,34 @@ STREAM_RESPONSES = {
     summary="Translate, streaming each step (Server-Sent Events)",
 )
 async def translate_stream(body: StreamRequest, ctx: RequestContext = Depends(get_context)) -> StreamingResponse:
-    """The translation of /v1/translate as it is made: `start`, then a `step` event per
-    decoder step of each sentence (greedy search: the piece chosen, its probability, the
-    candidates it beat, its cross-attention row), a `sentence` event per finished sentence
-    (exactly the sentence of /v1/translate's answer), and `done` with the totals; an `error`
-    event if the work fails once started. With beam_size > 1 only finished sentences are
-    streamed. Bad input is answered before the stream starts, as on /v1/translate."""
+    """The translation of /v1/translate as it is made, as Server-Sent Events (`event:` name,
+    one line of JSON `data:`). Bad input, keys, the rate limit, the work cap and a full queue
+    are answered before the stream starts, as on /v1/translate (`format` is not streamed).
+
+    - `start`: `model`, `source`, `target`, `beam_size`, `steps` (whether step events follow),
+      `attention` (the level, layer, heads and step shift the step rows are read with: the
+      request's `alignment`, else the model's), `decoder_layers`, `n_heads`,
+      `alignment_layer`, `alignment_heads`, and `texts[i].sentences[j]` with `source`,
+      `source_start`, `source_end`, `source_tokens` (pieces) and `source_words` (offsets
+      into the input): the columns of the step rows.
+    - `step` (greedy search, beam_size 1; a beam's prefix is not final, so a beam search has
+      none): `index` (the text), `sentence`, `step` (0: the step reading `<s>`), `token` (the
+      piece chosen, `</s>` at the end), `id`, `end`, `log_prob`, `prob`, `input` (the piece the
+      decoder read), `translation` (the sentence so far), `words` (the target words this step
+      completed: `index`, `text`), `candidates` (the likeliest pieces: `token`, `prob`,
+      `log_prob`, the chosen one first), `attention` (the step's cross-attention over the
+      source words or pieces, as the map reads it: with a step shift, the map's row t is step
+      t + 1's); with `all_heads`, `cross` (layers x heads x source pieces + `</s>`) and
+      `decoder` (layers x heads x the `step + 1` decoder inputs: the causal triangle's row).
+    - `sentence`: `index`, `sentence`, `result`: the sentence exactly as /v1/translate's
+      `translations[index].sentences[sentence]`, sent as soon as it and those before it are
+      done.
+    - `done`: `translations` (per text: `text`, `score`, `source`, `target`, `alternatives`),
+      `sentences`, `steps`, `source_tokens`, `target_tokens`, `seconds`.
+    - `error` (instead of what was left): `status` and `error`, the JSON routes' status and
+      message (a timeout, the server stopping, a model failure).
+
+    A client that disconnects drops the request's work at the search's next step."""
     stream = await run_in_threadpool(open_stream, body, ctx, asyncio.get_running_loop())
     return StreamingResponse(
         stream.events(),
@@ -201,17 +241,27 @@ class TranslationStream:
                     yield self.error(concurrent.futures.TimeoutError())
                     return
                 try:
-                    kind, item, payload = await asyncio.wait_for(self.messages.get(), min(remaining, KEEP_ALIVE_S))
+                    message = await asyncio.wait_for(self.messages.get(), min(remaining, KEEP_ALIVE_S))
                 except TimeoutError:
                     yield ": waiting\n\n"
                     continue
-                if kind == "event":
-                    for text in self.progress(item, payload):
-                        yield text
-                    continue
-                for text in self.finish(payload):
-                    yield text
-                return
+                # What came meanwhile goes out in one write: under load a step of every
+                # sentence arrives at once, and each write costs a pass through the server.
+                messages = [message]
+                while not self.messages.empty():
+                    messages.append(self.messages.get_nowait())
+                texts, ended = [], False
+                for kind, item, payload in messages:
+                    if kind == "event":
+                        texts += self.progress(item, payload)
+                    else:
+                        texts += self.finish(payload)
+                        ended = True
+                        break
+                if texts:
+                    yield "".join(texts)
+                if ended:
+                    return
         finally:
             self.future.cancel()  # a client gone, or a timeout: drop what is left (a no-op once done)
 

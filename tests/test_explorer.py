@@ -6,7 +6,8 @@ system binary and the test is skipped where it is missing. The server is
 `python -m service.serve` over the tiny toy bundle of test_export.py.
 
 Also a tool: `python tests/test_explorer.py --models models --out docs/explorer.png`
-serves the bundles under `--models` and saves a screenshot of the page.
+serves the bundles under `--models` and saves a screenshot of the page (`--view heads`: the
+model view, `--view playback`: the step-by-step decoding).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import shutil
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from urllib.parse import parse_qs, urlencode, urlparse
 
 import httpx
 import pytest
@@ -330,22 +332,204 @@ def test_explorer_sends_the_key_as_a_bearer_header(browser, models: Path) -> Non
         process.wait(timeout=15)
 
 
-def screenshot(models: Path, out: Path, text: str) -> None:
-    """Serve `models`, translate `text` on the page and save a screenshot to `out`."""
+# --------------------------------------------------------------------------- issue 31: links, heads, playback
+
+
+def answer_of(server: str, route: str, body: dict) -> dict:
+    response = httpx.post(server + route, json={"source": "de", "target": "en", **body}, timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_a_link_with_q_shows_its_translation(browser, server: str) -> None:
+    context, page = offline_page(browser, server)
+    text = "die Katze ist sehr alt ."
+    page.goto(f"{server}/?{urlencode({'q': text, 'source': 'de', 'target': 'en'})}")
+    page.locator("#translation-text").wait_for(state="visible")
+    expected = answer_of(server, "/v1/translate", {"text": text, "beam_size": 4})["translations"][0]["text"]
+    assert page.locator("#translation-text").inner_text() == expected
+    assert page.get_by_label("Text to translate").input_value() == text
+    assert page.get_by_label("Language pair").input_value() == "de:en"
+    assert page.escaped == []
+    # Translating another text puts it in the address: the bar is a link to what is shown.
+    page.get_by_label("Text to translate").fill(SENTENCE)
+    page.get_by_role("button", name="Translate").click()
+    page.wait_for_function("location.search.includes('Hund')")
+    assert parse_qs(urlparse(page.url).query) == {"q": [SENTENCE], "source": ["de"], "target": ["en"]}
+    context.close()
+
+
+def test_the_model_view_shows_every_layer_and_head_with_the_alignment_head_marked(page, server: str) -> None:
+    answer = answer_of(server, "/v1/attention", {"text": SENTENCE, "beam_size": 4})
+    stats = answer["sentences"][0]["heads"]
+    choose_kind(page, "cross-attention")
+    heads = page.locator("#heads .head")
+    layers, per_layer = answer["decoder_layers"], answer["n_heads"]
+    assert heads.count() == layers * per_layer == 8
+    marked = page.locator("#heads .head.alignment")
+    assert marked.count() == 1
+    assert (marked.get_attribute("data-layer"), marked.get_attribute("data-head")) == (
+        str(answer["alignment_layer"]),
+        str(ALIGNMENT_HEAD),
+    )
+    assert "alignment head" in marked.get_attribute("aria-label")
+    assert marked.evaluate("b => getComputedStyle(b).borderTopWidth") == "3px"  # visibly framed
+    shown = heads.evaluate_all("hs => hs.map(h => [+h.dataset.layer, +h.dataset.head, +h.dataset.entropy])")
+    entropy = stats["cross"]["entropy"]
+    assert shown == [[layer, h, entropy[layer][h]] for layer in range(layers) for h in range(per_layer)]
+    assert "diag" in heads.first.inner_text() and "</s>" in heads.first.inner_text()
+    choose_kind(page, "encoder self-attention")
+    assert page.locator("#heads .head").count() == answer["encoder_layers"] * per_layer
+    assert page.locator("#heads .head.alignment").count() == 0
+    # Click (or Enter on) a head: it opens large, with its tokens.
+    head = page.locator('#heads .head[data-layer="1"][data-head="2"]')
+    head.focus()
+    page.keyboard.press("Enter")
+    detail = page.locator("#head-detail")
+    assert detail.is_visible() and "layer 1, head 2" in page.locator("#head-detail-title").inner_text()
+    encoder = answer["sentences"][0]["encoder"]
+    cells = page.eval_on_selector_all("#head-map .cell", "cs => cs.map(c => +c.dataset.weight)")
+    assert cells == [w for row in encoder["weights"][1][2] for w in row]
+    assert page.locator("#head-map .row-label").all_inner_texts() == encoder["rows"]
+    page.get_by_role("button", name="Close the large map").click()
+    assert detail.is_hidden()
+    choose_kind(page, "cross-attention")
+
+
+def test_playback_grows_the_triangle_a_row_a_step_and_ends_on_the_translation(browser, server: str) -> None:
+    sentence = "der Hund ist sehr klein ."  # six words
+    greedy = answer_of(server, "/v1/translate", {"text": sentence, "beam_size": 1})["translations"][0]
+    context, page = offline_page(browser, server)
+    page.goto(server + "/")
+    page.get_by_label("Text to translate").fill(sentence)
+    page.get_by_role("button", name="Translate").click()
+    page.locator("#translation-text").wait_for(state="visible")
+    page.get_by_role("button", name="Decode step by step").click()
+    page.wait_for_function("document.querySelector('#playback').dataset.done === 'done'")
+    page.get_by_role("button", name="First step").click()
+    triangle, rectangle = page.locator("#triangle"), page.locator("#rectangle")
+    assert triangle.get_attribute("data-rows") == "0"
+    steps = len(greedy["sentences"][0]["target_tokens"]) + 1  # every piece, then </s>
+    forward = page.get_by_role("button", name="Step forward")
+    for step in range(1, steps + 1):
+        forward.click()
+        assert triangle.get_attribute("data-rows") == str(step)  # one row more a step
+        cells = page.eval_on_selector_all(
+            "#triangle .cell", "cs => cs.map(c => [+c.dataset.row, +c.dataset.col, c.classList.contains('masked')])"
+        )
+        assert len(cells) == step * step
+        assert all(masked == (column > row) for row, column, masked in cells)  # the causal triangle
+        assert rectangle.get_attribute("data-rows") == str(step)
+        assert page.locator("#candidates .candidate").count() >= 1
+        assert page.locator("#candidates .candidate.chosen").count() == 1
+        assert f"Step {step} of {steps}" in page.locator("#play-status").inner_text()
+        assert page.locator("#play-final").is_visible() == (step == steps)
+    assert forward.is_disabled()
+    assert page.locator("#play-final-text").inner_text() == greedy["text"]
+    assert page.locator("#play-so-far").inner_text() == greedy["text"]
+    flagged = page.locator("#play-source-words .token.untranslated").count()
+    assert flagged == len(greedy["sentences"][0]["quality"]["untranslated"])
+    # Back a step with the keyboard: the last row goes, the final translation with it.
+    page.get_by_role("button", name="Step back").focus()
+    page.keyboard.press("ArrowLeft")
+    assert triangle.get_attribute("data-rows") == str(steps - 1) and page.locator("#play-final").is_hidden()
+    assert page.escaped == [] and any(url.endswith("/v1/translate/stream") for url in page.requests)
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def hinted_models(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with the hint pieces appended to its vocabulary (untrained for them: it
+    takes a glossary, and may or may not use it), exported as a bundle."""
+    import torch
+
+    from data.tokenizer import Tokenizer, add_hint_pieces
+    from export.exporter import export_model
+    from seq2seq.training.checkpoints import grow_embeddings
+
+    work = tmp_path_factory.mktemp("hinted_model")
+    checkpoint = shutil.copytree(tiny_checkpoint, work / "ckpt")
+    tokenizer = Tokenizer(add_hint_pieces(checkpoint / "spm.model", work / "spm.model"))
+    shutil.copy(work / "spm.model", checkpoint / "spm.model")
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps(config | {"vocab_size": tokenizer.vocab_size}))
+    state = torch.load(checkpoint / "model.pt", map_location="cpu")
+    torch.save(grow_embeddings(state, tokenizer.vocab_size, tokenizer), checkpoint / "model.pt")
+    export_model(checkpoint, work / "models" / "de-en", parity_sentences=SENTENCES[:2])
+    return work / "models"
+
+
+def test_the_term_hints_the_model_was_shown_are_listed_with_their_use(browser, hinted_models: Path) -> None:
+    port = free_port()
+    process = start_server(hinted_models, port)
+    server = f"http://127.0.0.1:{port}"
+    try:
+        glossary = {"Hund": "dog", "klein": "tiny"}
+        expected = answer_of(server, "/v1/attention", {"text": SENTENCE, "beam_size": 4, "glossary": glossary})
+        terms = expected["sentences"][0]["quality"]["terms"]
+        assert [t["source"] for t in terms] == ["Hund", "klein"]
+        context, page = offline_page(browser, server)
+        page.goto(server + "/")
+        page.get_by_label("Text to translate").fill(SENTENCE)
+        page.get_by_label("Glossary").fill("Hund = dog\nklein = tiny")
+        page.get_by_role("button", name="Translate").click()
+        page.locator("#terms").wait_for(state="visible")
+        items = page.locator("#terms-list .term")
+        assert items.count() == 2
+        for item, term in zip(items.all(), terms):
+            text = item.inner_text()
+            assert f"“{term['source']}” → “{term['term']}” (glossary)" in text
+            assert item.get_attribute("data-used") == str(term["used"]).lower()
+            assert ("used" if term["used"] else "not") in text
+        # No glossary, no hints: the list goes.
+        page.get_by_label("Glossary").fill("")
+        page.get_by_role("button", name="Translate").click()
+        page.wait_for_function("document.querySelector('#terms').hidden")
+        page.get_by_label("Glossary").fill("Hund dog")
+        page.get_by_role("button", name="Translate").click()
+        assert "term = translation" in page.locator("#status").inner_text()
+        assert page.escaped == []
+        context.close()
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+# --------------------------------------------------------------------------- screenshots for the docs
+
+
+def screenshot(models: Path, out: Path, text: str, view: str = "map") -> None:
+    """Serve `models`, translate `text` on the page and save a screenshot of `view` to `out`:
+    the map (with a word hovered), the model view (`heads`: every cross-attention head, one
+    opened large), or the playback (`playback`: the greedy decoding stopped half way)."""
     port = free_port()
     process = start_server(models, port)
     try:
         with sync_api.sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1100, "height": 1000}, device_scale_factor=1)
-            page.goto(f"http://127.0.0.1:{port}/")
-            page.get_by_label("Text to translate").fill(text)
-            page.get_by_role("button", name="Translate").click()
+            page.goto(f"http://127.0.0.1:{port}/?{urlencode({'q': text})}")
             page.locator("#translation-text").wait_for(state="visible")
-            page.locator("#target-tokens .token").nth(1).hover()
             out.parent.mkdir(parents=True, exist_ok=True)
-            bottom = page.evaluate("document.querySelector('#explorer').getBoundingClientRect().bottom")
-            page.screenshot(path=str(out), full_page=True, clip={"x": 0, "y": 0, "width": 1100, "height": bottom})
+            if view == "map":
+                page.locator("#target-tokens .token").nth(1).hover()
+                bottom = page.evaluate("document.querySelector('#explorer').getBoundingClientRect().bottom")
+                clip = {"x": 0, "y": 0, "width": 1100, "height": bottom}
+                page.screenshot(path=str(out), full_page=True, clip=clip)
+            elif view == "heads":
+                page.locator("#heads .head.alignment").first.click()
+                page.locator("#model-view").screenshot(path=str(out))
+            else:
+                page.get_by_role("button", name="Decode step by step").click()
+                page.wait_for_function("document.querySelector('#playback').dataset.done === 'done'")
+                page.get_by_role("button", name="First step").click()
+                forward, steps = page.get_by_role("button", name="Step forward"), 0
+                while forward.is_enabled():
+                    forward.click()
+                    steps += 1
+                for _ in range(steps // 3):  # two thirds of the way: the triangle half grown
+                    page.get_by_role("button", name="Step back").click()
+                page.locator("#playback").screenshot(path=str(out))
             browser.close()
     finally:
         process.terminate()
@@ -359,6 +543,12 @@ if __name__ == "__main__":
     parser.add_argument("--models", type=Path, default=Path("models"))
     parser.add_argument("--out", type=Path, default=Path("docs/explorer.png"))
     parser.add_argument("--text", default="Das Haus ist sehr klein.")
+    parser.add_argument(
+        "--view",
+        choices=("map", "heads", "playback"),
+        default="map",
+        help="map: one map, a word hovered; heads: the model view; playback: the decoding half way",
+    )
     arguments = parser.parse_args()
-    screenshot(arguments.models, arguments.out, arguments.text)
+    screenshot(arguments.models, arguments.out, arguments.text, arguments.view)
     print(f"wrote {arguments.out}")

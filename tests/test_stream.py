@@ -258,6 +258,7 @@ def test_every_head_streams_its_cross_and_decoder_rows(tiny: str) -> None:
         ({"text": "der Hund", "format": "html"}, 400, "format"),
         ({"text": "der Hund", "glossary": {"Hund": "dog"}}, 400, "hints"),
         ({"text": "der Hund", "alignment": {"layer": 7}}, 400, "layer"),
+        ({"text": "der Hund ist klein . " * 200, "beam_size": 8}, 413, "work"),
     ],
 )
 def test_bad_input_is_a_4xx_before_the_stream_starts(tiny: str, body: dict, status: int, message: str) -> None:
@@ -273,14 +274,18 @@ def test_keys_apply_to_the_stream(tiny: str) -> None:
 
 def test_an_error_once_started_is_an_error_event_with_the_json_routes_message(tiny_bundle: Path) -> None:
     """A request timeout shorter than any translation: /v1/translate answers 503, the stream
-    has started and says the same in an `error` event."""
-    with serving(tiny_bundle.parent, request_timeout="0.001", batch_window_ms="50") as (url, _):
+    has started and says the same in an `error` event. The rate limit counts streams too,
+    and refuses one before it starts."""
+    with serving(tiny_bundle.parent, request_timeout="0.001", batch_window_ms="50", rate_limit="3") as (url, _):
         body = {"text": SENTENCES[0], "source": "de", "beam_size": 1}
         refused = httpx.post(url + "/v1/translate", json=body, timeout=30)
         events = stream(url, body, headers={})
+        stream(url, body, headers={})
+        limited = httpx.post(url + "/v1/translate/stream", json=body, timeout=30)
     assert refused.status_code == 503
     assert [name for name, _ in events] == ["start", "error"]
     assert events[1][1] == {"status": 503, "error": refused.json()["error"]}
+    assert limited.status_code == 429 and "Retry-After" in limited.headers
 
 
 def test_a_client_that_hangs_up_frees_its_work(tiny_bundle: Path) -> None:

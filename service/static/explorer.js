@@ -645,6 +645,7 @@ function resetPlayback() {
   stopPlaying();
   if (playback.controller) playback.controller.abort();
   Object.assign(playback, { events: null, done: false, position: 0, controller: null });
+  delete $("playback").dataset.done;
   $("play-final").hidden = true;
   for (const id of ["triangle", "rectangle", "candidates"]) $(id).replaceChildren();
   $("play-so-far").textContent = "";
@@ -728,7 +729,10 @@ function onStreamEvent(name, data) {
     stopPlaying();
     $("play-status").textContent = `Could not decode: ${data.error}`;
   }
-  if (name === "done") playback.done = true;
+  if (name === "done" || name === "error") {
+    playback.done = true;
+    $("playback").dataset.done = name;   // the stream has ended (for scripts: "done" or "error")
+  }
   syncPlayButtons();
   if (name === "sentence" || name === "done") showStep();
 }
