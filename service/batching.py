@@ -30,7 +30,8 @@ request whose text is at fault fails; its neighbours get their results.
 Watching. A request may come with an observer (`submit(..., observe=)`), called in the
 worker thread with (its item's index in the request, event) for whatever the run reports as
 it goes: a translation's steps and its sentences as each is whole (service/stream.py streams
-them); a request without one is not slowed by another's.
+them). A batch in which nobody watches is run unwatched; one with a watcher reports every
+row, and each request hears only of its own.
 
 Cancellation. A caller that no longer wants a request's results cancels its future
 (`future.cancel()`, or through a `CancelToken` the future is bound to: the service binds
