@@ -31,7 +31,7 @@ GOLD = Path(__file__).resolve().parents[1] / "data" / "gold" / "de-en.gold.tsv"
 
 
 def first_step_on_every_row(
-    self: search._Beams, backend: SearchBackend, need_attention: bool, top_k: int = 0
+    self: search._Beams, backend: SearchBackend, need_attention: bool, top_k: int = 0, need_self_attention: bool = False
 ) -> StepOutput:
     """What the search did before: all K rows of every sentence step from BOS (the cross K/V
     one per row, unless the graph reads one per sentence: docs/performance.md, lever 23)."""
@@ -40,7 +40,7 @@ def first_step_on_every_row(
     if not self.cross_per_sentence:
         cross = (select_rows(cross[0], expand), select_rows(cross[1], expand))
     expanded = DecoderCache(*cross, select_rows(self.cache.self_k, expand), select_rows(self.cache.self_v, expand))
-    return backend.step(self.tokens, self.mask, expanded, need_attention, top_k)
+    return backend.step(self.tokens, self.mask, expanded, need_attention, top_k, need_self_attention)
 
 
 def search_both_ways(
