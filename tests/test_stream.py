@@ -12,6 +12,7 @@ client that hangs up (its work leaves the queue), and the model view's heatmap.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import socket
@@ -67,6 +68,41 @@ def test_a_watched_greedy_search_reports_every_step_of_every_hypothesis() -> Non
 def test_only_a_greedy_search_can_be_watched() -> None:
     with pytest.raises(ValueError, match="greedy"):
         beam_search(ScriptedBackend(), *sources([7, EOS]), plain(beam_size=2), observe=lambda step: None)
+
+
+def test_watched_candidates_from_the_graphs_top_k_are_those_of_a_full_sort(tiny_bundle: Path) -> None:
+    """The candidates a watched step reports come from the decoder graph's TopK where that is
+    exact, else from a partial sort of the log-probs: the same either way, bans included
+    (PAD and BOS, the repetition guard's, the length limit's)."""
+    from seq2seq.core.config import DecodeConfig
+    from seq2seq.decoding.candidates import top_candidates
+    from seq2seq.decoding.search import _watched_candidates, pad_batch
+    from seq2seq.loading import load_translator
+
+    translator = load_translator(tiny_bundle, threads=1)
+    backend = translator.backend
+    ids, mask = pad_batch([translator.encode_source(s) for s in SENTENCES[:6]], backend.pad_id)
+    config = DecodeConfig(beam_size=1, n_best=1, no_repeat_ngram_size=1, max_length_ratio=0.5, max_length_extra=1)
+    by_graph: list[SearchStep] = []
+    beam_search(backend, ids, mask, config, observe=by_graph.append)
+    by_sort: list[SearchStep] = []
+    step = backend.step
+    with pytest.MonkeyPatch.context() as patched:  # the same search, its candidates ranked here
+        patched.setattr(backend, "step", lambda *args: dataclasses.replace(step(*args), top=None))
+        beam_search(backend, ids, mask, config, observe=by_sort.append)
+    assert len(by_graph) == len(by_sort) > 2
+    for graph, sort in zip(by_graph, by_sort):
+        np.testing.assert_array_equal(graph.candidates, sort.candidates)
+        np.testing.assert_array_equal(graph.candidate_log_probs, sort.candidate_log_probs)
+    # The rule's edges: an id banned after the graph ranked it, and a tie across the last
+    # place, where a TopK may leave out any of the equal ones (here id 4).
+    raw = np.log(np.array([[0.3, 0.2, 0.2, 0.1, 0.1, 0.05, 0.05, 1e-4], [0.4, 0.2, 0.1, 0.1, 0.05, 0.05, 0.05, 0.05]]))
+    ranked = np.array([[0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 3, 5, 6, 7]])
+    edited = raw.copy()
+    edited[0, 0] = -np.inf
+    expected = top_candidates(edited, WATCHED_CANDIDATES)
+    assert expected.tolist() == [[1, 2, 3, 4, 5], [0, 1, 2, 3, 4]]
+    np.testing.assert_array_equal(_watched_candidates(edited, ranked), expected)
 
 
 def test_the_translators_watch_hands_each_step_to_its_text_across_search_streams(tiny_bundle: Path) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from seq2seq.core.backend import DecoderCache, SearchBackend, StepOutput, select_rows
 from seq2seq.core.config import AlignmentOptions, DecodeConfig, ModelConfig
-from seq2seq.decoding.candidates import Candidates, RowBest, top_candidates
+from seq2seq.decoding.candidates import Candidates, RowBest, along_rows, top_candidates
 from seq2seq.decoding.repeats import RepeatGuard
 
 # () -> (B,) bool: which sentences of a running batch someone still waits for (asked after every step).
@@ -150,9 +150,9 @@ def beam_search(
     watched = observe is not None
     need_attention = config.return_attention or beams.coverage is not None or watched
     # Each row's 2K + 1 best tokens (`Candidates.rank`), asked of the backend with room for
-    # the banned ones; greedy needs only the argmax.
+    # the banned ones; greedy needs only the argmax, and a watcher its candidates.
     banned = (backend.pad_id, backend.bos_id)
-    top_k = 2 * k + 1 + len(banned) if k > 1 else 0
+    top_k = 2 * k + 1 + len(banned) if k > 1 else WATCHED_CANDIDATES + len(banned) if watched else 0
     finished: list[list[Hypothesis]] = [[] for _ in range(len(src_ids))]
 
     for step in range(int(limits.max()) + 1):
@@ -169,7 +169,7 @@ def beam_search(
         # The backend's own TopK saw every token: it only serves steps where `_allowed` banned
         # no more than PAD and BOS, and rows where the repetition guard banned more are
         # ranked afresh from their log-probs.
-        row_best = None if out.top is None or at_limit.any() else RowBest.of(*out.top, 2 * k, banned)
+        row_best = None if k == 1 or out.top is None or at_limit.any() else RowBest.of(*out.top, 2 * k, banned)
         if row_best is not None and len(repeating):
             row_best = row_best.reranked(repeating, log_probs)
         top = Candidates.rank(beams.scores, log_probs, k, backend.eos_id, row_best)
@@ -205,7 +205,7 @@ def _watched_step(
     takes, from `log_probs` (B', V) as the search ranked them."""
     assert out.cross_weights is not None  # a watched search asks for them
     rows = np.arange(len(chosen))
-    candidates = top_candidates(log_probs, WATCHED_CANDIDATES)
+    candidates = _watched_candidates(log_probs, None if out.top is None else out.top[1])
     return SearchStep(
         step=step,
         sentences=sentences.copy(),
@@ -216,6 +216,27 @@ def _watched_step(
         cross_weights=out.cross_weights,
         self_weights=out.self_weights,
     )
+
+
+def _watched_candidates(log_probs: np.ndarray, ranked: np.ndarray | None) -> np.ndarray:
+    """(B', C) each row's C likeliest tokens by `log_probs` (B', V), as the search left them
+    (bans applied), best first, ties to the lower id (as `top_candidates` orders them).
+
+    From the backend's TopK ids `ranked` (B', C') when it gave them (C' = C + the banned
+    ids: a partial sort of V log-probs costs about ten times a step's TopK in the graph),
+    for every row where that is exact: none of its C' ids was banned since (the C' hold
+    its C best), and its C-th best is not tied with its C'-th (no equal one left out). Other
+    rows, and every row without `ranked`, by a partial sort here."""
+    if ranked is None:
+        return top_candidates(log_probs, WATCHED_CANDIDATES)
+    values = along_rows(log_probs, ranked)  # (B', C'), the bans applied
+    order = np.lexsort((ranked, -values), axis=1)  # by value descending, then by id
+    ranked, values = along_rows(ranked, order), along_rows(values, order)
+    redo = ~np.isfinite(values).all(axis=1) | (values[:, WATCHED_CANDIDATES - 1] == values[:, -1])
+    best = ranked[:, :WATCHED_CANDIDATES].copy()
+    if redo.any():
+        best[redo] = top_candidates(log_probs[redo], WATCHED_CANDIDATES)
+    return best
 
 
 def _batch_order(keep: np.ndarray) -> np.ndarray:

@@ -315,21 +315,23 @@ class Translator:
         reads of each): each row of a `SearchStep` handed on as a `TranslationStep`."""
 
         def observe(found: SearchStep) -> None:
-            pieces = self.tokenizer.pieces(found.tokens.tolist())
+            tokens, log_probs = found.tokens.tolist(), found.log_probs.tolist()
+            pieces = self.tokenizer.pieces(tokens)
+            width = found.candidates.shape[1]
+            candidate_pieces = self.tokenizer.pieces(found.candidates.ravel().tolist())
+            candidate_log_probs = found.candidate_log_probs.tolist()
             for row, sentence in enumerate(found.sentences.tolist()):
-                source = sources[sentence]
-                candidates = found.candidates[row].tolist()
                 on_step(
                     TranslationStep(
                         text=texts[sentence],
                         step=found.step,
-                        token=int(found.tokens[row]),
+                        token=tokens[row],
                         piece=pieces[row],
-                        log_prob=float(found.log_probs[row]),
+                        log_prob=log_probs[row],
                         candidates=list(
-                            zip(self.tokenizer.pieces(candidates), found.candidate_log_probs[row].tolist())
+                            zip(candidate_pieces[row * width : (row + 1) * width], candidate_log_probs[row])
                         ),
-                        cross=self._user_columns(found.cross_weights[:, row], source),
+                        cross=self._user_columns(found.cross_weights[:, row], sources[sentence]),
                         decoder=None if found.self_weights is None else found.self_weights[:, row],
                     )
                 )
