@@ -20,7 +20,8 @@ first piece of the translation) and to its end, its step events per second, and 
 throughput against the plain route's, the cost of streaming.
 
 Aims (issue 4): batching >= 2x the throughput of no batching at concurrency 32; p99 <=
-250 ms at concurrency 8. Issue 31: streaming costs <= 20% of the throughput of greedy
+250 ms at concurrency 8; with both directions served and `--mix` (issue 30), p99 <= 250 ms
+at concurrency 8 still. Issue 31: streaming costs <= 20% of the throughput of greedy
 /v1/translate at concurrency 8.
 """
 
@@ -50,6 +51,17 @@ SENTENCES = [
     "Das Auto ist rot und neu.",
     "Er wohnt seit drei Jahren in München.",
     "Guten Morgen!",
+]
+# With --mix, every other request goes the other way (a models directory serving both).
+ENGLISH_SENTENCES = [
+    "The house is small.",
+    "The dog is very old and beautiful.",
+    "I have no time today.",
+    "The cat is sleeping on the sofa.",
+    "Where is the station?",
+    "The car is red and new.",
+    "He has been living in Munich for three years.",
+    "Good morning!",
 ]
 
 
@@ -148,12 +160,17 @@ def stream_figures(timings: list[dict[str, float]], elapsed: float) -> dict[str,
     }
 
 
-async def load(url: str, concurrency: int, requests: int, alignment: bool = False) -> dict[str, float]:
-    """LibreTranslate's /translate, the model's default search."""
+async def load(url: str, concurrency: int, requests: int, alignment: bool = False, mix: bool = False) -> dict:
+    """LibreTranslate's /translate, the model's default search; with `mix`, every other request
+    English -> German."""
     extra = {"alignment": True} if alignment else {}
 
     async def send(client: httpx.AsyncClient, index: int) -> dict[str, float]:
-        body = {"q": SENTENCES[index % len(SENTENCES)], "source": "de", "target": "en", **extra}
+        if mix and index % 2:
+            body = {"q": ENGLISH_SENTENCES[index // 2 % len(ENGLISH_SENTENCES)], "source": "en", "target": "de"}
+        else:
+            body = {"q": SENTENCES[index % len(SENTENCES)], "source": "de", "target": "en"}
+        body |= extra
         start = time.perf_counter()
         response = await client.post("/translate", json=body)
         latency = time.perf_counter() - start
@@ -269,6 +286,11 @@ def main() -> int:
         action="store_true",
         help="compare greedy /v1/translate with its stream (/v1/translate/stream) on one batching server",
     )
+    parser.add_argument(
+        "--mix",
+        action="store_true",
+        help="every other request English -> German (a models directory with both directions' bundles)",
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
@@ -290,7 +312,7 @@ def main() -> int:
                     row = {
                         "round": round_ + 1,
                         "batching": mode,
-                        **asyncio.run(load(url, concurrency, args.requests, args.alignment)),
+                        **asyncio.run(load(url, concurrency, args.requests, args.alignment, args.mix)),
                     }
                     results.append(row)
                     print(row_line(f"batching {mode:3} ", row), flush=True)
