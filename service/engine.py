@@ -13,8 +13,10 @@ bundles that failed to load. Torch-free: bundles run on onnxruntime through
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,16 +117,22 @@ class ServedModel:
             raise
 
 
-def model_call(translator: Translator) -> RunBatch:
+def model_call(translator: Translator, compute: threading.Lock | None = None) -> RunBatch:
     """What the scheduler runs for one batch: a translation (whose sentences no longer
     `wanted` leave its search at the next step), or a forced alignment of pairs (one
     teacher-forced pass: it runs whole). A watched translation reports each sentence's
-    `TranslationStep`s (greedy search) and its `TranslationResult` as soon as it is whole."""
+    `TranslationStep`s (greedy search) and its `TranslationResult` as soon as it is whole.
+
+    `compute`: a lock the models of one server share, so one model call runs at a time: each
+    model's onnxruntime threads already take every core, and two calls at once would only
+    contend for them (docs/performance.md, both directions)."""
 
     def run(items: Sequence[Any], job: DecodeConfig | ForcedJob, wanted: Wanted, observe: Observe | None) -> list[Any]:
-        if isinstance(job, ForcedJob):
-            return align_given(translator, list(items), job.options, restore_case=job.restore_case)
-        return translator.translate_wanted(list(items), job, wanted, None if observe is None else watch(observe, job))
+        with compute or contextlib.nullcontext():
+            if isinstance(job, ForcedJob):
+                return align_given(translator, list(items), job.options, restore_case=job.restore_case)
+            watched = None if observe is None else watch(observe, job)
+            return translator.translate_wanted(list(items), job, wanted, watched)
 
     return run
 
@@ -154,9 +162,10 @@ class TranslatorEngine:
     ):
         self.failed = dict(failed or {})  # bundle name -> why it is not served (one line)
         self.models: dict[Pair, ServedModel] = {}
+        compute = threading.Lock() if len(translators) > 1 else None
         for pair, (name, translator) in translators.items():
             batcher = MicroBatcher(
-                model_call(translator),
+                model_call(translator, compute),
                 window_s,
                 max_sentences,
                 on_batch=(lambda size, name=name: on_batch(name, size)) if on_batch else None,

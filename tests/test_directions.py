@@ -129,3 +129,46 @@ def test_the_explorer_switches_direction(two_models: Path) -> None:
     finally:
         process.terminate()
         process.wait(timeout=15)
+
+
+def test_the_models_of_one_server_take_turns_on_the_cores(echo_engine) -> None:
+    """Two served models never run a call at once: each one's onnxruntime threads already
+    take every core, so overlapping calls would only contend (bench/service_load.py --mix)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from seq2seq.core.config import DecodeConfig
+    from service.engine import TranslatorEngine
+
+    active, overlaps, lock = [0], [0], threading.Lock()
+
+    class Slow:
+        """A translator whose calls take a while and count how many run at once."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def translate_wanted(self, texts, config=None, wanted=None, watch=None):
+            with lock:
+                active[0] += 1
+                overlaps[0] = max(overlaps[0], active[0])
+            time.sleep(0.05)
+            with lock:
+                active[0] -= 1
+            return self.inner.translate_wanted(texts, config, wanted, watch)
+
+    (model,) = echo_engine.models.values()
+    pairs = {("de", "en"): ("de-en", Slow(model.translator)), ("en", "de"): ("en-de", Slow(model.translator))}
+    engine = TranslatorEngine(pairs, window_s=0.002)
+    try:
+        config = DecodeConfig(beam_size=1)
+        with ThreadPoolExecutor(8) as pool:
+            calls = [pool.submit(engine.models[pair].translate, ["b a c"], config) for pair in list(pairs) * 6]
+            assert all(call.result(timeout=30)[0].text for call in calls)
+        assert overlaps[0] == 1
+    finally:
+        engine.close()
