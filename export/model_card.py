@@ -56,7 +56,14 @@ def joined_history(runs: list[Path]) -> list[dict]:
     return joined
 
 
-def plot_curve(history: list[dict], out: Path) -> None:
+LANGUAGE_NAMES = {"de": "German", "en": "English"}
+
+
+def language_name(code: str) -> str:
+    return LANGUAGE_NAMES.get(code, code)
+
+
+def plot_curve(history: list[dict], out: Path, direction: str = "de-en") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -93,7 +100,7 @@ def plot_curve(history: list[dict], out: Path) -> None:
                 textcoords="offset points",
             )
     loss_axis.legend(lines, [line.get_label() for line in lines], loc="center right", fontsize=8)
-    loss_axis.set_title("crossalign de-en training curve")
+    loss_axis.set_title(f"crossalign {direction} training curve")
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)
@@ -123,28 +130,29 @@ def write_card(
     The curve joins `earlier_runs` (oldest first) and `run`, the stages of one model.
     """
     history = joined_history([*earlier_runs, run])
-    plot_curve(history, bundle / "training_curve.png")
     config = json.loads((bundle / CONFIG_FILE).read_text())
+    source, target = config.get("source_lang", "de"), config.get("target_lang", "en")
+    plot_curve(history, bundle / "training_curve.png", f"{source}-{target}")
     train_config = json.loads((run / "train_config.json").read_text())
     manifest = json.loads((data / "manifest.json").read_text())
     card = (
-        INTRODUCTION
-        + quality_section(metrics, manifest)
+        INTRODUCTION.format(direction=f"{source}-{target}", source=language_name(source), target=language_name(target))
+        + quality_section(metrics, manifest, language_name(source), language_name(target))
         + model_section(config)
         + training_section(history, train_config, config, manifest, command)
         + notes_section(notes)
         + data_section(manifest)
-        + limitations_section(train_config)
+        + limitations_section(train_config, language_name(source), language_name(target))
     )
     path = bundle / "MODEL_CARD.md"
     path.write_text(card)
     return path
 
 
-INTRODUCTION = """# crossalign de-en — model card
+INTRODUCTION = """# crossalign {direction} — model card
 
-A German→English transformer trained from scratch by crossalign; every translation comes
-with its cross-attention alignment map.
+A {source}→{target} transformer trained by crossalign on the Ding corpus; every translation
+comes with its cross-attention alignment map.
 
 """
 
@@ -192,7 +200,7 @@ def precision_line(metrics: dict) -> str:
     )
 
 
-def quality_section(metrics: dict, manifest: dict) -> str:
+def quality_section(metrics: dict, manifest: dict, source: str = "German", target: str = "English") -> str:
     quality_rows = "\n".join(f"| {label} | {metrics[key]} |" for key, label in QUALITY_LABELS.items() if key in metrics)
     signatures = "\n".join(
         f"{name}: {metrics[name]}" for name in ("bleu_signature", "chrf_signature") if name in metrics
@@ -211,7 +219,8 @@ sacreBLEU signatures:
 
 AER is measured on the project's hand-aligned gold set (data/gold/, 162 pairs, sure and
 possible links) with the bundle's default alignment source; lower is better. The same 162
-everyday sentences, with their English references, give the gold-set BLEU/chrF.
+everyday sentences, read {source}→{target} with their {target} references, give the gold-set
+BLEU/chrF.
 {decoding_line(metrics)}{precision_line(metrics)}
 Test sentences are Ding example sentences whose source never occurs in training
 (split by sha256 of the casefolded source). They are short, idiomatic dictionary examples
@@ -302,11 +311,12 @@ def data_section(manifest: dict) -> str:
 """
 
 
-def limitations_section(train_config: dict) -> str:
+def limitations_section(train_config: dict, source: str = "German", target: str = "English") -> str:
     return f"""## Limitations
 
 - Small model, small corpus, CPU-only training budget: expect literal, often wrong
-  translations of long or domain-specific sentences; German→English only.
+  translations of long or domain-specific sentences; {source}→{target} only (the other
+  direction is a bundle of its own).
 - {"Alignment maps come from one cross-attention head trained (guided) to align, which is better than raw attention but still behind a dedicated statistical aligner on our gold set (AER above)" if train_config.get("guided_alignment") else "Alignment maps are raw cross-attention of one layer"}; see docs/alignment.md.
 """
 

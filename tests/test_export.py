@@ -24,7 +24,7 @@ from export.parity import PARITY_SENTENCES, check_parity
 from export.shapes import SHARED_PREFIX
 from seq2seq.cli import export as export_cli
 from seq2seq.core.backend import DecoderCache
-from seq2seq.core.config import DecodeConfig
+from seq2seq.core.config import DecodeConfig, TrainConfig, to_dict
 from seq2seq.decoding.search import beam_search, pad_batch
 from seq2seq.loading import load_translator
 from seq2seq.runtime.bundle import BundleError, load_bundle_manifest, update_metrics
@@ -480,3 +480,35 @@ def test_release_figures_and_the_int8_rule(tmp_path: Path) -> None:
     assert (fp32["test_bleu_beam4"], int8["test_bleu_beam4"], int8["gold_aer_default_map"]) == (9.4, 9.3, 14.6)
     assert int8_refusal(fp32, int8) is None
     assert "loses 0.50 test BLEU" in int8_refusal(fp32, {**int8, "test_bleu_beam4": 8.9})
+
+
+def test_model_card_speaks_of_its_bundles_direction(tmp_path: Path) -> None:
+    """An English -> German bundle's card says so, in its title, its curve and its text."""
+    from export.model_card import write_card
+
+    bundle, run, data = tmp_path / "en-de", tmp_path / "run", tmp_path / "data"
+    for directory in (bundle, run, data):
+        directory.mkdir()
+    shipped = json.loads((SHIPPED_BUNDLE / "bundle.json").read_text())
+    config = json.loads((SHIPPED_BUNDLE / "config.json").read_text())
+    (bundle / "config.json").write_text(json.dumps(config | {"source_lang": "en", "target_lang": "de"}))
+    (run / "train_config.json").write_text(json.dumps(to_dict(TrainConfig(max_steps=900, init_from="models/de-en"))))
+    (run / "history.jsonl").write_text(
+        json.dumps(
+            {
+                "step": 300,
+                "epoch": 0,
+                "minutes": 9.0,
+                "train_loss": 5.0,
+                "valid_loss": 4.0,
+                "valid_bleu": 3.0,
+                "tokens_per_s": 900,
+            }
+        )
+        + "\n"
+    )
+    (data / "manifest.json").write_text((SHIPPED_BUNDLE / "data_manifest.json").read_text())
+    card = write_card(bundle, run, data, shipped["metrics"], "crossalign train ...").read_text()
+    assert card.startswith("# crossalign en-de — model card") and "English→German transformer" in card
+    assert "German→English" not in card and "with their German references" in card
+    assert (bundle / "training_curve.png").stat().st_size > 1000
