@@ -31,6 +31,7 @@ from service import align, attention, files, libre, native, openapi, stream
 from service.connections import ClientWatch, HeadAsGet, HTTPMiddleware, Utf8Query
 from service.deps import Access, APIError, error_response, get_engine, internal_error_message
 from service.engine import TranslatorEngine, load_engine
+from service.file_jobs import FileStore, JobBoard
 from service.languages import get_detector
 from service.metrics import Metrics, MetricsMiddleware
 from service.rendering import Renderer
@@ -250,13 +251,20 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
         app.state.engine = loaded
         for model in loaded.models.values():
             metrics_.watch_queue(model.name, lambda batcher=model.batcher: batcher.queued_work)
+        # A job's record outlives its last update by more than any wait between two updates
+        # (a running job's model call, or the whole of the job ahead of a queued one).
+        unfinished_ttl = settings.file_ttl + settings.file_timeout + settings.request_timeout
+        jobs = JobBoard(app.state.files, settings.file_job_workers, settings.file_max_jobs, unfinished_ttl)
+        app.state.jobs = jobs
+        metrics_.watch_jobs(jobs.count)
         # Load the language identifier in the background: the first "auto" request need not wait.
         languages = frozenset(lang for pair in loaded.models for lang in pair)
         threading.Thread(target=get_detector, args=(languages,), name="langid-warmup", daemon=True).start()
         try:
             yield
         finally:
-            app.state.engine = None
+            app.state.engine = app.state.jobs = None
+            jobs.close()  # before the models: every job's record says it was stopped
             if engine is None:  # the app's own (a given engine is its owner's to close)
                 loaded.close()  # cancels what is queued or running: its handlers answer at once
             app.state.renderer.close()
@@ -273,8 +281,8 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
     app.state.metrics = metrics_
     app.state.access = Access(settings.api_key_set, settings.rate_limit)
     app.state.renderer = Renderer(settings.max_render_pixels)
-    app.state.engine = None
-    app.state.files = files.FileStore(settings.files_path, settings.file_ttl)
+    app.state.engine = app.state.jobs = None
+    app.state.files = FileStore(settings.files_path, settings.file_ttl)
     app.dependency_overrides[get_settings] = lambda: settings
     install_error_handlers(app)
     app.add_middleware(ErrorBoundary)  # first added = innermost: it sees route errors before Starlette's

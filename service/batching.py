@@ -103,18 +103,24 @@ class CancelToken:
     """Says that nobody wants a request's results any more (its client hung up): `cancel()`
     cancels every future bound to it, and any bound later at once. Thread-safe.
 
-    One per HTTP request (service/connections.py cancels it when the client disconnects);
-    the futures of the scheduler and of the heatmap renderer are bound to it, so what a
-    request queued or started is dropped with it."""
+    One per HTTP request (service/connections.py cancels it when the client disconnects),
+    and one per file job (service/file_jobs.py: cancelled when the server stops); the
+    futures of the scheduler and of the heatmap renderer are bound to it, so what a request
+    queued or started is dropped with it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._futures: set[Future] = set()
         self._cancelled = False
+        self._event = threading.Event()  # set once cancelled: what `wait` waits on
 
     @property
     def cancelled(self) -> bool:
         return self._cancelled
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`, waking at once if the token is cancelled; whether it is."""
+        return self._event.wait(seconds)
 
     def bind(self, future: Future) -> Future:
         """Cancel `future` with this token (now, if the token is already cancelled); returns it."""
@@ -131,6 +137,7 @@ class CancelToken:
         with self._lock:
             self._cancelled = True
             futures, self._futures = list(self._futures), set()
+        self._event.set()
         for future in futures:
             future.cancel()
 

@@ -19,7 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastapi import Depends, Request, Response
@@ -260,6 +260,14 @@ class RequestContext:
         """Cancelled when the client disconnects (service.connections.ClientWatch)."""
         return self.request.state.cancel_token
 
+    def detached(self) -> RequestContext:
+        """This context for work that outlives the request (a file job): the same client's
+        fair turns, and a cancel token of its own instead of the request's (which its
+        connection's closing cancels)."""
+        return DetachedContext(
+            self.settings, self.engine, self.metrics, self.request, self.renderer, self.client, CancelToken()
+        )
+
     def detector(self) -> LanguageDetector:
         """The language identifier for the served languages (its model loads on first use)."""
         return get_detector(frozenset(lang for pair in self.engine.models for lang in pair))
@@ -420,11 +428,16 @@ class RequestContext:
 
     # ---------------------------------------------------------------- model calls
 
-    def translate(self, model: ServedModel, texts: list[str], config: DecodeConfig) -> list[TranslatedText]:
-        """Translate whole texts (one batch, on the client's turns), count tokens."""
+    def translate(
+        self, model: ServedModel, texts: list[str], config: DecodeConfig, wait_until: float | None = None
+    ) -> list[TranslatedText]:
+        """Translate whole texts (one batch, on the client's turns), count tokens. With
+        `wait_until` (a `time.monotonic()` deadline), a full queue is waited out until then
+        instead of answered with 503 (a file's calls: the file is uploaded already)."""
         self.check_work(texts, config.beam_size)
         translated = self._scheduled(
-            lambda: translate_texts(model, texts, config, self.settings.request_timeout, self.client, self.token)
+            lambda: translate_texts(model, texts, config, self.settings.request_timeout, self.client, self.token),
+            wait_until,
         )
         self.metrics.count_tokens(
             model.name,
@@ -481,12 +494,21 @@ class RequestContext:
         and cancellation."""
         return self._scheduled(lambda: self.renderer.render(job, pixels, self.token, self.settings.request_timeout))
 
-    def _scheduled(self, call: Callable[[], Any]) -> Any:
-        """Run a model call or a render; its scheduling failures answered as `scheduling_error` says."""
-        try:
-            return call()
-        except (QueueFull, concurrent.futures.TimeoutError, concurrent.futures.CancelledError) as error:
-            raise self.scheduling_error(error) from None
+    def _scheduled(self, call: Callable[[], Any], wait_until: float | None = None) -> Any:
+        """Run a model call or a render; its scheduling failures answered as `scheduling_error`
+        says. A full queue is tried again after its `retry_after` while `wait_until` allows
+        (and the request is wanted)."""
+        while True:
+            try:
+                return call()
+            except QueueFull as full:
+                left = (wait_until or 0.0) - time.monotonic()
+                if left <= 0:
+                    raise self.scheduling_error(full) from None
+                if self.token.wait(min(full.retry_after, left)):
+                    raise self.scheduling_error(concurrent.futures.CancelledError()) from None
+            except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError) as error:
+                raise self.scheduling_error(error) from None
 
     def scheduling_error(self, error: BaseException) -> APIError:
         """The answer to a model call or render that did not complete: a full queue or a
@@ -505,6 +527,22 @@ class RequestContext:
                 return APIError(CLIENT_GONE, "the client closed the connection; its work was dropped")
             return APIError(503, "the server is shutting down", headers={"Retry-After": "5"})
         return APIError(500, internal_error_message(error))
+
+
+@dataclass
+class DetachedContext(RequestContext):
+    """`RequestContext.detached()`: the client frozen when the request was made, its own token."""
+
+    own_client: str = ""
+    own_token: CancelToken = field(default_factory=CancelToken)
+
+    @property
+    def client(self) -> str:
+        return self.own_client
+
+    @property
+    def token(self) -> CancelToken:
+        return self.own_token
 
 
 def get_context(

@@ -1,7 +1,8 @@
 """File translation, LibreTranslate's shape: `POST /translate_file`, `GET /download_file/<id>`,
-and `GET /frontend/settings` (what LibreTranslate's web page and clients read first).
+and `GET /frontend/settings` (what LibreTranslate's web page and clients read first); and
+for large files, jobs: `GET /translate_file/<id>`.
 
-An upload (multipart: `file`, `source`, `target`, `api_key`) is read in memory within
+An upload (multipart: `file`, `source`, `target`, `api_key`, `async`) is read in memory within
 `file_max_bytes` (the app's size limit for this path), checked by its format's reader
 before and while it is parsed (seq2seq/documents/files.py: ZIP entries, size and ratio,
 path names, XML entities off; `file_char_limit` characters counted before translating),
@@ -11,109 +12,64 @@ the alignment made in the same pass -- through the fair scheduler in calls withi
 for `file_ttl` seconds in the service's own directory (`files_dir`) under a random id:
 nothing the client sends names a path. The answer says what could not be handled
 (`partial`, `notes`: fields, embedded objects... kept as they were; segments that failed).
-With keys on, the download needs the key the upload was made with.
+
+Up to `file_sync_chars` characters to translate, the answer waits for the translation (what
+LibreTranslate's clients expect). A larger file, or one sent with `async=true` (or `Prefer:
+respond-async`), is answered 202 at once: the same translation (`ReadUpload.translate`) runs
+as a job on the board (service/file_jobs.py), and its status route says how far it is, why it
+failed, or, once done, what the synchronous answer would have said. With keys on, the status
+and the download need the key the upload was made with.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
-import secrets
-import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import JSONResponse
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from seq2seq.core.inputs import text_problem
 from seq2seq.documents.files import (
     EXTENSIONS,
+    Document,
     DocumentError,
     DocumentTooLarge,
     FileFormat,
     Limits,
+    characters,
     format_of,
     read_document,
     translate_document,
     translated_name,
 )
-from seq2seq.documents.translate import Translation
+from seq2seq.documents.translate import Translation, has_words
 from service.deps import APIError, RequestContext, get_access, get_context, read_body, request_api_key
 from service.engine import ServedModel
+from service.file_jobs import DONE, FAILED, QUEUED, RUNNING, FileJob, FileStore, JobBoard, poll_after
 from service.languages import language_name
 from service.markup import scheduled_translator
 
 router = APIRouter(tags=["files"])
 UPLOAD_PATH = "/translate_file"
-FILE_ID = re.compile(r"[A-Za-z0-9_-]{24}")
 MAX_FIELDS = 16
-
-
-# --------------------------------------------------------------------------- the store
-
-
-class FileStore:
-    """Translated files waiting for their download: `<id>` (the bytes), `<id>.json` (name,
-    media type, expiry, the uploader's key hash, report) and `<id>.alignment.jsonl` in one
-    directory of the service's own, made private; expired ones are deleted as new ones come
-    and go (every worker process sees the same directory)."""
-
-    def __init__(self, directory: Path, ttl: float):
-        self.directory, self.ttl = Path(directory), ttl
-        self._lock = threading.Lock()
-
-    def _ready(self) -> Path:
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return self.directory
-
-    def put(self, data: bytes, meta: dict[str, Any], sidecar: list[dict]) -> str:
-        directory = self._ready()
-        self.sweep()
-        file_id = secrets.token_urlsafe(18)  # 24 characters of FILE_ID
-        (directory / file_id).write_bytes(data)
-        lines = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in sidecar)
-        (directory / f"{file_id}.alignment.jsonl").write_text(lines, encoding="utf-8")
-        meta = {**meta, "expires": time.time() + self.ttl}
-        (directory / f"{file_id}.json").write_text(json.dumps(meta), encoding="utf-8")  # last: complete when seen
-        return file_id
-
-    def get(self, file_id: str) -> tuple[dict[str, Any], Path]:
-        """The metadata and path of a file that is there and not expired; 404 otherwise."""
-        self.sweep()
-        if not FILE_ID.fullmatch(file_id):
-            raise APIError(404, "no such file (ids are 24 letters, digits, - or _)")
-        try:
-            meta = json.loads((self.directory / f"{file_id}.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            raise APIError(404, f"no such file, or it expired (files are kept {self.ttl:g} s)") from None
-        if meta["expires"] < time.time():
-            raise APIError(404, f"the file expired (files are kept {self.ttl:g} s)")
-        return meta, self.directory / file_id
-
-    def sweep(self) -> None:
-        """Delete every expired file and its companions."""
-        if not self.directory.is_dir():
-            return
-        now = time.time()
-        with self._lock:
-            for meta_path in self.directory.glob("*.json"):
-                try:
-                    expired = json.loads(meta_path.read_text(encoding="utf-8"))["expires"] < now
-                except (OSError, ValueError, KeyError):
-                    expired = meta_path.stat().st_mtime + self.ttl < now
-                if expired:
-                    file_id = meta_path.name[: -len(".json")]
-                    for path in (self.directory / file_id, self.directory / f"{file_id}.alignment.jsonl", meta_path):
-                        path.unlink(missing_ok=True)
 
 
 def get_store(request: Request) -> FileStore:
     return request.app.state.files
+
+
+def get_board(request: Request) -> JobBoard:
+    board = getattr(request.app.state, "jobs", None)
+    if board is None:
+        raise APIError(503, "the models are not loaded yet")
+    return board
 
 
 def key_hash(key: str | None) -> str | None:
@@ -200,15 +156,19 @@ async def read_upload(request: Request) -> Upload:
 @dataclass
 class FileTranslator:
     """The segments of one file through the fair scheduler: calls within `max_request_work`
-    (beam x characters), the whole within `file_timeout`. A segment the input rules refuse
-    (a control character) keeps its source; so does one too long for a call alone."""
+    (beam x characters), the whole within `file_timeout` (`deadline`); a full queue is waited
+    out until then. A segment the input rules refuse (a control character) keeps its source;
+    so does one too long for a call alone. `progress(segments done)` hears of each call."""
 
     ctx: RequestContext
     model: ServedModel
     deadline: float
+    progress: Callable[[int], None] | None = None
 
     def __call__(self, texts: list[str]) -> list[Translation | Exception]:
-        translate = scheduled_translator(self.ctx, self.model, self.ctx.decode_config(self.model, None, 1, True))
+        translate = scheduled_translator(
+            self.ctx, self.model, self.ctx.decode_config(self.model, None, 1, True), self.deadline
+        )
         budget = self.ctx.settings.max_request_work // max(1, translate.config.beam_size)
         out: list[Translation | Exception | None] = [None] * len(texts)
         call: list[int] = []
@@ -234,6 +194,60 @@ class FileTranslator:
             )
         for index, result in zip(call, translate([texts[i] for i in call])):
             out[index] = result
+        if self.progress is not None:
+            self.progress(sum(item is not None for item in out))
+
+
+@dataclass
+class ReadUpload:
+    """An upload read, checked and given its model: what its translation needs, done where
+    it was received (the synchronous answer) or by a job (the same work, on the board)."""
+
+    document: Document
+    model: ServedModel
+    file_format: FileFormat
+    name: str  # the translated file's name
+    key: str | None  # the hash of the upload's key, when keys are on
+
+    @property
+    def characters(self) -> int:
+        return characters(self.document)
+
+    @property
+    def segments(self) -> int:
+        return sum(has_words(segment.text) for segment in self.document.segments)
+
+    def translate(
+        self,
+        ctx: RequestContext,
+        store: FileStore,
+        file_id: str | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> dict[str, Any]:
+        """Translate, store the file (under `file_id`, or a new id) and say what happened:
+        the answer's fields but the URL and expiry, which depend on when and where it is asked."""
+        translate = FileTranslator(ctx, self.model, time.monotonic() + ctx.settings.file_timeout, progress)
+        result = translate_document(self.document, translate, self.model.target)
+        meta = {"name": self.name, "media_type": self.file_format.media_type, "key": self.key}
+        file_id = store.put(result.data, meta, result.alignments, file_id)
+        notes = dict(result.notes)
+        if result.report.failed:
+            notes["segments kept in the source language"] = len(result.report.failed)
+        return {
+            "file_id": file_id,
+            "name": self.name,
+            "partial": result.partial,
+            "notes": notes,
+            "report": result.report.to_dict(),
+        }
+
+
+def file_answer(request: Request, done: dict[str, Any], expires_in: float) -> dict[str, Any]:
+    """LibreTranslate's answer (`translatedFileUrl`) and ours (`name`, `partial`, `notes`,
+    `report`, `expires_in`) for a translated file, its URL as the asking request sees the server."""
+    fields = {key: value for key, value in done.items() if key != "file_id"}
+    url = f"{str(request.base_url).rstrip('/')}/download_file/{done['file_id']}"
+    return {"translatedFileUrl": url, **fields, "expires_in": round(expires_in, 1)}
 
 
 FILE_FORM = {
@@ -249,12 +263,46 @@ FILE_FORM = {
                         "source": {"type": "string", "description": "source language code, or 'auto'"},
                         "target": {"type": "string", "description": "target language code"},
                         "api_key": {"type": "string"},
+                        "async": {
+                            "type": "boolean",
+                            "description": "true: answer 202 with a job to poll whatever the file's size (also: "
+                            "the header `Prefer: respond-async`); files over the server's `file_sync_chars` "
+                            "characters are jobs anyway",
+                        },
                     },
                 }
             }
         },
     }
 }
+JOB_STATUS = {
+    "type": "object",
+    "required": ["job_id", "state", "status_url", "name", "segments_done", "segments_total"],
+    "properties": {
+        "job_id": {"type": "string"},
+        "state": {"type": "string", "enum": [QUEUED, RUNNING, DONE, FAILED]},
+        "status_url": {"type": "string"},
+        "name": {"type": "string", "description": "the translated file's name"},
+        "segments_done": {"type": "integer"},
+        "segments_total": {"type": "integer"},
+        "position": {"type": "integer", "description": "queued: jobs that arrived before it and wait too"},
+        "error": {"type": "string", "description": "failed: why"},
+        "error_status": {"type": "integer", "description": "failed: the status a synchronous answer would have had"},
+        "translatedFileUrl": {"type": "string", "description": "done: the download"},
+    },
+}
+POLL_HEADERS = {
+    "Location": {"description": "the job's status URL (202)", "schema": {"type": "string"}},
+    "Retry-After": {"description": "seconds to wait before asking again", "schema": {"type": "integer"}},
+}
+UPLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
+    202: {
+        "description": "a job (a file over `file_sync_chars` characters, or `async`): poll its `status_url`",
+        "headers": POLL_HEADERS,
+        "content": {"application/json": {"schema": JOB_STATUS}},
+    }
+}
+TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
 
 
 def check_format(upload: Upload) -> FileFormat:
@@ -264,16 +312,18 @@ def check_format(upload: Upload) -> FileFormat:
         raise APIError(400, f"Invalid request: {error}") from None
 
 
-@router.post(UPLOAD_PATH, openapi_extra=FILE_FORM, summary="Translate a file (LibreTranslate-compatible)")
-def translate_file(
-    request: Request,
-    upload: Upload = Depends(read_upload),
-    ctx: RequestContext = Depends(get_context),
-    store: FileStore = Depends(get_store),
-) -> dict[str, Any]:
-    """`{"translatedFileUrl": ".../download_file/<id>"}`, and (crossalign) `partial`, `notes`
-    (what was kept as it was) and `report` (segments translated, tags placed). Formats:
-    the extension of the file's name (GET /frontend/settings lists them)."""
+def asks_for_a_job(request: Request, upload: Upload) -> bool:
+    """`async=true` in the form, or `Prefer: respond-async` (RFC 7240); 400 for an `async` that is no boolean."""
+    value = upload.fields.get("async", "").strip().lower()
+    if value not in TRUE + FALSE:
+        raise APIError(400, f"Invalid request: async must be true or false, not {value[:20]!r}")
+    prefer = request.headers.get("prefer", "").lower()
+    return value in TRUE or "respond-async" in (part.strip() for part in re.split(r"[,;]", prefer))
+
+
+def read_file(request: Request, upload: Upload, ctx: RequestContext) -> ReadUpload:
+    """The upload read and checked, with the model of its languages: 400 for a missing field or
+    a file that does not parse as its extension says, 413 over a limit; nothing translated yet."""
     settings = ctx.settings
     file_format = check_format(upload)
     for name in ("source", "target"):
@@ -288,26 +338,103 @@ def translate_file(
         raise APIError(400, str(error)) from None
     sample = " ".join(segment.text for segment in document.segments)[:2000]
     model, _ = ctx.resolve_pair(upload.fields["source"], upload.fields["target"], [sample or "-"])
-    translate = FileTranslator(ctx, model, time.monotonic() + settings.file_timeout)
-    result = translate_document(document, translate, model.target)
-    name = translated_name(upload.name, model.target, file_format)
-    meta = {
-        "name": name,
-        "media_type": file_format.media_type,
-        "key": key_hash(upload.fields["api_key_used"]) if get_access(request).keys else None,
+    key = key_hash(upload.fields["api_key_used"]) if get_access(request).keys else None
+    return ReadUpload(document, model, file_format, translated_name(upload.name, model.target, file_format), key)
+
+
+@router.post(
+    UPLOAD_PATH,
+    openapi_extra=FILE_FORM,
+    responses=UPLOAD_RESPONSES,
+    summary="Translate a file (LibreTranslate-compatible; a job for large files)",
+)
+def translate_file(
+    request: Request,
+    upload: Upload = Depends(read_upload),
+    ctx: RequestContext = Depends(get_context),
+    store: FileStore = Depends(get_store),
+    board: JobBoard = Depends(get_board),
+) -> Any:
+    """`{"translatedFileUrl": ".../download_file/<id>"}`, and (crossalign) `name`, `partial`,
+    `notes` (what was kept as it was), `report` (segments translated, tags placed) and
+    `expires_in`. A file over `file_sync_chars` characters to translate, or one sent with
+    `async=true`, is answered 202 at once: a job whose `status_url` (also `Location`) says
+    how far it is and, once done, the same fields. Formats: the extension of the file's name
+    (GET /frontend/settings lists them)."""
+    job_asked = asks_for_a_job(request, upload)
+    read = read_file(request, upload, ctx)
+    if not job_asked and read.characters <= ctx.settings.file_sync_chars:
+        return file_answer(request, read.translate(ctx, store), ctx.settings.file_ttl)
+    background = ctx.detached()  # its own cancel token: the job outlives this request
+    job = FileJob(
+        work=lambda file_id, progress: read.translate(background, store, file_id, progress),
+        client=ctx.client,
+        key=read.key,
+        name=read.name,
+        total=read.segments,
+        token=background.token,
+    )
+    board.submit(job)
+    record = store.get_job(job.id)
+    status = job_status(request, record)
+    headers = {"Location": status["status_url"], "Retry-After": str(poll_after(record))}
+    return JSONResponse(status, status_code=202, headers=headers)
+
+
+def job_status(request: Request, record: dict[str, Any]) -> dict[str, Any]:
+    """What a job's status says: its state and progress; the error of a failed one; the
+    answer of a done one (as the synchronous upload would have had it)."""
+    base = str(request.base_url).rstrip("/")
+    status: dict[str, Any] = {
+        "job_id": record["id"],
+        "state": record["state"],
+        "status_url": f"{base}{UPLOAD_PATH}/{record['id']}",
+        "name": record["name"],
+        "segments_done": record["segments_done"],
+        "segments_total": record["segments_total"],
     }
-    file_id = store.put(result.data, meta, result.alignments)
-    notes = dict(result.notes)
-    if result.report.failed:
-        notes["segments kept in the source language"] = len(result.report.failed)
-    return {
-        "translatedFileUrl": f"{str(request.base_url).rstrip('/')}/download_file/{file_id}",
-        "name": name,
-        "partial": result.partial,
-        "notes": notes,
-        "report": result.report.to_dict(),
-        "expires_in": settings.file_ttl,
-    }
+    if record["state"] == QUEUED:
+        status["position"] = record["position"]
+    elif record["state"] == FAILED:
+        status.update(error=record["error"], error_status=record["error_status"])
+    elif record["state"] == DONE:
+        status.update(file_answer(request, record["answer"], record["expires"] - time.time()))
+    return status
+
+
+@router.get(
+    UPLOAD_PATH + "/{job_id}",
+    responses={
+        200: {"headers": {"Retry-After": POLL_HEADERS["Retry-After"]}},
+        404: {"description": "no such job, or it expired"},
+    },
+    summary="A file job's state and progress; its file once done",
+)
+def file_job(job_id: str, request: Request, response: Response, store: FileStore = Depends(get_store)) -> Any:
+    """`state`: `queued` (`position`: jobs before it), `running`, `done` (with
+    `translatedFileUrl` and the rest of the synchronous answer) or `failed` (`error`, and
+    `error_status`: the status a synchronous answer would have had); `segments_done` of
+    `segments_total` throughout. While the job is unfinished, `Retry-After` says when to ask
+    again. With keys on, only the upload's key may ask."""
+    key = checked_key(request)
+    record = owned(store.get_job(job_id), key, "job")
+    if record["state"] in (QUEUED, RUNNING):
+        response.headers["Retry-After"] = str(poll_after(record))
+    return job_status(request, record)
+
+
+def checked_key(request: Request) -> str | None:
+    """The request's API key, checked (403 or 429) before anything is read for it."""
+    key = request_api_key(request)
+    get_access(request).check(request, key)
+    return key
+
+
+def owned(record: dict[str, Any], key: str | None, kind: str) -> dict[str, Any]:
+    """`record` (a file's or a job's), if `key` is the upload's (when keys are on); 403 otherwise."""
+    if record.get("key") and record["key"] != key_hash(key):
+        raise APIError(403, f"this {kind} was uploaded with another API key")
+    return record
 
 
 def attachment(name: str) -> str:
@@ -336,12 +463,9 @@ def download_file(
 ) -> Response:
     """The translated file, named like `report.en.docx`; with `alignment=true` a JSONL line
     per segment (index, plain source, plain translation, word links in Pharaoh form)."""
-    access = get_access(request)
-    key = request_api_key(request)
-    access.check(request, key)
+    key = checked_key(request)
     meta, path = store.get(file_id)
-    if meta.get("key") and meta["key"] != key_hash(key):
-        raise APIError(403, "this file was uploaded with another API key")
+    owned(meta, key, "file")
     if alignment:
         data, name = path.with_name(f"{file_id}.alignment.jsonl").read_bytes(), meta["name"] + ".alignment.jsonl"
         media = "application/x-ndjson"
@@ -372,4 +496,5 @@ def frontend_settings(request: Request, ctx: RequestContext = Depends(get_contex
         "fileSizeLimit": settings.file_max_bytes,
         "fileCharLimit": settings.file_char_limit,
         "fileTtl": settings.file_ttl,
+        "fileSyncChars": settings.file_sync_chars,
     }

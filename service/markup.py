@@ -52,18 +52,21 @@ class Scheduled:
     ctx: RequestContext
     model: ServedModel
     config: DecodeConfig
+    wait_until: float | None = None  # a full queue waited out until then (RequestContext.translate)
 
     def __post_init__(self) -> None:
         self.translated: list[TranslatedText] = []
 
     def __call__(self, texts: list[str]) -> list[Translation | Exception]:
-        translated = self.ctx.translate(self.model, texts, self.config)
+        translated = self.ctx.translate(self.model, texts, self.config, self.wait_until)
         self.translated += translated
         return [Translation(t.text, word_map(t)) for t in translated]
 
 
-def scheduled_translator(ctx: RequestContext, model: ServedModel, config: DecodeConfig) -> Scheduled:
-    return Scheduled(ctx, model, markup_config(ctx, model, config))
+def scheduled_translator(
+    ctx: RequestContext, model: ServedModel, config: DecodeConfig, wait_until: float | None = None
+) -> Scheduled:
+    return Scheduled(ctx, model, markup_config(ctx, model, config), wait_until)
 
 
 @dataclass

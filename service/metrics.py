@@ -39,6 +39,9 @@ class Metrics:
             ["model"],
             registry=self.registry,
         )
+        self.file_jobs = Gauge(
+            "crossalign_file_jobs", "file jobs queued or running (this process)", ["state"], registry=self.registry
+        )
         self.tokens = Counter(
             "crossalign_tokens", "subword tokens translated", ["model", "side"], registry=self.registry
         )
@@ -54,6 +57,11 @@ class Metrics:
     def watch_queue(self, model: str, queued_work: Callable[[], float]) -> None:
         """Report `queued_work()` as the model's queued work at every scrape."""
         self.queued_work.labels(model).set_function(queued_work)
+
+    def watch_jobs(self, count: Callable[[str], int]) -> None:
+        """Report `count(state)` file jobs queued and running at every scrape."""
+        for state in ("queued", "running"):
+            self.file_jobs.labels(state).set_function(lambda state=state: count(state))
 
     def observe_batch(self, model: str, size: int) -> None:
         self.batch_size.labels(model).observe(size)

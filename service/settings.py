@@ -145,7 +145,34 @@ class Settings(BaseSettings):
         description="seconds a file's translation may take, all its segments (each model call also within "
         "request_timeout); beyond it: 503",
     )
-    file_ttl: float = Field(1800.0, gt=0, description="seconds a translated file can be downloaded; then it is deleted")
+    file_ttl: float = Field(
+        1800.0,
+        gt=0,
+        description="seconds a translated file can be downloaded, and a finished file job's status read; then "
+        "they are deleted",
+    )
+    # 20,000 characters (about eight pages) take a few seconds on four cores with the shipped
+    # model (docs/performance.md, documents), well within the 60 s a proxy or client commonly
+    # waits for an answer; a longer file would hold its connection open for minutes under load.
+    file_sync_chars: int = Field(
+        20000,
+        ge=0,
+        description="characters to translate above which /translate_file answers 202 at once with a job to "
+        "poll (GET /translate_file/<id>) instead of the translated file (a form field async=true asks for a "
+        "job whatever the size; 0: every file with text is a job)",
+    )
+    file_max_jobs: int = Field(
+        16,
+        ge=1,
+        description="file jobs queued or running per worker process; an upload that would be one more gets 503 "
+        "with Retry-After",
+    )
+    file_job_workers: int = Field(
+        2,
+        ge=1,
+        description="file jobs translated at once per worker process, their model calls on their clients' fair "
+        "turns beside every other request; the others wait, a client's second job after others' first",
+    )
     files_dir: str = Field(
         "",
         description="where translated files wait for their download (empty: crossalign-files-<uid> in the "
