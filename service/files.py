@@ -289,10 +289,14 @@ JOB_STATUS = {
         "error": {"type": "string", "description": "failed: why"},
         "error_status": {"type": "integer", "description": "failed: the status a synchronous answer would have had"},
         "translatedFileUrl": {"type": "string", "description": "done: the download"},
+        "partial": {"type": "boolean", "description": "done: something was kept untranslated"},
+        "notes": {"type": "object", "description": "done: what was kept as it was, counted"},
+        "report": {"type": "object", "description": "done: segments translated and failed, tags placed"},
+        "expires_in": {"type": "number", "description": "done: seconds the file can still be downloaded"},
     },
 }
 POLL_HEADERS = {
-    "Location": {"description": "the job's status URL (202)", "schema": {"type": "string"}},
+    "Location": {"description": "the job's status URL", "schema": {"type": "string"}},
     "Retry-After": {"description": "seconds to wait before asking again", "schema": {"type": "integer"}},
 }
 UPLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -405,7 +409,11 @@ def job_status(request: Request, record: dict[str, Any]) -> dict[str, Any]:
 @router.get(
     UPLOAD_PATH + "/{job_id}",
     responses={
-        200: {"headers": {"Retry-After": POLL_HEADERS["Retry-After"]}},
+        200: {
+            "description": "the job's state (`Retry-After` while it is unfinished)",
+            "headers": {"Retry-After": POLL_HEADERS["Retry-After"]},
+            "content": {"application/json": {"schema": JOB_STATUS}},
+        },
         404: {"description": "no such job, or it expired"},
     },
     summary="A file job's state and progress; its file once done",

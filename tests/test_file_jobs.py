@@ -1,0 +1,237 @@
+"""File jobs over the scripted echo engine (fast; the same routes on a real server are in
+test_file_jobs_server.py): a file over `file_sync_chars`, or one sent with `async=true` or
+`Prefer: respond-async`, is answered 202 with a job to poll; small files keep the
+synchronous answer. The model calls pass a gate the tests open one call at a time, so the
+progress, the queue order, the bound (503), a job that fails and a shutdown with jobs
+running are each seen in a known state."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from echo_backend import EchoBackend
+from fastapi.testclient import TestClient
+from test_documents_limits import client_for, upload
+
+from data.tokenizer import Tokenizer
+from seq2seq.decoding.translator import Translator
+from service.engine import TranslatorEngine
+
+TEN_LINES = "".join(f"{letter} b c\n" for letter in "abcdefghab").encode()  # 10 segments of 5 characters
+
+
+@pytest.fixture
+def files_dir(tmp_path: Path) -> Path:
+    return tmp_path / "files"
+
+
+@pytest.fixture
+def gated(toy_tokenizer_path: Path) -> Iterator[tuple[TranslatorEngine, threading.Semaphore]]:
+    """An echo engine whose every model call waits for a permit of the gate (`release()`)."""
+    tokenizer = Tokenizer(toy_tokenizer_path)
+    engine = TranslatorEngine(
+        {("de", "en"): ("de-en", Translator(EchoBackend(tokenizer.vocab_size), tokenizer))}, window_s=0.002
+    )
+    batcher = engine.models["de", "en"].batcher
+    gate, run = threading.Semaphore(0), batcher.run
+
+    def gated_run(items: list, job: object, wanted: Callable[[], np.ndarray], observe: object) -> list:
+        if not gate.acquire(timeout=30):
+            raise TimeoutError("the test never opened the gate")
+        return run(items, job, wanted, observe)
+
+    batcher.run = gated_run
+    yield engine, gate
+    gate.release(1000)
+    engine.close()
+
+
+def per_call(engine: TranslatorEngine, characters: int) -> int:
+    """The `max_request_work` that makes a file's model calls `characters` long (at the model's beam)."""
+    return characters * engine.models["de", "en"].decode_defaults.beam_size
+
+
+def submit(client: TestClient, name: str, data: bytes, key: str = "", **fields: str) -> dict:
+    """Upload as a job; its 202 answer (checked: Location and Retry-After)."""
+    answer = upload(client, name, data, **({"api_key": key} if key else {}), **fields)
+    assert answer.status_code == 202, answer.text
+    body = answer.json()
+    assert answer.headers["Location"] == body["status_url"] and int(answer.headers["Retry-After"]) >= 1
+    assert body["status_url"].endswith("/translate_file/" + body["job_id"])
+    return body
+
+
+def status(client: TestClient, job: dict, key: str = "") -> dict:
+    answer = client.get(job["status_url"], params={"api_key": key} if key else {})
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def wait_for(client: TestClient, job: dict, ready: Callable[[dict], bool], key: str = "") -> dict:
+    """The job's status once `ready(status)`, polled (at most 30 s)."""
+    deadline = time.monotonic() + 30
+    while True:
+        found = status(client, job, key)
+        if ready(found):
+            return found
+        assert time.monotonic() < deadline, f"the job never got there: {found}"
+        time.sleep(0.01)
+
+
+def finished(found: dict) -> bool:
+    return found["state"] in ("done", "failed")
+
+
+def test_small_files_stay_synchronous_and_a_job_can_be_asked_for(
+    echo_engine: TranslatorEngine, files_dir: Path
+) -> None:
+    with client_for(echo_engine, files_dir) as client:
+        synchronous = upload(client, "a.txt", TEN_LINES)
+        assert synchronous.status_code == 200 and "job_id" not in synchronous.json()
+        expected = client.get(synchronous.json()["translatedFileUrl"]).content
+        assert expected == TEN_LINES  # the echo model copies its source
+        asked = [
+            submit(client, "a.txt", TEN_LINES, **{"async": "true"}),
+            client.post(
+                "/translate_file",
+                files={"file": ("a.txt", TEN_LINES)},
+                data={"source": "de", "target": "en"},
+                headers={"Prefer": "respond-async, wait=10"},
+            ).json(),
+        ]
+        for job in asked:
+            done = wait_for(client, job, finished)
+            assert done["state"] == "done" and done["segments_done"] == done["segments_total"] == 10
+            assert done["translatedFileUrl"].endswith("/download_file/" + job["job_id"])
+            assert done["report"] == synchronous.json()["report"] and done["name"] == "a.en.txt"
+            assert 0 < done["expires_in"] <= 1800
+            assert client.get(done["translatedFileUrl"]).content == expected
+            sidecar = client.get(done["translatedFileUrl"], params={"alignment": "true"}).text.splitlines()
+            assert len(sidecar) == 10 and json.loads(sidecar[0])["links"] == "0-0 1-1 2-2"
+        refused = upload(client, "a.txt", TEN_LINES, **{"async": "maybe"})
+        assert refused.status_code == 400 and "async must be true or false" in refused.json()["error"]
+        assert upload(client, "a.txt", TEN_LINES, **{"async": "false"}).status_code == 200
+        assert client.get("/frontend/settings").json()["fileSyncChars"] == 20000
+
+
+def test_a_file_over_the_synchronous_size_is_a_job_whose_progress_is_counted(
+    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
+) -> None:
+    engine, gate = gated
+    with client_for(engine, files_dir, file_sync_chars=49, max_request_work=per_call(engine, 10)) as client:
+        gate.release(5)  # 45 characters are answered at once: five calls of two lines
+        assert upload(client, "a.txt", TEN_LINES[:-6]).status_code == 200
+        job = submit(client, "a.txt", TEN_LINES)  # 50 characters: a job
+        running = wait_for(client, job, lambda found: found["state"] == "running")
+        assert (running["segments_done"], running["segments_total"]) == (0, 10)
+        assert 'crossalign_file_jobs{state="running"} 1.0' in client.get("/metrics").text
+        seen = []
+        for call in range(1, 6):
+            gate.release()
+            found = wait_for(client, job, lambda found, call=call: found["segments_done"] == 2 * call)
+            seen.append((found["state"], found["segments_done"]))
+        assert seen[:4] == [("running", 2), ("running", 4), ("running", 6), ("running", 8)]
+        done = wait_for(client, job, finished)
+        assert done["state"] == "done" and "position" not in done and "error" not in done
+        assert client.get(done["translatedFileUrl"]).content == TEN_LINES
+        answer = client.get(job["status_url"])
+        assert "Retry-After" not in answer.headers  # nothing more to wait for
+        assert 'crossalign_file_jobs{state="running"} 0.0' in client.get("/metrics").text
+
+
+def test_status_and_download_need_the_uploads_key(echo_engine: TranslatorEngine, files_dir: Path) -> None:
+    with client_for(echo_engine, files_dir, api_keys="k1,k2") as client:
+        job = submit(client, "a.txt", TEN_LINES, key="k1", **{"async": "true"})
+        nobody = client.get(job["status_url"])
+        assert nobody.status_code == 403 and "API key" in nobody.json()["error"]
+        other = client.get(job["status_url"], headers={"X-API-Key": "k2"})
+        assert other.status_code == 403 and "another API key" in other.json()["error"]
+        done = wait_for(client, job, finished, key="k1")
+        assert done["state"] == "done"
+        assert client.get(done["translatedFileUrl"], params={"api_key": "k2"}).status_code == 403
+        assert client.get(done["translatedFileUrl"], headers={"Authorization": "Bearer k1"}).content == TEN_LINES
+        unknown = client.get("/translate_file/" + "A" * 24, params={"api_key": "k1"})
+        assert unknown.status_code == 404 and "no such job" in unknown.json()["error"]
+        assert client.get("/translate_file/..%2Fsecret", params={"api_key": "k1"}).status_code == 404
+
+
+def test_jobs_expire_with_their_files(echo_engine: TranslatorEngine, files_dir: Path) -> None:
+    with client_for(echo_engine, files_dir, file_ttl=0.6) as client:
+        job = submit(client, "a.txt", TEN_LINES, **{"async": "true"})
+        done = wait_for(client, job, finished)
+        assert done["state"] == "done" and len(list(files_dir.iterdir())) == 4  # file, meta, sidecar, record
+        time.sleep(0.8)
+        gone = client.get(job["status_url"])
+        assert gone.status_code == 404 and "expired" in gone.json()["error"]
+        assert client.get(done["translatedFileUrl"]).status_code == 404
+        assert list(files_dir.iterdir()) == []
+
+
+def test_jobs_are_bounded_and_a_clients_second_job_waits_for_others_first(
+    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
+) -> None:
+    engine, gate = gated
+    with client_for(
+        engine, files_dir, file_sync_chars=0, file_max_jobs=4, file_job_workers=2, api_keys="a,b"
+    ) as client:
+        first, second = (submit(client, "a.txt", TEN_LINES, key="a") for _ in range(2))
+        for job in (first, second):
+            wait_for(client, job, lambda found: found["state"] == "running", key="a")
+        third, other = submit(client, "a.txt", TEN_LINES, key="a"), submit(client, "a.txt", TEN_LINES, key="b")
+        assert status(client, third, "a")["position"] == 0 and status(client, other, "b")["position"] == 1
+        full = upload(client, "a.txt", TEN_LINES, api_key="b")
+        assert full.status_code == 503 and "4 file jobs are queued or running" in full.json()["error"]
+        assert 1 <= int(full.headers["Retry-After"]) <= 600
+        gate.release()  # the first job's one model call
+        assert wait_for(client, first, finished, key="a")["state"] == "done"
+        # The freed worker takes the other client's job, though the third arrived before it.
+        wait_for(client, other, lambda found: found["state"] == "running", key="b")
+        assert status(client, third, "a")["state"] == "queued"
+        gate.release(10)
+        for job, key in ((second, "a"), (third, "a"), (other, "b")):
+            assert wait_for(client, job, finished, key=key)["state"] == "done"
+        assert upload(client, "a.txt", TEN_LINES, api_key="b").status_code == 202  # room again
+
+
+def test_a_failing_job_says_why_and_the_next_one_runs(
+    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
+) -> None:
+    engine, gate = gated
+    settings = {"file_sync_chars": 0, "file_job_workers": 1, "max_request_work": per_call(engine, 10)}
+    with client_for(engine, files_dir, file_timeout=0.3, **settings) as client:
+        slow = submit(client, "a.txt", TEN_LINES)  # passes every check at the upload, then takes too long
+        small = submit(client, "b.txt", TEN_LINES[:10])  # one call: within its time whenever it starts
+        wait_for(client, slow, lambda found: found["state"] == "running")
+        assert status(client, small)["state"] == "queued"
+        time.sleep(0.4)
+        gate.release(10)
+        failed = wait_for(client, slow, finished)
+        assert failed["state"] == "failed" and failed["error_status"] == 503, failed
+        assert failed["error"] == "the file took longer than 0.3 s; send a smaller one"
+        assert failed["segments_done"] == 2 and "translatedFileUrl" not in failed
+        done = wait_for(client, small, finished)
+        assert done["state"] == "done" and client.get(done["translatedFileUrl"]).content == TEN_LINES[:10]
+
+
+def test_shutdown_stops_running_and_queued_jobs_and_their_records_say_so(
+    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
+) -> None:
+    engine, _ = gated
+    settings = {"file_sync_chars": 0, "file_job_workers": 1}
+    with client_for(engine, files_dir, **settings) as client:
+        running, queued = submit(client, "a.txt", TEN_LINES), submit(client, "b.txt", TEN_LINES)
+        wait_for(client, running, lambda found: found["state"] == "running")
+        stopping = time.monotonic()
+    assert time.monotonic() - stopping < 3  # the running call is dropped, not waited for
+    with client_for(engine, files_dir, **settings) as client:  # the next server reads the records
+        stopped = status(client, running)
+        assert stopped["state"] == "failed" and stopped["error_status"] == 503
+        assert stopped["error"] == "the server shut down while the job ran; upload the file again"
+        never = status(client, queued)
+        assert never["state"] == "failed" and "shut down before the job started" in never["error"]
