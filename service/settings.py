@@ -151,9 +151,10 @@ class Settings(BaseSettings):
         description="seconds a translated file can be downloaded, and a finished file job's status read; then "
         "they are deleted",
     )
-    # 20,000 characters (about eight pages) take a few seconds on four cores with the shipped
-    # model (docs/performance.md, documents), well within the 60 s a proxy or client commonly
-    # waits for an answer; a longer file would hold its connection open for minutes under load.
+    # 20,000 characters (about eight pages) take some 2.5 s with the shipped model on two cores
+    # (a 10-page DOCX of 25,894 characters: 3.2 s, bench/file_jobs.py), well within the 60 s a
+    # proxy or client commonly waits for an answer, even under load; a much longer file could
+    # hold its connection open for minutes on a busy server.
     file_sync_chars: int = Field(
         20000,
         ge=0,

@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from test_documents_limits import client_for, upload
 
 from data.tokenizer import Tokenizer
+from seq2seq.core.config import DecodeConfig
 from seq2seq.decoding.translator import Translator
 from service.engine import TranslatorEngine
 
@@ -235,3 +236,27 @@ def test_shutdown_stops_running_and_queued_jobs_and_their_records_say_so(
         assert stopped["error"] == "the server shut down while the job ran; upload the file again"
         never = status(client, queued)
         assert never["state"] == "failed" and "shut down before the job started" in never["error"]
+
+
+def test_a_files_calls_wait_for_room_in_a_full_queue(
+    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
+) -> None:
+    """An ordinary request meeting a full queue gets 503 at once; a file, uploaded already,
+    waits for room (within `file_timeout`) and is translated."""
+    engine, gate = gated
+    work, batcher = per_call(engine, 10), engine.models["de", "en"].batcher
+    batcher.max_queue_work = work  # the engine's bound (a given engine is not built from the settings)
+    with client_for(engine, files_dir, max_request_work=work, max_queue_work=work) as client:
+        heavy = batcher.submit(["a b c d e"], DecodeConfig(beam_size=4))
+        busy = client.post("/translate", json={"q": "a b", "source": "de", "target": "en"})
+        assert busy.status_code == 503 and "queue is full" in busy.json()["error"]
+        answers: dict = {}
+        waiting = threading.Thread(target=lambda: answers.update(file=upload(client, "a.txt", TEN_LINES[:12])))
+        waiting.start()
+        time.sleep(0.3)
+        assert waiting.is_alive()  # waiting for room, not refused
+        gate.release(2)  # the heavy call, then the file's
+        waiting.join(30)
+        assert heavy.result(timeout=30)[0].text == "a b c d e"
+        assert answers["file"].status_code == 200, answers["file"].text
+        assert client.get(answers["file"].json()["translatedFileUrl"]).content == TEN_LINES[:12]
