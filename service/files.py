@@ -379,7 +379,8 @@ def translate_file(
         token=background.token,
     )
     board.submit(job)
-    record = store.get_job(job.id)
+    # From the job itself, not its record on disk (which a full disk may have kept from being written).
+    record = job.record(expires=time.time() + ctx.settings.file_ttl)
     status = job_status(request, record)
     headers = {"Location": status["status_url"], "Retry-After": str(poll_after(record))}
     return JSONResponse(status, status_code=202, headers=headers)
