@@ -3,7 +3,7 @@
 # write its model card. Every figure in the model card comes from this script.
 #
 #   [NOTES=notes.md] [EARLIER="RUN ..."] [PREPARE="crossalign data prepare ..."] [GRAPHS=int8|fp32] \
-#   [ALPHA=1.0] [BETA=0.2] [NGRAM=4] [GOLD=... EFLOMAL_GOLD=...] \
+#   [ALPHA=1.0] [BETA=0.2] [NGRAM=4] [GOLD=... EFLOMAL_GOLD=...] [DICTIONARY_HINTS=1 HINT_MAX_COUNT=2] \
 #       export/release.sh [RUN_DIR] [DATA_DIR=~/.cache/crossalign/data/ding8k] [OUT=models/de-en]
 #
 # EARLIER names the runs that RUN_DIR continues (`crossalign train --init-from`), oldest
@@ -64,9 +64,14 @@ cp "$RUN/alignment_sources.json" "$OUT/"   # the ranking behind the default, shi
 echo "== length penalty on the valid split (beam 4)"
 BETA=${BETA:-$($PY -c "from seq2seq.core.config import DecodeConfig; print(DecodeConfig.coverage_penalty)")}
 NGRAM=${NGRAM:-$($PY -c "from seq2seq.core.config import DecodeConfig; print(DecodeConfig.no_repeat_ngram_size)")}
+# Dictionary hints, for a model trained with them (`crossalign data hints`, `train --hint-rate`):
+# DICTIONARY_HINTS=1 serves them, HINT_MAX_COUNT the rarity (both chosen on valid beforehand,
+# hints on against off; docs/terms.md); the sweep and every figure below are measured with them.
+DICTIONARY_HINTS=${DICTIONARY_HINTS:-0}; HINT_MAX_COUNT=${HINT_MAX_COUNT:-2}
+HINT_FLAGS="--no-dictionary-hints"; [ "$DICTIONARY_HINTS" = 1 ] && HINT_FLAGS="--dictionary-hints --hint-max-count $HINT_MAX_COUNT"
 for alpha in ${ALPHAS:-0.6 1.0 1.5 2.0}; do
     $PY -m seq2seq.cli eval --model "$OUT" --test "$DATA/valid.tsv" --beam-size 4 --length-penalty "$alpha" \
-        --coverage-penalty "$BETA" --no-repeat-ngram-size "$NGRAM" --json \
+        --coverage-penalty "$BETA" --no-repeat-ngram-size "$NGRAM" $HINT_FLAGS --json \
         | $PY -c "import json, sys; print(json.dumps(json.load(sys.stdin) | {'length_penalty': $alpha}))"
 done > "$RUN/valid_length_penalty.jsonl"
 # Valid BLEU moves by a few tenths from one alpha to the next (noise at 1,112 sentences), so
@@ -77,7 +82,8 @@ echo "chosen length penalty: $ALPHA"; cat "$RUN/valid_length_penalty.jsonl"
 # with --beam-size 1), and users get it (the service, `crossalign translate` and `eval`).
 $PY -c "import sys; from seq2seq.runtime.bundle import set_decoding; from seq2seq.core.config import DecodeConfig
 print('serving decoding:', set_decoding(sys.argv[1], DecodeConfig(beam_size=4, length_penalty=float(sys.argv[2]),
-    coverage_penalty=float(sys.argv[3]), no_repeat_ngram_size=int(sys.argv[4]))))" "$OUT" "$ALPHA" "$BETA" "$NGRAM"
+    coverage_penalty=float(sys.argv[3]), no_repeat_ngram_size=int(sys.argv[4]), dictionary_hints=sys.argv[5] == '1',
+    hint_max_count=int(sys.argv[6]))))" "$OUT" "$ALPHA" "$BETA" "$NGRAM" "$DICTIONARY_HINTS" "$HINT_MAX_COUNT"
 
 echo "== evaluate"
 $PY -m seq2seq.cli eval --model "$OUT" --test "$DATA/test.tsv" --beam-size 4 --json --save-hyp "$RUN/test.beam4.en" > "$RUN/test_beam4.json"

@@ -162,7 +162,7 @@ def test_a_shouted_sentence_is_translated_in_capital_words(shipped: Translator) 
     assert result.case_restored and result.cased_source == RESTORED
     # Real words, not the letters of a model that read "▁I C H ▁H A B E ..." ("ICCCCNNNN...").
     said = [w.text for w in words(result.text)]
-    assert result.text == shout(result.text) and ("UMBRELLA" in said or "BUS" in said), result.text
+    assert result.text == shout(result.text) and ("UMBRELLA" in said or "BUS" in said or "FORGOT" in said), result.text
     assert not re.search(r"(\w)\1{4}", result.text), result.text
     # The source tokens point into the text as given and show its characters.
     assert [t.text for t in result.alignment.word.source_tokens] == SHOUTED.split()

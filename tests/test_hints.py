@@ -28,16 +28,31 @@ from seq2seq.training.train import rdrop_divergence
 from seq2seq.training.train_data import BatchReader
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED_SPM = REPO / "models" / "de-en" / "spm.model"
+SHIPPED_SPM = REPO / "models" / "de-en" / "spm.model"  # taught hints: it ends with the two hint pieces
 
 
 @pytest.fixture(scope="module")
-def hint_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
-    return Tokenizer(add_hint_pieces(SHIPPED_SPM, tmp_path_factory.mktemp("spm") / "spm.model"))
+def base_spm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shipped vocabulary as it was before the model was taught hints: the same pieces
+    without the two appended hint pieces (what `crossalign data prepare` trains)."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(SHIPPED_SPM.read_bytes())
+    while proto.pieces[-1].piece in (HINT_OPEN, HINT_CLOSE):
+        del proto.pieces[-1]
+    path = tmp_path_factory.mktemp("spm") / "base.model"
+    path.write_bytes(proto.SerializeToString())
+    return path
 
 
-def test_hint_pieces_extend_the_vocabulary_without_moving_an_id(hint_tokenizer: Tokenizer) -> None:
-    shipped = Tokenizer(SHIPPED_SPM)
+@pytest.fixture(scope="module")
+def hint_tokenizer(base_spm: Path, tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
+    return Tokenizer(add_hint_pieces(base_spm, tmp_path_factory.mktemp("spm") / "spm.model"))
+
+
+def test_hint_pieces_extend_the_vocabulary_without_moving_an_id(hint_tokenizer: Tokenizer, base_spm: Path) -> None:
+    shipped = Tokenizer(base_spm)
     assert shipped.hint_ids is None
     assert hint_tokenizer.hint_ids == (shipped.vocab_size, shipped.vocab_size + 1)
     assert hint_tokenizer.same_pieces_as(shipped) and not shipped.same_pieces_as(hint_tokenizer)
@@ -181,12 +196,14 @@ def test_rdrop_divergence_is_zero_for_equal_halves_and_ignores_padding() -> None
     assert torch.isclose(rdrop_divergence(changed, targets, 0), divergence)
 
 
-def test_data_hints_command_writes_candidates_index_and_vocabulary(tmp_path: Path, toy_tokenizer_path: Path) -> None:
+def test_data_hints_command_writes_candidates_index_and_vocabulary(
+    tmp_path: Path, toy_tokenizer_path: Path, base_spm: Path
+) -> None:
     from seq2seq.cli.hints import prepare_hints
 
     data = tmp_path / "data"
     data.mkdir()
-    (data / "spm.model").write_bytes(SHIPPED_SPM.read_bytes())
+    (data / "spm.model").write_bytes(base_spm.read_bytes())
     (data / "manifest.json").write_text(json.dumps({"tokenizer": {"vocab_size": 8000}}))
     (data / "train.tsv").write_text(
         "Gießkanne\twatering can\tphrase\n"
