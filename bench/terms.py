@@ -9,11 +9,14 @@ reference uses (`seq2seq.training.hint_data.reference_hints`, as training draws 
 kept when the word is rare (seen at most `--max-count` times in the training sentences,
 the bundle's dictionary says). Printed per file: the share of those terms found in the
 translation (an English plural ending allowed) without a glossary, and with it; and with
-it, the share the quality block calls `used` (found, and aligned to the word it is for).
+it, the share the quality block calls `used` (found, and aligned to the word it is for),
+and sacreBLEU BLEU / chrF of those sentences without and with it. `--term-bonus B ...`
+measures the glossary at each term bonus of the search (`seq2seq.decoding.terms`).
 
 Speed (`--speed`): beam 4, batches of 32, the first `--n` sentences of the first file with
 the model's dictionary hints on and off, in alternating rounds (this machine's speed
-drifts); sentences/s of each and their ratio.
+drifts); sentences/s of each and their ratio. Then the same with a three-term glossary on
+every sentence, the model's term bonus on and off.
 """
 
 from __future__ import annotations
@@ -56,37 +59,66 @@ def glossaries(
     return found
 
 
-def term_use(translator, pairs: list[Pair], glossary: list[tuple[tuple[str, str], ...]], batch: int) -> dict:
-    plain_config = replace(translator.decode_defaults, dictionary_hints=False, return_attention=False)
+def term_use(
+    translator, pairs: list[Pair], glossary: list[tuple[tuple[str, str], ...]], batch: int, bonuses: list[float]
+) -> dict:
+    plain_config = replace(translator.decode_defaults, dictionary_hints=False, return_attention=False, term_bonus=0.0)
     with_config = replace(plain_config, return_attention=True, alignment=AlignmentOptions())
     asked = [i for i, g in enumerate(glossary) if g]
     terms = sum(len(glossary[i]) for i in asked)
-    found_plain = found_with = used = 0
-    for start in range(0, len(asked), batch):
-        chunk = asked[start : start + batch]
-        plain = translator.translate_batch([pairs[i].source for i in chunk], plain_config)
-        for i, result in zip(chunk, plain):
-            target = words(result.text)
-            found_plain += sum(find_term(target, term, TARGET_ENDINGS) is not None for _, term in glossary[i])
-        if translator.tokenizer.hint_ids is None:  # a model trained without hints: today's figure only
-            continue
-        for i in chunk:  # each sentence with its own glossary
-            result = translator.translate(pairs[i].source, replace(with_config, glossary=glossary[i]))
-            found_with += sum(t.appears for t in result.terms)
-            used += sum(t.used for t in result.terms)
     share = lambda n: round(100 * n / max(terms, 1), 1)  # noqa: E731
-    return {
+    references = [pairs[i].target for i in asked]
+    plain = []
+    for start in range(0, len(asked), batch):
+        plain += translator.translate_batch([pairs[i].source for i in asked[start : start + batch]], plain_config)
+    found_plain = sum(
+        find_term(words(result.text), term, TARGET_ENDINGS) is not None
+        for i, result in zip(asked, plain)
+        for _, term in glossary[i]
+    )
+    report: dict = {
         "sentences with terms": len(asked),
         "terms": terms,
         "found without glossary %": share(found_plain),
-        "found with glossary %": share(found_with),
-        "used with glossary %": share(used),
+        "BLEU / chrF without": scores([r.text for r in plain], references),
     }
+    if translator.tokenizer.hint_ids is None:  # a model trained without hints: today's figure only
+        return report
+    for bonus in bonuses:
+        found_with = used = 0
+        texts = []
+        for i in asked:  # each sentence with its own glossary
+            result = translator.translate(pairs[i].source, replace(with_config, glossary=glossary[i], term_bonus=bonus))
+            found_with += sum(t.appears for t in result.terms)
+            used += sum(t.used for t in result.terms)
+            texts.append(result.text)
+        report[f"bonus {bonus}"] = {
+            "found %": share(found_with),
+            "used %": share(used),
+            "BLEU / chrF": scores(texts, references),
+        }
+    return report
+
+
+def scores(hypotheses: list[str], references: list[str]) -> str:
+    import sacrebleu
+
+    bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    return f"{bleu:.2f} / {sacrebleu.corpus_chrf(hypotheses, [references]).score:.2f}"
 
 
 def speed(translator, sources: list[str], rounds: int) -> dict:
     on = replace(translator.decode_defaults, beam_size=4, dictionary_hints=True, return_attention=False)
-    off = replace(on, dictionary_hints=False)
+    return timed(translator, sources, rounds, on, replace(on, dictionary_hints=False), "hints")
+
+
+def bonus_speed(translator, sources: list[str], rounds: int, glossary: tuple[tuple[str, str], ...]) -> dict:
+    """The term bonus's cost: every sentence with the same glossary, the bonus on and off."""
+    on = replace(translator.decode_defaults, beam_size=4, return_attention=False, glossary=glossary)
+    return timed(translator, sources, rounds, on, replace(on, term_bonus=0.0), "term bonus")
+
+
+def timed(translator, sources: list[str], rounds: int, on, off, label: str) -> dict:
     times: dict[str, list[float]] = {"on": [], "off": []}
     for round_ in range(rounds):
         for name in ("on", "off") if round_ % 2 == 0 else ("off", "on"):
@@ -97,8 +129,8 @@ def speed(translator, sources: list[str], rounds: int) -> dict:
             times[name].append(time.perf_counter() - started)
     rate = {name: len(sources) / statistics.median(values) for name, values in times.items()}
     return {
-        "hints on sent/s": round(rate["on"], 1),
-        "hints off sent/s": round(rate["off"], 1),
+        f"{label} on sent/s": round(rate["on"], 1),
+        f"{label} off sent/s": round(rate["off"], 1),
         "on / off": round(rate["on"] / rate["off"], 3),
     }
 
@@ -112,6 +144,9 @@ def main() -> None:
     parser.add_argument("--pairs", type=Path, nargs="+", required=True, help="source<TAB>reference files")
     parser.add_argument("--backend", default="onnx", choices=("onnx", "torch"))
     parser.add_argument("--max-count", type=int, default=2, help="a word is rare at most this often (default 2)")
+    parser.add_argument(
+        "--term-bonus", type=float, nargs="+", default=[0.0], help="the search's term bonuses to measure (default 0)"
+    )
     parser.add_argument("--speed", action="store_true", help="also time dictionary hints on and off")
     parser.add_argument("--n", type=int, default=640, help="sentences timed with --speed (default 640)")
     parser.add_argument("--rounds", type=int, default=4, help="alternating rounds with --speed (default 4)")
@@ -122,10 +157,14 @@ def main() -> None:
         sources, references = read_tsv_pairs(path)
         pairs = [Pair(s, r, SENTENCE) for s, r in zip(sources, references)]
         glossary = glossaries(pairs, train, TermIndex.load(args.data / DICTIONARY_FILE), args.max_count)
-        print(path.name, term_use(translator, pairs, glossary, batch=32), flush=True)
+        print(path.name, term_use(translator, pairs, glossary, 32, args.term_bonus), flush=True)
     if args.speed:
         sources = read_tsv_pairs(args.pairs[0])[0][: args.n]
         print("speed (beam 4, batch 32):", speed(translator, sources, args.rounds), flush=True)
+        if translator.decode_defaults.term_bonus:
+            # Terms that occur in many of these sentences, so the bonus has matches to follow.
+            glossary = (("Haus", "house"), ("Zeit", "time"), ("Arbeit", "work"))
+            print("speed, a glossary:", bonus_speed(translator, sources, args.rounds, glossary), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 # write its model card. Every figure in the model card comes from this script.
 #
 #   [NOTES=notes.md] [EARLIER="RUN ..."] [PREPARE="crossalign data prepare ..."] [GRAPHS=int8|fp32] \
-#   [ALPHA=1.0] [BETA=0.2] [NGRAM=4] [GOLD=... EFLOMAL_GOLD=...] [DICTIONARY_HINTS=1 HINT_MAX_COUNT=2] \
+#   [ALPHA=1.0] [BETA=0.2] [NGRAM=4] [GOLD=... EFLOMAL_GOLD=...] [DICTIONARY_HINTS=1 HINT_MAX_COUNT=2 TERM_BONUS=2.5] \
 #       export/release.sh [RUN_DIR] [DATA_DIR=~/.cache/crossalign/data/ding8k] [OUT=models/de-en]
 #
 # EARLIER names the runs that RUN_DIR continues (`crossalign train --init-from`), oldest
@@ -68,6 +68,9 @@ NGRAM=${NGRAM:-$($PY -c "from seq2seq.core.config import DecodeConfig; print(Dec
 # DICTIONARY_HINTS=1 serves them, HINT_MAX_COUNT the rarity (both chosen on valid beforehand,
 # hints on against off; docs/terms.md); the sweep and every figure below are measured with them.
 DICTIONARY_HINTS=${DICTIONARY_HINTS:-0}; HINT_MAX_COUNT=${HINT_MAX_COUNT:-2}
+# TERM_BONUS: the search's bonus per glossary-term piece (chosen beforehand with bench/terms.py
+# --term-bonus on valid; docs/terms.md); no figure below has a glossary, so none depends on it.
+TERM_BONUS=${TERM_BONUS:-0}
 HINT_FLAGS="--no-dictionary-hints"; [ "$DICTIONARY_HINTS" = 1 ] && HINT_FLAGS="--dictionary-hints --hint-max-count $HINT_MAX_COUNT"
 for alpha in ${ALPHAS:-0.6 1.0 1.5 2.0}; do
     $PY -m seq2seq.cli eval --model "$OUT" --test "$DATA/valid.tsv" --beam-size 4 --length-penalty "$alpha" \
@@ -83,7 +86,8 @@ echo "chosen length penalty: $ALPHA"; cat "$RUN/valid_length_penalty.jsonl"
 $PY -c "import sys; from seq2seq.runtime.bundle import set_decoding; from seq2seq.core.config import DecodeConfig
 print('serving decoding:', set_decoding(sys.argv[1], DecodeConfig(beam_size=4, length_penalty=float(sys.argv[2]),
     coverage_penalty=float(sys.argv[3]), no_repeat_ngram_size=int(sys.argv[4]), dictionary_hints=sys.argv[5] == '1',
-    hint_max_count=int(sys.argv[6]))))" "$OUT" "$ALPHA" "$BETA" "$NGRAM" "$DICTIONARY_HINTS" "$HINT_MAX_COUNT"
+    hint_max_count=int(sys.argv[6]), term_bonus=float(sys.argv[7]))))" "$OUT" "$ALPHA" "$BETA" "$NGRAM" "$DICTIONARY_HINTS" \
+    "$HINT_MAX_COUNT" "$TERM_BONUS"
 
 echo "== evaluate"
 $PY -m seq2seq.cli eval --model "$OUT" --test "$DATA/test.tsv" --beam-size 4 --json --save-hyp "$RUN/test.beam4.en" > "$RUN/test_beam4.json"

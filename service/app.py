@@ -58,6 +58,9 @@ class Decoding(BaseModel):
         "trained with hints)"
     )
     hint_max_count: int = Field(description="a word is rare when the training sentences held it at most this often")
+    term_bonus: float = Field(
+        0.0, description="added to a translation's score per piece of a glossary term it writes; 0 = off"
+    )
 
 
 class ModelStatus(BaseModel):

@@ -103,9 +103,9 @@ def test_early_exit_reaches_the_search_and_the_job_record(
     recorded: list[dict] = []  # what the job file holds while the job runs (a finished job removes it)
     monkeypatch.setattr(translate_module, "job_options", lambda args: recorded.append(options(args)) or recorded[-1])
 
-    def recording(backend, src_ids, src_mask, config, max_positions=None, wanted=None, observe=None):
+    def recording(backend, src_ids, src_mask, config, *rest):
         seen.append(config.early_exit)
-        return search(backend, src_ids, src_mask, config, max_positions, wanted, observe)
+        return search(backend, src_ids, src_mask, config, *rest)
 
     monkeypatch.setattr(translator_module, "beam_search", recording)
     source = tmp_path / "in.txt"

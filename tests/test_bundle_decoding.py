@@ -38,6 +38,7 @@ CHOSEN = {
     "no_repeat_ngram_size": 0,
     "dictionary_hints": True,  # the tiny bundle has no hint pieces: recorded and carried, not applied
     "hint_max_count": 5,
+    "term_bonus": 1.5,
 }
 # What flags and request fields ask for instead: none of it is CHOSEN's or DecodeConfig's.
 ASKED = {
@@ -47,6 +48,7 @@ ASKED = {
     "no_repeat_ngram_size": 3,
     "dictionary_hints": False,
     "hint_max_count": 1,
+    "term_bonus": 3.0,
 }
 
 
@@ -119,6 +121,7 @@ def test_the_section_is_read_over_decodeconfigs_defaults() -> None:
         ({"length_penalty": "0.6"}, 'decoding.length_penalty must be a number >= 0, not "0.6"'),
         ({"coverage_penalty": -0.2}, "decoding.coverage_penalty must be a number >= 0, not -0.2"),
         ({"no_repeat_ngram_size": True}, "decoding.no_repeat_ngram_size must be an integer >= 0, not true"),
+        ({"term_bonus": 11}, "decoding.term_bonus must be at most 10.0, not 11"),
         ([4, 1.0], "decoding must be an object of search settings, not [4, 1.0]"),
     ],
 )
@@ -264,7 +267,7 @@ def test_a_resumed_job_keeps_the_decoding_it_ran_with(
     job_file(out).write_text(json.dumps(job_options(parse(*FLAGS))))
     assert {name: getattr(parse(), name) for name in ASKED} == ASKED and check_resume_options(parse()) == []
     # Asking for the bundle's settings now would change the job: refused, naming them.
-    assert len(check_resume_options(parse(*flags(CHOSEN)))) == 6
+    assert len(check_resume_options(parse(*flags(CHOSEN)))) == len(CHOSEN)
     out.write_text("".join(whole.read_text(encoding="utf-8").splitlines(keepends=True)[:2]), encoding="utf-8")
     assert cli_main(["translate", "-m", str(chosen), "-i", str(source), "-o", str(out), "--resume", *one]) == 0
     assert settings_of(searches) == [ASKED] and out.read_text() == whole.read_text()

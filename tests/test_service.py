@@ -220,9 +220,9 @@ def test_native_early_exit_reaches_the_search(client: TestClient, monkeypatch: p
     seen: list[bool] = []
     search = translator_module.beam_search
 
-    def recording(backend, src_ids, src_mask, config, max_positions=None, wanted=None, observe=None):
+    def recording(backend, src_ids, src_mask, config, *rest):
         seen.append(config.early_exit)
-        return search(backend, src_ids, src_mask, config, max_positions, wanted, observe)
+        return search(backend, src_ids, src_mask, config, *rest)
 
     monkeypatch.setattr(translator_module, "beam_search", recording)
     for asked in (True, False, None):

@@ -78,6 +78,7 @@ OPTIONS_ADDED_SINCE = {
     "dictionary_hints": False,
     "hint_max_count": 2,
     "glossary": [],
+    "term_bonus": 0.0,
 }
 
 

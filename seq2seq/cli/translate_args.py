@@ -13,7 +13,7 @@ from typing import Any
 
 from seq2seq.cli import batch
 from seq2seq.cli.align import add_alignment_source_arguments, add_quality_argument
-from seq2seq.core.config import SEARCH_FIELDS, AlignmentOptions, DecodeConfig
+from seq2seq.core.config import MAX_TERM_BONUS, SEARCH_FIELDS, AlignmentOptions, DecodeConfig
 from seq2seq.documents.files import FORMATS
 from seq2seq.loading import BACKENDS
 from seq2seq.runtime.bundle import PRECISIONS
@@ -162,6 +162,13 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"a word is rare when the training sentences held it at most N times ({bundle_default('hint_max_count')})",
     )
     parser.add_argument(
+        "--term-bonus",
+        type=term_bonus,
+        metavar="B",
+        help="added to a translation's score per piece of a glossary term it writes, so the search tries the "
+        f"terms; 0 = off ({bundle_default('term_bonus')})",
+    )
+    parser.add_argument(
         "--glossary",
         type=read_glossary,
         metavar="FILE.tsv",
@@ -176,6 +183,13 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         help="read a shouted (all-caps) line with its case restored and translate it in capitals; "
         "--no-restore-case: the model reads every line as given",
     )
+
+
+def term_bonus(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= MAX_TERM_BONUS:
+        raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_TERM_BONUS}, not {text}")
+    return value
 
 
 def bundle_default(name: str) -> str:

@@ -210,6 +210,9 @@ class TrainConfig:
         return Path(self.out_dir).expanduser()
 
 
+# Beyond this a term would outweigh any sentence around it (a piece's log-prob rarely falls below -10).
+MAX_TERM_BONUS = 10.0
+
 # The DecodeConfig fields that decide which translation the search finds. A bundle records
 # them (bundle.json `decoding`) as the defaults it was measured with and is served with; the
 # others (n_best, attention, alignment, length limits) are per call.
@@ -220,6 +223,7 @@ SEARCH_FIELDS = (
     "no_repeat_ngram_size",
     "dictionary_hints",
     "hint_max_count",
+    "term_bonus",
 )
 
 
@@ -271,6 +275,10 @@ class DecodeConfig:
     # shown as hints, before (and instead of) any dictionary hint on the same words. Needs a
     # model trained with hints (HintError otherwise).
     glossary: tuple[tuple[str, str], ...] = ()
+    # Per piece of a glossary term that a hypothesis writes, this much is added to its score
+    # (seq2seq/decoding/terms.py): the search tries the term where the model ranks it too low
+    # to copy from its hint. 0: off. Chosen on valid (docs/terms.md).
+    term_bonus: float = 0.0
     # With an alignment: each hypothesis's quality block too (seq2seq/analysis/quality.py; in
     # the thorough mode one more teacher-forced row per source word). False: the maps alone,
     # all that placing markup on a translation reads (seq2seq/documents).
@@ -286,6 +294,8 @@ class DecodeConfig:
             raise ValueError(f"no_repeat_ngram_size must be >= 0 (0 = off), not {self.no_repeat_ngram_size}")
         if self.alignment is not None and not self.return_attention:
             raise ValueError("an alignment needs the attention: set return_attention")
+        if not 0 <= self.term_bonus <= MAX_TERM_BONUS:
+            raise ValueError(f"term_bonus must be between 0 and {MAX_TERM_BONUS}, not {self.term_bonus}")
         if self.hint_max_count < 0:
             raise ValueError(f"hint_max_count must be >= 0, not {self.hint_max_count}")
 

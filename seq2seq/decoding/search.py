@@ -23,6 +23,7 @@ from seq2seq.core.backend import DecoderCache, SearchBackend, StepOutput, select
 from seq2seq.core.config import AlignmentOptions, DecodeConfig, ModelConfig
 from seq2seq.decoding.candidates import Candidates, RowBest, along_rows, top_candidates
 from seq2seq.decoding.repeats import RepeatGuard
+from seq2seq.decoding.terms import SentenceTerms, TermBias
 
 # () -> (B,) bool: which sentences of a running batch someone still waits for (asked after every step).
 Wanted = Callable[[], np.ndarray]
@@ -117,6 +118,7 @@ def beam_search(
     max_positions: int | None = None,
     wanted: Wanted | None = None,
     observe: Observe | None = None,
+    terms: list[SentenceTerms] | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate a padded batch; returns `config.n_best` hypotheses per sentence, best first.
 
@@ -136,6 +138,10 @@ def beam_search(
     bool is asked after every step: a sentence nobody wants any more (its client hung up)
     leaves the batch there, with the hypotheses it finished so far (maybe none).
 
+    `terms` (B,), each sentence's target terms (a glossary's, as piece ids), earn
+    `config.term_bonus` per piece written (`seq2seq.decoding.terms`): the candidates are
+    ranked and the hypotheses scored with it, their `log_prob` and token log-probs without.
+
     `observe` (greedy search only: a beam's prefix is not final until its sentence ends)
     is handed a `SearchStep` after every step, before the sentences that ended leave the
     batch: what each chose, with its candidates and attention rows. Watching changes no
@@ -154,6 +160,7 @@ def beam_search(
     banned = (backend.pad_id, backend.bos_id)
     top_k = 2 * k + 1 + len(banned) if k > 1 else WATCHED_CANDIDATES + len(banned) if watched else 0
     finished: list[list[Hypothesis]] = [[] for _ in range(len(src_ids))]
+    bias = TermBias(terms, config.term_bonus, k) if terms and config.term_bonus and any(terms) else None
 
     for step in range(int(limits.max()) + 1):
         if step == 0:
@@ -163,6 +170,10 @@ def beam_search(
         at_limit = (limits[beams.active] <= step).repeat(k)
         log_probs = _allowed(out.log_probs, backend, at_limit)
         repeating = beams.repeats.ban(log_probs) if beams.repeats is not None else np.zeros(0, dtype=np.intp)
+        ranked = log_probs
+        if bias is not None:  # rows with a term open are ranked afresh, as rows with a ban
+            ranked, biased = bias.apply(log_probs, beams.active)
+            repeating = np.union1d(repeating, biased)
         trace.attention.append(out.cross_weights if config.return_attention else None)
         if beams.coverage is not None:
             beams.coverage.read(step, out.cross_weights)
@@ -171,11 +182,11 @@ def beam_search(
         # ranked afresh from their log-probs.
         row_best = None if k == 1 or out.top is None or at_limit.any() else RowBest.of(*out.top, 2 * k, banned)
         if row_best is not None and len(repeating):
-            row_best = row_best.reranked(repeating, log_probs)
-        top = Candidates.rank(beams.scores, log_probs, k, backend.eos_id, row_best)
+            row_best = row_best.reranked(repeating, ranked)
+        top = Candidates.rank(beams.scores, ranked, k, backend.eos_id, row_best)
         if observe is not None:
             observe(_watched_step(step, beams.active, top.tokens[:, 0], log_probs, out))
-        _finish(top, log_probs, beams, trace, step, config, backend.eos_id, finished)
+        _finish(top, log_probs, beams, trace, step, config, backend.eos_id, finished, bias)
         going_on = top.possible & ~top.is_eos
         going_on &= going_on.cumsum(axis=1) <= k  # the K best that go on
         keep = (going_on.sum(axis=1) == k) & np.array([len(finished[s]) < k for s in beams.active])
@@ -189,6 +200,8 @@ def beam_search(
         order = np.arange(len(keep)) if keep.all() else _batch_order(keep)
         rows, next_tokens, next_scores = _next_rows(top, going_on & keep[:, None], keep, order, k)
         trace.select(rows, next_tokens, log_probs[rows, next_tokens])
+        if bias is not None:
+            bias.select(rows, next_tokens, beams.active)
         beams.advance(rows, next_tokens, next_scores, out, order)
 
     results = []
@@ -400,6 +413,7 @@ def _finish(
     config: DecodeConfig,
     eos_id: int,
     finished: list[list[Hypothesis]],
+    bias: TermBias | None = None,
 ) -> None:
     """Add to `finished` the hypotheses that end with EOS at `step`, up to K per sentence."""
     k = beams.k
@@ -421,6 +435,7 @@ def _finish(
                     float(log_probs[row, eos_id]),
                     config,
                     None if beams.coverage is None else beams.coverage.finished(row),
+                    0.0 if bias is None else bias.kept_bonus(row),
                 )
             )
 
@@ -502,15 +517,16 @@ def _hypothesis(
     eos_log_prob: float,
     config: DecodeConfig,
     coverage: np.ndarray | None,
+    term_bonus: float = 0.0,
 ) -> Hypothesis:
-    """The hypothesis that `row` ends with EOS at `step`, with summed log-prob `total` and,
-    when the score needs it, `coverage` (S',)."""
+    """The hypothesis that `row` ends with EOS at `step`, with summed log-prob `total` (the
+    `term_bonus` its terms earned included) and, when the score needs it, `coverage` (S',)."""
     generated, token_log_probs, attention = trace.backtrack(step, row)
     length = len(generated) + 1  # EOS counts as a produced token
     return Hypothesis(
         tokens=generated,
         score=hypothesis_score(total, length, config, coverage),
-        log_prob=total,
+        log_prob=total - term_bonus,
         attention=attention,
         token_log_probs=token_log_probs + [eos_log_prob],
     )

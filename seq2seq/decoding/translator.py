@@ -42,6 +42,7 @@ from seq2seq.core.hints import (
     term_outcomes,
 )
 from seq2seq.decoding.search import Hypothesis, Observe, SearchStep, Wanted, beam_search, pad_batch
+from seq2seq.decoding.terms import SentenceTerms
 
 
 def plan_runs(lengths: list[int], beams: int, budget: int) -> list[range]:
@@ -286,7 +287,8 @@ class Translator:
             observe = None
             if watch is not None and watch.on_step is not None:
                 observe = self._observer(watch.on_step, chunk, [sources[i].model for i in chunk])
-            found = self._search([encoded[i] for i in chunk], config, chunk_wanted, observe)
+            terms = [self.target_terms(sources[i].model, config) for i in chunk] if config.term_bonus else None
+            found = self._search([encoded[i] for i in chunk], config, chunk_wanted, observe, terms)
             still = np.ones(len(chunk), dtype=bool) if chunk_wanted is None else chunk_wanted()
             for index, hypotheses, keep in zip(chunk, found, still, strict=True):
                 if keep and hypotheses:
@@ -380,12 +382,25 @@ class Translator:
             return []
         return term_outcomes(result.hinted.hints, result.source_text, word_alignment, result.text)
 
+    def target_terms(self, source: HintedSource, config: DecodeConfig) -> SentenceTerms:
+        """The glossary terms shown to the model in `source`, as the target pieces the term
+        bonus looks for: each as written and, where it differs, capitalised (it may open the
+        sentence). Dictionary hints get no bonus: their sense is a guess."""
+        terms: SentenceTerms = []
+        for hint in source.hints:
+            if hint.origin != "glossary":
+                continue
+            forms = dict.fromkeys([hint.term, hint.term[:1].upper() + hint.term[1:]])
+            terms.append(tuple(self.tokenizer.encode(form) for form in forms))
+        return terms
+
     def _search(
         self,
         sources: list[list[int]],
         config: DecodeConfig,
         wanted: Wanted | None = None,
         observe: Observe | None = None,
+        terms: list[SentenceTerms] | None = None,
     ) -> list[list[Hypothesis]]:
         """Each source's hypotheses, in order (none for a source no longer `wanted`). Sources
         are sorted by length; with `streams` > 1 they are dealt out in turn to the streams'
@@ -394,16 +409,27 @@ class Translator:
         sub-batch's steps on its own thread, its sentences numbered among all `sources`)."""
         parts = min(self.streams, len(sources))
         if parts == 1:
-            return self._search_one(self.backend, sources, config, wanted, observe)
+            return self._search_one(self.backend, sources, config, wanted, observe, terms)
         shares = [sources[i::parts] for i in range(parts)]
+        share_terms = [None if terms is None else terms[i::parts] for i in range(parts)]
         share_wanted = [None if wanted is None else (lambda i=i: wanted()[i::parts]) for i in range(parts)]
         share_observe = [None if observe is None else _renumbered(observe, i, parts) for i in range(parts)]
         pool = self._pool()
         others = [
-            pool.submit(self._search_one, self.stream_backend, share, config, share_wanted[i + 1], share_observe[i + 1])
+            pool.submit(
+                self._search_one,
+                self.stream_backend,
+                share,
+                config,
+                share_wanted[i + 1],
+                share_observe[i + 1],
+                share_terms[i + 1],
+            )
             for i, share in enumerate(shares[1:])
         ]
-        mine = self._search_one(self.stream_backend, shares[0], config, share_wanted[0], share_observe[0])
+        mine = self._search_one(
+            self.stream_backend, shares[0], config, share_wanted[0], share_observe[0], share_terms[0]
+        )
         found = [mine, *(f.result() for f in others)]
         merged: list[list[Hypothesis]] = [[] for _ in sources]
         for part, hypotheses in enumerate(found):
@@ -417,9 +443,10 @@ class Translator:
         config: DecodeConfig,
         wanted: Wanted | None = None,
         observe: Observe | None = None,
+        terms: list[SentenceTerms] | None = None,
     ) -> list[list[Hypothesis]]:
         src_ids, src_mask = pad_batch(sources, backend.pad_id)
-        return beam_search(backend, src_ids, src_mask, config, self.max_positions, wanted, observe)
+        return beam_search(backend, src_ids, src_mask, config, self.max_positions, wanted, observe, terms)
 
     def _pool(self) -> ThreadPoolExecutor:
         """The threads of the streams beyond the caller's, started at the first split batch."""

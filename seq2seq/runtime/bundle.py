@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from data.files import BUNDLE_FILE, DICTIONARY_FILE, QUALITY_FILE, sha256_file
-from seq2seq.core.config import SEARCH_FIELDS, DecodeConfig, ModelConfig, from_dict, to_dict
+from seq2seq.core.config import MAX_TERM_BONUS, SEARCH_FIELDS, DecodeConfig, ModelConfig, from_dict, to_dict
 
 FORMAT = "crossalign-bundle"
 FORMAT_VERSION = 1
@@ -278,6 +278,8 @@ def parse_decoding(section: Any) -> DecodeConfig:
         if not number or value < lowest or (kind is int and isinstance(value, float) and not value.is_integer()):
             noun = "an integer" if kind is int else "a number"
             problems.append(f"decoding.{name} must be {noun} >= {lowest}, not {json.dumps(value)}")
+        elif name == "term_bonus" and value > MAX_TERM_BONUS:
+            problems.append(f"decoding.term_bonus must be at most {MAX_TERM_BONUS}, not {json.dumps(value)}")
         else:
             values[name] = kind(value)
     if problems:
