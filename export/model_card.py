@@ -173,6 +173,10 @@ def decoding_line(metrics: dict) -> str:
     if "no_repeat_ngram_size" in decoding:
         n = decoding["no_repeat_ngram_size"]
         parts.append(f"no repeated {n}-gram of pieces" if n else "no repetition guard")
+    if decoding.get("dictionary_hints"):
+        parts.append(f"dictionary hints for source words seen at most {decoding.get('hint_max_count')} times")
+    if decoding.get("term_bonus"):
+        parts.append(f"a term bonus of {decoding['term_bonus']} per glossary-term piece (no figure here has a glossary)")
     served = (
         " The bundle serves these (bundle.json `decoding`): a translation that does not set them gets them."
         if set(SEARCH_FIELDS) <= set(decoding)
