@@ -53,6 +53,7 @@ from service.requests import (
     NoRepeatNgramSize,
     Source,
     Target,
+    TermBonus,
 )
 from service.settings import Settings
 from service.translation import TranslatedText, sentence_source_lengths
@@ -362,6 +363,7 @@ class AttentionRequest(JSONRequest):
     no_repeat_ngram_size: NoRepeatNgramSize
     glossary: GlossaryField
     dictionary_hints: DictionaryHints
+    term_bonus: TermBonus
 
 
 class AttentionQuery(JSONRequest):
@@ -384,6 +386,7 @@ def explored_config(
     no_repeat_ngram_size: int | None,
     glossary: dict[str, str] | None = None,
     dictionary_hints: bool | None = None,
+    term_bonus: float | None = None,
 ) -> DecodeConfig:
     """The search settings of a translation whose maps are explored (/v1/attention, the model
     view): one hypothesis, with the model's own word map built with it for its quality signals."""
@@ -397,6 +400,7 @@ def explored_config(
         no_repeat_ngram_size,
         glossary=glossary,
         dictionary_hints=dictionary_hints,
+        term_bonus=term_bonus,
     )
 
 
@@ -404,7 +408,7 @@ def attention_for(body: AttentionRequest, ctx: RequestContext) -> AttentionRespo
     ctx.check_texts([body.text], "text")
     model, _ = ctx.resolve_pair(body.source, body.target, [body.text])
     config = explored_config(
-        ctx, model, body.beam_size, body.no_repeat_ngram_size, body.glossary, body.dictionary_hints
+        ctx, model, body.beam_size, body.no_repeat_ngram_size, body.glossary, body.dictionary_hints, body.term_bonus
     )
     # What is known before translating is checked before translating: the source tokens, and
     # the weights of the encoder's maps alone.

@@ -376,11 +376,12 @@ class RequestContext:
         early_exit: bool = False,
         glossary: dict[str, str] | None = None,
         dictionary_hints: bool | None = None,
+        term_bonus: float | None = None,
     ) -> DecodeConfig:
         """The search settings of a request: those it sets, the model's own (`decode_defaults`,
         its bundle's) for those it leaves unset (None); `alignment` (resolved) is built with the
         translation. `no_repeat_ngram_size` and `glossary` come validated by their fields
-        (service.requests); `early_exit`, `dictionary_hints`: DecodeConfig's. 400 for a glossary
+        (service.requests), `term_bonus` too; `early_exit`, `dictionary_hints`: DecodeConfig's. 400 for a glossary
         the model cannot take."""
         largest = self.settings.max_beam_size
         defaults = model.decode_defaults
@@ -403,6 +404,7 @@ class RequestContext:
             no_repeat_ngram_size=no_repeat_ngram_size,
             dictionary_hints=dictionary_hints,
             glossary=tuple(glossary.items()) if glossary else None,
+            term_bonus=term_bonus,
         )
         # n best hypotheses need a beam at least n wide: a smaller beam_size is raised to n_best.
         return replace(

@@ -23,7 +23,7 @@ from seq2seq.documents.html import read_html, segments
 from service.deps import APIError, RequestContext, get_access, get_context, parse_json, read_body, request_api_key
 from service.languages import language_name
 from service.markup import MarkedTranslation, translate_pages
-from service.requests import AlignmentRequest, DictionaryHints, GlossaryField, JSONRequest
+from service.requests import AlignmentRequest, DictionaryHints, GlossaryField, JSONRequest, TermBonus
 from service.translation import text_alignment, text_quality
 
 router = APIRouter(tags=["LibreTranslate"])
@@ -46,6 +46,7 @@ class LibreTranslateRequest(JSONRequest):
     alignment: bool | AlignmentRequest = Field(False, description="crossalign extension: add the alignment map")
     glossary: GlossaryField
     dictionary_hints: DictionaryHints
+    term_bonus: TermBonus
 
 
 class DetectRequest(JSONRequest):
@@ -210,6 +211,7 @@ def translate(
         alignment=options,
         glossary=params.glossary,
         dictionary_hints=params.dictionary_hints,
+        term_bonus=params.term_bonus,
     )
     if params.format == "html":
         pages = translate_pages(ctx, model, texts, config)

@@ -28,6 +28,7 @@ from service.requests import (
     Source,
     StepShift,
     Target,
+    TermBonus,
     exactly_one,
 )
 from service.translation import (
@@ -63,6 +64,7 @@ class TranslateFields(JSONRequest):
     )
     glossary: GlossaryField
     dictionary_hints: DictionaryHints
+    term_bonus: TermBonus
 
     @model_validator(mode="after")
     def _one_input(self) -> TranslateFields:
@@ -106,6 +108,7 @@ def translation_job(body: TranslateFields, ctx: RequestContext) -> TranslationJo
         body.early_exit,
         body.glossary,
         body.dictionary_hints,
+        body.term_bonus,
     )
     return TranslationJob(texts, model, config)
 

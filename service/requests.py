@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
-from seq2seq.core.config import AlignmentOptions, DecodeConfig
+from seq2seq.core.config import MAX_TERM_BONUS, AlignmentOptions, DecodeConfig
 
 Source = Annotated[str, Field("auto", description="source language code, or 'auto'")]
 Target = Annotated[str | None, Field(None, description="target language (default: the only one served for the source)")]
@@ -100,6 +100,16 @@ DictionaryHints = Annotated[
         None,
         description="show rare source words the model's dictionary knows with their translation (a model trained "
         f"with hints; false = off; {model_default('dictionary_hints')})",
+    ),
+]
+TermBonus = Annotated[
+    float | None,
+    Field(
+        None,
+        ge=0,
+        le=MAX_TERM_BONUS,
+        description="added to a translation's score per piece of a glossary term it writes, so the search tries "
+        f"the glossary's terms where the model alone would not; 0 = off ({model_default('term_bonus')})",
     ),
 ]
 MarkupFormat = Annotated[

@@ -4,6 +4,7 @@ scripted decoder, then on the shipped model with a glossary."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -116,3 +117,38 @@ def test_the_cli_refuses_a_bonus_out_of_range() -> None:
         cwd=REPO,
     )
     assert run.returncode == 2 and "--term-bonus: must be between 0 and 10.0, not -1" in run.stderr
+
+
+@pytest.fixture(scope="module")
+def shipped_client(shipped_translator):
+    from echo_backend import make_client
+
+    from service.engine import TranslatorEngine
+
+    engine = TranslatorEngine({("de", "en"): ("de-en", shipped_translator)}, window_s=0.002)
+    with make_client(engine) as client:
+        yield client
+    engine.close()
+
+
+ENCRYPTED = {"text": "Die Daten werden verschlüsselt übertragen.", "glossary": {"verschlüsselt": "encrypted"}}
+
+
+def test_a_request_sets_the_term_bonus_or_gets_the_bundles(shipped_client) -> None:
+    def translated(route: str, body: dict) -> str:
+        answer = shipped_client.post(route, json=body)
+        assert answer.status_code == 200, answer.text
+        found = answer.json()
+        return found["translatedText"] if route == "/translate" else found["translations"][0]["text"]
+
+    libre = {"q": ENCRYPTED["text"], "source": "de", "target": "en", "glossary": ENCRYPTED["glossary"]}
+    for route, body in (("/v1/translate", ENCRYPTED), ("/translate", libre)):
+        assert "encrypted" in translated(route, body).split()  # the bundle's bonus (2.5)
+        assert "encrypted" not in translated(route, {**body, "term_bonus": 0}).split()  # off: the hint alone
+    for bonus, expected in ((None, True), (0, False)):  # the stream's search too (its `done` event's text)
+        stream = shipped_client.post("/v1/translate/stream", json={**ENCRYPTED, "term_bonus": bonus})
+        done = stream.text.split("event: done\ndata: ")[1].splitlines()[0]
+        assert ("encrypted" in json.loads(done)["translations"][0]["text"].split()) is expected, done
+    for route, body in (("/v1/translate", ENCRYPTED), ("/translate", libre), ("/v1/attention", ENCRYPTED)):
+        refused = shipped_client.post(route, json={**body, "term_bonus": 11})
+        assert refused.status_code in (400, 422) and "term_bonus" in refused.text, (route, refused.text)
