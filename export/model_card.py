@@ -176,7 +176,9 @@ def decoding_line(metrics: dict) -> str:
     if decoding.get("dictionary_hints"):
         parts.append(f"dictionary hints for source words seen at most {decoding.get('hint_max_count')} times")
     if decoding.get("term_bonus"):
-        parts.append(f"a term bonus of {decoding['term_bonus']} per glossary-term piece (no figure here has a glossary)")
+        parts.append(
+            f"a term bonus of {decoding['term_bonus']} per glossary-term piece (no figure here has a glossary)"
+        )
     served = (
         " The bundle serves these (bundle.json `decoding`): a translation that does not set them gets them."
         if set(SEARCH_FIELDS) <= set(decoding)
