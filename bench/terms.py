@@ -11,7 +11,8 @@ the bundle's dictionary says). Printed per file: the share of those terms found 
 translation (an English plural ending allowed) without a glossary, and with it; and with
 it, the share the quality block calls `used` (found, and aligned to the word it is for),
 and sacreBLEU BLEU / chrF of those sentences without and with it. `--term-bonus B ...`
-measures the glossary at each term bonus of the search (`seq2seq.decoding.terms`).
+measures the glossary at each term bonus of the search (`seq2seq.decoding.terms`), and with
+`--strict` each also with the glossary strict (`glossary_strict`).
 
 Speed (`--speed`): beam 4, batches of 32, the first `--n` sentences of the first file with
 the model's dictionary hints on and off, in alternating rounds (this machine's speed
@@ -60,7 +61,12 @@ def glossaries(
 
 
 def term_use(
-    translator, pairs: list[Pair], glossary: list[tuple[tuple[str, str], ...]], batch: int, bonuses: list[float]
+    translator,
+    pairs: list[Pair],
+    glossary: list[tuple[tuple[str, str], ...]],
+    batch: int,
+    bonuses: list[float],
+    strict_too: bool = False,
 ) -> dict:
     plain_config = replace(translator.decode_defaults, dictionary_hints=False, return_attention=False, term_bonus=0.0)
     with_config = replace(plain_config, return_attention=True, alignment=AlignmentOptions())
@@ -84,15 +90,16 @@ def term_use(
     }
     if translator.tokenizer.hint_ids is None:  # a model trained without hints: today's figure only
         return report
-    for bonus in bonuses:
+    for bonus, strict in [(b, s) for b in bonuses for s in ((False, True) if strict_too else (False,))]:
         found_with = used = 0
         texts = []
+        asked_config = replace(with_config, term_bonus=bonus, glossary_strict=strict)
         for i in asked:  # each sentence with its own glossary
-            result = translator.translate(pairs[i].source, replace(with_config, glossary=glossary[i], term_bonus=bonus))
+            result = translator.translate(pairs[i].source, replace(asked_config, glossary=glossary[i]))
             found_with += sum(t.appears for t in result.terms)
             used += sum(t.used for t in result.terms)
             texts.append(result.text)
-        report[f"bonus {bonus}"] = {
+        report[f"bonus {bonus}{', strict' if strict else ''}"] = {
             "found %": share(found_with),
             "used %": share(used),
             "BLEU / chrF": scores(texts, references),
@@ -147,6 +154,7 @@ def main() -> None:
     parser.add_argument(
         "--term-bonus", type=float, nargs="+", default=[0.0], help="the search's term bonuses to measure (default 0)"
     )
+    parser.add_argument("--strict", action="store_true", help="also measure each bonus with the glossary strict")
     parser.add_argument("--speed", action="store_true", help="also time dictionary hints on and off")
     parser.add_argument("--n", type=int, default=640, help="sentences timed with --speed (default 640)")
     parser.add_argument("--rounds", type=int, default=4, help="alternating rounds with --speed (default 4)")
@@ -157,7 +165,7 @@ def main() -> None:
         sources, references = read_tsv_pairs(path)
         pairs = [Pair(s, r, SENTENCE) for s, r in zip(sources, references)]
         glossary = glossaries(pairs, train, TermIndex.load(args.data / DICTIONARY_FILE), args.max_count)
-        print(path.name, term_use(translator, pairs, glossary, 32, args.term_bonus), flush=True)
+        print(path.name, term_use(translator, pairs, glossary, 32, args.term_bonus, args.strict), flush=True)
     if args.speed:
         sources = read_tsv_pairs(args.pairs[0])[0][: args.n]
         print("speed (beam 4, batch 32):", speed(translator, sources, args.rounds), flush=True)

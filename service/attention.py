@@ -49,6 +49,7 @@ from service.requests import (
     BeamSize,
     DictionaryHints,
     GlossaryField,
+    GlossaryStrict,
     JSONRequest,
     NoRepeatNgramSize,
     Source,
@@ -364,6 +365,7 @@ class AttentionRequest(JSONRequest):
     glossary: GlossaryField
     dictionary_hints: DictionaryHints
     term_bonus: TermBonus
+    glossary_strict: GlossaryStrict
 
 
 class AttentionQuery(JSONRequest):
@@ -387,6 +389,7 @@ def explored_config(
     glossary: dict[str, str] | None = None,
     dictionary_hints: bool | None = None,
     term_bonus: float | None = None,
+    glossary_strict: bool = False,
 ) -> DecodeConfig:
     """The search settings of a translation whose maps are explored (/v1/attention, the model
     view): one hypothesis, with the model's own word map built with it for its quality signals."""
@@ -401,6 +404,7 @@ def explored_config(
         glossary=glossary,
         dictionary_hints=dictionary_hints,
         term_bonus=term_bonus,
+        glossary_strict=glossary_strict,
     )
 
 
@@ -408,7 +412,14 @@ def attention_for(body: AttentionRequest, ctx: RequestContext) -> AttentionRespo
     ctx.check_texts([body.text], "text")
     model, _ = ctx.resolve_pair(body.source, body.target, [body.text])
     config = explored_config(
-        ctx, model, body.beam_size, body.no_repeat_ngram_size, body.glossary, body.dictionary_hints, body.term_bonus
+        ctx,
+        model,
+        body.beam_size,
+        body.no_repeat_ngram_size,
+        body.glossary,
+        body.dictionary_hints,
+        body.term_bonus,
+        body.glossary_strict,
     )
     # What is known before translating is checked before translating: the source tokens, and
     # the weights of the encoder's maps alone.

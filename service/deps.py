@@ -377,6 +377,7 @@ class RequestContext:
         glossary: dict[str, str] | None = None,
         dictionary_hints: bool | None = None,
         term_bonus: float | None = None,
+        glossary_strict: bool = False,
     ) -> DecodeConfig:
         """The search settings of a request: those it sets, the model's own (`decode_defaults`,
         its bundle's) for those it leaves unset (None); `alignment` (resolved) is built with the
@@ -415,6 +416,7 @@ class RequestContext:
             alignment=alignment,
             restore_case=self.settings.restore_case,
             early_exit=early_exit,
+            glossary_strict=glossary_strict,
         )
 
     def check_work(self, items: list[Item], beam_size: int) -> None:

@@ -23,7 +23,14 @@ from seq2seq.documents.html import read_html, segments
 from service.deps import APIError, RequestContext, get_access, get_context, parse_json, read_body, request_api_key
 from service.languages import language_name
 from service.markup import MarkedTranslation, translate_pages
-from service.requests import AlignmentRequest, DictionaryHints, GlossaryField, JSONRequest, TermBonus
+from service.requests import (
+    AlignmentRequest,
+    DictionaryHints,
+    GlossaryField,
+    GlossaryStrict,
+    JSONRequest,
+    TermBonus,
+)
 from service.translation import text_alignment, text_quality
 
 router = APIRouter(tags=["LibreTranslate"])
@@ -47,6 +54,7 @@ class LibreTranslateRequest(JSONRequest):
     glossary: GlossaryField
     dictionary_hints: DictionaryHints
     term_bonus: TermBonus
+    glossary_strict: GlossaryStrict
 
 
 class DetectRequest(JSONRequest):
@@ -166,7 +174,7 @@ async def translate_params(
             fields.pop(name, None)
         if fields.get("dictionary_hints") in ("null", ""):  # a form's way to leave it unset
             fields.pop("dictionary_hints")
-    for name in ("alignment", "dictionary_hints"):
+    for name in ("alignment", "dictionary_hints", "glossary_strict"):
         if isinstance(fields.get(name), str):  # form: "true"/"false" (a JSON object needs a JSON body)
             flag = fields[name].strip().lower()
             if flag not in FORM_TRUE + FORM_FALSE:
@@ -212,6 +220,7 @@ def translate(
         glossary=params.glossary,
         dictionary_hints=params.dictionary_hints,
         term_bonus=params.term_bonus,
+        glossary_strict=params.glossary_strict,
     )
     if params.format == "html":
         pages = translate_pages(ctx, model, texts, config)

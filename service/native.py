@@ -22,6 +22,7 @@ from service.requests import (
     BeamSize,
     DictionaryHints,
     GlossaryField,
+    GlossaryStrict,
     JSONRequest,
     MarkupFormat,
     NoRepeatNgramSize,
@@ -65,6 +66,7 @@ class TranslateFields(JSONRequest):
     glossary: GlossaryField
     dictionary_hints: DictionaryHints
     term_bonus: TermBonus
+    glossary_strict: GlossaryStrict
 
     @model_validator(mode="after")
     def _one_input(self) -> TranslateFields:
@@ -109,6 +111,7 @@ def translation_job(body: TranslateFields, ctx: RequestContext) -> TranslationJo
         body.glossary,
         body.dictionary_hints,
         body.term_bonus,
+        body.glossary_strict,
     )
     return TranslationJob(texts, model, config)
 

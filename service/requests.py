@@ -112,6 +112,14 @@ TermBonus = Annotated[
         f"the glossary's terms where the model alone would not; 0 = off ({model_default('term_bonus')})",
     ),
 ]
+GlossaryStrict = Annotated[
+    bool,
+    Field(
+        False,
+        description="the glossary as a requirement: a translation that ends before writing every glossary term "
+        "pays for each, so more terms reach the output, at some cost to the sentence around them",
+    ),
+]
 MarkupFormat = Annotated[
     Literal["html", "xml"] | None,
     Field(

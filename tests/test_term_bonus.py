@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from scripted_backend import EOS, TABLES, A, B, ScriptedBackend, lp, plain, sources
 
+from seq2seq.core.config import MAX_TERM_BONUS
 from seq2seq.decoding.search import beam_search
 from seq2seq.decoding.terms import TermBias
 
@@ -80,7 +81,7 @@ def test_a_term_counts_once_and_one_alternative_is_enough() -> None:
 
 
 def test_the_bias_follows_its_rows_when_they_reorder() -> None:
-    bias = TermBias([[([B, A],)], [([A, A, B],)]], bonus=1.0, k=2)
+    bias = TermBias([[([B, A],)], [([A, A, B],)]], bonus=1.0, k=2, eos_id=EOS)
 
     # Rows 0-1: sentence 0; rows 2-3: sentence 1. Row 2 writes A (its term's first piece).
     bias.select(np.array([0, 1, 2, 2]), np.array([B, A, A, B]), active=np.array([0, 1]))
@@ -152,3 +153,30 @@ def test_a_request_sets_the_term_bonus_or_gets_the_bundles(shipped_client) -> No
     for route, body in (("/v1/translate", ENCRYPTED), ("/translate", libre), ("/v1/attention", ENCRYPTED)):
         refused = shipped_client.post(route, json={**body, "term_bonus": 11})
         assert refused.status_code in (400, 422) and "term_bonus" in refused.text, (route, refused.text)
+
+
+def test_a_strict_glossary_makes_ending_without_a_term_cost() -> None:
+    # Sentence 11 and the term [B, A] without a bonus: the model's [A] wins unless ending
+    # before the term costs (MAX_TERM_BONUS per term left out).
+    config = plain(beam_size=2, length_penalty=0.0, glossary_strict=True)
+    [[best]] = beam_search(ScriptedBackend(), *sources([11, EOS]), config, terms=[[([B, A],)]])
+    assert best.tokens == [B, A] and best.score == pytest.approx(B_A_ENDS) == best.log_prob  # wrote it: no cost
+    # Ending at once, without it, costs the bonus's ceiling: the EOS candidate's value at step 0.
+    bias = TermBias([[([B, A],)]], bonus=0.0, k=2, eos_id=EOS, strict=True)
+    ranked, _ = bias.apply(np.zeros((2, 6), dtype=np.float32), active=np.array([0]))
+    assert ranked[0, EOS] == -MAX_TERM_BONUS and ranked[0, A] == 0.0
+    bias.select(np.array([0, 0]), np.array([B, B]), active=np.array([0]))  # both rows begin the term
+    # Row 0 writes B again (the match starts over: the term still owed), row 1 completes it.
+    bias.select(np.array([0, 1]), np.array([B, A]), active=np.array([0]))
+    ranked, _ = bias.apply(np.zeros((2, 6), dtype=np.float32), active=np.array([0]))
+    assert ranked[0, EOS] == -MAX_TERM_BONUS and ranked[1, EOS] == 0.0
+
+
+def test_strict_puts_the_glossary_terms_in_where_the_bonus_alone_does_not(shipped_client) -> None:
+    # "Regenschirm" -> "umbrella": the model keeps "rain" even with the bonus (docs/terms.md).
+    body = {"text": "Ich habe meinen Regenschirm im Bus vergessen.", "glossary": {"Regenschirm": "umbrella"}}
+    for strict in (False, True):
+        answer = shipped_client.post("/v1/translate", json={**body, "glossary_strict": strict})
+        assert answer.status_code == 200, answer.text
+        [term] = answer.json()["translations"][0]["sentences"][0]["quality"]["terms"]
+        assert term["term"] == "umbrella" and term["appears"] is strict, answer.json()["translations"][0]["text"]

@@ -51,6 +51,7 @@ def job_options(args: argparse.Namespace) -> dict:
                 "format",
                 *SEARCH_FIELDS,
                 "glossary",
+                "glossary_strict",
                 "restore_case",
                 "early_exit",
                 "max_chars",
@@ -79,6 +80,7 @@ OPTIONS_ADDED_SINCE = {
     "hint_max_count": 2,
     "glossary": [],
     "term_bonus": 0.0,
+    "glossary_strict": False,
 }
 
 

@@ -177,6 +177,12 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         "the model (a model trained with hints); each translation's quality says whether it used them",
     )
     parser.add_argument(
+        "--glossary-strict",
+        action="store_true",
+        help="the glossary as a requirement: a translation that ends before writing every term pays for each, "
+        "so more terms reach the output, at some cost to the sentence around them",
+    )
+    parser.add_argument(
         "--restore-case",
         action=argparse.BooleanOptionalAction,
         default=DecodeConfig.restore_case,
@@ -200,7 +206,8 @@ def bundle_default(name: str) -> str:
 def asked_decoding(args: argparse.Namespace) -> dict[str, Any]:
     """The search settings given on the command line (None = unset: the model's own), for
     `DecodeConfig.override` over `Translator.decode_defaults`."""
-    return {name: getattr(args, name) for name in SEARCH_FIELDS} | {"glossary": args.glossary or None}
+    asked = {name: getattr(args, name) for name in SEARCH_FIELDS}
+    return asked | {"glossary": args.glossary or None, "glossary_strict": args.glossary_strict or None}
 
 
 def read_glossary(path: str) -> tuple[tuple[str, str], ...]:

@@ -279,6 +279,10 @@ class DecodeConfig:
     # (seq2seq/decoding/terms.py): the search tries the term where the model ranks it too low
     # to copy from its hint. 0: off. Chosen on valid (docs/terms.md).
     term_bonus: float = 0.0
+    # The glossary as a requirement: a translation that ends before writing every glossary term
+    # pays MAX_TERM_BONUS per term left out, so the search keeps going until they are in.
+    # More terms reach the output, at some cost to the sentence around them (docs/terms.md).
+    glossary_strict: bool = False
     # With an alignment: each hypothesis's quality block too (seq2seq/analysis/quality.py; in
     # the thorough mode one more teacher-forced row per source word). False: the maps alone,
     # all that placing markup on a translation reads (seq2seq/documents).

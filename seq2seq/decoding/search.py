@@ -140,7 +140,8 @@ def beam_search(
 
     `terms` (B,), each sentence's target terms (a glossary's, as piece ids), earn
     `config.term_bonus` per piece written (`seq2seq.decoding.terms`): the candidates are
-    ranked and the hypotheses scored with it, their `log_prob` and token log-probs without.
+    ranked and the hypotheses scored with it, their `log_prob` and token log-probs without;
+    with `config.glossary_strict` a hypothesis that ends before writing them pays for each.
 
     `observe` (greedy search only: a beam's prefix is not final until its sentence ends)
     is handed a `SearchStep` after every step, before the sentences that ended leave the
@@ -160,7 +161,8 @@ def beam_search(
     banned = (backend.pad_id, backend.bos_id)
     top_k = 2 * k + 1 + len(banned) if k > 1 else WATCHED_CANDIDATES + len(banned) if watched else 0
     finished: list[list[Hypothesis]] = [[] for _ in range(len(src_ids))]
-    bias = TermBias(terms, config.term_bonus, k) if terms and config.term_bonus and any(terms) else None
+    biased = terms and any(terms) and (config.term_bonus or config.glossary_strict)
+    bias = TermBias(terms, config.term_bonus, k, backend.eos_id, config.glossary_strict) if biased else None
 
     for step in range(int(limits.max()) + 1):
         if step == 0:

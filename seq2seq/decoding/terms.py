@@ -12,6 +12,10 @@ so it also wins the final ranking against a hypothesis that did not use the term
 counts once (a term the hypothesis has written earns nothing more), and a term may have
 alternatives (its capitalised form), of which one is enough.
 
+Strict (`DecodeConfig.glossary_strict`): ending a hypothesis also costs MAX_TERM_BONUS per
+term it has not written, so the search goes on until the terms are in (a penalty, not a ban:
+a term the model cannot reach before the length limit still lets the sentence end).
+
 Shapes: B sentences, K beam size, N = B'·K rows, V vocabulary, A the most alternatives
 of any sentence, P the most pieces of any alternative.
 """
@@ -19,6 +23,8 @@ of any sentence, P the most pieces of any alternative.
 from __future__ import annotations
 
 import numpy as np
+
+from seq2seq.core.config import MAX_TERM_BONUS
 
 # One sentence's terms: each term a tuple of alternatives, each a list of target piece ids.
 SentenceTerms = list[tuple[list[int], ...]]
@@ -28,8 +34,8 @@ class TermBias:
     """Per beam row, how far it has matched each alternative of its sentence's terms, which
     terms it has completed, and the bonus it has kept for them. Reordered with the beams."""
 
-    def __init__(self, terms: list[SentenceTerms], bonus: float, k: int) -> None:
-        self.bonus, self.k = float(bonus), k
+    def __init__(self, terms: list[SentenceTerms], bonus: float, k: int, eos_id: int, strict: bool = False) -> None:
+        self.bonus, self.k, self.eos_id, self.strict = float(bonus), k, eos_id, strict
         flat = [
             [(group, alternative) for group, term in enumerate(sentence) for alternative in term] for sentence in terms
         ]
@@ -38,10 +44,12 @@ class TermBias:
         self.ids = np.full((len(terms), alternatives, pieces), -1, dtype=np.int64)  # (B, A, P), -1 pads
         self.lengths = np.zeros((len(terms), alternatives), dtype=np.int64)  # (B, A), 0: no alternative
         self.groups = np.full((len(terms), alternatives), -1, dtype=np.int64)  # (B, A) the term of each
+        self.written_first = np.zeros((len(terms), alternatives), dtype=bool)  # (B, A) a term's own spelling
         for s, sentence in enumerate(flat):
             for a, (group, alternative) in enumerate(sentence):
                 self.ids[s, a, : len(alternative)] = alternative
                 self.lengths[s, a], self.groups[s, a] = len(alternative), group
+                self.written_first[s, a] = a == 0 or sentence[a - 1][0] != group
         rows = len(terms) * k
         self.progress = np.zeros((rows, alternatives), dtype=np.int64)  # (N, A) pieces matched
         self.done = np.zeros((rows, alternatives), dtype=bool)  # (N, A) its term completed
@@ -104,6 +112,10 @@ class TermBias:
         rows, columns = np.nonzero(candidates >= 0)
         tokens = candidates[rows, columns]
         ranked[rows, tokens] = log_probs[rows, tokens] + (still_open + gained)[rows, columns] - partial[rows]
+        if self.strict:  # ending now leaves every open term unwritten: each costs MAX_TERM_BONUS
+            written_first = self.written_first[active[np.arange(len(log_probs)) // self.k]]
+            unmet = (open_ & written_first).sum(axis=1)
+            ranked[:, self.eos_id] -= (MAX_TERM_BONUS * unmet).astype(ranked.dtype)
         return ranked, changed
 
     def select(self, rows: np.ndarray, tokens: np.ndarray, active: np.ndarray) -> None:

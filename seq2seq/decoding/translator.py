@@ -287,7 +287,8 @@ class Translator:
             observe = None
             if watch is not None and watch.on_step is not None:
                 observe = self._observer(watch.on_step, chunk, [sources[i].model for i in chunk])
-            terms = [self.target_terms(sources[i].model, config) for i in chunk] if config.term_bonus else None
+            biased = config.term_bonus or config.glossary_strict
+            terms = [self.target_terms(sources[i].model, config) for i in chunk] if biased else None
             found = self._search([encoded[i] for i in chunk], config, chunk_wanted, observe, terms)
             still = np.ones(len(chunk), dtype=bool) if chunk_wanted is None else chunk_wanted()
             for index, hypotheses, keep in zip(chunk, found, still, strict=True):
