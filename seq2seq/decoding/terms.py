@@ -60,9 +60,10 @@ class TermBias:
         pieces (N, A, P) and length (N, A), which alternatives are still open (N, A), the
         piece that extends each (N, A; -1 none) and each one's first piece (N, A)."""
         ids, lengths = self.ids[sentences], self.lengths[sentences]
-        return ids, lengths, ~self.done & (lengths > 0), *self._next(ids, lengths)
+        return ids, lengths, ~self.done & (lengths > 0), *self._next(ids)
 
-    def _next(self, ids: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _next(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each alternative's piece after the `progress` matched so far, and its first piece."""
         depth = np.minimum(self.progress, ids.shape[2] - 1)[:, :, None]
         return np.take_along_axis(ids, depth, axis=2)[:, :, 0], ids[:, :, 0]
 
