@@ -481,6 +481,18 @@ def test_the_term_hints_the_model_was_shown_are_listed_with_their_use(browser, h
             assert f"“{term['source']}” → “{term['term']}” (glossary)" in text
             assert item.get_attribute("data-used") == str(term["used"]).lower()
             assert ("used" if term["used"] else "not") in text
+        # Strict: the request asks for the terms as a requirement, and the page shows that answer.
+        strict = answer_of(
+            server, "/v1/attention", {"text": SENTENCE, "beam_size": 4, "glossary": glossary, "glossary_strict": True}
+        )
+        page.get_by_label("Require the terms").check()
+        with page.expect_request("**/v1/attention") as sent:
+            page.get_by_role("button", name="Translate").click()
+        assert sent.value.post_data_json["glossary_strict"] is True
+        page.wait_for_function(
+            "text => document.querySelector('#translation-text').innerText === text", arg=strict["translation"]
+        )
+        page.get_by_label("Require the terms").uncheck()
         # No glossary, no hints: the list goes.
         page.get_by_label("Glossary").fill("")
         page.get_by_role("button", name="Translate").click()

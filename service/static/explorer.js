@@ -102,7 +102,8 @@ async function translate(event) {
   $("go").disabled = true;
   setStatus("Translating…");
   try {
-    const request = { text, source, target, beam_size: beam, ...(glossary ? { glossary } : {}) };
+    const strict = Boolean(glossary) && $("glossary-strict").checked;
+    const request = { text, source, target, beam_size: beam, ...glossaryFields(glossary, strict) };
     const response = await fetch("/v1/attention", {
       method: "POST",
       headers: authHeaders({ "Content-Type": "application/json" }),
@@ -110,7 +111,7 @@ async function translate(event) {
     });
     const body = await response.json();
     if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
-    Object.assign(state, { data: body, text, pair: [source, target], beam, glossary, sentence: 0 });
+    Object.assign(state, { data: body, text, pair: [source, target], beam, glossary, strict, sentence: 0 });
     state.layer = state.kind === "cross" ? body.alignment_layer : layersOf(state.kind) - 1;
     state.head = defaultHead(state.kind);
     linkToText(text, source, target);
@@ -125,6 +126,12 @@ async function translate(event) {
 }
 
 // "Gießkanne = watering can", a line each -> {"Gießkanne": "watering can"} (null when empty).
+// The request fields of a glossary (none without one); strict: its terms are required.
+function glossaryFields(glossary, strict) {
+  if (!glossary) return {};
+  return strict ? { glossary, glossary_strict: true } : { glossary };
+}
+
 function readGlossary(text) {
   const entries = text.split("\n").map((line) => line.trim()).filter(Boolean).map((line) => {
     const cut = line.indexOf("=");
@@ -693,7 +700,7 @@ async function startPlayback() {
   resetPlayback();
   const [source, target] = state.pair;
   const request = { text: state.text, source, target, beam_size: 1, all_heads: true,
-                    ...(state.glossary ? { glossary: state.glossary } : {}) };
+                    ...glossaryFields(state.glossary, state.strict) };
   playback.events = { start: null, steps: {}, sentences: {}, done: null };
   playback.controller = new AbortController();
   $("play-start").disabled = true;
