@@ -37,23 +37,39 @@ def read_history(run: Path) -> list[dict]:
 
 
 def joined_history(runs: list[Path]) -> list[dict]:
-    """The validation entries of runs that continue one another (`crossalign train --init-from`)
-    as one curve: steps and minutes count on from the end of the previous run, and every
-    entry names its stage (1, 2, ...)."""
+    """The validation entries of runs that continue one another as one curve, every entry
+    naming its stage (1, 2, ...). A run started `--init-from` the previous one's weights is a
+    new stage: its steps and minutes count on from the end of the previous run. A run without
+    `init_from` resumed a checkpoint of the previous one (a cooldown branch): the same stage,
+    its steps and minutes already counting on, the previous run's entries from its first step
+    on (where that run went on past the branch point) left out."""
     joined: list[dict] = []
-    for stage, run in enumerate(runs, start=1):
-        step_offset = joined[-1]["step"] if joined else 0
-        minute_offset = joined[-1]["minutes"] if joined else 0.0
-        for entry in read_history(run):
-            joined.append(
-                entry
-                | {
-                    "step": entry["step"] + step_offset,
-                    "stage": stage,
-                    "minutes": round(entry["minutes"] + minute_offset, 2),
-                }
-            )
+    stage = 0
+    for run in runs:
+        entries = read_history(run)
+        config = read_train_config(run)
+        branch = bool(joined and entries and config) and not config.get("init_from")
+        if branch:
+            joined = [entry for entry in joined if entry["step"] < entries[0]["step"]]
+        else:
+            stage += 1
+        step_offset = 0 if branch or not joined else joined[-1]["step"]
+        minute_offset = 0.0 if branch or not joined else joined[-1]["minutes"]
+        joined += [
+            entry
+            | {
+                "step": entry["step"] + step_offset,
+                "stage": stage,
+                "minutes": round(entry["minutes"] + minute_offset, 2),
+            }
+            for entry in entries
+        ]
     return joined
+
+
+def read_train_config(run: Path) -> dict:
+    path = run / "train_config.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 LANGUAGE_NAMES = {"de": "German", "en": "English"}
@@ -136,7 +152,12 @@ def write_card(
     train_config = json.loads((run / "train_config.json").read_text())
     manifest = json.loads((data / "manifest.json").read_text())
     card = (
-        INTRODUCTION.format(direction=f"{source}-{target}", source=language_name(source), target=language_name(target))
+        INTRODUCTION.format(
+            direction=f"{source}-{target}",
+            article="An" if language_name(source)[0] in "AEIOU" else "A",
+            source=language_name(source),
+            target=language_name(target),
+        )
         + quality_section(metrics, manifest, language_name(source), language_name(target))
         + model_section(config)
         + training_section(history, train_config, config, manifest, command)
@@ -151,7 +172,7 @@ def write_card(
 
 INTRODUCTION = """# crossalign {direction} — model card
 
-A {source}→{target} transformer trained by crossalign on the Ding corpus; every translation
+{article} {source}→{target} transformer trained by crossalign on the Ding corpus; every translation
 comes with its cross-attention alignment map.
 
 """

@@ -388,21 +388,28 @@ def test_unknown_or_repeated_precisions_are_refused(tiny_checkpoint: Path, tmp_p
         regraph.regraph_bundle(tmp_path, ("fp16",))
 
 
-@pytest.mark.skipif(not (SHIPPED_BUNDLE / BUNDLE_FILE).exists(), reason="models/de-en is not shipped yet")
-def test_shipped_bundle_matches_torch() -> None:
+# Sentences of each shipped bundle's source language for its parity check.
+SHIPPED_PARITY = {
+    "de-en": PARITY_SENTENCES[:4],
+    "en-de": ["The dog is small.", "I have no time today.", "Where is the station?", "We bought a new car."],
+}
+
+
+@pytest.mark.parametrize("direction", sorted(SHIPPED_PARITY))
+def test_shipped_bundle_matches_torch(direction: str) -> None:
     """fp32 graphs (when the bundle carries them) within the tolerance; int8 graphs (when it
     does) within quantization error of torch: teacher-forced log-probs within 0.5 nats
     everywhere (a wrong scale or weight is off by whole nats) and the same beam-4 tokens on
     most sentences. Where torch's top two tokens are close, int8 rounding may pick the other
     one (stage 5: greedy differs on 2 of these 4 sentences by one token), so greedy is not
     required to agree everywhere."""
-    bundle = load_bundle_manifest(SHIPPED_BUNDLE, verify=False)
-    sentences = PARITY_SENTENCES[:4]
+    shipped, sentences = REPO / "models" / direction, SHIPPED_PARITY[direction]
+    bundle = load_bundle_manifest(shipped, verify=False)
     if "fp32" in bundle.precisions:
-        report = check_parity(SHIPPED_BUNDLE, sentences=sentences)
+        report = check_parity(shipped, sentences=sentences)
         assert not report.problems, report.problems
     if "int8" in bundle.precisions:
-        report = check_parity(SHIPPED_BUNDLE, sentences=sentences, precision="int8", tolerance=float("inf"))
+        report = check_parity(shipped, sentences=sentences, precision="int8", tolerance=float("inf"))
         assert report.max_log_prob_diff < 0.5, report
         assert report.token_agreement["beam4"] >= 0.75 and report.token_agreement["greedy"] >= 0.5, report.problems
 
@@ -437,6 +444,25 @@ def test_model_card_joins_the_curves_of_continued_runs(tmp_path: Path) -> None:
     ]
     plot_curve(history, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").stat().st_size > 1000
+    # A cooldown branch resumed the first run's checkpoint at 1,000 (no init_from): the same
+    # stage, its steps as they are, and the first run's entries past the branch left out.
+    (tmp_path / "second" / "train_config.json").write_text(json.dumps({"init_from": "first/final"}))
+    (tmp_path / "cool").mkdir()
+    (tmp_path / "cool" / "train_config.json").write_text(json.dumps({"init_from": None, "cooldown_steps": 600}))
+    shutil.copy(tmp_path / "second" / "history.jsonl", tmp_path / "cool" / "history.jsonl")
+    cool = (tmp_path / "cool" / "history.jsonl").read_text().replace('"step": 250', '"step": 1300')
+    (tmp_path / "cool" / "history.jsonl").write_text(cool.replace('"minutes": 6.0', '"minutes": 26.0'))
+    first = (tmp_path / "first" / "history.jsonl").read_text()
+    (tmp_path / "first" / "history.jsonl").write_text(
+        first + first.splitlines(keepends=True)[-1].replace("1000", "1500")
+    )
+    history = joined_history([tmp_path / "first", tmp_path / "cool"])
+    assert [(h["stage"], h["step"], h["minutes"]) for h in history] == [
+        (1, 500, 10.0),
+        (1, 1000, 20.0),
+        (1, 1300, 26.0),
+    ]
+    assert [h["stage"] for h in joined_history([tmp_path / "first", tmp_path / "second"])] == [1, 1, 1, 2]
 
 
 def test_model_card_states_the_cooldown_of_the_schedule() -> None:
