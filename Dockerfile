@@ -2,7 +2,7 @@
 # crossalign HTTP service: onnxruntime + the service, no torch.
 #
 #   docker build -t crossalign .
-#   docker run --rm -p 5000:5000 crossalign            # serves every bundle in models/ (models/de-en)
+#   docker run --rm -p 5000:5000 crossalign            # serves every bundle in models/ (de-en, en-de)
 #   docker run --rm -p 5000:5000 -v "$PWD/models:/app/models:ro" crossalign   # or your own bundles
 #
 # The image installs exactly as the README (and docs/getting-started.md) does:
