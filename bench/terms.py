@@ -35,6 +35,7 @@ from data.corpora import SENTENCE, Pair  # noqa: E402
 from data.dictionary import TermIndex, phrase_votes  # noqa: E402
 from data.files import DICTIONARY_FILE  # noqa: E402
 from data.prepare import read_pairs, read_tsv_pairs  # noqa: E402
+from seq2seq.analysis.corpus_scores import corpus_scores  # noqa: E402
 from seq2seq.core.alignment import words  # noqa: E402
 from seq2seq.core.config import AlignmentOptions  # noqa: E402
 from seq2seq.core.hints import TARGET_ENDINGS, find_term  # noqa: E402
@@ -108,10 +109,8 @@ def term_use(
 
 
 def scores(hypotheses: list[str], references: list[str]) -> str:
-    import sacrebleu
-
-    bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
-    return f"{bleu:.2f} / {sacrebleu.corpus_chrf(hypotheses, [references]).score:.2f}"
+    found = corpus_scores(hypotheses, references)
+    return f"{found['bleu']:.2f} / {found['chrf']:.2f}"
 
 
 def speed(translator, sources: list[str], rounds: int) -> dict:

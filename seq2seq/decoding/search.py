@@ -174,8 +174,8 @@ def beam_search(
         repeating = beams.repeats.ban(log_probs) if beams.repeats is not None else np.zeros(0, dtype=np.intp)
         ranked = log_probs
         if bias is not None:  # rows with a term open are ranked afresh, as rows with a ban
-            ranked, biased = bias.apply(log_probs, beams.active)
-            repeating = np.union1d(repeating, biased)
+            ranked, biased_rows = bias.apply(log_probs, beams.active)
+            repeating = np.union1d(repeating, biased_rows)
         trace.attention.append(out.cross_weights if config.return_attention else None)
         if beams.coverage is not None:
             beams.coverage.read(step, out.cross_weights)

@@ -55,20 +55,17 @@ class TermBias:
         self.done = np.zeros((rows, alternatives), dtype=bool)  # (N, A) its term completed
         self.kept = np.zeros(rows)  # (N,) the bonus of the terms each row completed
 
-    def _tables(self, sentences: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _tables(self, sentences: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """For rows of `sentences` (N,) with state `progress`, `done`: each alternative's
-        pieces (N, A, P) and length (N, A), which alternatives are still open (N, A), the
-        piece that extends each (N, A; -1 none) and each one's first piece (N, A)."""
-        ids, lengths = self.ids[sentences], self.lengths[sentences]
-        return ids, lengths, ~self.done & (lengths > 0), *self._next(ids)
-
-    def _next(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each alternative's piece after the `progress` matched so far, and its first piece."""
+        length (N, A), which alternatives are still open (N, A), the piece that extends each
+        after the `progress` matched so far (N, A) and each one's first piece (N, A)."""
+        ids, lengths = self.ids[sentences], self.lengths[sentences]  # (N, A, P), (N, A)
         depth = np.minimum(self.progress, ids.shape[2] - 1)[:, :, None]
-        return np.take_along_axis(ids, depth, axis=2)[:, :, 0], ids[:, :, 0]
+        next_piece = np.take_along_axis(ids, depth, axis=2)[:, :, 0]
+        return lengths, ~self.done & (lengths > 0), next_piece, ids[:, :, 0]
 
+    @staticmethod
     def _advance(
-        self,
         token: np.ndarray,
         progress: np.ndarray,
         open_: np.ndarray,
@@ -89,7 +86,7 @@ class TermBias:
         A candidate's value is its log-prob plus the change in the row's bonus: + bonus for a
         piece that extends a match (the whole term's bonus kept once it is complete), minus
         what the row's open match had earned for every other token (EOS included)."""
-        ids, lengths, open_, next_piece, first = self._tables(active[np.arange(len(log_probs)) // self.k])
+        lengths, open_, next_piece, first = self._tables(active[np.arange(len(log_probs)) // self.k])
         changed = np.nonzero(open_.any(axis=1))[0]
         if not len(changed):
             return log_probs, changed
@@ -123,7 +120,7 @@ class TermBias:
         """Next row i extends row `rows[i]` with `tokens[i]`; `active` (B',) the sentences of
         the rows before this step (as `_Beams.active` before `advance`)."""
         self.progress, self.done, self.kept = self.progress[rows], self.done[rows], self.kept[rows]
-        ids, lengths, open_, next_piece, first = self._tables(active[rows // self.k])
+        lengths, open_, next_piece, first = self._tables(active[rows // self.k])
         matched, complete = self._advance(tokens[:, None], self.progress, open_, next_piece, first, lengths)
         self.kept = self.kept + self.bonus * (complete * lengths).max(axis=1)
         groups = self.groups[active[rows // self.k]]  # (N, A)
