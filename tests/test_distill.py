@@ -1,0 +1,74 @@
+"""Sequence-level distillation (seq2seq/training/distill.py): the device-side greedy search
+gives the one search's greedy tokens, and the distilled data directory lines up with the
+files that are read line by line beside train.tsv."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from toy import toy_pairs, train_tiny
+
+from data.tokenizer import Tokenizer
+from seq2seq.core.config import DecodeConfig
+from seq2seq.decoding.search import beam_search, pad_batch
+from seq2seq.training.distill import LINKS_FILE, greedy_ids, repeats_ngram, translate_sources, write_distilled_data
+from seq2seq.training.hint_data import HINTS_FILE
+from seq2seq.training.model import Transformer, load_model
+from seq2seq.training.torch_backend import TorchBackend
+
+
+def test_device_greedy_gives_the_search_s_greedy_tokens(tmp_path: Path) -> None:
+    """On a random model (every sentence runs to its length limit) and on a trained one
+    (sentences end with EOS, at different steps of one batch)."""
+    trained = load_model(train_tiny(tmp_path))
+    torch.manual_seed(0)
+    untrained = Transformer(trained.config).eval()
+    tokenizer = Tokenizer(tmp_path / "ckpt" / "spm.model")
+    eos = trained.config.eos_id
+    sources = [tokenizer.encode(s) + [eos] for s, _ in toy_pairs(12)]
+    config = DecodeConfig(beam_size=1, no_repeat_ngram_size=0)  # greedy_ids has no repetition guard
+    src_ids, src_mask = pad_batch(sources, trained.config.pad_id)
+    limits = [2 * len(s) + 10 for s in sources]
+    for model, ends_early in ((untrained, False), (trained, True)):
+        expected = [h[0].tokens for h in beam_search(TorchBackend(model), src_ids, src_mask, config, 256)]
+        got = greedy_ids(model, sources, config)
+        assert got == expected
+        assert all((len(tokens) < limit) == ends_early for tokens, limit in zip(got, limits))
+    assert len({len(tokens) for tokens in got}) > 1
+
+
+def test_distilled_data_adds_the_teacher_s_sentences_line_for_line(tmp_path: Path) -> None:
+    teacher = load_model(train_tiny(tmp_path))  # a few steps: right on some sentences, wrong on others
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "spm.model").write_bytes((tmp_path / "ckpt" / "spm.model").read_bytes())
+    lines = [f"{source}\t{target}\tsentence" for source, target in toy_pairs(40, seed=5)]
+    lines.append("der Hund\tthe dog\tphrase")  # phrases are not translated
+    (data / "train.tsv").write_text("".join(line + "\n" for line in lines))
+    (data / "valid.tsv").write_text(lines[0] + "\n")
+    (data / LINKS_FILE).write_text("".join("0-0\n" for _ in lines))
+    (data / HINTS_FILE).write_text("".join("[]\n" for _ in lines))
+    out = tmp_path / "distilled"
+    summary = write_distilled_data(data, out, teacher)
+    written = (out / "train.tsv").read_text().splitlines()
+    assert summary["sentences"] == len(lines) - 1 and summary["added"] > 0
+    assert written[: len(lines)] == lines and len(written) == len(lines) + summary["added"]
+    # Each added line: a training sentence with the teacher's greedy translation, where it differs.
+    tokenizer = Tokenizer(data / "spm.model")
+    references = dict(line.split("\t")[:2] for line in lines[:-1])
+    for line in written[len(lines) :]:
+        source, target, kind = line.split("\t")
+        assert kind == "sentence" and target != references[source]
+        assert target == translate_sources(teacher, tokenizer, [source])[0]
+    links = (out / LINKS_FILE).read_text().splitlines()
+    assert len(links) == len(written) and links[len(lines) :] == [""] * summary["added"]
+    hints = (out / HINTS_FILE).read_text().splitlines()
+    assert len(hints) == len(written) and all(json.loads(h) == [] for h in hints)
+    assert (out / "spm.model").read_bytes() == (data / "spm.model").read_bytes() and (out / "valid.tsv").is_file()
+
+
+def test_a_looping_translation_is_recognised() -> None:
+    assert repeats_ngram(["the", "dog", "the", "dog", "the", "dog", "the", "dog"])
+    assert not repeats_ngram(["the", "dog", "is", "not", "the", "cat"])
