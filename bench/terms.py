@@ -23,6 +23,7 @@ every sentence, the model's term bonus on and off.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import time
@@ -104,8 +105,16 @@ def term_use(
             "found %": share(found_with),
             "used %": share(used),
             "BLEU / chrF": scores(texts, references),
+            "closed early": closed_early(texts, references),
         }
     return report
+
+
+def closed_early(hypotheses: list[str], references: list[str]) -> int:
+    """How many translations go on after a sentence's closing punctuation where their reference
+    does not: a term the search appended after the sentence ("... the sky. umbrella.")."""
+    inside = re.compile(r"[.!?…]\s+\w")
+    return sum(bool(inside.search(h)) and not inside.search(r) for h, r in zip(hypotheses, references))
 
 
 def scores(hypotheses: list[str], references: list[str]) -> str:
