@@ -163,9 +163,9 @@ def odf_text(element) -> str:
 
 HTML_PAGE = (
     "<!DOCTYPE html><html><head><title>{0}</title><style>p > b {{ color: red }}</style></head><body>"
-    '<p>{1}<b>{2}</b>{3}</p><p>{4}<i>{5}</i>{6}</p><p>{7}<a href="{10}">{8}</a>{9}</p>'
+    '<p>{1}<b>{2}</b>{3}<img src="baum.png" alt="{11}"></p><p>{4}<i>{5}</i>{6}</p><p>{7}<a href="{10}">{8}</a>{9}</p>'
     "<script>if (a < b) {{ x = '</p>'; }}</script><pre>der Hund</pre></body></html>"
-).format(PLAIN[0], *BOLD, *ITALIC, *LINK)
+).format(PLAIN[0], *BOLD, *ITALIC, *LINK, PLAIN[1])
 
 SRT = (
     f"1\n00:00:01,000 --> 00:00:02,500\n{BOLD[0]}<b>{BOLD[1]}</b>{BOLD[2]}\n\n"

@@ -121,10 +121,12 @@ class Elements(html.parser.HTMLParser):
         super().__init__()
         self.tags: list[str] = []
         self.hrefs: list[str] = []
+        self.alts: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list) -> None:
         self.tags.append(tag)
         self.hrefs += [value for name, value in attrs if name == "href"]
+        self.alts += [value for name, value in attrs if name == "alt"]
 
 
 def test_html(http: httpx.Client, translations: dict[str, str]) -> None:
@@ -133,6 +135,7 @@ def test_html(http: httpx.Client, translations: dict[str, str]) -> None:
     found = Elements()
     found.feed(page)
     assert found.tags.count("p") == 3 and {"b", "i", "a"} <= set(found.tags) and found.hrefs == [LINK[3]]
+    assert found.alts == [translations[PLAIN[1]]]  # an image's text translated in its tag
     assert "<script>if (a < b) { x = '</p>'; }</script><pre>der Hund</pre>" in page  # kept as written
     assert f"<title>{translations[PLAIN[0]]}</title>" in page
 

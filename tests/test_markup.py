@@ -179,8 +179,32 @@ def test_html_blocks_delimit_segments_and_inline_markup_is_carried() -> None:
     assert "<li>EINS</li><li>ZWEI <i>DREI</i></li>" in out
     assert "<style>p > b { color: red }</style>" in out and '<script>if (a < b) { x = "</p>"; }</script>' in out
     assert "<pre>nicht  übersetzt</pre><!-- kommentar -->" in out
-    # The attributes as written; model text escaped, quotes included; br delimits.
-    assert '<a title="a>b" href="/x">DAS HAUS IST KLEIN.</a> 3 &lt; 5 &amp; &quot;6&quot; &gt; 4<br>ZEILE</p>' in out
+    # The attributes as written but for the reader's text (title); model text escaped, quotes
+    # included; br delimits.
+    assert '<a title="A&gt;B" href="/x">DAS HAUS IST KLEIN.</a> 3 &lt; 5 &amp; &quot;6&quot; &gt; 4<br>ZEILE</p>' in out
+
+
+def test_html_attributes_a_reader_sees_are_translated_in_their_tags() -> None:
+    page = (
+        '<div title="Mein Haus" class="Haus"><p>Das <a href="/Haus" title=\'Das "Haus"\'>Haus</a>.</p>'
+        '<p><img src="hund.png" alt="Ein Hund"></p><img alt="Eine Katze" src=katze.png>'
+        '<textarea placeholder="Ihr Text">Inhalt</textarea><input aria-label="Suche" value="Suche">'
+        '<p translate="no" title="Nicht das">Text</p><img alt="" title=Bare></div>'
+    )
+    out = translate_page(page)
+    assert out == (
+        '<div title="MEIN HAUS" class="Haus"><p>DAS <a href="/Haus" title=\'DAS &quot;HAUS&quot;\'>HAUS</a>.</p>'
+        '<p><img src="hund.png" alt="EIN HUND"></p><img alt="EINE KATZE" src=katze.png>'
+        '<textarea placeholder="IHR TEXT">Inhalt</textarea><input aria-label="SUCHE" value="Suche">'
+        '<p translate="no" title="Nicht das">TEXT</p><img alt="" title=Bare></div>'
+    )
+    # Read back as written: the parts with the attribute segments left out are the page.
+    parts = read_html(page)
+    assert "".join(p if isinstance(p, str) else "" if p.attribute else p.raw for p in parts) == page
+    assert write_html(parts, [None] * len(segments(parts))) == page  # nothing translated: as it was
+    # Inline reading (one segment, /v1/align's marked text) keeps attributes as written.
+    (segment,) = segments(read_html('<a title="Das Haus">Haus</a>', blocks=False))
+    assert segment.marked.text == "Haus" and not segment.elements
 
 
 def test_html_code_is_kept_as_written_and_unclosed_comments_stay_comments() -> None:

@@ -13,9 +13,15 @@ and segments (`Marked`) to translate:
   written: the model reads the sentence with it, and the target words it lands on are
   replaced by the original content;
 - text is unescaped for the model and whitespace runs read as one space (HTML renders
-  them so); a translation is always written escaped, quotes included.
+  them so); a translation is always written escaped, quotes included;
+- the text of the attributes a reader sees (`alt`, `title`, `placeholder`, `aria-label`;
+  quoted values with a word in them, on an element without `translate="no"`) is a segment of
+  its own: in place, between the tag's other bytes, for a tag outside the segments (a block's,
+  an image between blocks); for a tag inside a segment, an `attribute` segment just before
+  that segment, whose translation `write_html` writes into the tag.
 
-With `blocks=False` (a single segment: `/v1/align`'s marked text) every element is inline.
+With `blocks=False` (a single segment: `/v1/align`'s marked text) every element is inline and
+attributes are kept as written.
 `render(placed)` writes a placed translation; `write_html(parts, placed)` the whole page.
 A segment without a letter or digit, or not translated, is written back as it was.
 """
@@ -25,7 +31,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from html.parser import HTMLParser
 
 from seq2seq.documents.markup import Marked, MarkupBuilder, Placed
@@ -41,6 +47,9 @@ VOID = frozenset(
     ["area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"]
 )
 SPACES = re.compile(r"[ \t\n\r\f]+")
+TRANSLATED_ATTRIBUTES = frozenset(["alt", "title", "placeholder", "aria-label"])
+# One attribute of a start tag (after its name): the name, then a quoted or bare value or none.
+ATTRIBUTE = re.compile(r"""([^\s"'<>/=]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|[^\s"'=<>`]+))?""")
 
 
 @dataclass
@@ -51,9 +60,18 @@ class Element:
     start: str
     end: str = ""
     content: str | None = None
+    # The translated attributes of `start`: (start, end) of each value in it, and its segment.
+    attributes: list[tuple[int, int, Segment]] = field(default_factory=list)
 
-    def whole(self) -> str:
-        return self.start + (self.content or "") + self.end
+    def whole(self, start: str | None = None) -> str:
+        return (self.start if start is None else start) + (self.content or "") + self.end
+
+    def start_with(self, written: dict[int, str]) -> str:
+        """`start` with each translated attribute's value as `written` (by id of its segment)."""
+        out = self.start
+        for begin, end, segment in reversed(self.attributes):
+            out = out[:begin] + written.get(id(segment), segment.raw) + out[end:]
+        return out
 
 
 @dataclass
@@ -63,6 +81,10 @@ class Segment:
     marked: Marked
     raw: str
     verbatim: set[int] = field(default_factory=set)  # tags whose content is kept as written
+    # An attribute value of a tag inside the next segment that is not one: written in that tag.
+    attribute: bool = False
+    # (offset in `raw`, element) of its tags with translated attributes.
+    elements: list[tuple[int, Element]] = field(default_factory=list)
 
 
 Part = str | Segment
@@ -145,20 +167,46 @@ class _Reader:
         self.open: list[tuple[str, int, Element]] = []  # inline elements open in this segment
         self.verbatim: set[int] = set()
         self.space = False  # the segment's text so far ends in a space (runs read as one)
+        self.attributes: list[Segment] = []  # the attribute segments of this segment's tags
+        self.elements: list[tuple[int, Element]] = []
 
     def segment(self) -> MarkupBuilder:
         if self.builder is None:
             self.builder, self.raw, self.open, self.verbatim, self.space = MarkupBuilder(), [], [], set(), False
+            self.attributes, self.elements = [], []
         return self.builder
 
     def flush(self) -> None:
         if self.builder is not None:
-            self.parts.append(Segment(self.builder.build(), "".join(self.raw), self.verbatim))
+            self.parts.extend(self.attributes)
+            self.parts.append(Segment(self.builder.build(), "".join(self.raw), self.verbatim, elements=self.elements))
             self.builder = None
 
     def passthrough(self, raw: str) -> None:
         self.flush()
         self.parts.append(raw)
+
+    def passthrough_tag(self, raw: str) -> None:
+        """A tag outside the segments: its translated attributes become segments in place."""
+        self.flush()
+        at = 0
+        for begin, end, segment in attribute_segments(raw) if self.blocks else []:
+            self.parts.extend([raw[at:begin], segment])
+            at = end
+        self.parts.append(raw[at:])
+
+    def attach(self, element: Element) -> Element:
+        """An element of the segment: its translated attributes as `attribute` segments, and
+        where it starts in the segment's raw text (call before adding its raw text)."""
+        if self.blocks:
+            element.attributes = [
+                (begin, end, replace(segment, attribute=True))
+                for begin, end, segment in attribute_segments(element.start)
+            ]
+        if element.attributes:
+            self.attributes.extend(segment for _, _, segment in element.attributes)
+            self.elements.append((sum(len(raw) for raw in self.raw), element))
+        return element
 
     def text(self, raw: str) -> None:
         if self.builder is None and not raw.strip():
@@ -179,9 +227,12 @@ class _Reader:
         if self.builder is None and not self.blocks:
             self.segment()
         if self.builder is None:
-            self.parts.append(raw)
+            if element.start == raw:
+                self.passthrough_tag(raw)
+            else:
+                self.parts.append(raw)
             return
-        self.builder.empty(element, "" if self.space else stand_in)
+        self.builder.empty(self.attach(element), "" if self.space else stand_in)
         self.space = bool(stand_in)  # a space after an image is kept; after a line break it is one
         self.raw.append(raw)
 
@@ -190,13 +241,13 @@ class _Reader:
             self.empty(name, raw)
             return
         builder = self.segment()
-        handle = builder.open(Element(raw))
+        handle = builder.open(self.attach(Element(raw)))
         self.open.append((name, handle, builder.tags[handle].data))
         self.raw.append(raw)
 
     def empty(self, name: str, raw: str) -> None:
         if self.blocks and name in BLOCKS:
-            self.passthrough(raw)
+            self.passthrough_tag(raw)
         else:
             self.element(Element(raw), raw, "\n" if name == "br" else "")
 
@@ -216,7 +267,7 @@ class _Reader:
 
     def verbatim_element(self, start: str, content: str, end: str) -> None:
         builder = self.segment()
-        handle = builder.open(Element(start, end, content))
+        handle = builder.open(self.attach(Element(start, end, content)))
         text = SPACES.sub(" ", html.unescape(re.sub(r"<[^>]*>", "", content)))
         builder.text(text)
         builder.close(handle)
@@ -240,9 +291,28 @@ def _until_end(found: list[tuple[str, str, str]], index: int, name: str) -> int:
     return len(found)
 
 
+def attribute_segments(tag: str) -> list[tuple[int, int, Segment]]:
+    """The translated attributes of a start tag (module doc): (start, end) of each value in
+    `tag` and its segment (the value unescaped, whitespace runs as one space)."""
+    name = re.match(r"<[A-Za-z][^\s/>]*", tag)  # a start tag: not a comment, end tag or declaration
+    if name is None:
+        return []
+    found = []
+    for match in ATTRIBUTE.finditer(tag, name.end()):
+        key, group = match.group(1).lower(), 2 if match.group(2) is not None else 3
+        if key == "translate" and (match.group(group) or "").strip().lower() == "no":
+            return []
+        if key in TRANSLATED_ATTRIBUTES and match.group(group) is not None:
+            value = match.group(group)
+            if any(character.isalnum() for character in html.unescape(value)):
+                text = SPACES.sub(" ", html.unescape(value))
+                found.append((match.start(group), match.end(group), Segment(Marked(text), value)))
+    return found
+
+
 def read_html(markup: str, blocks: bool = True) -> list[Part]:
     """`markup` as raw parts and segments, in order (module doc); their concatenation, with
-    every segment as its `raw`, is `markup` exactly."""
+    every segment as its `raw` and the `attribute` segments left out, is `markup` exactly."""
     found = tokens(markup)
     reader = _Reader(blocks)
     index = 0
@@ -255,7 +325,8 @@ def read_html(markup: str, blocks: bool = True) -> list[Part]:
             if name in VERBATIM:
                 reader.verbatim_element(raw, content, end)
             elif blocks:
-                reader.passthrough(raw + content + end)
+                reader.passthrough_tag(raw)
+                reader.passthrough(content + end)
             else:
                 reader.element(Element(raw, end, content), raw + content + end)
             index = stop + 1
@@ -279,10 +350,17 @@ def escape_html(text: str) -> str:
     return html.escape(text, quote=True)
 
 
-def render(placed: Placed, verbatim: set[int] = frozenset(), escape: Callable[[str], str] = escape_html) -> str:
+def render(
+    placed: Placed,
+    verbatim: set[int] = frozenset(),
+    escape: Callable[[str], str] = escape_html,
+    starts: dict[int, str] | None = None,
+) -> str:
     """A placed translation as markup: the source's tags as written (`Element`s), the text
     escaped (HTML by default; Markdown writes its own). A tag in `verbatim` is written with
-    its original content in place of the target text it covers."""
+    its original content in place of the target text it covers. `starts`: start tags written
+    otherwise (their attributes translated), by id of the element."""
+    starts = starts or {}
     out: list[str] = []
     written: set[int] = set()
     inside: list[int] = []
@@ -295,16 +373,16 @@ def render(placed: Placed, verbatim: set[int] = frozenset(), escape: Callable[[s
             inside.append(value)
             if value in verbatim:
                 if value not in written:
-                    out.append(element.whole())
+                    out.append(element.whole(starts.get(id(element))))
                     written.add(value)
             else:
-                out.append(element.start)
+                out.append(starts.get(id(element), element.start))
         elif kind == "close":
             inside.remove(value)
             if value not in verbatim:
                 out.append(element.end)
         elif value not in written:
-            out.append(element.whole())
+            out.append(element.whole(starts.get(id(element))))
             written.add(value)
     return "".join(out)
 
@@ -317,10 +395,25 @@ def write_html(parts: list[Part], placed: list[Placed | None]) -> str:
     """The page with each segment's placed translation (`placed`, one per segment of
     `parts`, in order); a segment without one (None) is written as it was."""
     out, found = [], iter(placed)
+    written: dict[int, str] = {}  # the attribute segments' values, by id
     for part in parts:
         if isinstance(part, str):
             out.append(part)
             continue
         translation = next(found)
-        out.append(part.raw if translation is None else render(translation, part.verbatim))
+        text = part.raw if translation is None else render(translation, part.verbatim)
+        if part.attribute:
+            written[id(part)] = text
+            continue
+        if not part.elements:
+            out.append(text)
+            continue
+        starts = {id(element): element.start_with(written) for _, element in part.elements}
+        if translation is not None:
+            out.append(render(translation, part.verbatim, starts=starts))
+            continue
+        raw = part.raw  # untranslated (an image alone in a paragraph): its tags' attributes may be
+        for offset, element in reversed(part.elements):
+            raw = raw[:offset] + starts[id(element)] + raw[offset + len(element.start) :]
+        out.append(raw)
     return "".join(out)
