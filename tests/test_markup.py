@@ -189,14 +189,16 @@ def test_html_attributes_a_reader_sees_are_translated_in_their_tags() -> None:
         '<div title="Mein Haus" class="Haus"><p>Das <a href="/Haus" title=\'Das "Haus"\'>Haus</a>.</p>'
         '<p><img src="hund.png" alt="Ein Hund"></p><img alt="Eine Katze" src=katze.png>'
         '<textarea placeholder="Ihr Text">Inhalt</textarea><input aria-label="Suche" value="Suche">'
-        '<p translate="no" title="Nicht das">Text</p><img alt="" title=Bare></div>'
+        '<p translate=no title="Nicht das">Text</p><img alt="" title=Bare>'
+        '<input type="submit" value="Senden"><input type=text value="Eingabe"></div>'
     )
     out = translate_page(page)
     assert out == (
         '<div title="MEIN HAUS" class="Haus"><p>DAS <a href="/Haus" title=\'DAS &quot;HAUS&quot;\'>HAUS</a>.</p>'
         '<p><img src="hund.png" alt="EIN HUND"></p><img alt="EINE KATZE" src=katze.png>'
         '<textarea placeholder="IHR TEXT">Inhalt</textarea><input aria-label="SUCHE" value="Suche">'
-        '<p translate="no" title="Nicht das">TEXT</p><img alt="" title=Bare></div>'
+        '<p translate=no title="Nicht das">TEXT</p><img alt="" title=Bare>'
+        '<input type="submit" value="SENDEN"><input type=text value="Eingabe"></div>'
     )
     # Read back as written: the parts with the attribute segments left out are the page.
     parts = read_html(page)

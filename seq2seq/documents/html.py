@@ -14,11 +14,12 @@ and segments (`Marked`) to translate:
   replaced by the original content;
 - text is unescaped for the model and whitespace runs read as one space (HTML renders
   them so); a translation is always written escaped, quotes included;
-- the text of the attributes a reader sees (`alt`, `title`, `placeholder`, `aria-label`;
-  quoted values with a word in them, on an element without `translate="no"`) is a segment of
-  its own: in place, between the tag's other bytes, for a tag outside the segments (a block's,
-  an image between blocks); for a tag inside a segment, an `attribute` segment just before
-  that segment, whose translation `write_html` writes into the tag.
+- the text of the attributes a reader sees (`alt`, `title`, `placeholder`, `aria-label`, a
+  button's `value`; quoted values with a word in them, on an element without
+  `translate="no"`) is a segment of its own: in place, between the tag's other bytes, for a
+  tag outside the segments (a block's, an image between blocks); for a tag inside a segment,
+  an `attribute` segment just before that segment, whose translation `write_html` writes
+  into the tag.
 
 With `blocks=False` (a single segment: `/v1/align`'s marked text) every element is inline and
 attributes are kept as written.
@@ -49,7 +50,7 @@ VOID = frozenset(
 SPACES = re.compile(r"[ \t\n\r\f]+")
 TRANSLATED_ATTRIBUTES = frozenset(["alt", "title", "placeholder", "aria-label"])
 # One attribute of a start tag (after its name): the name, then a quoted or bare value or none.
-ATTRIBUTE = re.compile(r"""([^\s"'<>/=]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|[^\s"'=<>`]+))?""")
+ATTRIBUTE = re.compile(r"""([^\s"'<>/=]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+)))?""")
 
 
 @dataclass
@@ -294,19 +295,26 @@ def _until_end(found: list[tuple[str, str, str]], index: int, name: str) -> int:
 def attribute_segments(tag: str) -> list[tuple[int, int, Segment]]:
     """The translated attributes of a start tag (module doc): (start, end) of each value in
     `tag` and its segment (the value unescaped, whitespace runs as one space)."""
-    name = re.match(r"<[A-Za-z][^\s/>]*", tag)  # a start tag: not a comment, end tag or declaration
+    name = re.match(r"<([A-Za-z][^\s/>]*)", tag)  # a start tag: not a comment, end tag or declaration
     if name is None:
         return []
-    found = []
+    attributes = []  # (name, value or None, quoted value's span or None)
     for match in ATTRIBUTE.finditer(tag, name.end()):
-        key, group = match.group(1).lower(), 2 if match.group(2) is not None else 3
-        if key == "translate" and (match.group(group) or "").strip().lower() == "no":
-            return []
-        if key in TRANSLATED_ATTRIBUTES and match.group(group) is not None:
-            value = match.group(group)
-            if any(character.isalnum() for character in html.unescape(value)):
-                text = SPACES.sub(" ", html.unescape(value))
-                found.append((match.start(group), match.end(group), Segment(Marked(text), value)))
+        quoted = 2 if match.group(2) is not None else 3 if match.group(3) is not None else 0
+        value = match.group(quoted) if quoted else match.group(4)
+        attributes.append((match.group(1).lower(), value, match.span(quoted) if quoted else None))
+    values = {key: (value or "").strip().lower() for key, value, _ in attributes}
+    if values.get("translate") == "no":
+        return []
+    # A button's label is its value.
+    button = name.group(1).lower() == "input" and values.get("type") in ("submit", "button", "reset")
+    found = []
+    for key, value, span in attributes:
+        if span is None or not (key in TRANSLATED_ATTRIBUTES or (button and key == "value")):
+            continue
+        text = SPACES.sub(" ", html.unescape(value))
+        if any(character.isalnum() for character in text):
+            found.append((span[0], span[1], Segment(Marked(text), value)))
     return found
 
 
