@@ -409,12 +409,8 @@ def write_html(parts: list[Part], placed: list[Placed | None]) -> str:
             out.append(part)
             continue
         translation = next(found)
-        text = part.raw if translation is None else render(translation, part.verbatim)
         if part.attribute:
-            written[id(part)] = text
-            continue
-        if not part.elements:
-            out.append(text)
+            written[id(part)] = part.raw if translation is None else render(translation, part.verbatim)
             continue
         starts = {id(element): element.start_with(written) for _, element in part.elements}
         if translation is not None:

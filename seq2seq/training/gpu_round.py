@@ -211,14 +211,12 @@ def quantize_int8(state: dict) -> dict:
     Half the bytes of float16, which is what lets a 48M-parameter model come back at all."""
     import torch
 
-    packed = {}
-    for name, value in state.items():
-        if value.is_floating_point() and value.dim() == 2:
-            scale = value.float().abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127
-            packed[name + INT8_SUFFIX] = torch.round(value.float() / scale).to(torch.int8)
-            packed[name + SCALE_SUFFIX] = scale.half()
-        else:
-            packed[name] = value.half() if value.is_floating_point() else value
+    matrices = {name: value for name, value in state.items() if value.is_floating_point() and value.dim() == 2}
+    packed = half({name: value for name, value in state.items() if name not in matrices})
+    for name, value in matrices.items():
+        scale = value.float().abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127
+        packed[name + INT8_SUFFIX] = torch.round(value.float() / scale).to(torch.int8)
+        packed[name + SCALE_SUFFIX] = scale.half()
     return packed
 
 
