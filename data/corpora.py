@@ -258,7 +258,7 @@ def read_moses(source_path: Path, target_path: Path) -> Iterator[Pair]:
 
 
 def read_corpus(spec: str, ding_path: Path | None = None) -> tuple[Iterator[Pair], list[Path], str]:
-    """Parse a `--corpus` spec (`ding`, `tsv:PATH`, `moses:SRC,TGT`).
+    """Parse a `--corpus` spec (`ding`, `tsv:PATH`, `moses:SRC,TGT`, `gettext:PATH`).
 
     Returns the pair iterator, the input files (for the manifest's sha256) and the license.
     """
@@ -271,7 +271,12 @@ def read_corpus(spec: str, ding_path: Path | None = None) -> tuple[Iterator[Pair
     if kind == "moses" and "," in rest:
         src, tgt = (Path(p) for p in rest.split(",", 1))
         return read_moses(src, tgt), [src, tgt], "user-supplied (see the corpus's own license)"
-    raise CorpusError(f"unknown corpus spec {spec!r}: use ding, tsv:PATH or moses:SRC,TGT")
+    if kind == "gettext" and rest:
+        from data.gettext import GETTEXT_LICENSE, catalog_files, read_gettext  # it builds on this module
+
+        root = Path(rest)
+        return read_gettext(root), catalog_files(root), GETTEXT_LICENSE
+    raise CorpusError(f"unknown corpus spec {spec!r}: use ding, tsv:PATH, moses:SRC,TGT or gettext:PATH")
 
 
 # --------------------------------------------------------------------------- filters

@@ -10,7 +10,7 @@ import random
 from collections import Counter
 from pathlib import Path
 
-from data.corpora import PHRASE, SENTENCE, Pair, keep_pair, read_corpus
+from data.corpora import PHRASE, SENTENCE, Pair, keep_pair, read_corpus, split_key
 from data.files import TOKENIZER_FILE, sha256_file
 from data.split import Splits, split_pairs
 from data.tokenizer import Tokenizer, train_sentencepiece
@@ -70,6 +70,7 @@ def prepare(
     tokenizer_model: Path | None = None,
     languages: tuple[str, str] = ("de", "en"),
     reverse: bool = False,
+    extra_corpora: tuple[str, ...] = (),
 ) -> dict:
     """Write train/valid/test TSVs, `spm.model` and `manifest.json` into `out`.
 
@@ -82,6 +83,11 @@ def prepare(
     so both directions share one split (by the corpus's source side) and one held-out set.
     The manifest records the direction written (`languages`), which training puts into the
     model's config.
+
+    `extra_corpora` (specs like `corpus`, read in the same language order) add training pairs
+    only: the held-out splits stay the main corpus's, and an extra pair that shares a side
+    with a held-out sentence or with the gold set (data/gold/) is dropped, so every
+    reported figure stays held out.
     """
     out.mkdir(parents=True, exist_ok=True)
     pairs_iter, inputs, license_ = read_corpus(corpus, ding_path)
@@ -89,6 +95,11 @@ def prepare(
     kept = [p for p in raw if keep_pair(p)]
     log.info("read %d pairs, %d after length filters", len(raw), len(kept))
     splits = split_pairs(kept, test_size=test_size, valid_size=valid_size)
+    extra_inputs: list[Path] = []
+    if extra_corpora:
+        extras, extra_inputs, dropped = read_extra_corpora(extra_corpora, splits, ding_path)
+        log.info("extra corpora: %d training pairs (%d dropped: held out or gold)", len(extras), dropped)
+        splits.train.extend(extras)
     if reverse:
         languages = (languages[1], languages[0])
         splits = Splits(*([Pair(p.target, p.source, p.kind) for p in part] for part in splits.astuple()))
@@ -124,8 +135,9 @@ def prepare(
     }
     manifest = {
         "corpus": corpus,
+        "extra_corpora": list(extra_corpora),
         "languages": {"source": languages[0], "target": languages[1]},
-        "inputs": [{"path": str(p), "sha256": sha256_file(p)} for p in inputs],
+        "inputs": [{"path": str(p), "sha256": sha256_file(p)} for p in inputs + extra_inputs],
         "license": license_,
         "counts": counts,
         "filters": {"max_chars": 300, "max_length_ratio": 3.0, "max_phrases": max_phrases},
@@ -154,12 +166,64 @@ def prepare(
     return manifest
 
 
+GOLD_DIR = Path(__file__).parent / "gold"
+
+
+def gold_sides() -> set[str]:
+    """Split keys of both sides of every gold pair (data/gold/*.gold.tsv)."""
+    sides = set()
+    for path in sorted(GOLD_DIR.glob("*.gold.tsv")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            sides.update(split_key(field) for field in line.split("\t")[:2])
+    return sides
+
+
+def read_extra_corpora(
+    specs: tuple[str, ...], splits: Splits, ding_path: Path | None
+) -> tuple[list[Pair], list[Path], int]:
+    """Training-only pairs of `specs`: (pairs, input files, how many were dropped).
+
+    Dropped: pairs failing the length filters, repeating a main-corpus training pair, or
+    sharing a side with a held-out or gold sentence.
+    """
+    forbidden = gold_sides() | {
+        split_key(side) for pair in splits.valid + splits.test for side in (pair.source, pair.target)
+    }
+    known = set(splits.train)
+    pairs, inputs, dropped = [], [], 0
+    for spec in specs:
+        pairs_iter, spec_inputs, _ = read_corpus(spec, ding_path)
+        inputs.extend(spec_inputs)
+        for pair in pairs_iter:
+            if (
+                pair in known
+                or not keep_pair(pair)
+                or split_key(pair.source) in forbidden
+                or split_key(pair.target) in forbidden
+            ):
+                dropped += 1
+                continue
+            known.add(pair)
+            pairs.append(pair)
+    return pairs, inputs, dropped
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # The defaults are prepare()'s own, so the library and the command line cannot drift.
     default = {name: parameter.default for name, parameter in inspect.signature(prepare).parameters.items()}
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument(
-        "--corpus", default=default["corpus"], help=f"ding | tsv:PATH | moses:SRC,TGT (default: {default['corpus']})"
+        "--corpus",
+        default=default["corpus"],
+        help=f"ding | tsv:PATH | moses:SRC,TGT | gettext:PATH (default: {default['corpus']})",
+    )
+    parser.add_argument(
+        "--extra-corpus",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="more training pairs, a spec like --corpus's (e.g. gettext:DIR of .po/.mo catalogs, "
+        "see docs/cli.md); held out and gold sentences are never among them; repeatable",
     )
     parser.add_argument("--ding-path", type=Path, default=None, help="explicit path to the Ding de-en file")
     parser.add_argument(
@@ -222,4 +286,5 @@ def main(args: argparse.Namespace) -> None:
         tokenizer_model=args.tokenizer,
         languages=tuple(args.languages),
         reverse=args.reverse,
+        extra_corpora=tuple(args.extra_corpus),
     )
