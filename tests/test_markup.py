@@ -294,3 +294,48 @@ def test_a_map_that_does_not_spell_the_translation_places_by_position() -> None:
     placed = place_translation(marked, Translation("the dog barks", wrong))
     assert placed.words == [[1]] and placed.approximated == [0]
     assert fits(word_map("a b", "x y", diagonal(2)), "a b", "x y") and not fits(wrong, marked.text, "the dog barks")
+
+
+def translate_markdown(text: str) -> str:
+    from seq2seq.documents.files import Limits, read_markdown, translate_document
+
+    return translate_document(read_markdown(text.encode(), Limits()), upper_translate).data.decode()
+
+
+def test_markdown_front_matter_translates_reader_visible_values_and_keeps_the_rest() -> None:
+    yaml = (
+        "---\n"
+        "title: Mein kleines Haus\n"
+        "description: 'Das ist ''mein'' Haus'\n"
+        'summary: "Ein Haus"\n'
+        "tags: [haus, garten]\n"
+        "date: 2024-01-01\n"
+        "layout: post\n"
+        "---\n"
+        "\n"
+        "# Das Haus\n"
+    )
+    assert translate_markdown(yaml) == (
+        "---\n"
+        "title: MEIN KLEINES HAUS\n"
+        "description: 'DAS IST ''MEIN'' HAUS'\n"  # a quote inside single quotes stays doubled
+        'summary: "EIN HAUS"\n'
+        "tags: [haus, garten]\n"  # data, not text: kept
+        "date: 2024-01-01\n"
+        "layout: post\n"
+        "---\n"
+        "\n"
+        "# DAS HAUS\n"
+    )
+    # a plain value whose translation YAML would misread is written quoted
+    assert translate_markdown("---\ntitle: Haus und Garten\n---\nText.\n").startswith("---\ntitle: HAUS UND GARTEN\n")
+    assert translate_markdown("---\ntitle: Ein Haus: klein\n---\nText.\n") == (
+        '---\ntitle: "EIN HAUS: KLEIN"\n---\nTEXT.\n'
+    )
+    toml = '+++\ntitle = "Mein Haus"\ndraft = true\n+++\nDas *Haus* ist klein.\n'
+    assert translate_markdown(toml) == '+++\ntitle = "MEIN HAUS"\ndraft = true\n+++\nDAS *HAUS* IST KLEIN.\n'
+
+
+def test_thematic_breaks_at_the_top_are_not_front_matter() -> None:
+    assert translate_markdown("---\n\nDas Haus.\n\n---\n\nNoch mehr.\n") == "---\n\nDAS HAUS.\n\n---\n\nNOCH MEHR.\n"
+    assert translate_markdown("---\nDas Haus.\n") == "---\nDAS HAUS.\n"  # never closed

@@ -252,13 +252,16 @@ def read_subtitles(data: bytes, limits: Limits) -> SubtitleDocument:
 @dataclass
 class MarkdownDocument:
     """Markdown: each inline run of a paragraph, heading, list item or table cell is a
-    segment, replaced in place in the source lines; code, HTML blocks and the rest untouched."""
+    segment, replaced in place in the source lines; code, HTML blocks and the rest untouched.
+    A front matter block (YAML `---`, TOML `+++`) is not Markdown: only the values of its
+    reader-visible keys (title, description, ...) are segments, written back quoted as needed."""
 
     lines: list[str]
     found: list[tuple[int, int, list[tuple[int, int, int]]]]  # (first line, last line, content spans)
     pages: list[list[html_format.Part]]
     segments: list[Marked] = field(default_factory=list)
     notes: Counter = field(default_factory=Counter)
+    quoting: dict[int, str] = field(default_factory=dict)  # page -> how a front matter value is quoted
 
     def __post_init__(self) -> None:
         self.segments = [html_format.segments(parts)[0].marked for parts in self.pages]
@@ -267,8 +270,12 @@ class MarkdownDocument:
         lines = list(self.lines)
         edits: dict[int, list[tuple[int, int, str]]] = {}
         dropped: set[int] = set()
-        for (_, _, spans), parts, translation in zip(self.found, self.pages, placed):
+        for page, ((_, _, spans), parts, translation) in enumerate(zip(self.found, self.pages, placed)):
             if translation is None:
+                continue
+            if page in self.quoting:
+                text = quote_front_matter(translation.text, self.quoting[page])
+                edits.setdefault(spans[0][0], []).append((spans[0][1], spans[0][2], text))
                 continue
             text = html_format.render(translation, html_format.segments(parts)[0].verbatim, escape=escape_markdown)
             for number, (line, start, end) in enumerate(spans):
@@ -279,6 +286,62 @@ class MarkdownDocument:
             for start, end, text in sorted(changes, reverse=True):
                 lines[line] = lines[line][:start] + text + lines[line][end:]
         return "".join(line for number, line in enumerate(lines) if number not in dropped).encode()
+
+
+# Front matter keys whose values a reader sees (Jekyll, Hugo, MkDocs, Pandoc); other keys
+# (dates, slugs, layouts, tags) are data and stay as written.
+FRONT_MATTER_KEYS = ("title", "subtitle", "description", "summary", "excerpt", "abstract", "caption", "linktitle")
+_FRONT_MATTER_VALUE = re.compile(
+    rf"^[ \t]*(?:{'|'.join(FRONT_MATTER_KEYS)})[ \t]*(?P<sep>[:=])[ \t]*(?P<value>\S(?:.*\S)?)[ \t]*$",
+    re.IGNORECASE,
+)
+_FRONT_MATTER_KEY = re.compile(r"^[\w-]+[ \t]*(?::(?:[ \t]|$)|=)")
+# A plain YAML scalar must be quoted when it holds these (or starts with an indicator).
+_YAML_NEEDS_QUOTES = re.compile(r"^[-?:,\[\]{}#&*!|>'\"%@`]|: | #|:$")
+
+
+def front_matter_end(lines: list[str]) -> int:
+    """Number of lines of the front matter at the top of a Markdown file (0: none)."""
+    if not lines or lines[0].rstrip("\r\n") not in ("---", "+++"):
+        return 0
+    closers = ("---", "...") if lines[0].startswith("-") else ("+++",)
+    for number in range(1, len(lines)):
+        if lines[number].rstrip("\r\n").rstrip() in closers:
+            # Front matter starts at once and holds keys; else these are thematic breaks.
+            keyed = any(_FRONT_MATTER_KEY.match(line) for line in lines[1:number])
+            return number + 1 if keyed and lines[1].strip() else 0
+    return 0  # no closing line: a thematic break, not front matter
+
+
+def front_matter_value(line: str, toml: bool) -> tuple[int, int, str] | None:
+    """(start, end, quoting) of a translatable value on a front matter line, or None.
+
+    quoting: '"' or "'" for a quoted value (the span is inside the quotes), "plain" for an
+    unquoted YAML scalar; block scalars (`|`, `>`), lists, and values with escapes are left."""
+    match = _FRONT_MATTER_VALUE.match(line.rstrip("\r\n"))
+    if match is None or (match["sep"] == "=") != toml:
+        return None
+    value, start = match["value"], match.start("value")
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        inner = value[1:-1]
+        if "\\" in inner or (value[0] in inner and value[0] == '"'):
+            return None
+        return start + 1, start + len(value) - 1, value[0]
+    if toml or value[0] in "|>[{&*!\"'" or " #" in value:
+        return None
+    return start, start + len(value), "plain"
+
+
+def quote_front_matter(text: str, quoting: str) -> str:
+    """A translated value written back so the front matter still parses as before."""
+    text = " ".join(text.split())
+    if quoting == "'":
+        return text.replace("'", "''")
+    if quoting == '"':
+        return text.replace("\\", "\\\\").replace('"', '\\"')
+    if _YAML_NEEDS_QUOTES.search(text):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text
 
 
 def escape_markdown(text: str) -> str:
@@ -331,8 +394,24 @@ def read_markdown(data: bytes, limits: Limits) -> MarkdownDocument:
     text = decode_text(data, "Markdown")
     lines = text.splitlines(keepends=True)
     found, pages, notes = [], [], Counter()
+    quoting: dict[int, str] = {}
+    front = front_matter_end(lines)
+    toml = bool(front) and lines[0].startswith("+")
+    for number in range(1, max(front - 1, 1)):
+        spot = front_matter_value(lines[number], toml)
+        if spot is None or not has_words(lines[number][spot[0] : spot[1]]):
+            continue
+        builder = MarkupBuilder()
+        builder.text(
+            lines[number][spot[0] : spot[1]].replace("''", "'") if spot[2] == "'" else lines[number][spot[0] : spot[1]]
+        )
+        quoting[len(pages)] = spot[2]
+        found.append((number, number + 1, [(number, spot[0], spot[1])]))
+        pages.append([html_format.Segment(builder.build(), "", set())])
+    # The Markdown parser sees the front matter as blank lines, so the line numbers it maps hold.
+    parsed = "".join("\n" for _ in lines[:front]) + "".join(lines[front:])
     cursor: dict[int, int] = {}  # per line, where the last content found ends (table cells)
-    for token in MarkdownIt("commonmark").enable("table").parse(text):
+    for token in MarkdownIt("commonmark").enable("table").parse(parsed):
         if token.type == "html_block":
             notes["HTML blocks"] += 1
         if token.type != "inline" or not token.map or not has_words(token.content):
@@ -353,7 +432,7 @@ def read_markdown(data: bytes, limits: Limits) -> MarkdownDocument:
             continue
         found.append((token.map[0], token.map[1], spans))
         pages.append(_markdown_segment(token.children or []))
-    document = MarkdownDocument(lines, found, pages)
+    document = MarkdownDocument(lines, found, pages, quoting=quoting)
     document.notes = notes
     return document
 
