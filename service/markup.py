@@ -96,14 +96,17 @@ def translate_pages(
     return out
 
 
-def read_inline_texts(texts: list[str], kind: str | None, labels: list[str]) -> list[InlineText]:
-    """Each text as one marked segment (none without a `kind`); 400 naming the text whose XML does not parse."""
+def read_inline_texts(
+    texts: list[str], kind: str | None, labels: list[str], attributes: bool = False
+) -> list[InlineText]:
+    """Each text as one marked segment (none without a `kind`); 400 naming the text whose XML
+    does not parse. `attributes`: read HTML attribute values a reader sees, to translate."""
     if kind is None:
         return []
     read = []
     for text, label in zip(texts, labels):
         try:
-            read.append(read_inline(text, kind))
+            read.append(read_inline(text, kind, attributes))
         except XMLInputError as error:
             raise APIError(400, f"Invalid request: {label}: {error}") from None
     return read
@@ -113,20 +116,25 @@ def marked_translations(
     ctx: RequestContext, model: ServedModel, texts: list[str], kind: str, config: DecodeConfig, n_best: int
 ) -> list[TextTranslation]:
     """`/v1/translate` with `format`: each text one marked segment; its record describes the
-    plain text, with the marked translation beside it (a text without words is kept)."""
+    plain text, with the marked translation beside it (a text without words is kept). The
+    HTML attribute values a reader sees (alt, title, ...) are translated too, in one batch of
+    their own, and written into their tags; the records and maps stay the text's."""
     labels = [f"texts[{i}]" for i in range(len(texts))] if len(texts) > 1 else ["text"]
-    inline = read_inline_texts(texts, kind, labels)
+    inline = read_inline_texts(texts, kind, labels, attributes=True)
     translate = scheduled_translator(ctx, model, config)
     placed = place_segments([item.marked for item in inline], translate)
+    values = [value for item in inline for value in item.attributes]
+    placed_values = iter(place_segments(values, scheduled_translator(ctx, model, config)) if values else [])
     made = iter(translate.translated)
     out = []
     for item, placement in zip(inline, placed):
+        mine = [next(placed_values) for _ in item.attributes]
         if placement is None:
             record = TextTranslation(
                 text=item.marked.text, score=0.0, source=model.source, target=model.target, sentences=[]
             )
         else:
             record = text_translation(model, next(made), n_best)
-        record.marked_text, record.plain_source = item.write(placement), item.marked.text
+        record.marked_text, record.plain_source = item.write(placement, mine), item.marked.text
         out.append(record)
     return out

@@ -140,6 +140,20 @@ def test_html(http: httpx.Client, translations: dict[str, str]) -> None:
     assert f"<title>{translations[PLAIN[0]]}</title>" in page
 
 
+def test_native_inline_html_translates_attributes_beside_its_one_segment(
+    http: httpx.Client, translations: dict[str, str]
+) -> None:
+    text = f'<img alt="{PLAIN[1]}" src="x.png">{PLAIN[0]}'
+    answer = http.post("/v1/translate", json={"text": text, "source": "de", "format": "html"})
+    assert answer.status_code == 200, answer.text
+    (record,) = answer.json()["translations"]
+    found = Elements()
+    found.feed(record["marked_text"])
+    assert found.alts == [translations[PLAIN[1]]]  # the same translation as the sentence alone
+    assert record["plain_source"] == PLAIN[0] and record["text"] == translations[PLAIN[0]]
+    assert record["marked_text"].endswith(translations[PLAIN[0]])
+
+
 def test_srt(http: httpx.Client, translations: dict[str, str]) -> None:
     _, data = round_trip(http, "film.srt", SRT.encode())
     cues = data.decode().strip().split("\n\n")

@@ -339,3 +339,24 @@ def test_markdown_front_matter_translates_reader_visible_values_and_keeps_the_re
 def test_thematic_breaks_at_the_top_are_not_front_matter() -> None:
     assert translate_markdown("---\n\nDas Haus.\n\n---\n\nNoch mehr.\n") == "---\n\nDAS HAUS.\n\n---\n\nNOCH MEHR.\n"
     assert translate_markdown("---\nDas Haus.\n") == "---\nDAS HAUS.\n"  # never closed
+
+
+def test_inline_html_translates_attribute_values_apart_from_its_one_segment() -> None:
+    from seq2seq.documents.inline import read_inline
+
+    text = '<img alt="Ein Hund" src="h.png">Das <a title="Ein Haus" href="/haus">Haus</a> ist klein.'
+    inline = read_inline(text, "html", attributes=True)
+    assert inline.marked.text == "Das Haus ist klein."  # the text's one segment: its map is over these words
+    assert [value.text for value in inline.attributes] == ["Ein Hund", "Ein Haus"]
+    (placed,) = place_segments([inline.marked], upper_translate)
+    values = place_segments(inline.attributes, upper_translate)
+    assert inline.write(placed, values) == (
+        '<img alt="EIN HUND" src="h.png">DAS <a title="EIN HAUS" href="/haus">HAUS</a> IST KLEIN.'
+    )
+    assert (
+        inline.write(placed)
+        == '<img alt="Ein Hund" src="h.png">DAS <a title="Ein Haus" href="/haus">HAUS</a> IST KLEIN.'
+    )
+    # without `attributes` (what /v1/align and `crossalign align --markup` read) they are kept
+    kept = read_inline(text, "html")
+    assert kept.attributes == [] and kept.marked.text == inline.marked.text

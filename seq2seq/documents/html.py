@@ -160,8 +160,9 @@ def tokens(markup: str) -> list[tuple[str, str, str]]:
 
 
 class _Reader:
-    def __init__(self, blocks: bool):
+    def __init__(self, blocks: bool, attributes: bool):
         self.blocks = blocks
+        self.translate_attributes = attributes
         self.parts: list[Part] = []
         self.builder: MarkupBuilder | None = None
         self.raw: list[str] = []
@@ -191,7 +192,7 @@ class _Reader:
         """A tag outside the segments: its translated attributes become segments in place."""
         self.flush()
         at = 0
-        for begin, end, segment in attribute_segments(raw) if self.blocks else []:
+        for begin, end, segment in attribute_segments(raw) if self.translate_attributes else []:
             self.parts.extend([raw[at:begin], segment])
             at = end
         self.parts.append(raw[at:])
@@ -199,7 +200,7 @@ class _Reader:
     def attach(self, element: Element) -> Element:
         """An element of the segment: its translated attributes as `attribute` segments, and
         where it starts in the segment's raw text (call before adding its raw text)."""
-        if self.blocks:
+        if self.translate_attributes:
             element.attributes = [
                 (begin, end, replace(segment, attribute=True))
                 for begin, end, segment in attribute_segments(element.start)
@@ -318,11 +319,12 @@ def attribute_segments(tag: str) -> list[tuple[int, int, Segment]]:
     return found
 
 
-def read_html(markup: str, blocks: bool = True) -> list[Part]:
+def read_html(markup: str, blocks: bool = True, attributes: bool | None = None) -> list[Part]:
     """`markup` as raw parts and segments, in order (module doc); their concatenation, with
-    every segment as its `raw` and the `attribute` segments left out, is `markup` exactly."""
+    every segment as its `raw` and the `attribute` segments left out, is `markup` exactly.
+    `attributes`: whether attribute values are segments too (default: with `blocks`)."""
     found = tokens(markup)
-    reader = _Reader(blocks)
+    reader = _Reader(blocks, blocks if attributes is None else attributes)
     index = 0
     while index < len(found):
         kind, name, raw = found[index]

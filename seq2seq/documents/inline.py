@@ -11,7 +11,7 @@ is inline markup (XLIFF 1.2's `<g>`/`<x/>`; its native-code `<ph>`, `<bpt>`, `<e
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from seq2seq.documents.html import read_html, segments, write_html
 from seq2seq.documents.markup import Marked, Placed
@@ -22,27 +22,39 @@ INLINE_FORMATS = ("html", "xml")
 
 @dataclass
 class InlineText:
-    """A text's plain segment, and how to write a placed translation of it (None: the text as it was)."""
+    """A text's plain segment, and how to write a placed translation of it (None: the text as
+    it was). `attributes`: with `read_inline(..., attributes=True)`, the HTML attribute values
+    a reader sees (alt, title, ...), translated apart from the text; `write`'s second argument
+    places them (None: kept as written)."""
 
     marked: Marked
-    write: Callable[[Placed | None], str]
+    write: Callable[..., str]
+    attributes: list[Marked] = field(default_factory=list)
 
 
-def read_inline(text: str, kind: str) -> InlineText:
+def read_inline(text: str, kind: str, attributes: bool = False) -> InlineText:
     """`text` as one segment of `kind` ("html" or "xml"); raises ValueError (XMLInputError)
-    for XML that does not parse, naming the problem."""
+    for XML that does not parse, naming the problem. `attributes` (html): the attribute values
+    a reader sees become `InlineText.attributes` (a translation, not an alignment, wants them)."""
     if kind == "html":
-        parts = read_html(text, blocks=False)
+        parts = read_html(text, blocks=False, attributes=attributes)
         found = segments(parts)
         if not found:  # whitespace only
-            return InlineText(Marked(text), lambda placed: text)
-        return InlineText(found[0].marked, lambda placed: write_html(parts, [placed]))
+            return InlineText(Marked(text), lambda placed, placed_attributes=None: text)
+        main = next(segment for segment in found if not segment.attribute)
+        values = [segment.marked for segment in found if segment.attribute]
+
+        def write_page(placed: Placed | None, placed_attributes: list[Placed | None] | None = None) -> str:
+            # The attribute segments come before the text's in `parts` (html.py's reader).
+            return write_html(parts, list(placed_attributes or [None] * len(values)) + [placed])
+
+        return InlineText(main.marked, write_page, values)
     if kind != "xml":
         raise ValueError(f"markup format must be one of {', '.join(INLINE_FORMATS)}, not {kind!r}")
     root = fragment(text)
     marked = read_element(root)
 
-    def write(placed: Placed | None) -> str:
+    def write(placed: Placed | None, placed_attributes: list[Placed | None] | None = None) -> str:
         if placed is None:
             return text
         write_element(root, placed)
