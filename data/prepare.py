@@ -96,6 +96,7 @@ def prepare(
     log.info("read %d pairs, %d after length filters", len(raw), len(kept))
     splits = split_pairs(kept, test_size=test_size, valid_size=valid_size)
     extra_inputs: list[Path] = []
+    extras, dropped = [], 0
     if extra_corpora:
         extras, extra_inputs, dropped = read_extra_corpora(extra_corpora, splits, ding_path)
         log.info("extra corpora: %d training pairs (%d dropped: held out or gold)", len(extras), dropped)
@@ -136,6 +137,8 @@ def prepare(
     manifest = {
         "corpus": corpus,
         "extra_corpora": list(extra_corpora),
+        "extra_pairs": len(extras),
+        "extra_dropped": dropped,
         "languages": {"source": languages[0], "target": languages[1]},
         "inputs": [{"path": str(p), "sha256": sha256_file(p)} for p in inputs + extra_inputs],
         "license": license_,

@@ -157,6 +157,9 @@ def write_card(
             article="An" if language_name(source)[0] in "AEIOU" else "A",
             source=language_name(source),
             target=language_name(target),
+            corpora="the Ding corpus and translated software messages (gettext catalogs)"
+            if any(spec.startswith("gettext:") for spec in manifest.get("extra_corpora") or [])
+            else "the Ding corpus",
         )
         + quality_section(metrics, manifest, language_name(source), language_name(target))
         + model_section(config)
@@ -172,7 +175,7 @@ def write_card(
 
 INTRODUCTION = """# crossalign {direction} — model card
 
-{article} {source}→{target} transformer trained by crossalign on the Ding corpus; every translation
+{article} {source}→{target} transformer trained by crossalign on {corpora}; every translation
 comes with its cross-attention alignment map.
 
 """
@@ -269,6 +272,18 @@ def model_section(config: dict) -> str:
 """
 
 
+def data_sources(manifest: dict) -> str:
+    """The corpora a data directory was prepared from, with what each added (`--extra-corpus`)."""
+    extra = manifest.get("extra_corpora") or []
+    if not extra:
+        return manifest["corpus"]
+    kinds = ", ".join(spec.split(":", 1)[0] + " (" + spec.rsplit("/", 1)[-1] + ")" for spec in extra)
+    return (
+        f"{manifest['corpus']}, with training pairs only from {kinds} ({manifest.get('extra_pairs', '?')} pairs; "
+        "no held-out or gold sentence among them)"
+    )
+
+
 def data_mix(train_config: dict) -> str:
     share = train_config.get("phrase_share", 0.0)
     if share:
@@ -298,8 +313,8 @@ def training_section(history: list[dict], train_config: dict, config: dict, mani
     )
     return f"""## Training
 
-- Data: {manifest["corpus"]} — {manifest["counts"]["train"].get("sentence", 0)} sentence pairs
-  {data_mix(train_config)} {manifest["counts"]["train"].get("phrase", 0)} dictionary phrase pairs.
+- Data: {data_sources(manifest)} — {manifest["counts"]["train"].get("sentence", 0)} sentence pairs
+  {data_mix(train_config)} {manifest["counts"]["train"].get("phrase", 0)} phrase pairs.
 - {last["step"]} steps{f" in {last['stage']} stages (each later stage starts from the previous stage's weights with a fresh optimizer: `--init-from`)" if last["stage"] > 1 else ""}, {last["minutes"]} minutes on a 2-core CPU
   ({last["tokens_per_s"]} target tokens/s in the last window). {"Last stage: " if last["stage"] > 1 else ""}{last["epoch"] + 1} epochs; AdamW (betas {train_config["betas"]}),
   {schedule(train_config)},
@@ -328,11 +343,27 @@ def notes_section(notes: str) -> str:
     return (f"## Notes from training\n\n{notes}\n" if notes else "") + "\n"
 
 
+def extra_license(manifest: dict) -> str:
+    if not manifest.get("extra_corpora"):
+        return ""
+    return (
+        "\n- Extra training pairs: translated messages of Debian packages (`crossalign data catalogs`), "
+        "each under its program's license (mostly GPL and LGPL; LibreOffice MPL-2.0)."
+    )
+
+
+def input_hashes(manifest: dict, shown: int = 3) -> str:
+    hashes = [entry["sha256"][:16] + "…" for entry in manifest["inputs"]]
+    if len(hashes) <= shown + 1:
+        return ", ".join(hashes)
+    return ", ".join(hashes[:shown]) + f" and {len(hashes) - shown} more (data_manifest.json lists every file)"
+
+
 def data_section(manifest: dict) -> str:
     return f"""## Data and license
 
-- Corpus: {manifest["license"]}.
-- Input sha256: {", ".join(i["sha256"][:16] + "…" for i in manifest["inputs"])}.
+- Corpus: {manifest["license"]}.{extra_license(manifest)}
+- Input sha256: {input_hashes(manifest)}.
 - The model is trained on GPL-2+ data; we distribute it under the same license (GPL-2.0-or-later).
 
 """

@@ -538,3 +538,13 @@ def test_model_card_speaks_of_its_bundles_direction(tmp_path: Path) -> None:
     assert card.startswith("# crossalign en-de — model card") and "English→German transformer" in card
     assert "German→English" not in card and "with their German references" in card
     assert (bundle / "training_curve.png").stat().st_size > 1000
+    # A data directory with extra training corpora (`data prepare --extra-corpus`) says what they added.
+    manifest = json.loads((SHIPPED_BUNDLE / "data_manifest.json").read_text())
+    manifest |= {"extra_corpora": ["gettext:/cache/catalogs/de"], "extra_pairs": 1234, "extra_dropped": 5}
+    manifest["inputs"] = manifest["inputs"] + [{"path": f"/c/{i}.mo", "sha256": f"{i:064x}"} for i in range(9)]
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    card = write_card(bundle, run, data, shipped["metrics"], "crossalign train ...").read_text()
+    assert "trained by crossalign on the Ding corpus and translated software messages" in card
+    assert "with training pairs only from gettext (de) (1234 pairs; no held-out or gold sentence among them)" in card
+    assert "Extra training pairs: translated messages of Debian packages" in card
+    assert "and 7 more (data_manifest.json lists every file)" in card

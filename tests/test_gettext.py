@@ -203,7 +203,8 @@ def test_extra_corpus_adds_training_pairs_only_and_never_a_held_out_or_gold_sent
     assert train[-len(EXPECTED) :] == EXPECTED  # the catalog's plain pairs, and nothing else
     forbidden = {split_key(held_out.target), split_key(gold_source), split_key(gold_target)}
     assert not [p for p in train if split_key(p.source) in forbidden or split_key(p.target) in forbidden]
-    assert mixed["extra_corpora"] == [f"gettext:{catalog.parent}"]
+    assert mixed["extra_corpora"] == [f"gettext:{catalog.parent}"] and mixed["extra_pairs"] == len(EXPECTED)
+    assert mixed["extra_dropped"] == 3  # the held-out and the two gold messages
     assert mixed["counts"]["train"]["total"] == plain["counts"]["train"]["total"] + len(EXPECTED)
     assert str(catalog) in [entry["path"] for entry in mixed["inputs"]]
 
