@@ -9,8 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from data.corpora import PHRASE, SENTENCE, CorpusError, Pair, read_corpus, split_key
-from data.gettext import collect_catalogs, message_pair, plain_message, read_gettext, read_mo, read_po
+from data.catalogs import collect_catalogs
+from data.corpora import (
+    PHRASE,
+    SENTENCE,
+    CorpusError,
+    Pair,
+    message_pair,
+    plain_message,
+    read_corpus,
+    read_gettext,
+    read_mo,
+    read_po,
+    split_key,
+)
 from data.prepare import GOLD_DIR, prepare, read_pairs
 
 PO = r"""# German translation of a program.
