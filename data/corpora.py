@@ -436,12 +436,13 @@ def read_corpus(spec: str, ding_path: Path | None = None) -> tuple[Iterator[Pair
         return read_ding(path), [path], DING_LICENSE
     kind, _, rest = spec.partition(":")
     if kind == "tsv" and rest:
-        return read_tsv(Path(rest)), [Path(rest)], "user-supplied (see the corpus's own license)"
+        path = Path(rest).expanduser()
+        return read_tsv(path), [path], "user-supplied (see the corpus's own license)"
     if kind == "moses" and "," in rest:
-        src, tgt = (Path(p) for p in rest.split(",", 1))
+        src, tgt = (Path(p).expanduser() for p in rest.split(",", 1))
         return read_moses(src, tgt), [src, tgt], "user-supplied (see the corpus's own license)"
     if kind == "gettext" and rest:
-        root = Path(rest)
+        root = Path(rest).expanduser()  # "gettext:~/..." is not a word the shell expands
         return read_gettext(root), catalog_files(root), GETTEXT_LICENSE
     raise CorpusError(f"unknown corpus spec {spec!r}: use ding, tsv:PATH, moses:SRC,TGT or gettext:PATH")
 

@@ -177,12 +177,15 @@ def test_a_directory_skips_a_broken_catalog_but_a_named_file_is_an_error(tmp_pat
         list(read_gettext(tmp_path / "absent"))
 
 
-def test_gettext_corpus_spec(tmp_path: Path):
+def test_gettext_corpus_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (tmp_path / "de.po").write_text(PO, encoding="utf-8")
     pairs, inputs, license_ = read_corpus(f"gettext:{tmp_path}")
     assert list(pairs) == EXPECTED
     assert inputs == [tmp_path / "de.po"]
     assert "license" in license_
+    monkeypatch.setenv("HOME", str(tmp_path))  # "gettext:~/..." reaches no shell that would expand it
+    pairs, inputs, _ = read_corpus("gettext:~/de.po")
+    assert list(pairs) == EXPECTED and inputs == [tmp_path / "de.po"]
 
 
 def test_extra_corpus_adds_training_pairs_only_and_never_a_held_out_or_gold_sentence(tmp_path: Path):
