@@ -99,8 +99,16 @@ def test_the_bias_follows_its_rows_when_they_reorder() -> None:
 
 def test_the_shipped_model_writes_more_glossary_terms_with_the_bonus(shipped_translator) -> None:
     # Gold sentences whose glossary terms the model ranks too low to copy from the hints alone.
-    glossary = (("verschlüsselt", "encrypted"), ("Ferienhaus", "holiday home"), ("Bodensee", "Lake Constance"))
-    texts = ["Die Daten werden verschlüsselt übertragen.", "Meine Großeltern haben ein Ferienhaus am Bodensee."]
+    glossary = (
+        ("Akkulaufzeit", "battery life"),
+        ("Wohnzimmerfenster", "living room window"),
+        ("Ferienhaus", "holiday home"),
+    )
+    texts = [
+        "Die Akkulaufzeit beträgt bis zu zehn Stunden.",
+        "Das Wohnzimmerfenster ist seit gestern kaputt.",
+        "Meine Großeltern haben ein Ferienhaus am Bodensee.",
+    ]
     config = dataclasses.replace(shipped_translator.decode_defaults, glossary=glossary)
     assert config.term_bonus > 0  # the bundle serves it
     used = {}
@@ -132,7 +140,8 @@ def shipped_client(shipped_translator):
     engine.close()
 
 
-ENCRYPTED = {"text": "Die Daten werden verschlüsselt übertragen.", "glossary": {"verschlüsselt": "encrypted"}}
+# A gold sentence whose glossary term the model writes with the bundle's bonus and not from the hint alone.
+PRACTICE = {"text": "Sie geht jeden Tag zum Training.", "glossary": {"Training": "practice"}}
 
 
 def test_a_request_sets_the_term_bonus_or_gets_the_bundles(shipped_client) -> None:
@@ -142,15 +151,15 @@ def test_a_request_sets_the_term_bonus_or_gets_the_bundles(shipped_client) -> No
         found = answer.json()
         return found["translatedText"] if route == "/translate" else found["translations"][0]["text"]
 
-    libre = {"q": ENCRYPTED["text"], "source": "de", "target": "en", "glossary": ENCRYPTED["glossary"]}
-    for route, body in (("/v1/translate", ENCRYPTED), ("/translate", libre)):
-        assert "encrypted" in translated(route, body).split()  # the bundle's bonus (2.5)
-        assert "encrypted" not in translated(route, {**body, "term_bonus": 0}).split()  # off: the hint alone
+    libre = {"q": PRACTICE["text"], "source": "de", "target": "en", "glossary": PRACTICE["glossary"]}
+    for route, body in (("/v1/translate", PRACTICE), ("/translate", libre)):
+        assert "practice" in translated(route, body).split()  # the bundle's bonus (2.5)
+        assert "practice" not in translated(route, {**body, "term_bonus": 0}).split()  # off: the hint alone
     for bonus, expected in ((None, True), (0, False)):  # the stream's search too (its `done` event's text)
-        stream = shipped_client.post("/v1/translate/stream", json={**ENCRYPTED, "term_bonus": bonus})
+        stream = shipped_client.post("/v1/translate/stream", json={**PRACTICE, "term_bonus": bonus})
         done = stream.text.split("event: done\ndata: ")[1].splitlines()[0]
-        assert ("encrypted" in json.loads(done)["translations"][0]["text"].split()) is expected, done
-    for route, body in (("/v1/translate", ENCRYPTED), ("/translate", libre), ("/v1/attention", ENCRYPTED)):
+        assert ("practice" in json.loads(done)["translations"][0]["text"].split()) is expected, done
+    for route, body in (("/v1/translate", PRACTICE), ("/translate", libre), ("/v1/attention", PRACTICE)):
         refused = shipped_client.post(route, json={**body, "term_bonus": 11})
         assert refused.status_code in (400, 422) and "term_bonus" in refused.text, (route, refused.text)
 
