@@ -64,6 +64,7 @@ def collect_catalogs(out: Path, packages: list[str], language: str = "de") -> di
     out.mkdir(parents=True, exist_ok=True)
     wanted = re.compile(rf"(^|/){re.escape(language)}/LC_MESSAGES/[^/]+\.mo$")
     counts: dict[str, int] = {}
+    listed: dict[str, str] = {}  # package -> its line of packages.tsv
     with tempfile.TemporaryDirectory() as scratch:
         for package in tqdm(packages, desc="catalogs", unit="package", file=sys.stderr):
             result = subprocess.run(
@@ -81,9 +82,14 @@ def collect_catalogs(out: Path, packages: list[str], language: str = "de") -> di
                     member.name = Path(member.name).name  # flat: PACKAGE/NAME.mo
                     archive.extract(member, target, filter="data")
             counts[package] = len(members)
-            with (out / "packages.tsv").open("a", encoding="utf-8") as listing:
-                listing.write(f"{package}\t{debs[-1].name}\t{len(members)}\n")
+            listed[package] = f"{package}\t{debs[-1].name}\t{len(members)}\n"
             debs[-1].unlink()
+    # What the directory holds, each package once (a second run into it replaces its lines).
+    listing = out / "packages.tsv"
+    if listing.is_file():
+        for line in listing.read_text(encoding="utf-8").splitlines(keepends=True):
+            listed.setdefault(line.split("\t", 1)[0], line)
+    listing.write_text("".join(listed[name] for name in sorted(listed)), encoding="utf-8")
     log.info("%d catalogs from %d packages in %s", sum(counts.values()), len(counts), out)
     return counts
 

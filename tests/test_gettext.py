@@ -231,6 +231,8 @@ def test_catalogs_are_collected_from_a_debian_package_and_read_as_pairs(tmp_path
     assert counts == {"xdg-user-dirs": 1}
     assert (tmp_path / "xdg-user-dirs" / "xdg-user-dirs.mo").is_file()
     assert (tmp_path / "packages.tsv").read_text().startswith("xdg-user-dirs\txdg-user-dirs_")
+    collect_catalogs(tmp_path, ["xdg-user-dirs"], "de")  # a second run replaces the package's line
+    assert (tmp_path / "packages.tsv").read_text().count("xdg-user-dirs\t") == 1
     pairs = list(read_gettext(tmp_path))
     assert Pair("Schreibtisch", "Desktop", PHRASE) in pairs
     assert not list(tmp_path.glob("*.deb")) and not list(Path.cwd().glob("xdg-user-dirs_*.deb"))
