@@ -99,7 +99,9 @@ def prepare(
     extras, dropped = [], 0
     if extra_corpora:
         extras, extra_inputs, dropped = read_extra_corpora(extra_corpora, splits, ding_path)
-        log.info("extra corpora: %d training pairs (%d dropped: held out or gold)", len(extras), dropped)
+        log.info(
+            "extra corpora: %d training pairs (%d dropped: repeats, length, held out or gold)", len(extras), dropped
+        )
         splits.train.extend(extras)
     if reverse:
         languages = (languages[1], languages[0])
