@@ -55,6 +55,15 @@ xz-utils
 DEFAULT_PACKAGES = _PACKAGE_LIST.split()
 
 
+def default_packages(language: str) -> list[str]:
+    """The default packages for `language`: the list above, with its one per-language
+    package (LibreOffice's `-l10n-de`) for that language; the others carry every language."""
+    return [
+        name.removesuffix("-l10n-de") + f"-l10n-{language}" if name.endswith("-l10n-de") else name
+        for name in DEFAULT_PACKAGES
+    ]
+
+
 def collect_catalogs(out: Path, packages: list[str], language: str = "de") -> dict[str, int]:
     """Download `packages` with apt-get (nothing is installed) and unpack their `language`
     catalogs into `out/PACKAGE/`; returns catalogs per package. A package that cannot be
@@ -100,11 +109,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--packages",
         nargs="+",
-        default=DEFAULT_PACKAGES,
+        default=None,
         metavar="PACKAGE",
-        help=f"Debian packages to take catalogs from (default: {len(DEFAULT_PACKAGES)} with many German messages)",
+        help=f"Debian packages to take catalogs from (default: {len(DEFAULT_PACKAGES)} with many translated "
+        "messages; LibreOffice's in --language)",
     )
 
 
 def main(args: argparse.Namespace) -> None:
-    collect_catalogs(args.out, list(args.packages), args.language)
+    collect_catalogs(args.out, list(args.packages or default_packages(args.language)), args.language)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from data.catalogs import collect_catalogs
+from data.catalogs import DEFAULT_PACKAGES, collect_catalogs, default_packages
 from data.corpora import (
     PHRASE,
     SENTENCE,
@@ -236,3 +236,10 @@ def test_catalogs_are_collected_from_a_debian_package_and_read_as_pairs(tmp_path
     pairs = list(read_gettext(tmp_path))
     assert Pair("Schreibtisch", "Desktop", PHRASE) in pairs
     assert not list(tmp_path.glob("*.deb")) and not list(Path.cwd().glob("xdg-user-dirs_*.deb"))
+
+
+def test_the_default_packages_follow_the_language():
+    assert default_packages("de") == DEFAULT_PACKAGES and "libreoffice-l10n-de" in DEFAULT_PACKAGES
+    french = default_packages("fr")
+    assert "libreoffice-l10n-fr" in french and "libreoffice-l10n-de" not in french
+    assert len(french) == len(DEFAULT_PACKAGES) and "vlc-l10n" in french  # carries every language
