@@ -324,7 +324,7 @@ def front_matter_value(line: str, toml: bool) -> tuple[int, int, str] | None:
     value, start = match["value"], match.start("value")
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         inner = value[1:-1]
-        if "\\" in inner or (value[0] in inner and value[0] == '"'):
+        if "\\" in inner or (value[0] == '"' and '"' in inner):
             return None
         return start + 1, start + len(value) - 1, value[0]
     if toml or value[0] in "|>[{&*!\"'" or " #" in value:
@@ -337,11 +337,10 @@ def quote_front_matter(text: str, quoting: str) -> str:
     text = " ".join(text.split())
     if quoting == "'":
         return text.replace("'", "''")
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')  # as a double-quoted string
     if quoting == '"':
-        return text.replace("\\", "\\\\").replace('"', '\\"')
-    if _YAML_NEEDS_QUOTES.search(text):
-        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return text
+        return escaped
+    return f'"{escaped}"' if _YAML_NEEDS_QUOTES.search(text) else text
 
 
 def escape_markdown(text: str) -> str:
@@ -401,10 +400,9 @@ def read_markdown(data: bytes, limits: Limits) -> MarkdownDocument:
         spot = front_matter_value(lines[number], toml)
         if spot is None or not has_words(lines[number][spot[0] : spot[1]]):
             continue
+        value = lines[number][spot[0] : spot[1]]
         builder = MarkupBuilder()
-        builder.text(
-            lines[number][spot[0] : spot[1]].replace("''", "'") if spot[2] == "'" else lines[number][spot[0] : spot[1]]
-        )
+        builder.text(value.replace("''", "'") if spot[2] == "'" else value)
         quoting[len(pages)] = spot[2]
         found.append((number, number + 1, [(number, spot[0], spot[1])]))
         pages.append([html_format.Segment(builder.build(), "", set())])
