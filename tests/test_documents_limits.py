@@ -136,3 +136,25 @@ def test_zip_checks_and_formats_in_the_library() -> None:
     assert format_of("Bericht.DOCX").name == "docx" and format_of("x", "htm").name == "html"
     document = read_document(b"a b\n\nc\r\n", format_of("a.txt"))
     assert document.write([None, None, None]) == b"a b\n\nc\r\n"
+
+
+@pytest.mark.parametrize("name", ["a.docx", "a.pptx"])
+def test_a_translated_office_file_is_the_same_bytes_whenever_it_is_written(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sample_documents import make_docx, make_pptx
+
+    upload = make_docx() if name.endswith("docx") else make_pptx()
+    with zipfile.ZipFile(io.BytesIO(upload)) as archive:
+        times = {entry.filename: entry.date_time for entry in archive.infolist()}
+
+    def write() -> bytes:
+        document = read_document(upload, format_of(name))
+        return document.write([None] * len(document.segments))
+
+    first = write()
+    later = time.time() + 3600  # python-docx/-pptx stamp entries with the clock: an hour on
+    monkeypatch.setattr(time, "time", lambda: later)
+    assert write() == first
+    with zipfile.ZipFile(io.BytesIO(first)) as written:
+        assert all(times.get(entry.filename, (1980, 1, 1, 0, 0, 0)) == entry.date_time for entry in written.infolist())
