@@ -8,6 +8,7 @@ import json
 import logging
 import random
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from data.corpora import PHRASE, SENTENCE, Pair, keep_pair, read_corpus, split_key
@@ -95,14 +96,16 @@ def prepare(
     kept = [p for p in raw if keep_pair(p)]
     log.info("read %d pairs, %d after length filters", len(raw), len(kept))
     splits = split_pairs(kept, test_size=test_size, valid_size=valid_size)
-    extra_inputs: list[Path] = []
-    extras, dropped = [], 0
+    extra = ExtraCorpora([], [], 0, {}, {})
     if extra_corpora:
-        extras, extra_inputs, dropped = read_extra_corpora(extra_corpora, splits, ding_path)
+        extra = read_extra_corpora(extra_corpora, splits, ding_path)
         log.info(
-            "extra corpora: %d training pairs (%d dropped: repeats, length, held out or gold)", len(extras), dropped
+            "extra corpora: %d training pairs (%s; %d dropped: repeats, length, held out or gold)",
+            len(extra.pairs),
+            ", ".join(f"{count} from {spec}" for spec, count in extra.added.items()),
+            extra.dropped,
         )
-        splits.train.extend(extras)
+        splits.train.extend(extra.pairs)
     if reverse:
         languages = (languages[1], languages[0])
         splits = Splits(*([Pair(p.target, p.source, p.kind) for p in part] for part in splits.astuple()))
@@ -139,10 +142,12 @@ def prepare(
     manifest = {
         "corpus": corpus,
         "extra_corpora": list(extra_corpora),
-        "extra_pairs": len(extras),
-        "extra_dropped": dropped,
+        "extra_pairs": len(extra.pairs),
+        "extra_dropped": extra.dropped,
+        "extra_added": extra.added,
+        "extra_licenses": extra.licenses,
         "languages": {"source": languages[0], "target": languages[1]},
-        "inputs": [{"path": str(p), "sha256": sha256_file(p)} for p in inputs + extra_inputs],
+        "inputs": [{"path": str(p), "sha256": sha256_file(p)} for p in inputs + extra.inputs],
         "license": license_,
         "counts": counts,
         "filters": {"max_chars": 300, "max_length_ratio": 3.0, "max_phrases": max_phrases},
@@ -183,22 +188,34 @@ def gold_sides() -> set[str]:
     return sides
 
 
-def read_extra_corpora(
-    specs: tuple[str, ...], splits: Splits, ding_path: Path | None
-) -> tuple[list[Pair], list[Path], int]:
-    """Training-only pairs of `specs`: (pairs, input files, how many were dropped).
+@dataclass
+class ExtraCorpora:
+    """What `read_extra_corpora` added: the pairs, their input files, how many were dropped,
+    and per spec its license and how many pairs it added."""
 
-    Dropped: pairs failing the length filters, repeating a main-corpus training pair, or
-    sharing a side with a held-out or gold sentence.
+    pairs: list[Pair]
+    inputs: list[Path]
+    dropped: int
+    licenses: dict[str, str]
+    added: dict[str, int]
+
+
+def read_extra_corpora(specs: tuple[str, ...], splits: Splits, ding_path: Path | None) -> ExtraCorpora:
+    """Training-only pairs of `specs`.
+
+    Dropped: pairs failing the length filters, repeating a main-corpus training pair (or one
+    an earlier spec added), or sharing a side with a held-out or gold sentence.
     """
     forbidden = gold_sides() | {
         split_key(side) for pair in splits.valid + splits.test for side in (pair.source, pair.target)
     }
     known = set(splits.train)
-    pairs, inputs, dropped = [], [], 0
+    extra = ExtraCorpora([], [], 0, {}, {})
     for spec in specs:
-        pairs_iter, spec_inputs, _ = read_corpus(spec, ding_path)
-        inputs.extend(spec_inputs)
+        pairs_iter, spec_inputs, license_ = read_corpus(spec, ding_path)
+        extra.inputs.extend(spec_inputs)
+        extra.licenses[spec] = license_
+        before = len(extra.pairs)
         for pair in pairs_iter:
             if (
                 pair in known
@@ -206,11 +223,12 @@ def read_extra_corpora(
                 or split_key(pair.source) in forbidden
                 or split_key(pair.target) in forbidden
             ):
-                dropped += 1
+                extra.dropped += 1
                 continue
             known.add(pair)
-            pairs.append(pair)
-    return pairs, inputs, dropped
+            extra.pairs.append(pair)
+        extra.added[spec] = len(extra.pairs) - before
+    return extra
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -220,7 +238,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--corpus",
         default=default["corpus"],
-        help=f"ding | tsv:PATH | moses:SRC,TGT | gettext:PATH (default: {default['corpus']})",
+        help=f"ding | tsv:PATH | moses:SRC,TGT | gettext:PATH | descriptions:DIR (default: {default['corpus']})",
     )
     parser.add_argument(
         "--extra-corpus",
@@ -228,7 +246,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="SPEC",
         help="more training pairs, a spec like --corpus's (e.g. gettext:DIR of .po/.mo catalogs, "
-        "see docs/cli.md); held out and gold sentences are never among them; repeatable",
+        "descriptions:DIR of translated package descriptions; see docs/cli.md); held out and gold sentences "
+        "are never among them; repeatable",
     )
     parser.add_argument("--ding-path", type=Path, default=None, help="explicit path to the Ding de-en file")
     parser.add_argument(

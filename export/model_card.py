@@ -157,9 +157,7 @@ def write_card(
             article="An" if language_name(source)[0] in "AEIOU" else "A",
             source=language_name(source),
             target=language_name(target),
-            corpora="the Ding corpus and translated software messages (gettext catalogs)"
-            if any(spec.startswith("gettext:") for spec in manifest.get("extra_corpora") or [])
-            else "the Ding corpus",
+            corpora=corpora_named(manifest),
         )
         + quality_section(metrics, manifest, language_name(source), language_name(target))
         + model_section(config)
@@ -272,12 +270,44 @@ def model_section(config: dict) -> str:
 """
 
 
+# What each kind of extra corpus is, in the card's words: (its name, its license line).
+EXTRA_KINDS = {
+    "gettext": (
+        "translated software messages (gettext catalogs)",
+        "translated messages of Debian packages (`crossalign data catalogs`), each under its program's license "
+        "(mostly GPL and LGPL; LibreOffice MPL-2.0)",
+    ),
+    "descriptions": (
+        "translated Debian package descriptions",
+        "Debian package descriptions and their translations by Debian's Description Translation Project "
+        "(`crossalign data descriptions`), each under its package's license",
+    ),
+}
+
+
+def extra_kinds(manifest: dict) -> list[str]:
+    return list(dict.fromkeys(spec.split(":", 1)[0] for spec in manifest.get("extra_corpora") or []))
+
+
+def corpora_named(manifest: dict) -> str:
+    named = [EXTRA_KINDS[kind][0] for kind in extra_kinds(manifest) if kind in EXTRA_KINDS]
+    if not named:
+        return "the Ding corpus"
+    return "the Ding corpus" + "".join(", " + name for name in named[:-1]) + " and " + named[-1]
+
+
 def data_sources(manifest: dict) -> str:
     """The corpora a data directory was prepared from, with what each added (`--extra-corpus`)."""
     extra = manifest.get("extra_corpora") or []
     if not extra:
         return manifest["corpus"]
-    kinds = ", ".join(spec.split(":", 1)[0] + " (" + spec.rsplit("/", 1)[-1] + ")" for spec in extra)
+    added = manifest.get("extra_added") or {}
+
+    def named(spec: str) -> str:
+        count = f": {added[spec]} pairs" if spec in added else ""
+        return spec.split(":", 1)[0] + " (" + spec.rstrip("/").rsplit("/", 1)[-1] + count + ")"
+
+    kinds = ", ".join(named(spec) for spec in extra)
     return (
         f"{manifest['corpus']}, with training pairs only from {kinds} ({manifest.get('extra_pairs', '?')} pairs; "
         "no held-out or gold sentence among them)"
@@ -344,12 +374,16 @@ def notes_section(notes: str) -> str:
 
 
 def extra_license(manifest: dict) -> str:
-    if not manifest.get("extra_corpora"):
-        return ""
-    return (
-        "\n- Extra training pairs: translated messages of Debian packages (`crossalign data catalogs`), "
-        "each under its program's license (mostly GPL and LGPL; LibreOffice MPL-2.0)."
-    )
+    licenses = manifest.get("extra_licenses") or {}
+    lines = []
+    for kind in extra_kinds(manifest):
+        if kind in EXTRA_KINDS:
+            lines.append(EXTRA_KINDS[kind][1])
+        else:  # a user's own corpus: the license its reader reported
+            lines.extend(
+                f"`{spec}`: {licenses.get(spec, 'see its own license')}" for spec in licenses if spec.startswith(kind)
+            )
+    return "".join(f"\n- Extra training pairs: {line}." for line in lines)
 
 
 def input_hashes(manifest: dict, shown: int = 3) -> str:

@@ -220,6 +220,8 @@ def test_extra_corpus_adds_training_pairs_only_and_never_a_held_out_or_gold_sent
     assert not [p for p in train if split_key(p.source) in forbidden or split_key(p.target) in forbidden]
     assert mixed["extra_corpora"] == [f"gettext:{catalog.parent}"] and mixed["extra_pairs"] == len(EXPECTED)
     assert mixed["extra_dropped"] == 3  # the held-out and the two gold messages
+    assert mixed["extra_added"] == {f"gettext:{catalog.parent}": len(EXPECTED)}
+    assert "licenses of the programs" in mixed["extra_licenses"][f"gettext:{catalog.parent}"]
     assert mixed["counts"]["train"]["total"] == plain["counts"]["train"]["total"] + len(EXPECTED)
     assert str(catalog) in [entry["path"] for entry in mixed["inputs"]]
 

@@ -23,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 DATA_COMMANDS: dict[str, tuple[str, str]] = {
     "prepare": ("data.prepare", "read a corpus, clean, split, train SentencePiece, write a manifest"),
     "catalogs": ("data.catalogs", "download Debian packages' translated messages (gettext catalogs) as a corpus"),
+    "descriptions": (
+        "data.descriptions",
+        "fetch Debian's translated package descriptions (DDTP) with apt as a corpus",
+    ),
     "hints": ("seq2seq.cli.hints", "ready prepared data for target-term hints: candidates, term index, hint pieces"),
 }
 
