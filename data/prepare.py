@@ -14,7 +14,7 @@ from pathlib import Path
 from data.corpora import PHRASE, SENTENCE, Pair, keep_pair, read_corpus, split_key
 from data.files import TOKENIZER_FILE, sha256_file
 from data.split import Splits, split_pairs
-from data.tokenizer import Tokenizer, train_sentencepiece
+from data.tokenizer import TAG_OPEN, Tokenizer, add_pieces, corpus_tag, train_sentencepiece
 
 log = logging.getLogger("crossalign.data")
 
@@ -72,6 +72,7 @@ def prepare(
     languages: tuple[str, str] = ("de", "en"),
     reverse: bool = False,
     extra_corpora: tuple[str, ...] = (),
+    tag_extra_corpora: bool = False,
 ) -> dict:
     """Write train/valid/test TSVs, `spm.model` and `manifest.json` into `out`.
 
@@ -109,6 +110,7 @@ def prepare(
     if reverse:
         languages = (languages[1], languages[0])
         splits = Splits(*([Pair(p.target, p.source, p.kind) for p in part] for part in splits.astuple()))
+    tags = tag_extra_pairs(splits.train, extra) if tag_extra_corpora else {}
     train = splits.train
     phrases = [p for p in train if p.kind == PHRASE]
     if max_phrases is not None and len(phrases) > max_phrases:
@@ -129,8 +131,12 @@ def prepare(
         log.info("reusing SentencePiece model %s (vocab %d)", tokenizer_model, vocab_size)
     else:
         log.info("training SentencePiece (vocab %d)", vocab_size)
-        spm_texts = [t for p in train for t in (p.source, p.target)]
+        spm_texts = [t for p in train for t in (untagged(p.source), p.target)]
         tokenizer = Tokenizer(train_sentencepiece(spm_texts, out / "spm", vocab_size=vocab_size))
+    if tags:
+        tokenizer = Tokenizer(add_pieces(out / TOKENIZER_FILE, out / TOKENIZER_FILE, tuple(tags.values())))
+        vocab_size = tokenizer.vocab_size
+        log.info("corpus tags %s appended to the SentencePiece model (vocab %d)", list(tags.values()), vocab_size)
     sample = list(splits.valid)[:1000]
     tokens_per_sentence = sum(len(tokenizer.encode(p.source)) + len(tokenizer.encode(p.target)) for p in sample) / max(
         2 * len(sample), 1
@@ -146,6 +152,7 @@ def prepare(
         "extra_dropped": extra.dropped,
         "extra_added": extra.added,
         "extra_licenses": extra.licenses,
+        "extra_tags": tags,
         "languages": {"source": languages[0], "target": languages[1]},
         "inputs": [{"path": str(p), "sha256": sha256_file(p)} for p in inputs + extra.inputs],
         "license": license_,
@@ -231,6 +238,24 @@ def read_extra_corpora(specs: tuple[str, ...], splits: Splits, ding_path: Path |
     return extra
 
 
+def tag_extra_pairs(train: list[Pair], extra: ExtraCorpora) -> dict[str, str]:
+    """Start the source of every extra pair (the tail of `train`, in spec order) with its
+    corpus's tag, in place; returns spec -> tag."""
+    tags, position = {}, len(train) - len(extra.pairs)
+    for spec, count in extra.added.items():
+        tags[spec] = corpus_tag(spec.split(":", 1)[0])
+        for index in range(position, position + count):
+            pair = train[index]
+            train[index] = Pair(f"{tags[spec]} {pair.source}", pair.target, pair.kind)
+        position += count
+    return tags
+
+
+def untagged(source: str) -> str:
+    """A training source without its corpus tag."""
+    return source.split(" ", 1)[1] if source.startswith(TAG_OPEN) and " " in source else source
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # The defaults are prepare()'s own, so the library and the command line cannot drift.
     default = {name: parameter.default for name, parameter in inspect.signature(prepare).parameters.items()}
@@ -248,6 +273,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="more training pairs, a spec like --corpus's (e.g. gettext:DIR of .po/.mo catalogs, "
         "descriptions:DIR of translated package descriptions; see docs/cli.md); held out and gold sentences "
         "are never among them; repeatable",
+    )
+    parser.add_argument(
+        "--tag-extra-corpora",
+        action="store_true",
+        help="start each extra corpus's training sources with its tag (⟦gettext⟧, ⟦descriptions⟧), so the model "
+        "learns their registers apart and untagged text reads as the main corpus's",
     )
     parser.add_argument("--ding-path", type=Path, default=None, help="explicit path to the Ding de-en file")
     parser.add_argument(
@@ -311,4 +342,5 @@ def main(args: argparse.Namespace) -> None:
         languages=tuple(args.languages),
         reverse=args.reverse,
         extra_corpora=tuple(args.extra_corpus),
+        tag_extra_corpora=args.tag_extra_corpora,
     )

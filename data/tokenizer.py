@@ -17,6 +17,7 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 # The pieces that open and close a target-term hint in a source ("Gießkanne ⟨watering can⟩",
 # seq2seq/core/hints.py): user-defined symbols, which SentencePiece never splits or merges.
 HINT_OPEN, HINT_CLOSE = "⟨", "⟩"
+TAG_OPEN, TAG_CLOSE = "⟦", "⟧"  # around a corpus tag (`corpus_tag`)
 
 
 def train_sentencepiece(
@@ -56,12 +57,24 @@ def add_hint_pieces(model_path: Path, out_path: Path) -> Path:
     user-defined pieces (ids V and V + 1): every other piece keeps its id, so a model's
     embeddings stay valid and only grow two rows (`crossalign train --init-from`). A model
     that has them already is copied unchanged."""
+    return add_pieces(model_path, out_path, (HINT_OPEN, HINT_CLOSE))
+
+
+def corpus_tag(kind: str) -> str:
+    """The piece that marks a training source from an extra corpus of `kind` ("gettext" ->
+    "⟦gettext⟧"): `crossalign data prepare --tag-extra-corpora`."""
+    return f"{TAG_OPEN}{kind}{TAG_CLOSE}"
+
+
+def add_pieces(model_path: Path, out_path: Path, symbols: tuple[str, ...]) -> Path:
+    """A copy of the SentencePiece model with `symbols` appended as user-defined pieces
+    (which encoding never splits), those it lacks, in order; every other id unchanged."""
     from sentencepiece import sentencepiece_model_pb2  # protobuf: a build-time step, never serving
 
     proto = sentencepiece_model_pb2.ModelProto()
     proto.ParseFromString(Path(model_path).read_bytes())
     have = {piece.piece for piece in proto.pieces}
-    for symbol in (HINT_OPEN, HINT_CLOSE):
+    for symbol in symbols:
         if symbol not in have:
             piece = proto.pieces.add()
             piece.piece, piece.score = symbol, 0.0

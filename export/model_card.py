@@ -301,11 +301,12 @@ def data_sources(manifest: dict) -> str:
     extra = manifest.get("extra_corpora") or []
     if not extra:
         return manifest["corpus"]
-    added = manifest.get("extra_added") or {}
+    added, tags = manifest.get("extra_added") or {}, manifest.get("extra_tags") or {}
 
     def named(spec: str) -> str:
         count = f": {added[spec]} pairs" if spec in added else ""
-        return spec.split(":", 1)[0] + " (" + spec.rstrip("/").rsplit("/", 1)[-1] + count + ")"
+        tag = f", sources tagged `{tags[spec]}`" if spec in tags else ""
+        return spec.split(":", 1)[0] + " (" + spec.rstrip("/").rsplit("/", 1)[-1] + count + tag + ")"
 
     kinds = ", ".join(named(spec) for spec in extra)
     return (

@@ -23,7 +23,8 @@ from data.corpora import (
     read_po,
     split_key,
 )
-from data.prepare import GOLD_DIR, prepare, read_pairs
+from data.prepare import GOLD_DIR, prepare, read_pairs, untagged
+from data.tokenizer import Tokenizer
 
 PO = r"""# German translation of a program.
 msgid ""
@@ -245,3 +246,36 @@ def test_the_default_packages_follow_the_language():
     french = default_packages("fr")
     assert "libreoffice-l10n-fr" in french and "libreoffice-l10n-de" not in french
     assert len(french) == len(DEFAULT_PACKAGES) and "vlc-l10n" in french  # carries every language
+
+
+def test_tagged_extra_corpora_mark_each_training_source_with_its_corpus(tmp_path: Path):
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_text("".join(f"Satz Nummer {i} hier.\tSentence number {i} here.\n" for i in range(300)))
+    catalog = tmp_path / "catalogs" / "de.po"
+    catalog.parent.mkdir()
+    catalog.write_text(PO, encoding="utf-8")
+    plain = prepare(tmp_path / "plain", corpus=f"tsv:{corpus}", vocab_size=60, test_size=20, valid_size=15)
+    spec = f"gettext:{catalog.parent}"
+    for reverse in (False, True):
+        out = tmp_path / f"tagged-{reverse}"
+        manifest = prepare(
+            out,
+            corpus=f"tsv:{corpus}",
+            test_size=20,
+            valid_size=15,
+            tokenizer_model=tmp_path / "plain" / "spm.model",
+            extra_corpora=(spec,),
+            tag_extra_corpora=True,
+            reverse=reverse,
+        )
+        assert manifest["extra_tags"] == {spec: "⟦gettext⟧"}
+        train = read_pairs(out / "train.tsv")
+        main, extra = train[: -len(EXPECTED)], train[-len(EXPECTED) :]
+        expected = [Pair(p.target, p.source, p.kind) for p in EXPECTED] if reverse else EXPECTED
+        assert extra == [Pair(f"⟦gettext⟧ {p.source}", p.target, p.kind) for p in expected]
+        assert not any("⟦" in p.source + p.target for p in main + read_pairs(out / "valid.tsv"))
+        tokenizer = Tokenizer(out / "spm.model")  # the tag is one piece; the rest encodes as before
+        assert tokenizer.vocab_size == plain["tokenizer"]["vocab_size"] + 1 == manifest["tokenizer"]["vocab_size"]
+        tag_id = tokenizer.sp.piece_to_id("⟦gettext⟧")
+        assert tag_id == tokenizer.vocab_size - 1 and tag_id in tokenizer.encode(extra[0].source)
+        assert tokenizer.encode(extra[0].source)[-3:] == tokenizer.encode(untagged(extra[0].source))[-3:]
