@@ -557,7 +557,8 @@ def test_model_card_speaks_of_its_bundles_direction(tmp_path: Path) -> None:
     (data / "manifest.json").write_text(json.dumps(manifest))
     card = write_card(bundle, run, data, shipped["metrics"], "crossalign train ...").read_text()
     assert "on the Ding corpus, translated software messages (gettext catalogs) and translated Debian package" in card
-    assert "from gettext (de: 1000 pairs), descriptions (de: 234 pairs), tsv (mine.tsv, sources tagged `⟦tsv⟧`) (1234 pairs;" in card
+    sources = "gettext (de: 1000 pairs), descriptions (de: 234 pairs), tsv (mine.tsv, sources tagged `⟦tsv⟧`)"
+    assert f"from {sources} (1234 pairs;" in card
     assert "Extra training pairs: Debian package descriptions and their translations" in card
     assert "Extra training pairs: `tsv:/mine.tsv`: user-supplied" in card
     assert f"and {len(manifest['inputs']) - 3} more (data_manifest.json lists every file)" in card
