@@ -209,12 +209,16 @@ def test_data_hints_command_writes_candidates_index_and_vocabulary(
         "Gießkanne\twatering can\tphrase\n"
         "Die Gießkanne ist leer.\tThe watering can is empty.\tsentence\n"
         "Der Hund bellt.\tThe dog barks.\tsentence\n"
+        # from a tagged extra corpus (`data prepare --tag-extra-corpora`): the tag is no word
+        "⟦gettext⟧ Schlauch\those\tphrase\n"
+        "⟦gettext⟧ Der Schlauch ist lang.\tThe hose is long.\tsentence\n"
     )
     counts = prepare_hints(data)
-    assert counts == {"pairs": 3, "pairs_with_hints": 2, "indexed_forms": 1}
+    assert counts == {"pairs": 5, "pairs_with_hints": 4, "indexed_forms": 2}
     lines = [json.loads(line) for line in (data / "hints.train.jsonl").read_text().splitlines()]
-    assert lines == [[[0, 9, "watering can"]], [[4, 13, "watering can"]], []]
+    assert lines == [[[0, 9, "watering can"]], [[4, 13, "watering can"]], [], [[10, 18, "hose"]], [[14, 22, "hose"]]]
     assert TermIndex.load(data / "dictionary.tsv.gz").lookup("Gießkanne") == (1, "watering can")
+    assert TermIndex.load(data / "dictionary.tsv.gz").lookup("Schlauch") == (1, "hose")
     assert Tokenizer(data / "spm.model").hint_ids == (8000, 8001)
     assert json.loads((data / "manifest.json").read_text())["tokenizer"]["vocab_size"] == 8002
 

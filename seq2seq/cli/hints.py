@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from data.dictionary import SENSE_RULES, phrase_votes, write_term_index
 from data.files import DICTIONARY_FILE, TOKENIZER_FILE, sha256_file
-from data.prepare import read_pairs
+from data.prepare import Pair, read_pairs, untagged
 from data.tokenizer import Tokenizer, add_hint_pieces
 from seq2seq.core.alignment import words
 from seq2seq.training.hint_data import HINTS_FILE, frequent_source_words, reference_hints, verb_stem
@@ -39,16 +39,21 @@ def prepare_hints(data_dir: Path, sense: str = "usual") -> dict[str, int]:
     """Write the three files above into `data_dir`, each form's term chosen by the `sense`
     rule (`data.dictionary.SENSE_RULES`); returns counts for the log."""
     pairs = read_pairs(data_dir / "train.tsv")
-    votes = phrase_votes(pairs)
-    frequent = frequent_source_words(pairs)
-    counts = Counter(w.text for p in pairs if p.kind == "sentence" for w in words(p.source))
+    # The dictionary and the word counts read the sources without their corpus tags
+    # (`data prepare --tag-extra-corpora`): a tagged phrase is still a one-word entry.
+    plain = [Pair(untagged(p.source), p.target, p.kind) for p in pairs]
+    votes = phrase_votes(plain)
+    frequent = frequent_source_words(plain)
+    counts = Counter(w.text for p in plain if p.kind == "sentence" for w in words(p.source))
     choose = SENSE_RULES[sense]
     rows = [(form, counts.get(form, 0), verb_stem(choose(terms))) for form, terms in votes.items() if " " not in form]
     indexed = write_term_index(rows, data_dir / DICTIONARY_FILE)
     with_hints = 0
     with open(data_dir / HINTS_FILE, "w", encoding="utf-8") as handle:
-        for pair in tqdm(pairs, desc="hints", unit="pair", file=sys.stderr, disable=not sys.stderr.isatty()):
-            found = reference_hints(pair, votes, frequent)
+        shown = sys.stderr.isatty()
+        for pair, bare in tqdm(zip(pairs, plain), total=len(pairs), desc="hints", file=sys.stderr, disable=not shown):
+            shift = len(pair.source) - len(bare.source)  # the tag and its space, before the words
+            found = [(start + shift, end + shift, term) for start, end, term in reference_hints(bare, votes, frequent)]
             with_hints += bool(found)
             handle.write(json.dumps(found, ensure_ascii=False) + "\n")
     spm_path = data_dir / TOKENIZER_FILE
