@@ -107,6 +107,24 @@ class Tokenizer:
         ids = tuple(self.sp.piece_to_id(symbol) for symbol in (HINT_OPEN, HINT_CLOSE))
         return None if UNK_ID in ids else (ids[0], ids[1])
 
+    @functools.cached_property
+    def tag_ids(self) -> dict[str, int]:
+        """Corpus kind -> the id of its tag piece ("gettext" -> id of "⟦gettext⟧"): the tags a
+        model was trained with (`data prepare --tag-extra-corpora`); empty for none."""
+        tags = {}
+        for index in range(self.vocab_size):
+            piece = self.sp.id_to_piece(index)
+            if self.sp.is_control(index) or not (piece.startswith(TAG_OPEN) and piece.endswith(TAG_CLOSE)):
+                continue
+            tags[piece[len(TAG_OPEN) : -len(TAG_CLOSE)]] = index
+        return tags
+
+    @functools.cached_property
+    def reserved_ids(self) -> frozenset[int]:
+        """The pieces only the translator places (hint markers, corpus tags): typed by a
+        user, they are read as <unk>."""
+        return frozenset((self.hint_ids or ()) + tuple(self.tag_ids.values()))
+
     def same_pieces_as(self, other: Tokenizer) -> bool:
         """True if this vocabulary is `other`'s, possibly with pieces appended (the hint
         pieces): every id of `other` names the same piece here."""

@@ -62,6 +62,23 @@ def test_hint_pieces_extend_the_vocabulary_without_moving_an_id(hint_tokenizer: 
     assert ids.count(hint_tokenizer.hint_ids[0]) == 1 and ids.count(hint_tokenizer.hint_ids[1]) == 1  # never split
 
 
+def test_corpus_tags_are_pieces_only_the_translator_places(hint_tokenizer: Tokenizer, tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from data.tokenizer import add_pieces, corpus_tag
+    from seq2seq.decoding.translator import Translator
+
+    tagged = Tokenizer(add_pieces(hint_tokenizer.model_path, tmp_path / "spm.model", (corpus_tag("gettext"),)))
+    assert hint_tokenizer.tag_ids == {} and hint_tokenizer.reserved_ids == set(hint_tokenizer.hint_ids)
+    assert tagged.tag_ids == {"gettext": hint_tokenizer.vocab_size}
+    assert tagged.reserved_ids == {*hint_tokenizer.hint_ids, hint_tokenizer.vocab_size}
+    text = f"⟦gettext⟧ Datei {HINT_OPEN}file{HINT_CLOSE} speichern"
+    assert tagged.tag_ids["gettext"] in tagged.encode(text)
+    # Typed by a user, a tag or a hint marker is read as <unk>, never as what it marks.
+    read = Translator.model_source(SimpleNamespace(tokenizer=tagged, max_source_tokens=64), text, []).ids
+    assert not set(read) & tagged.reserved_ids and read.count(1) == 3
+
+
 def test_term_index_finds_every_form_and_nothing_else(tmp_path: Path) -> None:
     rows = [("Gießkanne", 0, "watering can"), ("Flur", 3, "hall"), ("Flure", 0, "halls"), ("a", 9, "b")]
     assert write_term_index(rows, tmp_path / "d.tsv.gz") == 4

@@ -223,11 +223,11 @@ class Translator:
 
     def model_source(self, text: str, hints: list[Hint]) -> HintedSource:
         """What the model reads for `text` (EOS excluded), with `hints` inserted, cut to the
-        model's source length. The hint pieces typed by a user are read as <unk>: only a hint
-        the translator placed is one."""
+        model's source length. The hint pieces and corpus tags typed by a user are read as
+        <unk>: only a hint the translator placed is one."""
         ids, _, offsets = self.tokenizer.encode_with_offsets(text)
-        if self.tokenizer.hint_ids is not None:
-            ids = [UNK_ID if i in self.tokenizer.hint_ids else i for i in ids]
+        if self.tokenizer.reserved_ids:
+            ids = [UNK_ID if i in self.tokenizer.reserved_ids else i for i in ids]
         if not hints:
             return plain_source(ids[: self.max_source_tokens - 1])
         hinted = insert_hints(ids, offsets, hints, self._term_ids, self.tokenizer.hint_ids)
