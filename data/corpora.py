@@ -9,8 +9,11 @@ what to fix.
 from __future__ import annotations
 
 import ast
+import bz2
 import gettext
+import gzip
 import logging
+import lzma
 import re
 import shutil
 import subprocess
@@ -466,10 +469,6 @@ def description_languages(root: Path) -> list[str]:
 def read_translation_file(path: Path, language: str) -> dict[str, list[str]]:
     """Description-md5 -> the description's lines (summary first; ` .` lines as "."), of an
     apt `Translation-LL` file."""
-    import bz2
-    import gzip
-    import lzma
-
     opener = {".bz2": bz2.open, ".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
     field = f"Description-{language}:"
     descriptions: dict[str, list[str]] = {}
