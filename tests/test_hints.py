@@ -150,6 +150,20 @@ def test_glossary_matches_inflected_forms_and_the_longer_term_wins() -> None:
     assert Glossary((("Haus", "building"),)).hints("Ein Hausboot.") == []  # not a suffix rule's ending
 
 
+def test_terms_take_the_endings_of_their_own_language() -> None:
+    from seq2seq.core.hints import term_outcomes
+
+    english = Glossary((("watering can", "Gießkanne"), ("house", "Gebäude")))
+    text = "Two watering cans and a housen."  # "-en" is a German ending, not an English one
+    assert [(text[h.start : h.end], h.term) for h in english.hints(text, "en")] == [("watering cans", "Gießkanne")]
+    assert [text[h.start : h.end] for h in english.hints(text, "de")] == ["watering cans", "housen"]
+    hint = Hint(4, 17, "Gießkanne", "glossary")
+    german, english_text = "Zwei Gießkannen sind leer.", "Two watering cans are empty."
+    assert term_outcomes([hint], "Two watering cans.", None, german, "de")[0].appears
+    assert not term_outcomes([hint], "Two watering cans.", None, german, "en")[0].appears
+    assert term_outcomes([Hint(0, 4, "watering can", "glossary")], "Zwei", None, english_text)[0].appears
+
+
 def test_dictionary_hints_only_rare_known_words_and_never_inside_a_glossary_term(tmp_path: Path) -> None:
     write_term_index([("Gießkanne", 0, "watering can"), ("Haus", 40, "house"), ("Leer", 0, "x")], tmp_path / "d.gz")
     index = TermIndex.load(tmp_path / "d.gz")
@@ -238,6 +252,24 @@ def test_data_hints_command_writes_candidates_index_and_vocabulary(
     assert TermIndex.load(data / "dictionary.tsv.gz").lookup("Schlauch") == (1, "hose")
     assert Tokenizer(data / "spm.model").hint_ids == (8000, 8001)
     assert json.loads((data / "manifest.json").read_text())["tokenizer"]["vocab_size"] == 8002
+
+    # An en->de split (`data prepare --reverse`): German terms, found with German endings,
+    # and never cut like Ding's English verbs ("to ...").
+    reverse = tmp_path / "reverse"
+    reverse.mkdir()
+    (reverse / "spm.model").write_bytes(base_spm.read_bytes())
+    manifest = {"tokenizer": {"vocab_size": 8000}, "languages": {"source": "en", "target": "de"}}
+    (reverse / "manifest.json").write_text(json.dumps(manifest))
+    (reverse / "train.tsv").write_text(
+        "watering can\tGießkanne\tphrase\n"
+        "pram\tto Kinderwagen\tphrase\n"
+        "Every watering can is empty.\tDie Gießkannen sind leer.\tsentence\n"
+    )
+    assert prepare_hints(reverse)["pairs_with_hints"] == 3
+    lines = [json.loads(line) for line in (reverse / "hints.train.jsonl").read_text().splitlines()]
+    assert lines[1] == [[0, 4, "to Kinderwagen"]]  # kept whole: "to" is no verb marker in German
+    assert lines[2] == [[6, 18, "Gießkannen"]]  # "Gießkanne" with a German ending
+    assert TermIndex.load(reverse / "dictionary.tsv.gz").lookup("pram") == (0, "to Kinderwagen")
 
 
 # --------------------------------------------------------------------------- a model that uses them

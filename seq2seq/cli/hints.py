@@ -39,6 +39,9 @@ def prepare_hints(data_dir: Path, sense: str = "usual") -> dict[str, int]:
     """Write the three files above into `data_dir`, each form's term chosen by the `sense`
     rule (`data.dictionary.SENSE_RULES`); returns counts for the log."""
     pairs = read_pairs(data_dir / "train.tsv")
+    manifest_path = data_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    target = manifest.get("languages", {}).get("target", "en")  # an en->de split's terms are German
     # The dictionary and the word counts read the sources without their corpus tags
     # (`data prepare --tag-extra-corpora`): a tagged phrase is still a one-word entry.
     plain = [Pair(untagged(p.source), p.target, p.kind) for p in pairs]
@@ -46,21 +49,21 @@ def prepare_hints(data_dir: Path, sense: str = "usual") -> dict[str, int]:
     frequent = frequent_source_words(plain)
     counts = Counter(w.text for p in plain if p.kind == "sentence" for w in words(p.source))
     choose = SENSE_RULES[sense]
-    rows = [(form, counts.get(form, 0), verb_stem(choose(terms))) for form, terms in votes.items() if " " not in form]
+    single = {form: terms for form, terms in votes.items() if " " not in form}
+    rows = [(form, counts.get(form, 0), verb_stem(choose(terms), target)) for form, terms in single.items()]
     indexed = write_term_index(rows, data_dir / DICTIONARY_FILE)
     with_hints = 0
     with open(data_dir / HINTS_FILE, "w", encoding="utf-8") as handle:
         shown = sys.stderr.isatty()
         for pair, bare in tqdm(zip(pairs, plain), total=len(pairs), desc="hints", file=sys.stderr, disable=not shown):
             shift = len(pair.source) - len(bare.source)  # the tag and its space, before the words
-            found = [(start + shift, end + shift, term) for start, end, term in reference_hints(bare, votes, frequent)]
+            candidates = reference_hints(bare, votes, frequent, target_language=target)
+            found = [(start + shift, end + shift, term) for start, end, term in candidates]
             with_hints += bool(found)
             handle.write(json.dumps(found, ensure_ascii=False) + "\n")
     spm_path = data_dir / TOKENIZER_FILE
     add_hint_pieces(spm_path, spm_path)
-    manifest_path = data_dir / "manifest.json"
-    if manifest_path.is_file():
-        manifest = json.loads(manifest_path.read_text())
+    if manifest:
         manifest["tokenizer"].update(
             sha256=sha256_file(spm_path), vocab_size=Tokenizer(spm_path).vocab_size, hint_pieces=True
         )

@@ -29,11 +29,22 @@ from data.dictionary import TermIndex
 from seq2seq.core.alignment import Alignment, Token, words
 
 ORIGINS = ("glossary", "dictionary")
-# German inflection endings a glossary term may take in a text ("Gießkanne" matches
-# "Gießkannen", "Staubsauger" "Staubsaugers"); umlauts are folded so "Kinderwägen" matches
-# "Kinderwagen". English endings a target term may take in a translation ("watering cans").
-SOURCE_ENDINGS = ("", "e", "en", "er", "es", "em", "n", "s", "ern", "ns", "nen")
-TARGET_ENDINGS = ("", "s", "es", "'s")
+# The endings a term may take in a text, by language: German inflection ("Gießkanne"
+# matches "Gießkannen", "Staubsauger" "Staubsaugers"; umlauts are folded so "Kinderwägen"
+# matches "Kinderwagen"), English plurals and possessives ("watering cans"). A glossary term
+# is matched in the source with the source language's, a target term in a translation with
+# the target language's; a language not listed matches the term as written.
+ENDINGS = {
+    "de": ("", "e", "en", "er", "es", "em", "n", "s", "ern", "ns", "nen"),
+    "en": ("", "s", "es", "'s"),
+}
+SOURCE_ENDINGS, TARGET_ENDINGS = ENDINGS["de"], ENDINGS["en"]  # German -> English
+
+
+def endings(language: str) -> tuple[str, ...]:
+    return ENDINGS.get(language, ("",))
+
+
 _UMLAUTS = str.maketrans({"ä": "a", "ö": "o", "ü": "u", "ß": "ss"})
 
 
@@ -98,14 +109,15 @@ class Glossary:
 
     entries: tuple[tuple[str, str], ...] = ()
 
-    def hints(self, text: str) -> list[Hint]:
-        """Every non-overlapping occurrence of an entry's source term in `text`."""
+    def hints(self, text: str, language: str = "de") -> list[Hint]:
+        """Every non-overlapping occurrence of an entry's source term in `text` (written in
+        `language`: the endings its words may take)."""
         text_words = words(text)
         taken = np.zeros(len(text_words), dtype=bool)
         found = []
         for source, target in sorted(self.entries, key=lambda e: -len(words(e[0]))):
             start = 0
-            while (span := find_term(text_words, source, SOURCE_ENDINGS, start)) is not None:
+            while (span := find_term(text_words, source, endings(language), start)) is not None:
                 first, last = span
                 if not taken[first:last].any():
                     taken[first:last] = True
@@ -196,16 +208,21 @@ class TermOutcome:
 
 
 def term_outcomes(
-    hints: Sequence[Hint], source_text: str, word_alignment: Alignment | None, translation: str
+    hints: Sequence[Hint],
+    source_text: str,
+    word_alignment: Alignment | None,
+    translation: str,
+    language: str = "en",
 ) -> list[TermOutcome]:
     """For each hint: whether `translation` (of `source_text`) uses it. It appears when the
-    term's words are in the translation, each with an English ending or none; it is used
+    term's words are in the translation, each with an ending of the translation's `language`
+    or none; it is used
     when one of those words is also linked, in the word alignment, to a source word of the
     hint's span (without an alignment: when it appears)."""
     outcomes = []
     target_words = words(translation) if word_alignment is None else word_alignment.target_tokens
     for hint in hints:
-        span = find_term(target_words, hint.term, TARGET_ENDINGS)
+        span = find_term(target_words, hint.term, endings(language))
         used = span is not None
         if word_alignment is not None and span is not None:
             hinted = {i for i, t in enumerate(word_alignment.source_tokens) if hint.start <= t.start < hint.end}

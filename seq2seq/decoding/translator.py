@@ -214,7 +214,7 @@ class Translator:
         cannot read."""
         if config.glossary and self.tokenizer.hint_ids is None:
             raise HintError("this model was not trained with target-term hints, so it cannot take a glossary")
-        hints = Glossary(config.glossary).hints(text) if config.glossary else []
+        hints = Glossary(config.glossary).hints(text, self.config.source_lang) if config.glossary else []
         if config.dictionary_hints and self.term_index is not None:
             hints = sorted(
                 hints + dictionary_hints(text, self.term_index, config.hint_max_count, hints), key=lambda h: h.start
@@ -381,7 +381,9 @@ class Translator:
         """Whether `result` used each hint it was shown (by its word map, when it has one)."""
         if result.hinted is None or not result.hinted.hints:
             return []
-        return term_outcomes(result.hinted.hints, result.source_text, word_alignment, result.text)
+        return term_outcomes(
+            result.hinted.hints, result.source_text, word_alignment, result.text, self.config.target_lang
+        )
 
     def target_terms(self, source: HintedSource, config: DecodeConfig) -> SentenceTerms:
         """The glossary terms shown to the model in `source`, as the target pieces the term

@@ -25,20 +25,22 @@ import torch
 from data.corpora import Pair
 from data.tokenizer import Tokenizer
 from seq2seq.core.alignment import words
-from seq2seq.core.hints import TARGET_ENDINGS, Hint, HintedSource, find_term, fold, insert_hints
+from seq2seq.core.hints import Hint, HintedSource, endings, find_term, fold, insert_hints
 
 HINTS_FILE = "hints.train.jsonl"  # one JSON list of [start, end, term] per line of train.tsv
 
 
-def verb_stem(term: str) -> str:
-    """Ding writes English verbs as "to go": the reference says "go"."""
-    return term[3:] if term.startswith("to ") and len(term) > 3 else term
+def verb_stem(term: str, language: str = "en") -> str:
+    """Ding writes English verbs as "to go": the reference says "go". Other languages' terms
+    are kept as written."""
+    return term[3:] if language == "en" and term.startswith("to ") and len(term) > 3 else term
 
 
 def reference_hints(
-    pair: Pair, votes: dict[str, Counter[str]], frequent: set[str], max_words: int = 3
+    pair: Pair, votes: dict[str, Counter[str]], frequent: set[str], max_words: int = 3, target_language: str = "en"
 ) -> list[tuple[int, int, str]]:
-    """Candidate hints (start, end, term) of one pair, non-overlapping, longest runs first."""
+    """Candidate hints (start, end, term) of one pair, non-overlapping, longest runs first;
+    the term is found in the reference with `target_language`'s endings."""
     source_words = words(pair.source)
     target_words = words(pair.target)
     taken = [False] * len(source_words)
@@ -55,7 +57,7 @@ def reference_hints(
             if not terms:
                 continue
             for term in terms:
-                span = find_term(target_words, verb_stem(term), TARGET_ENDINGS)
+                span = find_term(target_words, verb_stem(term, target_language), endings(target_language))
                 if span is not None:
                     written = pair.target[target_words[span[0]].start : target_words[span[1] - 1].end]
                     found.append((run[0].start, run[-1].end, written))
