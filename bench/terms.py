@@ -39,7 +39,7 @@ from data.prepare import read_pairs, read_tsv_pairs  # noqa: E402
 from seq2seq.analysis.corpus_scores import corpus_scores  # noqa: E402
 from seq2seq.core.alignment import words  # noqa: E402
 from seq2seq.core.config import AlignmentOptions  # noqa: E402
-from seq2seq.core.hints import TARGET_ENDINGS, find_term  # noqa: E402
+from seq2seq.core.hints import endings, find_term  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
 from seq2seq.training.hint_data import frequent_source_words, reference_hints  # noqa: E402
 
@@ -80,7 +80,7 @@ def term_use(
     for start in range(0, len(asked), batch):
         plain += translator.translate_batch([pairs[i].source for i in asked[start : start + batch]], plain_config)
     found_plain = sum(
-        find_term(words(result.text), term, TARGET_ENDINGS) is not None
+        find_term(words(result.text), term, endings("en")) is not None
         for i, result in zip(asked, plain)
         for _, term in glossary[i]
     )

@@ -38,7 +38,6 @@ ENDINGS = {
     "de": ("", "e", "en", "er", "es", "em", "n", "s", "ern", "ns", "nen"),
     "en": ("", "s", "es", "'s"),
 }
-SOURCE_ENDINGS, TARGET_ENDINGS = ENDINGS["de"], ENDINGS["en"]  # German -> English
 
 
 def endings(language: str) -> tuple[str, ...]:
@@ -216,9 +215,8 @@ def term_outcomes(
 ) -> list[TermOutcome]:
     """For each hint: whether `translation` (of `source_text`) uses it. It appears when the
     term's words are in the translation, each with an ending of the translation's `language`
-    or none; it is used
-    when one of those words is also linked, in the word alignment, to a source word of the
-    hint's span (without an alignment: when it appears)."""
+    or none; it is used when one of those words is also linked, in the word alignment, to a
+    source word of the hint's span (without an alignment: when it appears)."""
     outcomes = []
     target_words = words(translation) if word_alignment is None else word_alignment.target_tokens
     for hint in hints:
