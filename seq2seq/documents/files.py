@@ -567,7 +567,6 @@ class OfficeDocument:
 
     package: object  # docx.Document or pptx.Presentation: what `save` writes
     paragraphs: list[Paragraph]
-    dates: dict[str, tuple[int, ...]] = field(default_factory=dict)  # entry name -> the upload's ZIP time
     segments: list[Marked] = field(default_factory=list)
     notes: Counter = field(default_factory=Counter)
 
@@ -585,31 +584,28 @@ class OfficeDocument:
                 write_paragraph(paragraph, translation)
         out = io.BytesIO()
         self.package.save(out)
-        return stable_zip(out.getvalue(), self.dates)
+        return stable_zip(out.getvalue())
 
 
 FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest time a ZIP entry can hold
 
 
-def stable_zip(data: bytes, dates: dict[str, tuple[int, ...]]) -> bytes:
-    """The archive `data` with each entry's time taken from `dates` (the upload's), else fixed.
+def stable_zip(data: bytes) -> bytes:
+    """The archive `data` with every entry's time fixed.
 
-    python-docx and python-pptx stamp every entry with the current time, so the same upload
-    translated twice gave different bytes: a job's result and the synchronous answer, or two
-    runs of the batch CLI, could not be compared or cached. Only the times change.
+    python-docx and python-pptx stamp every entry with the current time (and so does an
+    upload written by them), so the same document translated twice gave different bytes: a
+    job's result and the synchronous answer, or two runs of the batch CLI, could not be
+    compared or cached. Only the times change.
     """
     out = io.BytesIO()
     with zipfile.ZipFile(io.BytesIO(data)) as saved, zipfile.ZipFile(out, "w") as written:
         for entry in saved.infolist():
-            stamped = zipfile.ZipInfo(entry.filename, date_time=dates.get(entry.filename, FIXED_ZIP_TIME))
+            stamped = zipfile.ZipInfo(entry.filename, date_time=FIXED_ZIP_TIME)
             stamped.compress_type, stamped.external_attr = entry.compress_type, entry.external_attr
             stamped.create_system = entry.create_system
             written.writestr(stamped, saved.read(entry))
     return out.getvalue()
-
-
-def zip_dates(archive: zipfile.ZipFile) -> dict[str, tuple[int, ...]]:
-    return {entry.filename: entry.date_time for entry in archive.infolist()}
 
 
 def _kept(element: etree._Element) -> str:
@@ -635,7 +631,7 @@ SLIDE_PARTS = frozenset(
 
 
 def read_docx(data: bytes, limits: Limits) -> OfficeDocument:
-    archive = check_zip(data, "docx", limits)
+    check_zip(data, "docx", limits)
     import docx  # python-docx (MIT)
     from docx.opc.part import PartFactory, XmlPart
 
@@ -653,11 +649,11 @@ def read_docx(data: bytes, limits: Limits) -> OfficeDocument:
         if part.content_type in WORD_PARTS and isinstance(part, XmlPart)
         for element in part.element.iter(WORD.tag("p"))
     ]
-    return OfficeDocument(document, paragraphs, zip_dates(archive))
+    return OfficeDocument(document, paragraphs)
 
 
 def read_pptx(data: bytes, limits: Limits) -> OfficeDocument:
-    archive = check_zip(data, "pptx", limits)
+    check_zip(data, "pptx", limits)
     import pptx  # python-pptx (MIT)
 
     try:
@@ -671,7 +667,7 @@ def read_pptx(data: bytes, limits: Limits) -> OfficeDocument:
         if slide.has_notes_slide:
             elements.append(slide.notes_slide.element)
     paragraphs = [read_paragraph(p, DRAWING) for element in elements for p in element.iter(DRAWING.tag("p"))]
-    return OfficeDocument(presentation, paragraphs, zip_dates(archive))
+    return OfficeDocument(presentation, paragraphs)
 
 
 # --------------------------------------------------------------------------- the formats
