@@ -8,7 +8,7 @@ source word (or run of two or three) that the training phrases translate with a 
 reference uses (`seq2seq.training.hint_data.reference_hints`, as training draws its hints),
 kept when the word is rare (seen at most `--max-count` times in the training sentences,
 the bundle's dictionary says). Printed per file: the share of those terms found in the
-translation (an English plural ending allowed) without a glossary, and with it; and with
+translation (with the target language's endings) without a glossary, and with it; and with
 it, the share the quality block calls `used` (found, and aligned to the word it is for),
 and sacreBLEU BLEU / chrF of those sentences without and with it. `--term-bonus B ...`
 measures the glossary at each term bonus of the search (`seq2seq.decoding.terms`), and with
@@ -45,7 +45,7 @@ from seq2seq.training.hint_data import frequent_source_words, reference_hints  #
 
 
 def glossaries(
-    pairs: list[Pair], train: list[Pair], index: TermIndex, max_count: int
+    pairs: list[Pair], train: list[Pair], index: TermIndex, max_count: int, target_language: str
 ) -> list[tuple[tuple[str, str], ...]]:
     """Per pair, (source term, reference term) of its rare dictionary words (rare by `index`,
     the data's term index: the same terms for every model measured)."""
@@ -53,13 +53,20 @@ def glossaries(
     found = []
     for pair in pairs:
         entries = []
-        for start, end, term in reference_hints(pair, votes, frequent):
+        for start, end, term in reference_hints(pair, votes, frequent, target_language=target_language):
             form = pair.source[start:end]
             counted = [index.lookup(w.text) for w in words(form)]
             if all(c is None or c[0] <= max_count for c in counted):
                 entries.append((form, term))
         found.append(tuple(entries))
     return found
+
+
+# Terms that occur in many sentences of either test split, so the term bonus has matches to follow.
+COMMON_TERMS = {
+    "de": (("Haus", "house"), ("Zeit", "time"), ("Arbeit", "work")),
+    "en": (("house", "Haus"), ("time", "Zeit"), ("work", "Arbeit")),
+}
 
 
 def term_use(
@@ -80,7 +87,7 @@ def term_use(
     for start in range(0, len(asked), batch):
         plain += translator.translate_batch([pairs[i].source for i in asked[start : start + batch]], plain_config)
     found_plain = sum(
-        find_term(words(result.text), term, endings("en")) is not None
+        find_term(words(result.text), term, endings(translator.config.target_lang)) is not None
         for i, result in zip(asked, plain)
         for _, term in glossary[i]
     )
@@ -172,14 +179,14 @@ def main() -> None:
     for path in args.pairs:
         sources, references = read_tsv_pairs(path)
         pairs = [Pair(s, r, SENTENCE) for s, r in zip(sources, references)]
-        glossary = glossaries(pairs, train, TermIndex.load(args.data / DICTIONARY_FILE), args.max_count)
+        index = TermIndex.load(args.data / DICTIONARY_FILE)
+        glossary = glossaries(pairs, train, index, args.max_count, translator.config.target_lang)
         print(path.name, term_use(translator, pairs, glossary, 32, args.term_bonus, args.strict), flush=True)
     if args.speed:
         sources = read_tsv_pairs(args.pairs[0])[0][: args.n]
         print("speed (beam 4, batch 32):", speed(translator, sources, args.rounds), flush=True)
         if translator.decode_defaults.term_bonus:
-            # Terms that occur in many of these sentences, so the bonus has matches to follow.
-            glossary = (("Haus", "house"), ("Zeit", "time"), ("Arbeit", "work"))
+            glossary = COMMON_TERMS[translator.config.source_lang]
             print("speed, a glossary:", bonus_speed(translator, sources, args.rounds, glossary), flush=True)
 
 
