@@ -2,6 +2,8 @@
 
     python bench/terms.py --model models/de-en --data ~/.cache/crossalign/data/ding8k-hints \\
         --pairs ~/.cache/crossalign/data/ding8k-hints/test.tsv data/gold/de-en.gold.tsv
+    python bench/terms.py --model models/en-de --data ~/.cache/crossalign/data/ding8k-hints-en-de \\
+        --pairs data/gold/en-de.gold.tsv --term-bonus 0 2.5
 
 Term use: for each pair, the glossary a user who knows the rare words would give: every
 source word (or run of two or three) that the training phrases translate with a term its

@@ -159,7 +159,7 @@ def write_card(
             target=language_name(target),
             corpora=corpora_named(manifest),
         )
-        + quality_section(metrics, manifest, language_name(source), language_name(target))
+        + quality_section(metrics, manifest, language_name(source), language_name(target), f"{source}-{target}")
         + model_section(config)
         + training_section(history, train_config, config, manifest, command)
         + notes_section(notes)
@@ -209,7 +209,7 @@ def decoding_line(metrics: dict) -> str:
     return f"\nDecoding: {', '.join(parts)}.{served}\n"
 
 
-def precision_line(metrics: dict) -> str:
+def precision_line(metrics: dict, direction: str = "de-en") -> str:
     """Which graphs the figures are of, and the other precision's figures (release.sh GRAPHS=int8)."""
     fp32 = metrics.get("fp32")
     if metrics.get("graphs") != "int8" or not fp32:
@@ -223,12 +223,14 @@ def precision_line(metrics: dict) -> str:
         f"{fp32['test_chrf_greedy']}), gold BLEU {fp32['gold_bleu_beam4']} / chrF {fp32['gold_chrf_beam4']}, "
         f"gold AER {fp32['gold_aer_default_map']}; int8 ships because it loses at most 0.3 test BLEU and is "
         "faster (docs/performance.md, lever 3). Only one precision fits the bundle budget; "
-        "`crossalign export models/de-en --in-place --graphs int8 fp32` rebuilds the fp32 graphs from "
+        f"`crossalign export models/{direction} --in-place --graphs int8 fp32` rebuilds the fp32 graphs from "
         "model.pt (needs torch).\n"
     )
 
 
-def quality_section(metrics: dict, manifest: dict, source: str = "German", target: str = "English") -> str:
+def quality_section(
+    metrics: dict, manifest: dict, source: str = "German", target: str = "English", direction: str = "de-en"
+) -> str:
     quality_rows = "\n".join(f"| {label} | {metrics[key]} |" for key, label in QUALITY_LABELS.items() if key in metrics)
     signatures = "\n".join(
         f"{name}: {metrics[name]}" for name in ("bleu_signature", "chrf_signature") if name in metrics
@@ -249,7 +251,7 @@ AER is measured on the project's hand-aligned gold set (data/gold/, 162 pairs, s
 possible links) with the bundle's default alignment source; lower is better. The same 162
 everyday sentences, read {source}→{target} with their {target} references, give the gold-set
 BLEU/chrF.
-{decoding_line(metrics)}{precision_line(metrics)}
+{decoding_line(metrics)}{precision_line(metrics, direction)}
 Test sentences are Ding example sentences whose source never occurs in training
 (split by sha256 of the casefolded source). They are short, idiomatic dictionary examples
 with a single reference, which makes BLEU harsh.

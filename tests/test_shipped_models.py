@@ -56,3 +56,22 @@ def test_one_server_serves_both_shipped_directions() -> None:
             assert answer.status_code == 200, answer.text
             assert answer.json()["detectedLanguage"]["language"] == source
             assert word in answer.json()["translatedText"], answer.json()
+
+
+# A rare word each direction's model gets wrong on its own, with the term a user would give.
+GLOSSARY = {
+    "de-en": ("Mein Staubsauger ist kaputt.", "de", "en", {"Staubsauger": "vacuum cleaner"}),
+    "en-de": ("My vacuum cleaner is broken.", "en", "de", {"vacuum cleaner": "Staubsauger"}),
+}
+
+
+@pytest.mark.parametrize("direction", sorted(GLOSSARY))
+def test_each_shipped_direction_follows_a_glossary_and_says_it_did(direction: str) -> None:
+    text, source, target, glossary = GLOSSARY[direction]
+    ((source_term, target_term),) = glossary.items()
+    with TestClient(create_app(Settings(models=str(MODELS), threads=1))) as client:
+        answer = client.post("/translate", json={"q": text, "source": source, "target": target, "glossary": glossary})
+        assert answer.status_code == 200, answer.text
+        assert target_term in answer.json()["translatedText"], answer.json()
+        (term,) = answer.json()["terms"]
+        assert (text[term["start"] : term["end"]], term["term"], term["used"]) == (source_term, target_term, True)
