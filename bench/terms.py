@@ -18,8 +18,9 @@ measures the glossary at each term bonus of the search (`seq2seq.decoding.terms`
 
 Speed (`--speed`): beam 4, batches of 32, the first `--n` sentences of the first file with
 the model's dictionary hints on and off, in alternating rounds (this machine's speed
-drifts); sentences/s of each and their ratio. Then the same with a three-term glossary on
-every sentence, the model's term bonus on and off.
+drifts); sentences/s of each and their ratio, and how much the hints lengthen what the
+encoder reads (hints per sentence, hint pieces per source piece). Then the same with a
+three-term glossary on every sentence, the model's term bonus on and off.
 """
 
 from __future__ import annotations
@@ -133,7 +134,14 @@ def scores(hypotheses: list[str], references: list[str]) -> str:
 
 def speed(translator, sources: list[str], rounds: int) -> dict:
     on = replace(translator.decode_defaults, beam_size=4, dictionary_hints=True, return_attention=False)
-    return timed(translator, sources, rounds, on, replace(on, dictionary_hints=False), "hints")
+    report = timed(translator, sources, rounds, on, replace(on, dictionary_hints=False), "hints")
+    # What the hints add to the encoder's input, as the translator builds it: the cost's cause.
+    read = [translator.model_source(text, translator.hints_for(text, on)) for text in sources]
+    report["hints per sentence"] = round(sum(len(r.hints) for r in read) / len(read), 2)
+    report["hint pieces / source pieces"] = round(
+        sum(len(r.ids) - r.user_pieces for r in read) / sum(r.user_pieces for r in read), 3
+    )
+    return report
 
 
 def bonus_speed(translator, sources: list[str], rounds: int, glossary: tuple[tuple[str, str], ...]) -> dict:
@@ -178,10 +186,10 @@ def main() -> None:
     args = parser.parse_args()
     translator = load_translator(args.model, args.backend)
     train = read_pairs(args.data / "train.tsv")
+    index = TermIndex.load(args.data / DICTIONARY_FILE)
     for path in args.pairs:
         sources, references = read_tsv_pairs(path)
         pairs = [Pair(s, r, SENTENCE) for s, r in zip(sources, references)]
-        index = TermIndex.load(args.data / DICTIONARY_FILE)
         glossary = glossaries(pairs, train, index, args.max_count, translator.config.target_lang)
         print(path.name, term_use(translator, pairs, glossary, 32, args.term_bonus, args.strict), flush=True)
     if args.speed:

@@ -44,18 +44,24 @@ def test_each_shipped_bundle_loads_checked_and_translates_everyday_sentences(dir
             assert (sources.index(link[0]), targets.index(link[1])) in word_map.links, (result.text, word_map.links)
 
 
-def test_one_server_serves_both_shipped_directions() -> None:
+@pytest.fixture(scope="module")
+def both_client():
+    """One server over the whole models/ directory, as the README's first command starts it."""
     with TestClient(create_app(Settings(models=str(MODELS), threads=1))) as client:
-        languages = {item["code"]: item["targets"] for item in client.get("/languages").json()}
-        assert languages == {"de": ["en"], "en": ["de"]}
-        for text, source, target, word in (
-            ("Der Hund ist klein.", "de", "en", "dog"),
-            ("The dog is small.", "en", "de", "Hund"),
-        ):
-            answer = client.post("/translate", json={"q": text, "source": "auto", "target": target})
-            assert answer.status_code == 200, answer.text
-            assert answer.json()["detectedLanguage"]["language"] == source
-            assert word in answer.json()["translatedText"], answer.json()
+        yield client
+
+
+def test_one_server_serves_both_shipped_directions(both_client) -> None:
+    languages = {item["code"]: item["targets"] for item in both_client.get("/languages").json()}
+    assert languages == {"de": ["en"], "en": ["de"]}
+    for text, source, target, word in (
+        ("Der Hund ist klein.", "de", "en", "dog"),
+        ("The dog is small.", "en", "de", "Hund"),
+    ):
+        answer = both_client.post("/translate", json={"q": text, "source": "auto", "target": target})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["detectedLanguage"]["language"] == source
+        assert word in answer.json()["translatedText"], answer.json()
 
 
 # A rare word each direction's model gets wrong on its own, with the term a user would give.
@@ -66,12 +72,12 @@ GLOSSARY = {
 
 
 @pytest.mark.parametrize("direction", sorted(GLOSSARY))
-def test_each_shipped_direction_follows_a_glossary_and_says_it_did(direction: str) -> None:
+def test_each_shipped_direction_follows_a_glossary_and_says_it_did(both_client, direction: str) -> None:
     text, source, target, glossary = GLOSSARY[direction]
     ((source_term, target_term),) = glossary.items()
-    with TestClient(create_app(Settings(models=str(MODELS), threads=1))) as client:
-        answer = client.post("/translate", json={"q": text, "source": source, "target": target, "glossary": glossary})
-        assert answer.status_code == 200, answer.text
-        assert target_term in answer.json()["translatedText"], answer.json()
-        (term,) = answer.json()["terms"]
-        assert (text[term["start"] : term["end"]], term["term"], term["used"]) == (source_term, target_term, True)
+    request = {"q": text, "source": source, "target": target, "glossary": glossary}
+    answer = both_client.post("/translate", json=request)
+    assert answer.status_code == 200, answer.text
+    assert target_term in answer.json()["translatedText"], answer.json()
+    (term,) = answer.json()["terms"]
+    assert (text[term["start"] : term["end"]], term["term"], term["used"]) == (source_term, target_term, True)
