@@ -23,3 +23,4 @@ TOKENIZER_FILE = "spm.model"  # the SentencePiece model the embeddings are index
 QUALITY_FILE = "quality.json"  # the quality detectors' thresholds, chosen at release
 DICTIONARY_FILE = "dictionary.tsv.gz"  # the term index automatic hints read (data/dictionary.py)
 BUNDLE_FILE = "bundle.json"  # a release bundle's manifest: graphs, sha256 of every file, decoding defaults
+ENSEMBLE_FILE = "ensemble.json"  # an ensemble: the model directories it averages (seq2seq/runtime/ensemble.py)

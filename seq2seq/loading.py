@@ -12,19 +12,36 @@ onnxruntime, never imports it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from data.dictionary import TermIndex
-from data.files import BUNDLE_FILE, DICTIONARY_FILE, TOKENIZER_FILE
+from data.files import BUNDLE_FILE, DICTIONARY_FILE, ENSEMBLE_FILE, TOKENIZER_FILE
 from data.tokenizer import Tokenizer
 from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE, QUALITY_MODES, QualityThresholds
 from seq2seq.core.backend import SearchBackend
+from seq2seq.core.config import DecodeConfig
 from seq2seq.decoding.translator import Translator
-from seq2seq.runtime.bundle import decode_defaults, load_bundle_manifest
+from seq2seq.runtime.bundle import decode_defaults, load_bundle_manifest, read_ensemble
+from seq2seq.runtime.ensemble import EnsembleBackend
 from seq2seq.runtime.onnx_backend import OnnxBackend
 
 BACKENDS = ("onnx", "torch")
 DEFAULT_BACKEND = "onnx"  # serving never needs torch
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """One model directory on its backend: what a `Translator` is built from."""
+
+    backend: SearchBackend
+    stream_backend: SearchBackend | None  # the backend each search stream runs on (None: `backend`)
+    streams: int
+    tokenizer_path: Path
+    quality: QualityThresholds
+    decoding: DecodeConfig
+    dictionary: Path | None
 
 
 def load_translator(
@@ -37,6 +54,7 @@ def load_translator(
     max_batch_tokens: int = 4096,
     quality_mode: str = DEFAULT_QUALITY_MODE,
     streams: int = 0,
+    members: Sequence[Path | str] = (),
 ) -> Translator:
     """The shared `Translator` over the chosen backend.
 
@@ -51,9 +69,16 @@ def load_translator(
     untranslated detector of the quality blocks: with source occlusion, or attention only.
     The translator's `decode_defaults` are the bundle's `decoding` (on either backend; a
     training output, or a bundle from before the section: DecodeConfig's).
+
+    An ensemble (`seq2seq.runtime.ensemble`): `members`, more model directories searched
+    beside `model_dir`, or a `model_dir` holding an `ensemble.json` (`ENSEMBLE_FILE`) that
+    names them. `model_dir` (or the file's first member, or its `alignment` one) gives the
+    alignment map, quality thresholds, decoding and dictionary; the tokenizer is the member's
+    with the fewest pieces, so an ensemble with a member trained without hints takes no
+    glossary or dictionary hints.
     Raises ValueError for an unknown backend or quality mode, FileNotFoundError for a
     missing directory or bundle, BundleError for a corrupted bundle or one without graphs
-    of `precision`.
+    of `precision`, EnsembleError for members that cannot be searched together.
     """
     model_dir = Path(model_dir)
     if backend not in BACKENDS:
@@ -66,7 +91,42 @@ def load_translator(
         )
     if not model_dir.is_dir():
         raise FileNotFoundError(f"{model_dir}: no such model directory")
-    search_backend: SearchBackend
+    directories, alignment, decoding = [model_dir, *map(Path, members)], 0, None
+    if (model_dir / ENSEMBLE_FILE).is_file():
+        if members:
+            raise ValueError(f"{model_dir} is an ensemble already; name its members in its {ENSEMBLE_FILE}")
+        spec = read_ensemble(model_dir)
+        directories, alignment, decoding = list(spec.members), spec.alignment, spec.decoding
+    loaded = [_load_model(d, backend, threads, precision, verify, streams) for d in directories]
+    lead = loaded[alignment]
+    if len(loaded) == 1:
+        search_backend, stream_backend, tokenizer_path = lead.backend, lead.stream_backend, lead.tokenizer_path
+    else:
+        search_backend = EnsembleBackend([m.backend for m in loaded], alignment)
+        stream_backend = None
+        if lead.streams > 1:
+            stream_backend = EnsembleBackend([m.stream_backend or m.backend for m in loaded], alignment)
+        tokenizer_path = min(loaded, key=lambda m: m.backend.config.vocab_size).tokenizer_path
+    return Translator(
+        search_backend,
+        Tokenizer(tokenizer_path),
+        max_source_tokens,
+        max_batch_tokens,
+        lead.quality,
+        quality_mode,
+        decoding or lead.decoding,
+        lead.streams,
+        stream_backend,
+        None if lead.dictionary is None else TermIndex.load(lead.dictionary),
+    )
+
+
+def _load_model(
+    model_dir: Path, backend: str, threads: int, precision: str | None, verify: bool, streams: int
+) -> LoadedModel:
+    """One model directory on `backend` (see `load_translator`)."""
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"{model_dir}: no such model directory")
     if backend == "onnx":
         if not (model_dir / BUNDLE_FILE).is_file():
             raise FileNotFoundError(
@@ -74,33 +134,27 @@ def load_translator(
             )
         bundle = load_bundle_manifest(model_dir, verify=verify)
         onnx_backend = OnnxBackend.from_bundle(bundle, precision, threads or None, streams or None)
-        search_backend, stream_backend, streams = onnx_backend, onnx_backend.stream_backend, onnx_backend.streams
-        tokenizer_path = bundle.tokenizer_path
-        quality = QualityThresholds() if bundle.quality_path is None else QualityThresholds.load(bundle.quality_path)
-        decoding = bundle.decode_defaults
-        dictionary = bundle.dictionary_path
-    else:
-        import torch  # only here: the onnx path must never import torch
+        return LoadedModel(
+            onnx_backend,
+            onnx_backend.stream_backend,
+            onnx_backend.streams,
+            bundle.tokenizer_path,
+            QualityThresholds() if bundle.quality_path is None else QualityThresholds.load(bundle.quality_path),
+            bundle.decode_defaults,
+            bundle.dictionary_path,
+        )
+    import torch  # only here: the onnx path must never import torch
 
-        from seq2seq.training.torch_backend import TorchBackend
+    from seq2seq.training.torch_backend import TorchBackend
 
-        if threads:
-            torch.set_num_threads(threads)
-        search_backend = TorchBackend.from_directory(model_dir)
-        stream_backend, streams = None, 1
-        tokenizer_path = model_dir / TOKENIZER_FILE
-        quality = QualityThresholds.load(model_dir)  # defaults when it has none
-        decoding = decode_defaults(model_dir)  # a bundle's on model.pt decodes as its graphs do
-        dictionary = model_dir / DICTIONARY_FILE if (model_dir / DICTIONARY_FILE).is_file() else None
-    return Translator(
-        search_backend,
-        Tokenizer(tokenizer_path),
-        max_source_tokens,
-        max_batch_tokens,
-        quality,
-        quality_mode,
-        decoding,
-        streams,
-        stream_backend,
-        None if dictionary is None else TermIndex.load(dictionary),
+    if threads:
+        torch.set_num_threads(threads)
+    return LoadedModel(
+        TorchBackend.from_directory(model_dir),
+        None,
+        1,
+        model_dir / TOKENIZER_FILE,
+        QualityThresholds.load(model_dir),  # defaults when it has none
+        decode_defaults(model_dir),  # a bundle's on model.pt decodes as its graphs do
+        model_dir / DICTIONARY_FILE if (model_dir / DICTIONARY_FILE).is_file() else None,
     )

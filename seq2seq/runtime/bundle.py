@@ -32,6 +32,10 @@ Every file except bundle.json itself is listed with its sha256 and size, and
 or a swapped graph fails loudly with the file's name instead of translating wrongly.
 `bundle.json` is not hashed so that `metrics` can be filled in after the export.
 
+An ensemble (`seq2seq.runtime.ensemble`) is a directory holding only `ensemble.json`: the
+bundles it averages, by path, which one's alignment head it reports, and optionally its own
+serving `decoding` (`read_ensemble`, `write_ensemble`).
+
 Torch-free: the onnxruntime serving path reads bundles.
 """
 
@@ -39,12 +43,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from data.files import BUNDLE_FILE, DICTIONARY_FILE, QUALITY_FILE, sha256_file
+from data.files import BUNDLE_FILE, DICTIONARY_FILE, ENSEMBLE_FILE, QUALITY_FILE, sha256_file
 from seq2seq.core.config import MAX_TERM_BONUS, SEARCH_FIELDS, DecodeConfig, ModelConfig, from_dict, to_dict
 
 FORMAT = "crossalign-bundle"
@@ -291,7 +297,11 @@ def decode_defaults(directory: Path) -> DecodeConfig:
     """The serving defaults of the model in `directory`: its bundle.json `decoding`, read
     without checking the files' hashes (the torch backend and the CLIs, which decode before or
     without the graphs); DecodeConfig's for a directory without bundle.json (a training
-    output). Raises BundleError for an unreadable manifest or a bad section."""
+    output); an ensemble's (its `ensemble.json`'s, else its alignment member's). Raises
+    BundleError for an unreadable manifest or a bad section."""
+    if (Path(directory) / ENSEMBLE_FILE).is_file():
+        spec = read_ensemble(Path(directory))
+        return spec.decoding or decode_defaults(spec.members[spec.alignment])
     path = Path(directory) / BUNDLE_FILE
     if not path.is_file():
         return DecodeConfig()
@@ -303,6 +313,60 @@ def decode_defaults(directory: Path) -> DecodeConfig:
         return parse_decoding(manifest.get("decoding") if isinstance(manifest, dict) else None)
     except BundleError as error:
         raise BundleError(f"{path}: {error}") from None
+
+
+@dataclass(frozen=True)
+class EnsembleSpec:
+    """An ensemble directory's `ensemble.json`: the model directories averaged, which one's
+    alignment head (and quality thresholds, dictionary) the ensemble reports, and the search
+    settings it serves with (None: that member's own)."""
+
+    members: tuple[Path, ...]
+    alignment: int = 0
+    decoding: DecodeConfig | None = None
+
+
+def read_ensemble(directory: Path) -> EnsembleSpec:
+    """The ensemble `directory`/ensemble.json describes; member paths are read relative to
+    `directory`. Raises BundleError naming what is wrong (unreadable, fewer than two members,
+    a member that is not a directory, an alignment index out of range, a bad decoding)."""
+    path = Path(directory) / ENSEMBLE_FILE
+    try:
+        spec: Any = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise BundleError(f"{path}: unreadable: {error}") from error
+    members = spec.get("members") if isinstance(spec, dict) else None
+    if not isinstance(members, list) or len(members) < 2 or not all(isinstance(m, str) for m in members):
+        raise BundleError(f"{path}: `members` must list at least two model directories")
+    directories = tuple((Path(directory) / m).resolve() for m in members)
+    missing = [str(d) for d in directories if not d.is_dir()]
+    if missing:
+        raise BundleError(f"{path}: no such member directory: {', '.join(missing)}")
+    alignment = spec.get("alignment", 0)
+    if not isinstance(alignment, int) or isinstance(alignment, bool) or not 0 <= alignment < len(members):
+        raise BundleError(f"{path}: `alignment` must be a member's index, 0 to {len(members) - 1}")
+    try:
+        decoding = parse_decoding(spec["decoding"]) if "decoding" in spec else None
+    except BundleError as error:
+        raise BundleError(f"{path}: {error}") from None
+    return EnsembleSpec(directories, alignment, decoding)
+
+
+def write_ensemble(directory: Path, members: Sequence[Path], alignment: int = 0, decoding: dict | None = None) -> Path:
+    """Write an ensemble directory: its `ensemble.json` naming `members` by their paths
+    relative to `directory` (so the two can move together), checked by reading it back."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    spec: dict[str, Any] = {
+        "format": "crossalign-ensemble",
+        "members": [os.path.relpath(Path(m).resolve(), directory.resolve()) for m in members],
+        "alignment": alignment,
+    }
+    if decoding is not None:
+        spec["decoding"] = decoding
+    (directory / ENSEMBLE_FILE).write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
+    read_ensemble(directory)
+    return directory
 
 
 def update_metrics(directory: Path, metrics: dict[str, Any]) -> dict[str, Any]:
