@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from toy import toy_pairs, train_tiny
 
@@ -72,3 +73,53 @@ def test_distilled_data_adds_the_teacher_s_sentences_line_for_line(tmp_path: Pat
 def test_a_looping_translation_is_recognised() -> None:
     assert repeats_ngram(["the", "dog", "the", "dog", "the", "dog", "the", "dog"])
     assert not repeats_ngram(["the", "dog", "is", "not", "the", "cat"])
+
+
+def test_a_command_line_teacher_s_translations_become_the_student_s_data(tmp_path: Path) -> None:
+    """`distill sources` writes what a teacher translates (`crossalign translate` with an
+    ensemble, on the CPU); `distill build` adds its lines, refusing a count that does not match."""
+    from seq2seq.training.distill import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    lines = ["a b\tA B\tsentence", "c\tC\tphrase", "d e\tD E\tsentence", "f\tF\tsentence"]
+    (data / "train.tsv").write_text("".join(line + "\n" for line in lines))
+    (data / "valid.tsv").write_text(lines[0] + "\n")
+    (data / "test.tsv").write_text(lines[2] + "\n")
+    main(["sources", "--data-dir", str(data), "--out", str(tmp_path / "sources.txt")])
+    assert (tmp_path / "sources.txt").read_text().splitlines() == ["a b", "d e", "f"]
+    # The teacher: one line the reference already says, one that loops, one new.
+    (tmp_path / "teacher.txt").write_text("A B\nthe the the the the the the the\nF!\n")
+    main(
+        [
+            "build",
+            "--data-dir",
+            str(data),
+            "--translations",
+            str(tmp_path / "teacher.txt"),
+            "--out",
+            str(tmp_path / "d"),
+        ]
+    )
+    written = (tmp_path / "d" / "train.tsv").read_text().splitlines()
+    assert written == lines + ["f\tF!\tsentence"]
+    assert json.loads((tmp_path / "d" / "distilled.json").read_text()) == {
+        "sentences": 3,
+        "added": 1,
+        "same_as_reference": 1,
+        "looping": 1,
+    }
+    assert (tmp_path / "d" / "test.tsv").read_text() == lines[2] + "\n"
+    (tmp_path / "short.txt").write_text("A B\nD E\n")  # two translations for three sentences
+    with pytest.raises(SystemExit, match="2 translations for 3 training sentences"):
+        main(
+            [
+                "build",
+                "--data-dir",
+                str(data),
+                "--translations",
+                str(tmp_path / "short.txt"),
+                "--out",
+                str(tmp_path / "x"),
+            ]
+        )

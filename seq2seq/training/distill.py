@@ -12,6 +12,7 @@ search (tested on the CPU), and serving never uses it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import shutil
@@ -105,23 +106,38 @@ def repeats_ngram(words: list[str], n: int = 4) -> bool:
     return len(grams) != len(set(grams))
 
 
+def sentence_sources(data_dir: Path) -> list[str]:
+    """The sources of `data_dir`'s training sentences, in file order: what a teacher
+    translates (phrases are not: the dictionary's own pairs are what the recipe samples them for)."""
+    return [p.source for p in read_pairs(data_dir / "train.tsv") if p.kind == SENTENCE]
+
+
 def write_distilled_data(data_dir: Path, out_dir: Path, model: Transformer, bf16: bool = False) -> dict:
+    """`write_teacher_data` with `model`'s greedy translations (the GPU round's teacher)."""
+    tokenizer = Tokenizer(data_dir / TOKENIZER_FILE)
+    return write_teacher_data(
+        data_dir, out_dir, translate_sources(model, tokenizer, sentence_sources(data_dir), bf16=bf16)
+    )
+
+
+def write_teacher_data(data_dir: Path, out_dir: Path, translations: list[str]) -> dict:
     """A data directory for the student: `data_dir`'s training lines and, after them, each
-    training sentence again with the teacher's translation as its target (phrases are not
-    translated: the dictionary's own pairs are what the recipe samples them for). The
+    training sentence again with the teacher's translation as its target (`translations`,
+    one per `sentence_sources(data_dir)`, in order; a CPU ensemble's or a GPU model's). The
     references stay because at our data size they carry what the teacher got wrong; the
     added lines have no alignment links and no hint candidates (an empty line in each file
-    supervises nothing). Returns counts for the round's summary."""
+    supervises nothing). Returns counts for the run's summary. Raises ValueError when the
+    translations do not match the sentences in number."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = Tokenizer(data_dir / TOKENIZER_FILE)
     pairs = read_pairs(data_dir / "train.tsv")
     sentences = [p for p in pairs if p.kind == SENTENCE]
-    translations = translate_sources(model, tokenizer, [p.source for p in sentences], bf16=bf16)
+    if len(translations) != len(sentences):
+        raise ValueError(f"{len(translations)} translations for {len(sentences)} training sentences in {data_dir}")
     looping = [repeats_ngram(t.split()) for t in translations]
     added = [
         (p.source, t)
         for p, t, loop in zip(sentences, translations, looping)
-        if t.strip() and t != p.target and not loop
+        if t.strip() and t != p.target and not loop and "\t" not in t
     ]
     with open(out_dir / "train.tsv", "w", encoding="utf-8") as handle:
         handle.write((data_dir / "train.tsv").read_text(encoding="utf-8"))
@@ -129,15 +145,52 @@ def write_distilled_data(data_dir: Path, out_dir: Path, model: Transformer, bf16
     for name, empty in ((LINKS_FILE, "\n"), (HINTS_FILE, "[]\n")):
         if (data_dir / name).is_file():
             (out_dir / name).write_text((data_dir / name).read_text(encoding="utf-8") + empty * len(added))
-    for name in ("valid.tsv", TOKENIZER_FILE, "manifest.json", DICTIONARY_FILE):
+    for name in ("valid.tsv", "test.tsv", TOKENIZER_FILE, "manifest.json", DICTIONARY_FILE):
         if (data_dir / name).is_file():
             shutil.copyfile(data_dir / name, out_dir / name)
     summary = {
         "sentences": len(sentences),
         "added": len(added),
         "same_as_reference": sum(t == p.target for p, t in zip(sentences, translations)),
-        "looping": sum(looping),  # no repetition guard on the device: such outputs are dropped
+        "looping": sum(looping),  # caught in a loop: such outputs are dropped
     }
     (out_dir / "distilled.json").write_text(json.dumps(summary, indent=2) + "\n")
     log.info("distilled %d sentences: %d added", len(sentences), len(added))
     return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m seq2seq.training.distill sources|build`: the two steps around a teacher that
+    translates on the command line (an ensemble directory through `crossalign translate`)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m seq2seq.training.distill",
+        description="sequence-level distillation data: the training sentences out, the teacher's translations in",
+    )
+    steps = parser.add_subparsers(dest="step", required=True)
+    sources = steps.add_parser("sources", help="write the training sentences' sources, one per line")
+    sources.add_argument("--data-dir", type=Path, required=True, help="a prepared data directory")
+    sources.add_argument("--out", type=Path, required=True, help="the file to write")
+    build = steps.add_parser("build", help="a data directory with the teacher's translations added")
+    build.add_argument("--data-dir", type=Path, required=True, help="the data directory the sources came from")
+    build.add_argument("--translations", type=Path, required=True, help="the teacher's output, one line per source")
+    build.add_argument("--out", type=Path, required=True, help="the new data directory")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    data_dir = args.data_dir.expanduser()
+    if args.step == "sources":
+        found = sentence_sources(data_dir)
+        args.out.write_text("".join(f"{line}\n" for line in found), encoding="utf-8")
+        log.info("%d training sentences -> %s", len(found), args.out)
+        return
+    translations = args.translations.read_text(encoding="utf-8").split("\n")
+    if translations and translations[-1] == "":
+        translations.pop()
+    try:
+        summary = write_teacher_data(data_dir, args.out.expanduser(), translations)
+    except ValueError as error:
+        raise SystemExit(f"distill build: {error}") from None
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
