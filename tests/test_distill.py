@@ -110,6 +110,13 @@ def test_a_command_line_teacher_s_translations_become_the_student_s_data(tmp_pat
         "looping": 1,
     }
     assert (tmp_path / "d" / "test.tsv").read_text() == lines[2] + "\n"
+    # Only the main corpus's sentences: "f" is the extra corpora's (the tail `extra_pairs` long).
+    (data / "manifest.json").write_text(json.dumps({"extra_pairs": 1}))
+    main(
+        ["build", "--data-dir", str(data), "--translations", str(tmp_path / "teacher.txt")]
+        + ["--out", str(tmp_path / "m"), "--main-corpus-only"]
+    )
+    assert (tmp_path / "m" / "train.tsv").read_text().splitlines() == lines
     (tmp_path / "short.txt").write_text("A B\nD E\n")  # two translations for three sentences
     with pytest.raises(SystemExit, match="2 translations for 3 training sentences"):
         main(

@@ -120,13 +120,15 @@ def write_distilled_data(data_dir: Path, out_dir: Path, model: Transformer, bf16
     )
 
 
-def write_teacher_data(data_dir: Path, out_dir: Path, translations: list[str]) -> dict:
+def write_teacher_data(data_dir: Path, out_dir: Path, translations: list[str], main_corpus_only: bool = False) -> dict:
     """A data directory for the student: `data_dir`'s training lines and, after them, each
     training sentence again with the teacher's translation as its target (`translations`,
     one per `sentence_sources(data_dir)`, in order; a CPU ensemble's or a GPU model's). The
     references stay because at our data size they carry what the teacher got wrong; the
     added lines have no alignment links and no hint candidates (an empty line in each file
-    supervises nothing). Returns counts for the run's summary. Raises ValueError when the
+    supervises nothing). `main_corpus_only`: add only the main corpus's sentences (Ding's),
+    not those of the extra corpora, which `data prepare` appends to train.tsv (its manifest's
+    `extra_pairs`). Returns counts for the run's summary. Raises ValueError when the
     translations do not match the sentences in number."""
     out_dir.mkdir(parents=True, exist_ok=True)
     pairs = read_pairs(data_dir / "train.tsv")
@@ -134,10 +136,14 @@ def write_teacher_data(data_dir: Path, out_dir: Path, translations: list[str]) -
     if len(translations) != len(sentences):
         raise ValueError(f"{len(translations)} translations for {len(sentences)} training sentences in {data_dir}")
     looping = [repeats_ngram(t.split()) for t in translations]
+    main = len(pairs)
+    if main_corpus_only:
+        main -= json.loads((data_dir / "manifest.json").read_text(encoding="utf-8")).get("extra_pairs", 0)
+    in_main = [i < main for i, p in enumerate(pairs) if p.kind == SENTENCE]
     added = [
         (p.source, t)
-        for p, t, loop in zip(sentences, translations, looping)
-        if t.strip() and t != p.target and not loop and "\t" not in t
+        for p, t, loop, keep in zip(sentences, translations, looping, in_main)
+        if keep and t.strip() and t != p.target and not loop and "\t" not in t
     ]
     with open(out_dir / "train.tsv", "w", encoding="utf-8") as handle:
         handle.write((data_dir / "train.tsv").read_text(encoding="utf-8"))
@@ -174,6 +180,9 @@ def main(argv: list[str] | None = None) -> None:
     build.add_argument("--data-dir", type=Path, required=True, help="the data directory the sources came from")
     build.add_argument("--translations", type=Path, required=True, help="the teacher's output, one line per source")
     build.add_argument("--out", type=Path, required=True, help="the new data directory")
+    build.add_argument(
+        "--main-corpus-only", action="store_true", help="add the main corpus's sentences only, not the extra corpora's"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     data_dir = args.data_dir.expanduser()
@@ -186,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     if translations and translations[-1] == "":
         translations.pop()
     try:
-        summary = write_teacher_data(data_dir, args.out.expanduser(), translations)
+        summary = write_teacher_data(data_dir, args.out.expanduser(), translations, args.main_corpus_only)
     except ValueError as error:
         raise SystemExit(f"distill build: {error}") from None
     print(json.dumps(summary))
