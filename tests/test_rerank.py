@@ -1,0 +1,105 @@
+"""Reranking the n-best (seq2seq/decoding/rerank.py) and the sentence chrF it uses
+(seq2seq/analysis/chrf.py)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sacrebleu
+from toy import SENTENCES
+
+from seq2seq.analysis.chrf import chrf
+from seq2seq.decoding.rerank import RerankOptions, channel_scores, mbr_utilities, rerank_order, softmax
+from seq2seq.decoding.search import pad_batch
+from seq2seq.loading import load_translator
+
+
+def test_sentence_chrf_is_sacrebleus():
+    metric = sacrebleu.metrics.CHRF()
+    rng = random.Random(3)
+    words = [
+        "the",
+        "a",
+        "house",
+        "is",
+        "small",
+        "big",
+        "dog",
+        "cat",
+        "train",
+        "late",
+        ".",
+        ",",
+        "!",
+        "went",
+        "going",
+        "gone",
+        "Zug",
+        "fährt",
+    ]
+    pairs = [("", ""), ("a", ""), ("", "a"), ("ab", "ab"), ("The train is late.", "The train is delayed.")]
+    for _ in range(400):
+        pairs.append(tuple(" ".join(rng.choices(words, k=rng.randint(0, 9))) for _ in range(2)))
+    for hypothesis, reference in pairs:
+        assert chrf(hypothesis, reference) == pytest.approx(metric.sentence_score(hypothesis, [reference]).score)
+
+
+def test_mbr_chooses_the_consensus_and_not_the_outlier():
+    candidates = ["The train is late.", "The train is delayed.", "The train has lost its delay.", "The train is late!"]
+    utilities = mbr_utilities(candidates, np.full(4, 0.25))
+    assert int(np.argmax(utilities)) in (0, 3) and int(np.argmin(utilities)) == 2
+    # A candidate is not its own evidence: with all the weight on candidate 2, the others are
+    # judged by their agreement with it, and it by the rest's renormalised weights.
+    lopsided = mbr_utilities(candidates, np.array([0.0, 0.0, 1.0, 0.0]))
+    assert lopsided[0] == pytest.approx(chrf(candidates[0], candidates[2]))
+    assert lopsided[2] == 0.0
+
+
+def test_rerank_order_by_mode():
+    candidates = ["a b c", "a b d", "x y z"]
+    scores = np.array([-0.1, -0.2, -0.3])
+    channel = np.array([-5.0, -0.1, -0.2])
+    assert rerank_order(candidates, scores, RerankOptions("none")).tolist() == [0, 1, 2]
+    # The channel outweighs the search's small lead at λ 1: candidate 1 wins.
+    assert rerank_order(candidates, scores, RerankOptions("channel", channel_weight=1.0), channel)[0] == 1
+    assert rerank_order(candidates, scores, RerankOptions("channel", channel_weight=0.0), channel)[0] == 0
+    assert rerank_order(candidates, scores, RerankOptions("mbr"))[-1] == 2  # the outlier last
+    with pytest.raises(ValueError, match="needs the channel"):
+        rerank_order(candidates, scores, RerankOptions("mbr+channel"))
+    same = ["a", "a", "a"]  # ties keep the search's order
+    assert rerank_order(same, scores, RerankOptions("mbr")).tolist() == [0, 1, 2]
+
+
+def test_softmax_weights_follow_the_scores_and_the_temperature():
+    weights = softmax(np.array([0.0, -1.0]), 1.0)
+    assert weights.sum() == pytest.approx(1.0) and weights[0] / weights[1] == pytest.approx(np.e)
+    assert softmax(np.array([0.0, -1.0]), 2.0)[1] > weights[1]  # warmer is flatter
+
+
+def test_rerank_options_are_checked_at_their_limits():
+    RerankOptions("mbr", candidates=2)
+    RerankOptions("mbr", candidates=32)
+    for bad in (1, 33):
+        with pytest.raises(ValueError, match="2 to 32"):
+            RerankOptions("mbr", candidates=bad)
+    with pytest.raises(ValueError, match="unknown rerank mode"):
+        RerankOptions("best")
+    with pytest.raises(ValueError, match="temperature"):
+        RerankOptions("mbr", temperature=0.0)
+
+
+def test_channel_scores_are_the_reverse_models_log_prob_per_source_piece(tiny_bundle: Path):
+    reverse = load_translator(tiny_bundle, threads=1, streams=1)
+    backend, tokenizer = reverse.backend, reverse.tokenizer
+    source, candidates = SENTENCES[0], [SENTENCES[1], SENTENCES[2]]
+    found = channel_scores(backend, tokenizer, source, candidates)
+    for candidate, value in zip(candidates, found):
+        src_ids, src_mask = pad_batch([tokenizer.encode(candidate) + [backend.eos_id]], backend.pad_id)
+        target = tokenizer.encode(source)
+        forced = backend.teacher_force(src_ids, src_mask, np.array([target], dtype=np.int64))
+        produced = [*target, backend.eos_id]
+        expected = forced.log_probs[0, np.arange(len(produced)), produced].mean()
+        assert value == pytest.approx(float(expected), abs=1e-5)
