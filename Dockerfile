@@ -1,14 +1,20 @@
-# syntax=docker/dockerfile:1
 # crossalign HTTP service: onnxruntime + the service, no torch.
 #
 #   docker build -t crossalign .
 #   docker run --rm -p 5000:5000 crossalign            # serves every bundle in models/ (de-en, en-de)
 #   docker run --rm -p 5000:5000 -v "$PWD/models:/app/models:ro" crossalign   # or your own bundles
 #
+# Without Docker Hub: deploy/container.sh builds it with podman on a Debian base made by
+# mmdebstrap (PYTHON_IMAGE), runs it and checks that it translates (CI runs it).
+# No "# syntax=" line: nothing here needs more than the builder's own Dockerfile frontend, and
+# that line makes BuildKit fetch one from Docker Hub.
+#
 # The image installs exactly as the README (and docs/getting-started.md) does:
 # ./install.sh --serve (a .venv with the [serve] extra). Settings are CROSSALIGN_* env vars
 # (see service/settings.py).
 
+# Any image with python3 (3.11 or newer) and its venv module; deploy/container.sh passes a
+# Debian bookworm base of its own.
 ARG PYTHON_IMAGE=python:3.11-slim
 
 # ---------------------------------------------------------------------------- build
