@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,8 @@ import sacrebleu
 from toy import SENTENCES
 
 from seq2seq.analysis.chrf import chrf
-from seq2seq.decoding.rerank import RerankOptions, channel_scores, mbr_utilities, rerank_order, softmax
+from seq2seq.core.config import DecodeConfig, RerankOptions
+from seq2seq.decoding.rerank import channel_scores, mbr_utilities, rerank_order, softmax
 from seq2seq.decoding.search import pad_batch
 from seq2seq.loading import load_translator
 
@@ -103,3 +105,38 @@ def test_channel_scores_are_the_reverse_models_log_prob_per_source_piece(tiny_bu
         produced = [*target, backend.eos_id]
         expected = forced.log_probs[0, np.arange(len(produced)), produced].mean()
         assert value == pytest.approx(float(expected), abs=1e-5)
+
+
+def test_a_reranked_translation_is_the_channel_adjusted_best_of_the_searchs_n_best(tiny_bundle: Path):
+    translator = load_translator(tiny_bundle, threads=1, streams=1)
+    translator.channel = load_translator(tiny_bundle, threads=1, streams=1)  # the toy reads both ways
+    options = RerankOptions("channel", candidates=4, channel_weight=3.0)
+    wide = DecodeConfig(beam_size=4, n_best=4, return_attention=False)
+    for text in SENTENCES[:6]:
+        listed = translator.translate_batch([text], wide)[0]
+        candidates = [listed.text, *(a.text for a in listed.alternatives)]
+        scores = np.array([listed.score, *(a.score for a in listed.alternatives)])
+        reverse = channel_scores(translator.channel.backend, translator.channel.tokenizer, text, candidates)
+        expected = candidates[int(np.argmax(scores + 3.0 * reverse))]
+        reranked = translator.translate_batch([text], DecodeConfig(beam_size=2, rerank=options))[0]
+        assert reranked.text == expected and reranked.alternatives == []
+    # "none" is the plain search; n_best keeps that many of the reranked list.
+    plain = DecodeConfig(beam_size=2, return_attention=False)
+    assert [r.text for r in translator.translate_batch(SENTENCES, replace(plain, rerank=RerankOptions("none")))] == [
+        r.text for r in translator.translate_batch(SENTENCES, plain)
+    ]
+    two = translator.translate_batch(SENTENCES[:2], DecodeConfig(beam_size=2, n_best=2, rerank=options))
+    assert all(len(r.alternatives) == 1 for r in two)
+
+
+def test_a_channel_mode_without_a_channel_model_or_a_watched_rerank_is_refused(tiny_bundle: Path):
+    from seq2seq.decoding.translator import Watch
+
+    translator = load_translator(tiny_bundle, threads=1, streams=1)
+    with pytest.raises(ValueError, match="reverse direction"):
+        translator.translate_batch(SENTENCES[:1], DecodeConfig(rerank=RerankOptions("channel")))
+    assert translator.translate_batch(SENTENCES[:1], DecodeConfig(rerank=RerankOptions("mbr")))[0].text
+    with pytest.raises(ValueError, match="greedy"):
+        translator.translate_wanted(
+            SENTENCES[:1], DecodeConfig(beam_size=1, rerank=RerankOptions("mbr")), watch=Watch(lambda step: None)
+        )

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from seq2seq.core.config import DecodeConfig
-from seq2seq.decoding.translator import TranslationResult, Translator, plan_runs
+from seq2seq.decoding.runs import plan_runs
+from seq2seq.decoding.translator import TranslationResult, Translator
 from seq2seq.loading import load_translator
 from seq2seq.runtime.bundle import load_bundle_manifest
 from seq2seq.runtime.onnx_backend import OnnxBackend, default_streams

@@ -210,6 +210,40 @@ class TrainConfig:
         return Path(self.out_dir).expanduser()
 
 
+RERANK_MODES = ("none", "mbr", "channel", "mbr+channel")
+
+
+@dataclass(frozen=True)
+class RerankOptions:
+    """How a beam's n-best list is reranked (seq2seq/decoding/rerank.py); `mode` "none" keeps
+    the search's order. The channel modes need the reverse direction's model
+    (`Translator.channel`)."""
+
+    mode: str = "none"
+    # The candidates reranked: the search runs with a beam of at least this many and keeps them all.
+    candidates: int = 8
+    # λ of the channel: score + λ · log P(source | candidate) / (source pieces + 1).
+    channel_weight: float = 0.5
+    # The MBR weights: softmax(score / temperature) over the candidates; larger is flatter.
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in RERANK_MODES:
+            raise ValueError(f"unknown rerank mode {self.mode!r}: choose one of {', '.join(RERANK_MODES)}")
+        if not 2 <= self.candidates <= 32:
+            raise ValueError(f"rerank candidates must be 2 to 32, not {self.candidates}")
+        if self.channel_weight < 0 or self.temperature <= 0:
+            raise ValueError("the channel weight must be >= 0 and the temperature > 0")
+
+    @property
+    def uses_channel(self) -> bool:
+        return self.mode in ("channel", "mbr+channel")
+
+    @property
+    def uses_mbr(self) -> bool:
+        return self.mode in ("mbr", "mbr+channel")
+
+
 # Beyond this a term would outweigh any sentence around it (a piece's log-prob rarely falls below -10).
 MAX_TERM_BONUS = 10.0
 
@@ -283,6 +317,11 @@ class DecodeConfig:
     # pays MAX_TERM_BONUS per term left out, so the search keeps going until they are in.
     # More terms reach the output, at some cost to the sentence around them (docs/terms.md).
     glossary_strict: bool = False
+    # Rerank the beam's n-best (seq2seq/decoding/rerank.py): the search keeps
+    # `rerank.candidates` hypotheses and the first is chosen by the reverse model as a
+    # channel and/or minimum Bayes risk; None = the search's own best. Per call, never a
+    # bundle's default (it costs a wider beam and a teacher-forced pass of the reverse model).
+    rerank: RerankOptions | None = None
     # With an alignment: each hypothesis's quality block too (seq2seq/analysis/quality.py; in
     # the thorough mode one more teacher-forced row per source word). False: the maps alone,
     # all that placing markup on a translation reads (seq2seq/documents).

@@ -11,51 +11,21 @@ Two rules, each usable alone or together (`RerankOptions.mode`):
   piece, read by teacher-forcing the other direction's model (the shipped en-de for de-en),
   which penalises a fluent candidate that dropped or invented content.
 
-Together: the channel-adjusted scores are the MBR weights. Torch-free.
+Together: the channel-adjusted scores are the MBR weights. `RerankOptions` (in
+seq2seq/core/config.py, as `DecodeConfig.rerank`) says which. Torch-free.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from data.tokenizer import Tokenizer
 from seq2seq.analysis.chrf import CharNgrams, chrf
 from seq2seq.core.backend import SearchBackend
-from seq2seq.decoding.forced import teacher_forced_attention
-
-RERANK_MODES = ("none", "mbr", "channel", "mbr+channel")
-
-
-@dataclass(frozen=True)
-class RerankOptions:
-    """How a beam's n-best list is reranked; `mode` "none" keeps the search's order."""
-
-    mode: str = "none"
-    # The candidates reranked: the search runs with a beam of at least this many and keeps them all.
-    candidates: int = 8
-    # λ of the channel: score + λ · log P(source | candidate) / (source pieces + 1).
-    channel_weight: float = 0.5
-    # The MBR weights: softmax(score / temperature) over the candidates; larger is flatter.
-    temperature: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.mode not in RERANK_MODES:
-            raise ValueError(f"unknown rerank mode {self.mode!r}: choose one of {', '.join(RERANK_MODES)}")
-        if not 2 <= self.candidates <= 32:
-            raise ValueError(f"rerank candidates must be 2 to 32, not {self.candidates}")
-        if self.channel_weight < 0 or self.temperature <= 0:
-            raise ValueError("the channel weight must be >= 0 and the temperature > 0")
-
-    @property
-    def uses_channel(self) -> bool:
-        return self.mode in ("channel", "mbr+channel")
-
-    @property
-    def uses_mbr(self) -> bool:
-        return self.mode in ("mbr", "mbr+channel")
+from seq2seq.core.config import RerankOptions
+from seq2seq.decoding.search import Hypothesis, pad_batch
 
 
 def mbr_utilities(candidates: Sequence[str], weights: np.ndarray) -> np.ndarray:
@@ -107,7 +77,32 @@ def channel_scores(
     """log P(source | candidate) per source piece (EOS included) for each candidate (n,),
     read by teacher-forcing the reverse direction's model (`backend`, `tokenizer`: the
     en-de model for a de-en translation): one encoder and one decoder run for all n."""
-    source_ids = tokenizer.encode(source)[: max_pieces - 1]
+    produced = [*tokenizer.encode(source)[: max_pieces - 1], backend.eos_id]  # each step's piece, EOS last
     readings = [tokenizer.encode(c)[: max_pieces - 1] + [backend.eos_id] for c in candidates]
-    forced = teacher_forced_attention(backend, readings, [source_ids] * len(candidates))
-    return np.array([float(log_probs.sum()) / len(log_probs) for _, log_probs in forced])
+    src_ids, src_mask = pad_batch(readings, backend.pad_id)
+    targets = np.array([produced[:-1]] * len(candidates), dtype=np.int64)
+    log_probs = backend.teacher_force(src_ids, src_mask, targets).log_probs  # (n, T+1, V)
+    return log_probs[:, np.arange(len(produced)), produced].mean(axis=1).astype(np.float64)
+
+
+def rerank_hypotheses(
+    hypotheses: list[Hypothesis],
+    source: str,
+    options: RerankOptions,
+    tokenizer: Tokenizer,
+    channel: tuple[SearchBackend, Tokenizer] | None,
+    keep: int,
+) -> list[Hypothesis]:
+    """One source's n-best `hypotheses` (the search's order) reordered by `options`, the first
+    `keep`. `tokenizer` decodes the hypotheses; `channel`, the reverse direction's backend and
+    tokenizer, scores them for the channel modes (ValueError without it)."""
+    if options.mode == "none" or len(hypotheses) < 2:
+        return hypotheses[:keep]
+    texts = [tokenizer.decode(h.tokens) for h in hypotheses]
+    scores = np.array([h.score for h in hypotheses])
+    reverse = None
+    if options.uses_channel:
+        if channel is None:
+            raise ValueError(f"rerank mode {options.mode!r} needs the reverse direction's model as a channel")
+        reverse = channel_scores(channel[0], channel[1], source, texts)
+    return [hypotheses[int(i)] for i in rerank_order(texts, scores, options, reverse)[:keep]]

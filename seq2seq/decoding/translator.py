@@ -41,36 +41,10 @@ from seq2seq.core.hints import (
     plain_source,
     term_outcomes,
 )
+from seq2seq.decoding.rerank import rerank_hypotheses
+from seq2seq.decoding.runs import plan_runs
 from seq2seq.decoding.search import Hypothesis, Observe, SearchStep, Wanted, beam_search, pad_batch
 from seq2seq.decoding.terms import SentenceTerms
-
-
-def plan_runs(lengths: list[int], beams: int, budget: int) -> list[range]:
-    """Cut sources sorted by length, shortest first (their `lengths` in pieces), into the
-    runs a batch is searched in, one after another: each within `budget`, (longest source) x
-    (sentences) x (`beams`), or a lone sentence. Returns index ranges, in order, covering all.
-
-    As few runs as the budget allows (the count a fill from the shortest gives, which is the
-    least), of even size: a fill leaves its last run whatever remains, often one long
-    sentence, whose search then runs alone, a step's fixed cost for one sentence, on one
-    stream while the other's core waits (docs/performance.md, lever 25). Here the longest
-    sentences are taken first, each run an even share of those left, fewer where the budget says so.
-    """
-    fill_runs, start = 0, 0
-    while start < len(lengths):
-        end = start + 1
-        while end < len(lengths) and lengths[end] * (end - start + 1) * beams <= budget:
-            end += 1
-        fill_runs, start = fill_runs + 1, end
-    runs: list[range] = []
-    stop = len(lengths)
-    while stop > 0:
-        share = -(-stop // max(1, fill_runs - len(runs)))  # an even share of those left
-        fits = max(1, budget // max(1, lengths[stop - 1] * beams))
-        size = min(share, fits)  # share <= stop: at least one run is left
-        runs.append(range(stop - size, stop))
-        stop -= size
-    return runs[::-1]
 
 
 @dataclass
@@ -189,6 +163,9 @@ class Translator:
         self._stream_pool: ThreadPoolExecutor | None = None
         self._stream_pool_lock = threading.Lock()
         self.decode_defaults = decode_defaults
+        # The reverse direction's translator, the channel a reranked search reads
+        # (`DecodeConfig.rerank`): set by whoever loads both directions; None: none.
+        self.channel: Translator | None = None
         # The dictionary behind automatic hints (the bundle's dictionary.tsv.gz), for a model
         # whose vocabulary has the hint pieces; None: none.
         self.term_index = term_index if tokenizer.hint_ids is not None else None
@@ -271,15 +248,20 @@ class Translator:
         in the results holds None (None `wanted`: every text is wanted to the end). A `watch`
         sees the steps (greedy search) and each result as soon as it is whole."""
         config = self.decode_defaults if config is None else config
-        if watch is not None and watch.on_step is not None and config.beam_size != 1:
+        reranked = config.rerank is not None and config.rerank.mode != "none"
+        if watch is not None and watch.on_step is not None and (config.beam_size != 1 or reranked):
             raise ValueError(f"only a greedy search can be watched step by step, not a beam of {config.beam_size}")
         options = config.alignment.resolve(self.config) if config.alignment is not None else None
         shouted, sources = self._read(texts, config)
+        searched = config  # a reranked search keeps its candidates, at least as wide a beam
+        if reranked:
+            wide = max(config.beam_size, config.rerank.candidates)
+            searched = dataclasses.replace(config, beam_size=wide, n_best=config.rerank.candidates)
         cased = [source.cased for source in sources]
         encoded = [source.model.ids + [self.backend.eos_id] for source in sources]
         order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
         results: list[TranslationResult | None] = [None] * len(texts)
-        for run in plan_runs([len(encoded[i]) for i in order], config.beam_size, self.max_batch_tokens):
+        for run in plan_runs([len(encoded[i]) for i in order], searched.beam_size, self.max_batch_tokens):
             chunk = order[run.start : run.stop]
             chunk_wanted = None if wanted is None else (lambda chunk=chunk: wanted()[chunk])
             if chunk_wanted is not None and not chunk_wanted().any():
@@ -289,7 +271,9 @@ class Translator:
                 observe = self._observer(watch.on_step, chunk, [sources[i].model for i in chunk])
             biased = config.term_bonus or config.glossary_strict
             terms = [self.target_terms(sources[i].model, config) for i in chunk] if biased else None
-            found = self._search([encoded[i] for i in chunk], config, chunk_wanted, observe, terms)
+            found = self._search([encoded[i] for i in chunk], searched, chunk_wanted, observe, terms)
+            if reranked:
+                found = [self._rerank(texts[i], hypotheses, config) for i, hypotheses in zip(chunk, found)]
             still = np.ones(len(chunk), dtype=bool) if chunk_wanted is None else chunk_wanted()
             for index, hypotheses, keep in zip(chunk, found, still, strict=True):
                 if keep and hypotheses:
@@ -450,6 +434,12 @@ class Translator:
     ) -> list[list[Hypothesis]]:
         src_ids, src_mask = pad_batch(sources, backend.pad_id)
         return beam_search(backend, src_ids, src_mask, config, self.max_positions, wanted, observe, terms)
+
+    def _rerank(self, source: str, hypotheses: list[Hypothesis], config: DecodeConfig) -> list[Hypothesis]:
+        """`hypotheses` reranked by `config.rerank`, the first `config.n_best` (see rerank.py)."""
+        assert config.rerank is not None
+        channel = None if self.channel is None else (self.channel.backend, self.channel.tokenizer)
+        return rerank_hypotheses(hypotheses, source, config.rerank, self.tokenizer, channel, config.n_best)
 
     def _pool(self) -> ThreadPoolExecutor:
         """The threads of the streams beyond the caller's, started at the first split batch."""
