@@ -187,6 +187,24 @@ def test_no_import_cycle_among_project_modules() -> None:
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
+def test_a_format_module_imports_no_other_format() -> None:
+    """One module per document format (seq2seq/documents/formats/): each imports only the
+    readers' shared module from its folder, so a new format touches its module, the table
+    (`seq2seq.documents.files.FORMATS`) and a test, and no other format."""
+    modules = project_modules()
+    shared = {"seq2seq.documents.formats", "seq2seq.documents.formats.limits"}
+    found = []
+    for module, path in modules.items():
+        if not module.startswith("seq2seq.documents.formats."):
+            continue
+        for line, name in imported_modules(path, module):
+            target = resolve(name, modules)
+            if target and target.startswith("seq2seq.documents.formats.") and target not in shared | {module}:
+                found.append(f"{path.relative_to(REPO)}:{line}: {module} imports {target}")
+    assert len([m for m in modules if m.startswith("seq2seq.documents.formats.")]) >= 9
+    assert not found, "a format imports another format's module:\n" + "\n".join(found)
+
+
 def test_torch_is_imported_only_in_the_torch_layer() -> None:
     """Static: no `import torch` anywhere in data, the library folders, the service or the
     CLIs, and in the loader only inside a function (the torch backend's branch)."""
