@@ -11,7 +11,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from data.corpora import PHRASE, SENTENCE, Pair, keep_pair, read_corpus, split_key
+from data.corpora import read_corpus
+from data.corpora.pairs import PHRASE, SENTENCE, Pair, keep_pair, split_key
 from data.files import TOKENIZER_FILE, sha256_file
 from data.split import Splits, split_pairs
 from data.tokenizer import TAG_OPEN, Tokenizer, add_pieces, corpus_tag, train_sentencepiece

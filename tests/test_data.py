@@ -10,22 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from data import corpora
-from data.corpora import (
-    PHRASE,
-    SENTENCE,
-    CorpusError,
-    Pair,
-    clean_ding_text,
-    find_ding,
-    is_sentence,
-    parse_ding_line,
-    read_corpus,
-    read_ding,
-    read_moses,
-    read_tsv,
-    split_key,
-)
+from data.corpora import ding, read_corpus
+from data.corpora.ding import clean_ding_text, find_ding, parse_ding_line, read_ding
+from data.corpora.lines import read_moses, read_tsv
+from data.corpora.pairs import PHRASE, SENTENCE, CorpusError, Pair, is_sentence, split_key
 from data.prepare import data_languages, prepare, read_pairs
 from data.split import split_pairs
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
@@ -108,14 +96,14 @@ def test_read_ding_skips_comments_and_names_file_and_line_of_bad_input(tmp_path:
 
 
 def test_missing_ding_explains_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(corpora, "DING_SYSTEM_PATH", tmp_path / "no-such-system-file")
-    monkeypatch.setattr(corpora.Path, "home", lambda: tmp_path / "home")
-    monkeypatch.setattr(corpora.shutil, "which", lambda name: None)  # as on a machine without apt
+    monkeypatch.setattr(ding, "DING_SYSTEM_PATH", tmp_path / "no-such-system-file")
+    monkeypatch.setattr(ding.Path, "home", lambda: tmp_path / "home")
+    monkeypatch.setattr(ding.shutil, "which", lambda name: None)  # as on a machine without apt
 
     def no_subprocess(*args, **kwargs):
         raise AssertionError("find_ding must not run apt-get here")
 
-    monkeypatch.setattr(corpora.subprocess, "run", no_subprocess)
+    monkeypatch.setattr(ding.subprocess, "run", no_subprocess)
     with pytest.raises(CorpusError) as error:
         find_ding(cache_dir=tmp_path / "cache")
     assert "apt-get install trans-de-en" in str(error.value) and "--ding-path" in str(error.value)

@@ -10,19 +10,9 @@ from pathlib import Path
 import pytest
 
 from data.catalogs import DEFAULT_PACKAGES, collect_catalogs, default_packages
-from data.corpora import (
-    PHRASE,
-    SENTENCE,
-    CorpusError,
-    Pair,
-    message_pair,
-    plain_message,
-    read_corpus,
-    read_gettext,
-    read_mo,
-    read_po,
-    split_key,
-)
+from data.corpora import read_corpus
+from data.corpora.catalogs import message_pair, plain_message, read_gettext, read_mo, read_po
+from data.corpora.pairs import PHRASE, SENTENCE, CorpusError, Pair, split_key
 from data.prepare import GOLD_DIR, prepare, read_pairs, untagged
 from data.tokenizer import Tokenizer
 
