@@ -4,26 +4,9 @@ table of formats (`FORMATS`), reading a file as its format, and translating it.
 Each format's module in `seq2seq/documents/formats/` reads a file's bytes into a
 `Document` -- its segments (`Marked`), what it kept as it was without translating
 (`notes`), and how to write the file back with the placed translations -- and
-`translate_document` runs one through a `Translate`:
-
-- txt (`formats/txt.py`): each line with words; no markup.
-- html, htm (`formats/html.py`): blocks (`seq2seq.documents.html`); inline elements carried.
-- docx (`formats/docx.py`, python-docx): every paragraph of the body, tables, headers,
-  footers, footnotes, endnotes, comments and text boxes; the runs' formatting, hyperlinks as
-  markup, fields, tabs and drawings kept where they stood (`seq2seq.documents.office`).
-- pptx (`formats/pptx.py`, python-pptx): every paragraph of every slide's shapes and tables,
-  and its notes; the runs' formatting (hyperlinks are run properties there).
-- odt (`formats/odt.py`, lxml on the ODF XML): `text:p` and `text:h` of content.xml and
-  styles.xml (headers, footers), footnotes and frames included; `text:span` and `text:a`
-  carried, fields kept.
-- xlf, xliff (`formats/xliff.py`): XLIFF 1.2 `trans-unit` sources, written to their
-  `target` (state needs-review-translation); `<g>`, `<x/>`, `<bx/>`, `<ex/>` carried,
-  `<ph>`, `<bpt>`, `<ept>`, `<it>` kept whole.
-- srt (`formats/srt.py`): each cue's text (numbers and timings untouched), `<i>`, `<b>`,
-  `<font>` carried.
-- md (`formats/md.py`, markdown-it-py): paragraphs, headings, list items and table cells,
-  replaced in their lines; emphasis and links carried, code spans kept as written, code
-  blocks and HTML blocks untouched.
+`translate_document` runs one through a `Translate`. The formats: txt, html (and htm),
+docx, pptx, odt, xliff (and xlf), srt and md; each one's module says what it reads as
+segments and what it keeps as written.
 
 A document is an attack surface: the limits and the checked ways in (ZIP archives, UTF-8
 text) are shared by every reader (`formats/limits.py`); a file that does not parse as its
