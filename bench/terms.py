@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.corpora import SENTENCE, Pair  # noqa: E402
+from data.corpora.pairs import SENTENCE, Pair  # noqa: E402
 from data.dictionary import TermIndex, phrase_votes  # noqa: E402
 from data.files import DICTIONARY_FILE  # noqa: E402
 from data.prepare import read_pairs, read_tsv_pairs  # noqa: E402

@@ -4,7 +4,7 @@ Every translated program ships its messages as gettext catalogs; Debian's binary
 carry tens of thousands of German ones (LibreOffice, GIMP, Inkscape, the desktops, games).
 This command downloads packages with `apt-get download` (nothing is installed) and unpacks
 one language's catalogs, which `crossalign data prepare --extra-corpus gettext:DIR` then
-reads as sentence pairs (`data.corpora.read_gettext`).
+reads as sentence pairs (`data.corpora.catalogs.read_gettext`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from data.corpora import CorpusError
+from data.corpora.pairs import CorpusError
 
 log = logging.getLogger("crossalign.data")
 

@@ -7,7 +7,7 @@ archive's Release files. This command runs `apt-get update` into a directory of 
 (the system's package lists are not touched; only the translation indexes are fetched, and
 apt checks their signatures) and writes `Translation-en` and `Translation-LL` there as plain
 text, which `crossalign data prepare --extra-corpus descriptions:DIR` then reads as sentence
-pairs (`data.corpora.read_descriptions`).
+pairs (`data.corpora.descriptions.read_descriptions`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from data.corpora import CorpusError
+from data.corpora.pairs import CorpusError
 
 log = logging.getLogger("crossalign.data")
 

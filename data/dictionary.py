@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data.corpora import PHRASE, Pair
+from data.corpora.pairs import PHRASE, Pair
 
 
 def phrase_votes(pairs: Iterable[Pair], max_words: int = 3) -> dict[str, Counter[str]]:

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import logging
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from data.corpora import PHRASE, SENTENCE, Pair, keep_pair, read_corpus, split_key
+from data.corpora import read_corpus
+from data.corpora.pairs import PHRASE, SENTENCE, Pair, keep_pair, split_key
 from data.files import TOKENIZER_FILE, sha256_file
 from data.split import Splits, split_pairs
 from data.tokenizer import TAG_OPEN, Tokenizer, add_pieces, corpus_tag, train_sentencepiece
@@ -59,84 +59,51 @@ def read_tsv_pairs(path: Path) -> tuple[list[str], list[str]]:
     return sources, references
 
 
-def prepare(
-    out: Path,
-    corpus: str = "ding",
-    vocab_size: int = 8000,
-    max_phrases: int | None = 200_000,
-    test_size: int = 1600,
-    valid_size: int = 1100,
-    seed: int = 1,
-    ding_path: Path | None = None,
-    tokenizer_model: Path | None = None,
-    languages: tuple[str, str] = ("de", "en"),
-    reverse: bool = False,
-    extra_corpora: tuple[str, ...] = (),
-    tag_extra_corpora: bool = False,
-) -> dict:
+@dataclass(frozen=True)
+class PrepareOptions:
+    """What `crossalign data prepare` does; its flags map onto these, one default each."""
+
+    corpus: str = "ding"  # a spec: ding | tsv:PATH | moses:SRC,TGT | gettext:PATH | descriptions:DIR
+    vocab_size: int = 8000  # joint SentencePiece vocabulary, when one is trained
+    # Dictionary phrase pairs kept in train (None: all); short ones first, as they are the
+    # word and term translations that help sentences.
+    max_phrases: int | None = 200_000
+    test_size: int = 1600  # held-out test sentences
+    valid_size: int = 1100  # held-out validation sentences
+    seed: int = 1  # which phrases are kept when there are more than max_phrases
+    ding_path: Path | None = None  # the Ding file; None: found (data/corpora/ding.py)
+    # Reuse this SentencePiece model instead of training one: what continuing or fine-tuning
+    # a model (`crossalign train --init-from`) needs, since its embeddings are indexed by its ids.
+    tokenizer_model: Path | None = None
+    languages: tuple[str, str] = ("de", "en")  # the corpus's (source, target) as read (Ding: German, English)
+    # Write every split the other way round (target -> source) after splitting, so both
+    # directions share one split (by the corpus's source side) and one held-out set.
+    reverse: bool = False
+    extra_corpora: tuple[str, ...] = ()  # specs like `corpus` that add training pairs only
+    tag_extra_corpora: bool = False  # start each extra pair's source with its corpus's tag
+
+
+def prepare(out: Path, options: PrepareOptions = PrepareOptions()) -> dict:
     """Write train/valid/test TSVs, `spm.model` and `manifest.json` into `out`.
 
-    `tokenizer_model` reuses an existing SentencePiece model instead of training one: what
-    continuing or fine-tuning a model (`crossalign train --init-from`) needs, since its
-    embeddings are indexed by that model's ids.
-
-    `languages` are the corpus's (source, target) as read (Ding: German, English);
-    `reverse` writes every split the other way round (target -> source) after splitting,
-    so both directions share one split (by the corpus's source side) and one held-out set.
     The manifest records the direction written (`languages`), which training puts into the
-    model's config.
-
-    `extra_corpora` (specs like `corpus`, read in the same language order) add training pairs
-    only: the held-out splits stay the main corpus's, and an extra pair that shares a side
-    with a held-out sentence or with the gold set (data/gold/) is dropped, so every
-    reported figure stays held out.
+    model's config. Extra corpora add training pairs only: the held-out splits stay the main
+    corpus's, and an extra pair that shares a side with a held-out sentence or with the gold
+    set (data/gold/) is dropped, so every reported figure stays held out.
     """
     out.mkdir(parents=True, exist_ok=True)
-    pairs_iter, inputs, license_ = read_corpus(corpus, ding_path)
-    raw = list(pairs_iter)
-    kept = [p for p in raw if keep_pair(p)]
-    log.info("read %d pairs, %d after length filters", len(raw), len(kept))
-    splits = split_pairs(kept, test_size=test_size, valid_size=valid_size)
-    extra = ExtraCorpora([], [], 0, {}, {})
-    if extra_corpora:
-        extra = read_extra_corpora(extra_corpora, splits, ding_path)
-        log.info(
-            "extra corpora: %d training pairs (%s; %d dropped: repeats, length, held out or gold)",
-            len(extra.pairs),
-            ", ".join(f"{count} from {spec}" for spec, count in extra.added.items()),
-            extra.dropped,
-        )
-        splits.train.extend(extra.pairs)
-    if reverse:
+    pairs_iter, inputs, license_ = read_corpus(options.corpus, options.ding_path)
+    splits, extra = split_corpus(list(pairs_iter), options)
+    languages = options.languages
+    if options.reverse:
         languages = (languages[1], languages[0])
         splits = Splits(*([Pair(p.target, p.source, p.kind) for p in part] for part in splits.astuple()))
-    tags = tag_extra_pairs(splits.train, extra) if tag_extra_corpora else {}
-    train = splits.train
-    phrases = [p for p in train if p.kind == PHRASE]
-    if max_phrases is not None and len(phrases) > max_phrases:
-        # Short phrases first: they are word/term translations, the part that helps sentences.
-        rng = random.Random(seed)
-        rng.shuffle(phrases)
-        phrases.sort(key=lambda p: len(p.source.split()) > 4)
-        keep = set(phrases[:max_phrases])
-        train = [p for p in train if p.kind == SENTENCE or p in keep]
+    tags = tag_extra_pairs(splits.train, extra) if options.tag_extra_corpora else {}
+    train = limit_phrases(splits.train, options.max_phrases, options.seed)
     write_pairs(out / "train.tsv", train)
     write_pairs(out / "valid.tsv", splits.valid)
     write_pairs(out / "test.tsv", splits.test)
-    if tokenizer_model is not None:
-        tokenizer = Tokenizer(tokenizer_model)  # checks the special ids before anything is copied
-        (out / TOKENIZER_FILE).write_bytes(Path(tokenizer_model).read_bytes())
-        (out / "spm.vocab").unlink(missing_ok=True)
-        vocab_size = tokenizer.vocab_size
-        log.info("reusing SentencePiece model %s (vocab %d)", tokenizer_model, vocab_size)
-    else:
-        log.info("training SentencePiece (vocab %d)", vocab_size)
-        spm_texts = [t for p in train for t in (untagged(p.source), p.target)]
-        tokenizer = Tokenizer(train_sentencepiece(spm_texts, out / "spm", vocab_size=vocab_size))
-    if tags:
-        tokenizer = Tokenizer(add_pieces(out / TOKENIZER_FILE, out / TOKENIZER_FILE, tuple(tags.values())))
-        vocab_size = tokenizer.vocab_size
-        log.info("corpus tags %s appended to the SentencePiece model (vocab %d)", list(tags.values()), vocab_size)
+    tokenizer, vocab_size = write_tokenizer(out, train, options, tags)
     sample = list(splits.valid)[:1000]
     tokens_per_sentence = sum(len(tokenizer.encode(p.source)) + len(tokenizer.encode(p.target)) for p in sample) / max(
         2 * len(sample), 1
@@ -146,8 +113,8 @@ def prepare(
         for name, pairs in (("train", train), ("valid", splits.valid), ("test", splits.test))
     }
     manifest = {
-        "corpus": corpus,
-        "extra_corpora": list(extra_corpora),
+        "corpus": options.corpus,
+        "extra_corpora": list(options.extra_corpora),
         "extra_pairs": len(extra.pairs),
         "extra_dropped": extra.dropped,
         "extra_added": extra.added,
@@ -157,18 +124,18 @@ def prepare(
         "inputs": [{"path": str(p), "sha256": sha256_file(p)} for p in inputs + extra.inputs],
         "license": license_,
         "counts": counts,
-        "filters": {"max_chars": 300, "max_length_ratio": 3.0, "max_phrases": max_phrases},
+        "filters": {"max_chars": 300, "max_length_ratio": 3.0, "max_phrases": options.max_phrases},
         "split": {
             "method": "sha256 of casefolded NFC source of the corpus as read"
-            + ("; written reversed" if reverse else "")
+            + ("; written reversed" if options.reverse else "")
             + "; no training pair shares a side with a held-out pair",
-            "test_size": test_size,
-            "valid_size": valid_size,
+            "test_size": options.test_size,
+            "valid_size": options.valid_size,
         },
         "tokenizer": {
             "file": TOKENIZER_FILE,
             "sha256": sha256_file(out / TOKENIZER_FILE),
-            "reused_from": str(tokenizer_model) if tokenizer_model else None,
+            "reused_from": str(options.tokenizer_model) if options.tokenizer_model else None,
             "vocab_size": vocab_size,
             "type": "unigram",
             "pad_id": 0,
@@ -181,6 +148,61 @@ def prepare(
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     log.info("wrote %s: %s", out, json.dumps(counts))
     return manifest
+
+
+def split_corpus(raw: list[Pair], options: PrepareOptions) -> tuple[Splits, ExtraCorpora]:
+    """The main corpus's pairs within the length filters, split, with the extra corpora's
+    training pairs appended to train."""
+    kept = [p for p in raw if keep_pair(p)]
+    log.info("read %d pairs, %d after length filters", len(raw), len(kept))
+    splits = split_pairs(kept, test_size=options.test_size, valid_size=options.valid_size)
+    extra = ExtraCorpora([], [], 0, {}, {})
+    if options.extra_corpora:
+        extra = read_extra_corpora(options.extra_corpora, splits, options.ding_path)
+        log.info(
+            "extra corpora: %d training pairs (%s; %d dropped: repeats, length, held out or gold)",
+            len(extra.pairs),
+            ", ".join(f"{count} from {spec}" for spec, count in extra.added.items()),
+            extra.dropped,
+        )
+        splits.train.extend(extra.pairs)
+    return splits, extra
+
+
+def limit_phrases(train: list[Pair], max_phrases: int | None, seed: int) -> list[Pair]:
+    """`train` with at most `max_phrases` phrase pairs (None: all), the short ones first."""
+    phrases = [p for p in train if p.kind == PHRASE]
+    if max_phrases is None or len(phrases) <= max_phrases:
+        return train
+    # Short phrases first: they are word/term translations, the part that helps sentences.
+    rng = random.Random(seed)
+    rng.shuffle(phrases)
+    phrases.sort(key=lambda p: len(p.source.split()) > 4)
+    keep = set(phrases[:max_phrases])
+    return [p for p in train if p.kind == SENTENCE or p in keep]
+
+
+def write_tokenizer(
+    out: Path, train: list[Pair], options: PrepareOptions, tags: dict[str, str]
+) -> tuple[Tokenizer, int]:
+    """`out`/spm.model, reused or trained on `train`, with the corpus tags as pieces; and its
+    vocabulary size."""
+    vocab_size = options.vocab_size
+    if options.tokenizer_model is not None:
+        tokenizer = Tokenizer(options.tokenizer_model)  # checks the special ids before anything is copied
+        (out / TOKENIZER_FILE).write_bytes(Path(options.tokenizer_model).read_bytes())
+        (out / "spm.vocab").unlink(missing_ok=True)
+        vocab_size = tokenizer.vocab_size
+        log.info("reusing SentencePiece model %s (vocab %d)", options.tokenizer_model, vocab_size)
+    else:
+        log.info("training SentencePiece (vocab %d)", vocab_size)
+        spm_texts = [t for p in train for t in (untagged(p.source), p.target)]
+        tokenizer = Tokenizer(train_sentencepiece(spm_texts, out / "spm", vocab_size=vocab_size))
+    if tags:
+        tokenizer = Tokenizer(add_pieces(out / TOKENIZER_FILE, out / TOKENIZER_FILE, tuple(tags.values())))
+        vocab_size = tokenizer.vocab_size
+        log.info("corpus tags %s appended to the SentencePiece model (vocab %d)", list(tags.values()), vocab_size)
+    return tokenizer, vocab_size
 
 
 GOLD_DIR = Path(__file__).parent / "gold"
@@ -257,8 +279,8 @@ def untagged(source: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    # The defaults are prepare()'s own, so the library and the command line cannot drift.
-    default = {name: parameter.default for name, parameter in inspect.signature(prepare).parameters.items()}
+    # The defaults are PrepareOptions's own, so the library and the command line cannot drift.
+    default = asdict(PrepareOptions())
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument(
         "--corpus",
@@ -280,7 +302,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="start each extra corpus's training sources with its tag (⟦gettext⟧, ⟦descriptions⟧), so the model "
         "learns their registers apart and untagged text reads as the main corpus's",
     )
-    parser.add_argument("--ding-path", type=Path, default=None, help="explicit path to the Ding de-en file")
+    parser.add_argument(
+        "--ding-path", type=Path, default=default["ding_path"], help="explicit path to the Ding de-en file"
+    )
     parser.add_argument(
         "--vocab-size",
         type=int,
@@ -321,19 +345,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tokenizer",
         type=Path,
-        default=None,
+        default=default["tokenizer_model"],
         metavar="SPM_MODEL",
         help="reuse this SentencePiece model instead of training one (e.g. models/de-en/spm.model, "
         "to continue training or fine-tune that model with --init-from)",
     )
 
 
-def main(args: argparse.Namespace) -> None:
-    prepare(
-        args.out,
+def options_from(args: argparse.Namespace) -> PrepareOptions:
+    """The command line's flags as `PrepareOptions` (`--max-phrases -1`: all)."""
+    return PrepareOptions(
         corpus=args.corpus,
         vocab_size=args.vocab_size,
-        max_phrases=None if args.max_phrases < 0 else args.max_phrases,
+        max_phrases=None if args.max_phrases is not None and args.max_phrases < 0 else args.max_phrases,
         test_size=args.test_size,
         valid_size=args.valid_size,
         seed=args.seed,
@@ -344,3 +368,7 @@ def main(args: argparse.Namespace) -> None:
         extra_corpora=tuple(args.extra_corpus),
         tag_extra_corpora=args.tag_extra_corpora,
     )
+
+
+def main(args: argparse.Namespace) -> None:
+    prepare(args.out, options_from(args))

@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from data.corpora import SENTENCE, Pair, split_key
+from data.corpora.pairs import SENTENCE, Pair, split_key
 
 
 def hash_unit(key: str) -> float:

@@ -1,5 +1,5 @@
 """Checkpoint -> ONNX graphs that keep cross-attention -> release bundle (`crossalign export`,
-seq2seq/cli/export.py, is its command line).
+export/cli.py, is its command line).
 
 A template in four steps (after the CTranslate2 converters): load the checkpoint, validate
 it (every problem collected, raised once), write the bundle, then check the written graphs

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from data.corpora import split_key
+from data.corpora.pairs import split_key
 from seq2seq.analysis.aer import (
     AlignmentFormatError,
     GoldPair,
@@ -100,7 +100,7 @@ def _normalise(text: str) -> str:
 def test_gold_sentences_are_not_in_the_training_data(gold):
     """The gold set must be unseen: checked against the prepared splits, else the raw Ding file."""
     if PREPARED.is_dir() and list(PREPARED.glob("*.tsv")):
-        # Prepared text is already normalised (data.corpora.normalize_text): casefolding and
+        # Prepared text is already normalised (data.corpora.pairs.normalize_text): casefolding and
         # collapsing spaces gives its split_key, and is ten times faster than calling it.
         seen = set()
         for path in PREPARED.glob("*.tsv"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import random
@@ -10,23 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from data import corpora
-from data.corpora import (
-    PHRASE,
-    SENTENCE,
-    CorpusError,
-    Pair,
-    clean_ding_text,
-    find_ding,
-    is_sentence,
-    parse_ding_line,
-    read_corpus,
-    read_ding,
-    read_moses,
-    read_tsv,
-    split_key,
-)
-from data.prepare import data_languages, prepare, read_pairs
+from data.corpora import ding, read_corpus
+from data.corpora.ding import clean_ding_text, find_ding, parse_ding_line, read_ding
+from data.corpora.lines import read_moses, read_tsv
+from data.corpora.pairs import PHRASE, SENTENCE, CorpusError, Pair, is_sentence, split_key
+from data.prepare import PrepareOptions, add_arguments, data_languages, options_from, prepare, read_pairs
 from data.split import split_pairs
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 
@@ -108,14 +97,14 @@ def test_read_ding_skips_comments_and_names_file_and_line_of_bad_input(tmp_path:
 
 
 def test_missing_ding_explains_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(corpora, "DING_SYSTEM_PATH", tmp_path / "no-such-system-file")
-    monkeypatch.setattr(corpora.Path, "home", lambda: tmp_path / "home")
-    monkeypatch.setattr(corpora.shutil, "which", lambda name: None)  # as on a machine without apt
+    monkeypatch.setattr(ding, "DING_SYSTEM_PATH", tmp_path / "no-such-system-file")
+    monkeypatch.setattr(ding.Path, "home", lambda: tmp_path / "home")
+    monkeypatch.setattr(ding.shutil, "which", lambda name: None)  # as on a machine without apt
 
     def no_subprocess(*args, **kwargs):
         raise AssertionError("find_ding must not run apt-get here")
 
-    monkeypatch.setattr(corpora.subprocess, "run", no_subprocess)
+    monkeypatch.setattr(ding.subprocess, "run", no_subprocess)
     with pytest.raises(CorpusError) as error:
         find_ding(cache_dir=tmp_path / "cache")
     assert "apt-get install trans-de-en" in str(error.value) and "--ding-path" in str(error.value)
@@ -243,14 +232,18 @@ def test_no_training_pair_shares_a_side_with_a_held_out_pair():
 def test_prepare_reverse_writes_the_same_split_the_other_way(tmp_path: Path):
     corpus = tmp_path / "corpus.tsv"
     corpus.write_text("".join(f"Satz Nummer {i} hier.\tSentence number {i} here.\n" for i in range(300)))
-    forward = prepare(tmp_path / "de-en", corpus=f"tsv:{corpus}", vocab_size=60, test_size=20, valid_size=15)
+    forward = prepare(
+        tmp_path / "de-en", PrepareOptions(corpus=f"tsv:{corpus}", vocab_size=60, test_size=20, valid_size=15)
+    )
     backward = prepare(
         tmp_path / "en-de",
-        corpus=f"tsv:{corpus}",
-        test_size=20,
-        valid_size=15,
-        tokenizer_model=tmp_path / "de-en" / "spm.model",
-        reverse=True,
+        PrepareOptions(
+            corpus=f"tsv:{corpus}",
+            test_size=20,
+            valid_size=15,
+            tokenizer_model=tmp_path / "de-en" / "spm.model",
+            reverse=True,
+        ),
     )
     assert forward["languages"] == {"source": "de", "target": "en"}
     assert backward["languages"] == {"source": "en", "target": "de"}
@@ -308,7 +301,7 @@ def test_prepare_end_to_end_on_a_tsv_corpus(tmp_path: Path):
     corpus = tmp_path / "corpus.tsv"
     corpus.write_text("".join(lines), encoding="utf-8")
     out = tmp_path / "prepared"
-    manifest = prepare(out, corpus=f"tsv:{corpus}", vocab_size=80, test_size=20, valid_size=15)
+    manifest = prepare(out, PrepareOptions(corpus=f"tsv:{corpus}", vocab_size=80, test_size=20, valid_size=15))
 
     for name in ("train.tsv", "valid.tsv", "test.tsv", "spm.model", "manifest.json"):
         assert (out / name).is_file(), name
@@ -359,20 +352,48 @@ def test_prepare_can_reuse_an_existing_tokenizer(tmp_path: Path):
     """`--tokenizer`: the data of a model that is continued or fine-tuned keeps its ids."""
     corpus = tmp_path / "corpus.tsv"
     corpus.write_text("".join(f"Satz Nummer {i}.\tSentence number {i}.\n" for i in range(200)), encoding="utf-8")
-    first = prepare(tmp_path / "first", corpus=f"tsv:{corpus}", vocab_size=40, test_size=10, valid_size=10)
+    first = prepare(
+        tmp_path / "first", PrepareOptions(corpus=f"tsv:{corpus}", vocab_size=40, test_size=10, valid_size=10)
+    )
     other = tmp_path / "other.tsv"
     other.write_text(
         "".join(f"Ganz andere Wörter {i}.\tQuite other words {i}.\n" for i in range(200)), encoding="utf-8"
     )
     second = prepare(
         tmp_path / "second",
-        corpus=f"tsv:{other}",
-        test_size=10,
-        valid_size=10,
-        tokenizer_model=tmp_path / "first" / "spm.model",
+        PrepareOptions(
+            corpus=f"tsv:{other}", test_size=10, valid_size=10, tokenizer_model=tmp_path / "first" / "spm.model"
+        ),
     )
     assert (tmp_path / "second" / "spm.model").read_bytes() == (tmp_path / "first" / "spm.model").read_bytes()
     assert second["tokenizer"]["sha256"] == first["tokenizer"]["sha256"]
     assert second["tokenizer"]["reused_from"] == str(tmp_path / "first" / "spm.model")
     assert second["tokenizer"]["vocab_size"] == 40  # the reused model's size, not the default 8000
     assert first["tokenizer"]["reused_from"] is None
+
+
+def test_the_prepare_command_maps_onto_prepare_options_with_their_defaults(tmp_path: Path):
+    """One default per setting: the flags left out give `PrepareOptions()`, and each flag
+    lands on its field."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert options_from(parser.parse_args(["--out", str(tmp_path)])) == PrepareOptions()
+    args = parser.parse_args(
+        ["--out", str(tmp_path), "--corpus", "tsv:a.tsv", "--extra-corpus", "gettext:po", "--tag-extra-corpora"]
+        + ["--vocab-size", "60", "--max-phrases", "-1", "--test-size", "20", "--valid-size", "15", "--seed", "3"]
+        + ["--languages", "en", "de", "--reverse", "--tokenizer", "spm.model", "--ding-path", "ding.txt"]
+    )
+    assert options_from(args) == PrepareOptions(
+        corpus="tsv:a.tsv",
+        vocab_size=60,
+        max_phrases=None,
+        test_size=20,
+        valid_size=15,
+        seed=3,
+        ding_path=Path("ding.txt"),
+        tokenizer_model=Path("spm.model"),
+        languages=("en", "de"),
+        reverse=True,
+        extra_corpora=("gettext:po",),
+        tag_extra_corpora=True,
+    )

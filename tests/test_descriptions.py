@@ -9,16 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from data.corpora import (
-    PHRASE,
-    SENTENCE,
-    CorpusError,
-    Pair,
-    description_pairs,
-    read_corpus,
-    read_descriptions,
-    read_translation_file,
-)
+from data.corpora import read_corpus
+from data.corpora.descriptions import description_pairs, read_descriptions, read_translation_file
+from data.corpora.pairs import PHRASE, SENTENCE, CorpusError, Pair
 from data.descriptions import collect_descriptions
 
 ENGLISH = """\

@@ -3,8 +3,9 @@
 `mkdocs build --strict` (run by .ci/run) checks the links between the site's pages; these
 tests check the references it cannot see: the README's links (GitHub renders it, MkDocs
 does not), the pages and sections that comments in the code cite ("docs/performance.md, lever
-22", "docs/decoding.md, "Repetition guard""), and that every script in bench/ is listed
-where the benchmarks are documented.
+22", "docs/decoding.md, "Repetition guard""), that every script in bench/ is listed
+where the benchmarks are documented, and that the table of layers in docs/design.md names
+every module of the packages, and only files that exist.
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ CITED_LEVER = re.compile(r"docs/performance\.md,\s+(?:#\s*)?lever\s+(\d+)")
 # 'docs/decoding.md, "Repetition guard"' or with single quotes.
 CITED_SECTION = re.compile(r"docs/([\w-]+\.md),\s+(?:#\s*)?[\"']([^\"']+)[\"']")
 CITED_PAGE = re.compile(r"docs/([\w-]+\.md)")
+# The packages whose every module the design's table of layers names. `service` joins once
+# issue #40's `service/` in role folders is merged with its row naming them (the lead adds it).
+LISTED_PACKAGES = ("seq2seq", "data", "export")
+# A table row: | `folder/` or `file.py` | layer | role, naming files (`x.py`, `x.sh`) and folders (`x/`) |
+LAYOUT_ROW = re.compile(r"^\| `([^`]+)` \|[^|]*\|(.*)\|\s*$")
+NAMED = re.compile(r"`([^`\s]+(?:\.py|\.sh|/))`")
 
 
 def code_files() -> list[Path]:
@@ -78,3 +85,59 @@ def test_every_benchmark_script_is_documented() -> None:
     performance = (DOCS / "performance.md").read_text()
     undocumented = [p.name for p in sorted((REPO / "bench").glob("*.py")) if f"bench/{p.name}" not in performance]
     assert not undocumented, f"docs/performance.md (Benchmarks) does not list: {undocumented}"
+
+
+def layout_rows(design: str) -> dict[str, list[str]]:
+    """docs/design.md's table of layers: each row's folder (or file) -> the files and folders
+    its role names."""
+    section = design.split("## The layers", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        if match := LAYOUT_ROW.match(line):
+            rows[match[1]] = NAMED.findall(match[2])
+    return rows
+
+
+def layout_problems(design: str, packages: tuple[str, ...] = LISTED_PACKAGES) -> list[str]:
+    """What the table of layers gets wrong: a name that is no file or folder under its row's
+    folder (nor from the repository's root), and a module of `packages` that its row (the
+    deepest folder holding it) names neither by file nor by a folder it sits in."""
+    rows = layout_rows(design)
+    problems = []
+    for row, names in rows.items():
+        base = REPO / row if (REPO / row).is_dir() else (REPO / row).parent
+        for name in names:
+            under = [p.relative_to(base).as_posix() + ("/" if p.is_dir() else "") for p in base.rglob("*")]
+            if not any(path == name or path.endswith("/" + name) for path in under) and not (REPO / name).exists():
+                problems.append(f"`{row}` names `{name}`, which is not there")
+    for package in packages:
+        for path in sorted(p for p in (REPO / package).rglob("*.py") if p.name != "__init__.py"):
+            module = path.relative_to(REPO).as_posix()
+            owners = [row for row in rows if module == row or (row.endswith("/") and module.startswith(row))]
+            if not owners:
+                problems.append(f"{module}: no row of the table holds it")
+                continue
+            row = max(owners, key=len)
+            folders = [part + "/" for part in module.removeprefix(row).split("/")[:-1]]
+            named = path.name in rows[row] or any(folder in rows[row] for folder in folders)
+            if row != module and not named:
+                problems.append(f"{module}: the row `{row}` does not name `{path.name}`")
+    return problems
+
+
+def test_the_table_of_layers_names_every_module_and_only_what_exists() -> None:
+    design = (DOCS / "design.md").read_text()
+    assert len(layout_rows(design)) >= 12, "docs/design.md has its table of layers"
+    problems = layout_problems(design)
+    assert not problems, "docs/design.md, The layers:\n" + "\n".join(problems)
+
+
+def test_the_layout_check_sees_a_module_left_out_and_a_name_made_up() -> None:
+    design = (DOCS / "design.md").read_text()
+    assert "(`hints.py`)" in design and "`records.py`" in design
+    left_out = design.replace("(`dictionary.py`)", "")
+    assert layout_problems(left_out) == ["data/dictionary.py: the row `data/` does not name `dictionary.py`"]
+    made_up = design.replace("(`records.py`)", "(`records.py`, `ghost.py`)")
+    assert layout_problems(made_up) == ["`seq2seq/decoding/` names `ghost.py`, which is not there"]
+    # A module in a folder the row names as a whole (`batch/`) counts as named.
+    assert not any("seq2seq/cli/batch/" in problem for problem in layout_problems(design))

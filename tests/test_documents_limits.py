@@ -18,7 +18,8 @@ from echo_backend import make_client
 from fastapi.testclient import TestClient
 from sample_documents import zip_with
 
-from seq2seq.documents.files import Limits, check_zip, format_of, read_document
+from seq2seq.documents.files import Limits, format_of, read_document
+from seq2seq.documents.formats.limits import check_zip
 from service.engine import TranslatorEngine
 
 

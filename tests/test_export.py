@@ -18,11 +18,11 @@ from toy import SENTENCES
 
 from data.files import BUNDLE_FILE
 from data.tokenizer import EOS_ID, PAD_ID, Tokenizer
+from export import cli as export_cli
 from export import regraph
 from export.exporter import ExportError, export_model
 from export.parity import PARITY_SENTENCES, check_parity
 from export.shapes import SHARED_PREFIX
-from seq2seq.cli import export as export_cli
 from seq2seq.core.backend import DecoderCache
 from seq2seq.core.config import DecodeConfig, TrainConfig, to_dict
 from seq2seq.decoding.search import beam_search, pad_batch

@@ -10,20 +10,10 @@ from pathlib import Path
 import pytest
 
 from data.catalogs import DEFAULT_PACKAGES, collect_catalogs, default_packages
-from data.corpora import (
-    PHRASE,
-    SENTENCE,
-    CorpusError,
-    Pair,
-    message_pair,
-    plain_message,
-    read_corpus,
-    read_gettext,
-    read_mo,
-    read_po,
-    split_key,
-)
-from data.prepare import GOLD_DIR, prepare, read_pairs, untagged
+from data.corpora import read_corpus
+from data.corpora.catalogs import message_pair, plain_message, read_gettext, read_mo, read_po
+from data.corpora.pairs import PHRASE, SENTENCE, CorpusError, Pair, split_key
+from data.prepare import GOLD_DIR, PrepareOptions, prepare, read_pairs, untagged
 from data.tokenizer import Tokenizer
 
 PO = r"""# German translation of a program.
@@ -192,7 +182,9 @@ def test_gettext_corpus_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def test_extra_corpus_adds_training_pairs_only_and_never_a_held_out_or_gold_sentence(tmp_path: Path):
     corpus = tmp_path / "corpus.tsv"
     corpus.write_text("".join(f"Satz Nummer {i} hier.\tSentence number {i} here.\n" for i in range(300)))
-    plain = prepare(tmp_path / "plain", corpus=f"tsv:{corpus}", vocab_size=60, test_size=20, valid_size=15)
+    plain = prepare(
+        tmp_path / "plain", PrepareOptions(corpus=f"tsv:{corpus}", vocab_size=60, test_size=20, valid_size=15)
+    )
     held_out = read_pairs(tmp_path / "plain" / "test.tsv")[0]
     gold_source, gold_target = (GOLD_DIR / "de-en.gold.tsv").read_text(encoding="utf-8").splitlines()[0].split("\t")[:2]
     catalog = tmp_path / "catalogs" / "de.po"
@@ -206,11 +198,13 @@ def test_extra_corpus_adds_training_pairs_only_and_never_a_held_out_or_gold_sent
     )
     mixed = prepare(
         tmp_path / "mixed",
-        corpus=f"tsv:{corpus}",
-        test_size=20,
-        valid_size=15,
-        tokenizer_model=tmp_path / "plain" / "spm.model",
-        extra_corpora=(f"gettext:{catalog.parent}",),
+        PrepareOptions(
+            corpus=f"tsv:{corpus}",
+            test_size=20,
+            valid_size=15,
+            tokenizer_model=tmp_path / "plain" / "spm.model",
+            extra_corpora=(f"gettext:{catalog.parent}",),
+        ),
     )
     for split in ("valid", "test"):  # the held-out splits are the main corpus's alone
         assert read_pairs(tmp_path / "mixed" / f"{split}.tsv") == read_pairs(tmp_path / "plain" / f"{split}.tsv")
@@ -254,19 +248,23 @@ def test_tagged_extra_corpora_mark_each_training_source_with_its_corpus(tmp_path
     catalog = tmp_path / "catalogs" / "de.po"
     catalog.parent.mkdir()
     catalog.write_text(PO, encoding="utf-8")
-    plain = prepare(tmp_path / "plain", corpus=f"tsv:{corpus}", vocab_size=60, test_size=20, valid_size=15)
+    plain = prepare(
+        tmp_path / "plain", PrepareOptions(corpus=f"tsv:{corpus}", vocab_size=60, test_size=20, valid_size=15)
+    )
     spec = f"gettext:{catalog.parent}"
     for reverse in (False, True):
         out = tmp_path / f"tagged-{reverse}"
         manifest = prepare(
             out,
-            corpus=f"tsv:{corpus}",
-            test_size=20,
-            valid_size=15,
-            tokenizer_model=tmp_path / "plain" / "spm.model",
-            extra_corpora=(spec,),
-            tag_extra_corpora=True,
-            reverse=reverse,
+            PrepareOptions(
+                corpus=f"tsv:{corpus}",
+                test_size=20,
+                valid_size=15,
+                tokenizer_model=tmp_path / "plain" / "spm.model",
+                extra_corpora=(spec,),
+                tag_extra_corpora=True,
+                reverse=reverse,
+            ),
         )
         assert manifest["extra_tags"] == {spec: "⟦gettext⟧"}
         train = read_pairs(out / "train.tsv")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from data.corpora import PHRASE, SENTENCE, Pair
+from data.corpora.pairs import PHRASE, SENTENCE, Pair
 from data.dictionary import TermIndex, first_term, phrase_votes, usual_term, write_term_index
 from data.tokenizer import HINT_CLOSE, HINT_OPEN, Tokenizer, add_hint_pieces
 from seq2seq.core.hints import (

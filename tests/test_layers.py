@@ -14,6 +14,9 @@ module is placed by where it is created:
 - `seq2seq/training/`, `export/`, and `seq2seq/loading.py` (the one bridge: it reaches
   `training/` lazily, for the torch backend only): the torch layer.
 - `service/`, `seq2seq/cli/`: the top.
+- `seq2seq/` imports no package built on it (`export/`, `service/`), its command line
+  included: a command that runs them lives in their folder (`export/cli.py`) and the
+  `crossalign` table names it by module.
 
 Every import in the project's packages, at module level or inside a function,
 `TYPE_CHECKING` included, is read from the source (ast) and checked against that order;
@@ -116,8 +119,16 @@ def resolve(name: str, modules: dict[str, Path]) -> str | None:
     return None
 
 
+# The packages built on `seq2seq/`: it never imports them, not even its command line (a
+# command that runs them lives there and `crossalign` names it by module: seq2seq/cli).
+ABOVE_SEQ2SEQ = ("export", "service")
+
+
 def may_import(importer: str, imported: str) -> bool:
-    """The rule: layers point down; inside the library, folders point down too."""
+    """The rule: layers point down; inside the library, folders point down too; `seq2seq/`
+    imports no package built on it."""
+    if importer.split(".")[0] == "seq2seq" and imported.split(".")[0] in ABOVE_SEQ2SEQ:
+        return False
     own, theirs = layer_of(importer), layer_of(imported)
     if own is None or theirs is None:
         return True  # reported by test_every_module_has_a_layer
@@ -151,7 +162,9 @@ def test_imports_only_point_down() -> None:
                     f"{library_folder(module) or '-'}) imports {target} ({LAYER_NAMES[layer_of(target)]}, "
                     f"{library_folder(target) or '-'})"
                 )
-    assert not upward, "imports against the layers' order:\n" + "\n".join(upward)
+    assert not upward, (
+        f"imports against the layers' order (and seq2seq/ imports none of {ABOVE_SEQ2SEQ}):\n" + "\n".join(upward)
+    )
 
 
 def test_no_import_cycle_among_project_modules() -> None:
@@ -187,6 +200,24 @@ def test_no_import_cycle_among_project_modules() -> None:
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
+def test_a_format_module_imports_no_other_format() -> None:
+    """One module per document format (seq2seq/documents/formats/): each imports only the
+    readers' shared module from its folder, so a new format touches its module, the table
+    (`seq2seq.documents.files.FORMATS`) and a test, and no other format."""
+    modules = project_modules()
+    shared = {"seq2seq.documents.formats", "seq2seq.documents.formats.limits"}
+    found = []
+    for module, path in modules.items():
+        if not module.startswith("seq2seq.documents.formats."):
+            continue
+        for line, name in imported_modules(path, module):
+            target = resolve(name, modules)
+            if target and target.startswith("seq2seq.documents.formats.") and target not in shared | {module}:
+                found.append(f"{path.relative_to(REPO)}:{line}: {module} imports {target}")
+    assert len([m for m in modules if m.startswith("seq2seq.documents.formats.")]) >= 9
+    assert not found, "a format imports another format's module:\n" + "\n".join(found)
+
+
 def test_torch_is_imported_only_in_the_torch_layer() -> None:
     """Static: no `import torch` anywhere in data, the library folders, the service or the
     CLIs, and in the loader only inside a function (the torch backend's branch)."""
@@ -216,6 +247,10 @@ def test_the_checker_sees_upward_and_sideways_imports(tmp_path: Path) -> None:
     assert {"service.engine", "seq2seq.loading", "seq2seq.runtime.bundle"} <= refused
     assert may_import("seq2seq.decoding.translator", "seq2seq.analysis.quality")
     assert not may_import("seq2seq.core.config", "seq2seq.analysis.quality")
+    # The command line is the top layer, yet inside `seq2seq/`: it may not reach `export/`.
+    assert not may_import("seq2seq.cli.export", "export.exporter")
+    assert not may_import("seq2seq.cli.translate", "service.engine")
+    assert may_import("seq2seq.cli.translate", "seq2seq.loading") and may_import("export.cli", "export.exporter")
 
 
 def test_the_torch_free_library_imports_without_torch() -> None:
@@ -255,6 +290,26 @@ def test_the_serving_path_never_imports_torch(tiny_bundle: Path, tmp_path: Path)
     """)
     finished = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=240)
     assert finished.returncode == 0, finished.stderr[-3000:]
+
+
+def test_every_command_names_a_module_with_its_two_functions() -> None:
+    """`crossalign` imports a command's module by name only when it runs: each one named in
+    seq2seq/cli/__init__.py exists and defines (or imports) `add_arguments(parser)` and
+    `main(args)`."""
+    from seq2seq.cli import COMMANDS, DATA_COMMANDS
+
+    modules = project_modules()
+    problems = []
+    for name, (module, _) in {**COMMANDS, **{f"data {k}": v for k, v in DATA_COMMANDS.items()}}.items():
+        if module not in modules:
+            problems.append(f"{name}: no module {module}")
+            continue
+        tree = ast.parse(modules[module].read_text())
+        defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        defined |= {a.asname or a.name for node in tree.body if isinstance(node, ast.ImportFrom) for a in node.names}
+        problems += [f"{name}: {module} has no {f}()" for f in ("add_arguments", "main") if f not in defined]
+    assert COMMANDS["export"][0] == "export.cli"
+    assert not problems, "\n".join(problems)
 
 
 def test_every_project_import_names_a_module_that_exists() -> None:

@@ -297,7 +297,8 @@ def test_a_map_that_does_not_spell_the_translation_places_by_position() -> None:
 
 
 def translate_markdown(text: str) -> str:
-    from seq2seq.documents.files import Limits, read_markdown, translate_document
+    from seq2seq.documents.files import Limits, translate_document
+    from seq2seq.documents.formats.md import read_markdown
 
     return translate_document(read_markdown(text.encode(), Limits()), upper_translate).data.decode()
 

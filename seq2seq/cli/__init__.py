@@ -1,7 +1,10 @@
 """`crossalign` command line: one entry point, subcommands imported lazily.
 
 Only the module of the subcommand being run is imported, so `crossalign serve` and
-`crossalign translate --backend onnx` never import torch.
+`crossalign translate --backend onnx` never import torch. A command lives in the layer of
+what it runs (`export` in `export/cli.py`, `serve` in `service/`, `train` in
+`seq2seq/training/`) and is named here by its module, never imported: `seq2seq/` imports
+neither `export/` nor `service/` (tests/test_layers.py).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "translate": ("seq2seq.cli.translate", "translate lines of text (stdin or a file)"),
     "align": ("seq2seq.cli.align", "align given translation pairs (source<TAB>target) by teacher forcing"),
     "eval": ("seq2seq.cli.evaluate", "score a model or a translation file with sacreBLEU (BLEU, chrF)"),
-    "export": ("seq2seq.cli.export", "export a trained model to an ONNX release bundle"),
+    "export": ("export.cli", "export a trained model to an ONNX release bundle"),
     "serve": ("service.serve", "run the HTTP service (LibreTranslate-compatible, with alignment maps)"),
 }
 DATA_COMMANDS: dict[str, tuple[str, str]] = {

@@ -156,10 +156,7 @@ def beam_search(
     trace = _Trace()
     watched = observe is not None
     need_attention = config.return_attention or beams.coverage is not None or watched
-    # Each row's 2K + 1 best tokens (`Candidates.rank`), asked of the backend with room for
-    # the banned ones; greedy needs only the argmax, and a watcher its candidates.
-    banned = (backend.pad_id, backend.bos_id)
-    top_k = 2 * k + 1 + len(banned) if k > 1 else WATCHED_CANDIDATES + len(banned) if watched else 0
+    top_k = _asked_top_k(backend, k, watched)
     finished: list[list[Hypothesis]] = [[] for _ in range(len(src_ids))]
     biased = terms and any(terms) and (config.term_bonus or config.glossary_strict)
     bias = TermBias(terms, config.term_bonus, k, backend.eos_id, config.glossary_strict) if biased else None
@@ -169,32 +166,14 @@ def beam_search(
             out = beams.first_step(backend, need_attention, top_k, watched)
         else:
             out = backend.step(beams.tokens, beams.mask, beams.cache, need_attention, top_k, watched)
-        at_limit = (limits[beams.active] <= step).repeat(k)
-        log_probs = _allowed(out.log_probs, backend, at_limit)
-        repeating = beams.repeats.ban(log_probs) if beams.repeats is not None else np.zeros(0, dtype=np.intp)
-        ranked = log_probs
-        if bias is not None:  # rows with a term open are ranked afresh, as rows with a ban
-            ranked, biased_rows = bias.apply(log_probs, beams.active)
-            repeating = np.union1d(repeating, biased_rows)
+        log_probs, top = _ranked_step(backend, out, beams, (limits[beams.active] <= step).repeat(k), bias)
         trace.attention.append(out.cross_weights if config.return_attention else None)
         if beams.coverage is not None:
             beams.coverage.read(step, out.cross_weights)
-        # The backend's own TopK saw every token: it only serves steps where `_allowed` banned
-        # no more than PAD and BOS, and rows where the repetition guard banned more are
-        # ranked afresh from their log-probs.
-        row_best = None if k == 1 or out.top is None or at_limit.any() else RowBest.of(*out.top, 2 * k, banned)
-        if row_best is not None and len(repeating):
-            row_best = row_best.reranked(repeating, ranked)
-        top = Candidates.rank(beams.scores, ranked, k, backend.eos_id, row_best)
         if observe is not None:
             observe(_watched_step(step, beams.active, top.tokens[:, 0], log_probs, out))
         _finish(top, log_probs, beams, trace, step, config, backend.eos_id, finished, bias)
-        going_on = top.possible & ~top.is_eos
-        going_on &= going_on.cumsum(axis=1) <= k  # the K best that go on
-        keep = (going_on.sum(axis=1) == k) & np.array([len(finished[s]) < k for s in beams.active])
-        if config.early_exit:  # the best continuation ended the sentence (`_finish` kept it)
-            best_ended = top.possible[:, 0] & top.is_eos[:, 0]
-            keep &= ~(best_ended & np.array([len(finished[s]) >= config.n_best for s in beams.active]))
+        going_on, keep = _going_on(top, beams.active, finished, config)
         if wanted is not None:
             keep &= wanted()[beams.active]
         if not keep.any():
@@ -211,6 +190,54 @@ def beam_search(
         hypotheses.sort(key=lambda h: -h.score)
         results.append(hypotheses[: config.n_best])
     return results
+
+
+def _asked_top_k(backend: SearchBackend, k: int, watched: bool) -> int:
+    """How many best tokens per row to ask the backend's TopK for: each row's 2K + 1
+    (`Candidates.rank`) with room for the banned PAD and BOS; greedy needs only the argmax
+    (0), and a watcher its candidates."""
+    banned = len((backend.pad_id, backend.bos_id))
+    return 2 * k + 1 + banned if k > 1 else WATCHED_CANDIDATES + banned if watched else 0
+
+
+def _ranked_step(
+    backend: SearchBackend, out: StepOutput, beams: _Beams, at_limit: np.ndarray, bias: TermBias | None
+) -> tuple[np.ndarray, Candidates]:
+    """The step's log-probs (N, V) with the bans applied in place (PAD, BOS, EOS only for the
+    rows `at_limit` (N,) bool, the repetition guard's), and each sentence's 2K best
+    continuations, ranked with the terms' bias."""
+    k = beams.k
+    log_probs = _allowed(out.log_probs, backend, at_limit)
+    repeating = beams.repeats.ban(log_probs) if beams.repeats is not None else np.zeros(0, dtype=np.intp)
+    ranked = log_probs
+    if bias is not None:  # rows with a term open are ranked afresh, as rows with a ban
+        ranked, biased_rows = bias.apply(log_probs, beams.active)
+        repeating = np.union1d(repeating, biased_rows)
+    # The backend's own TopK saw every token: it only serves steps where `_allowed` banned
+    # no more than PAD and BOS, and rows where the repetition guard banned more are
+    # ranked afresh from their log-probs.
+    banned = (backend.pad_id, backend.bos_id)
+    row_best = None if k == 1 or out.top is None or at_limit.any() else RowBest.of(*out.top, 2 * k, banned)
+    if row_best is not None and len(repeating):
+        row_best = row_best.reranked(repeating, ranked)
+    return log_probs, Candidates.rank(beams.scores, ranked, k, backend.eos_id, row_best)
+
+
+def _going_on(
+    top: Candidates, active: np.ndarray, finished: list[list[Hypothesis]], config: DecodeConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """(B', 2K) bool the K best continuations of each sentence that are not EOS, and (B',)
+    bool the sentences that go on: they have K such continuations and fewer than K finished
+    hypotheses (with `config.early_exit`: and their best continuation did not end them with
+    n_best finished). `active` (B',): each sentence's index in the batch."""
+    k = config.beam_size
+    going_on = top.possible & ~top.is_eos
+    going_on &= going_on.cumsum(axis=1) <= k  # the K best that go on
+    keep = (going_on.sum(axis=1) == k) & np.array([len(finished[s]) < k for s in active])
+    if config.early_exit:  # the best continuation ended the sentence (`_finish` kept it)
+        best_ended = top.possible[:, 0] & top.is_eos[:, 0]
+        keep &= ~(best_ended & np.array([len(finished[s]) >= config.n_best for s in active]))
+    return going_on, keep
 
 
 def _watched_step(

@@ -20,13 +20,17 @@ Run properties are compared without their language and proofing attributes (`lan
 `dirty`, `err`, `w:lang`, `w:noProof`): runs that differ only there are one formatting.
 `write_paragraph` writes the placed translation as new runs: each piece of text in the
 innermost format tag over it (else the base), containers written again around them.
+`OfficeDocument` is a DOCX or PPTX read as these paragraphs (the formats' readers:
+`seq2seq.documents.formats.docx`, `.pptx`), written back with stable ZIP entry times.
 """
 
 from __future__ import annotations
 
 import copy
+import io
+import zipfile
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lxml import etree
 
@@ -253,3 +257,63 @@ def write_paragraph(paragraph: Paragraph, placed: Placed) -> None:
             source = data.element
             stack[-1].append(etree.Element(source.tag, attrib=dict(source.attrib)))
     element.extend(kept_last)
+
+
+@dataclass
+class OfficeDocument:
+    """A DOCX or PPTX: its package (python-docx / python-pptx) and its paragraphs."""
+
+    package: object  # docx.Document or pptx.Presentation: what `save` writes
+    paragraphs: list[Paragraph]
+    segments: list[Marked] = field(default_factory=list)
+    notes: Counter = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self.segments = [paragraph.marked for paragraph in self.paragraphs]
+        for paragraph in self.paragraphs:
+            for tag in paragraph.marked.tags:
+                if isinstance(tag.data, Opaque):
+                    self.notes.update(_kept(element) for element in tag.data.elements[:1])
+        self.notes.pop("", None)
+
+    def write(self, placed: list[Placed | None], language: str = "") -> bytes:
+        for paragraph, translation in zip(self.paragraphs, placed):
+            if translation is not None:
+                write_paragraph(paragraph, translation)
+        out = io.BytesIO()
+        self.package.save(out)
+        return stable_zip(out.getvalue())
+
+
+FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest time a ZIP entry can hold
+
+
+def stable_zip(data: bytes) -> bytes:
+    """The archive `data` with every entry's time fixed.
+
+    python-docx and python-pptx stamp every entry with the current time (and so does an
+    upload written by them), so the same document translated twice gave different bytes: a
+    job's result and the synchronous answer, or two runs of the batch CLI, could not be
+    compared or cached. Only the times change.
+    """
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as saved, zipfile.ZipFile(out, "w") as written:
+        for entry in saved.infolist():
+            stamped = zipfile.ZipInfo(entry.filename, date_time=FIXED_ZIP_TIME)
+            stamped.compress_type, stamped.external_attr = entry.compress_type, entry.external_attr
+            stamped.create_system = entry.create_system
+            written.writestr(stamped, saved.read(entry))
+    return out.getvalue()
+
+
+def _kept(element: etree._Element) -> str:
+    """What an opaque element kept untranslated, for the notes ("" for what holds no text)."""
+    if any(local(e) == "fldChar" for e in element.iter()) or local(element) in ("fldSimple", "fld"):
+        return "fields"
+    if local(element) in ("oMath", "oMathPara"):
+        return "equations"
+    if any(local(e) in ("object", "OLEObject") for e in element.iter()):
+        return "embedded objects"
+    if local(element) == "sdt":
+        return "content controls"
+    return ""

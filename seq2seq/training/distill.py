@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from data.corpora import SENTENCE
+from data.corpora.pairs import SENTENCE
 from data.files import DICTIONARY_FILE, TOKENIZER_FILE
 from data.prepare import read_pairs
 from data.tokenizer import Tokenizer

@@ -47,8 +47,13 @@ import shutil
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from seq2seq.core.config import TrainConfig
 
 log = logging.getLogger("crossalign.gpu_round")
 
@@ -127,11 +132,10 @@ def run(
     history.json and train_config.json, and round.json. Returns round.json's content."""
     import torch
 
-    from data.files import CONFIG_FILE, WEIGHTS_FILE
+    from data.files import WEIGHTS_FILE
     from seq2seq.core.config import ModelConfig, TrainConfig
-    from seq2seq.training.distill import LINKS_FILE, write_distilled_data
+    from seq2seq.training.distill import LINKS_FILE
     from seq2seq.training.hint_data import HINTS_FILE
-    from seq2seq.training.model import load_model
     from seq2seq.training.train import train
 
     started = time.time()
@@ -168,22 +172,9 @@ def run(
         "device": device if not device.startswith("cuda") else torch.cuda.get_device_name(),
         "large": {"model": TINY if tiny else LARGE, **last_validation(large_final)},
     }
-    student = data_dir / STUDENT_DIR
     student_bytes = 0
-    if distill_minutes > 0 and (student / WEIGHTS_FILE).is_file():
-        teacher = load_model(large_final).to(device)
-        distilled_data = work / "distilled-data"
-        summary["distillation"] = write_distilled_data(data_dir, distilled_data, teacher, bf16=device != "cpu")
-        del teacher
-        student_final = train(
-            config("student", distilled_data, distill_minutes, init_from=str(student), **STUDENT_RECIPE),
-            ModelConfig(dropout=LARGE["dropout"]),
-            resume=False,
-        )
-        state = torch.load(student_final / WEIGHTS_FILE, map_location="cpu", weights_only=True)
-        student_bytes = write_parts(half(state), student_final, out / DISTILLED_DIR, PART_NAME)
-        student_config = json.loads((student_final / CONFIG_FILE).read_text())
-        summary["distilled"] = {"model": student_config, **last_validation(student_final)}
+    if distill_minutes > 0 and (data_dir / STUDENT_DIR / WEIGHTS_FILE).is_file():
+        student_bytes = distil(large_final, data_dir, work, out, device, config, distill_minutes, summary)
     state = torch.load(large_final / WEIGHTS_FILE, map_location="cpu", weights_only=True)
     quantized = quantize_int8(state)
     if student_bytes + state_bytes(quantized) <= RETURN_BYTES:
@@ -194,6 +185,45 @@ def run(
     (out / "round.json").write_text(json.dumps(summary, indent=2) + "\n")
     shutil.rmtree(work)  # only what comes back stays under $OUT
     return summary
+
+
+def distil(
+    teacher_dir: Path,
+    data_dir: Path,
+    work: Path,
+    out: Path,
+    device: str,
+    config: Callable[..., TrainConfig],
+    minutes: float,
+    summary: dict,
+) -> int:
+    """Distil the large model in `teacher_dir` into the student packed in `data_dir` (its
+    translations of the training split: `distill.py`), fine-tune the student on them for
+    `minutes` (`config(run, data, minutes, **changes)` is the round's training config), and
+    write its weights as float16 parts into `out`/distilled/. Adds `distillation` and
+    `distilled` to `summary`; returns the parts' bytes."""
+    import torch
+
+    from data.files import CONFIG_FILE, WEIGHTS_FILE
+    from seq2seq.core.config import ModelConfig
+    from seq2seq.training.distill import write_distilled_data
+    from seq2seq.training.model import load_model
+    from seq2seq.training.train import train
+
+    teacher = load_model(teacher_dir).to(device)
+    distilled_data = work / "distilled-data"
+    summary["distillation"] = write_distilled_data(data_dir, distilled_data, teacher, bf16=device != "cpu")
+    del teacher  # its memory goes to the student's training
+    student_final = train(
+        config("student", distilled_data, minutes, init_from=str(data_dir / STUDENT_DIR), **STUDENT_RECIPE),
+        ModelConfig(dropout=LARGE["dropout"]),
+        resume=False,
+    )
+    state = torch.load(student_final / WEIGHTS_FILE, map_location="cpu", weights_only=True)
+    student_bytes = write_parts(half(state), student_final, out / DISTILLED_DIR, PART_NAME)
+    student_config = json.loads((student_final / CONFIG_FILE).read_text())
+    summary["distilled"] = {"model": student_config, **last_validation(student_final)}
+    return student_bytes
 
 
 def last_validation(model_dir: Path) -> dict:

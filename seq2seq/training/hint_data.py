@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from data.corpora import Pair
+from data.corpora.pairs import Pair
 from data.tokenizer import Tokenizer
 from seq2seq.core.alignment import words
 from seq2seq.core.hints import Hint, HintedSource, endings, find_term, fold, insert_hints

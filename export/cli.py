@@ -1,5 +1,8 @@
 """`crossalign export`: checkpoint -> verified ONNX release bundle (see export/exporter.py).
 
+The command lives beside what it runs: the library (`seq2seq/`) never imports `export/`;
+`crossalign` finds this module by name (`seq2seq/cli/__init__.py`, `COMMANDS`).
+
     crossalign export runs/final --out models/de-en                    # fp32 graphs
     crossalign export runs/final --out models/de-en --graphs int8 fp32 # both, int8 the default
     crossalign export models/de-en --in-place --graphs int8 fp32       # add fp32 graphs to a bundle
