@@ -47,6 +47,8 @@ def test_every_gold_pair_of_both_directions_has_one_kind() -> None:
         assert set(kinds) == {sentence.strip() for sentence in german}, "kinds.tsv lists a sentence not in the gold set"
     counts = Counter(kinds.values())
     assert set(counts) == set(KINDS)
+    # The everyday register is large enough to tell a model's loss there from noise (issue #39).
+    assert counts["everyday"] >= 180, counts
 
 
 def test_a_gold_pair_without_a_kind_is_named() -> None:
@@ -201,3 +203,21 @@ def test_the_command_on_the_shipped_bundle_caches_and_refuses(
 def test_a_bundle_of_another_direction_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="translates en-de, not de-en"):
         registers.main(["--model", str(SHIPPED), "--baseline", str(ROOT / "models" / "en-de")])
+
+
+def test_the_model_card_prints_the_register_table_and_the_gold_count(references: list[str]) -> None:
+    from export.model_card import quality_section, registers_section
+
+    refs = references[:60]
+    result = compare("gold everyday", refs, {"new": refs, "shipped": degraded(refs)}, "new")
+    record = {"model": "new", "baselines": ["shipped"], "alpha": ALPHA, "bootstrap_samples": 1000}
+    record |= {"registers": [asdict(result)], "refusals": refusals([result])}
+    section = registers_section(record)
+    assert section.startswith("## Quality by register") and register_table(record["registers"]) in section
+    assert "`shipped`" in section and "let this model ship" in section
+    refused = registers_section(record | {"refusals": ["gold everyday: BLEU"]})
+    assert "It refused this model: gold everyday: BLEU" in refused
+    assert registers_section(None) == ""
+    manifest = json.loads((SHIPPED / "data_manifest.json").read_text())
+    quality = quality_section({"gold_bleu_beam4": 20.0, "gold_sentences": 341}, manifest)
+    assert "| BLEU on the 341 gold sentences, beam 4 | 20.0 |" in quality and "(data/gold/, 341 pairs" in quality
