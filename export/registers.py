@@ -208,6 +208,12 @@ def is_worse(delta: float, p_value: float, alpha: float = ALPHA) -> bool:
     return delta < 0 and p_value < alpha
 
 
+def format_p(p: float, alpha: float = ALPHA) -> str:
+    """p to 3 decimals, or to 5 where 3 would round it across alpha (0.04995 is not "0.050")."""
+    text = f"{p:.3f}"
+    return f"{p:.5f}" if (float(text) < alpha) != (p < alpha) else text
+
+
 def refusals(results: Sequence[RegisterResult], alpha: float = ALPHA) -> list[str]:
     """One line per (register, baseline, metric) where the new model is significantly worse."""
     lines = []
@@ -218,7 +224,7 @@ def refusals(results: Sequence[RegisterResult], alpha: float = ALPHA) -> list[st
                 if is_worse(delta, p, alpha):
                     lines.append(
                         f"{result.register}: {METRIC_NAMES[metric]} {delta:+.2f} against {comparison.baseline} "
-                        f"(p = {p:.3f} < {alpha})"
+                        f"(p = {format_p(p, alpha)} < {alpha})"
                     )
     return lines
 
@@ -239,7 +245,7 @@ def register_table(results: Sequence[dict], alpha: float = ALPHA) -> str:
         for comparison in result["comparisons"]:
             for metric in METRICS:
                 delta, p = comparison["delta"][metric], comparison["p_value"][metric]
-                cell = f"{delta:+.2f} ({p:.3f})"
+                cell = f"{delta:+.2f} ({format_p(p, alpha)})"
                 if is_worse(delta, p, alpha):
                     cell = f"**{cell}**"
                 elif is_worse(-delta, p, alpha):

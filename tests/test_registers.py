@@ -112,6 +112,11 @@ def test_equal_and_slightly_different_systems_pass(references: list[str]) -> Non
     assert better.comparisons[0].p_value["bleu"] < ALPHA and refusals([better]) == []
 
 
+def test_p_is_never_rounded_across_the_level() -> None:
+    assert registers.format_p(0.04995) == "0.04995" and registers.format_p(0.0504) == "0.050"
+    assert registers.format_p(0.017) == "0.017" and registers.format_p(0.04995, alpha=0.01) == "0.050"
+
+
 def test_the_significance_limit() -> None:
     assert not is_worse(-3.0, ALPHA)  # p at the level: not significant
     assert is_worse(-3.0, ALPHA - 1e-9)
