@@ -278,8 +278,8 @@ def registers_section(registers: dict | None) -> str:
     )
     return f"""## Quality by register (the release gate)
 
-BLEU / chrF of this model (`{registers["model"]}`) and of the release it was measured against
-({", ".join(f"`{name}`" for name in registers["baselines"])}) on each kind of sentence: the Ding valid
+BLEU / chrF of this model (`{registers["model"]}`) and of the {"release" if len(registers["baselines"]) == 1 else "releases"}
+it was measured against ({", ".join(f"`{name}`" for name in registers["baselines"])}) on each kind of sentence: the Ding valid
 and test splits, and the gold set by kind (data/gold/kinds.tsv). Each bundle translates with its
 own decoding and graphs; Δ is this model minus the other, p sacreBLEU's paired bootstrap
 resampling ({registers["bootstrap_samples"]} resamples, two-sided). A loss with p <
