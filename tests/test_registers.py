@@ -226,3 +226,12 @@ def test_the_model_card_prints_the_register_table_and_the_gold_count(references:
     manifest = json.loads((SHIPPED / "data_manifest.json").read_text())
     quality = quality_section({"gold_bleu_beam4": 20.0, "gold_sentences": 341}, manifest)
     assert "| BLEU on the 341 gold sentences, beam 4 | 20.0 |" in quality and "(data/gold/, 341 pairs" in quality
+
+
+@pytest.mark.parametrize("flag, value", [("--samples", "0"), ("--alpha", "0"), ("--alpha", "1")])
+def test_a_bootstrap_without_resamples_or_a_level_outside_0_1_is_refused(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        registers.main(["--model", str(SHIPPED), flag, value])
+    assert stopped.value.code == 2 and "--samples must be >= 1 and --alpha between 0 and 1" in capsys.readouterr().err
