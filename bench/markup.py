@@ -1,4 +1,4 @@
-"""Markup placement on the 162 gold pairs: tags planted on the source, the reference
+"""Markup placement on the gold pairs: tags planted on the source, the reference
 teacher-forced, the placed tags scored against the hand alignment.
 
     python bench/markup.py --model models/de-en --gold data/gold/de-en.gold.tsv

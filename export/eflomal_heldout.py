@@ -2,8 +2,8 @@
 
 `export/quality_signals.py` plants omissions into held-out reference translations and needs
 to know which source words a deleted target span translated. Without hand alignments, the
-statistical aligner of `export/eflomal_baseline.py` (AER 14.5 on the gold set, better than
-any attention map of the model) stands in: it is run on the training corpus plus the
+statistical aligner of `export/eflomal_baseline.py` (AER 13.3 on the gold set, and
+independent of any model under test) stands in: it is run on the training corpus plus the
 held-out pairs, which only adds their words to the statistics (no labels are involved, and
 the model under test never sees these links). Output: one Pharaoh line of grow-diag-final
 links per line of each held-out file, indices over `seq2seq.core.alignment.words()`.

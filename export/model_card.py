@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from data.files import CONFIG_FILE
+from export.registers import register_table
 from seq2seq.core.config import SEARCH_FIELDS
 
 QUALITY_LABELS = {
@@ -22,8 +23,8 @@ QUALITY_LABELS = {
     "test_bleu_greedy": "BLEU, greedy",
     "test_chrf_greedy": "chrF, greedy",
     "test_length_ratio_beam4": "length ratio (hypothesis / reference), beam 4",
-    "gold_bleu_beam4": "BLEU on the 162 everyday gold sentences, beam 4",
-    "gold_chrf_beam4": "chrF on the 162 everyday gold sentences, beam 4",
+    "gold_bleu_beam4": "BLEU on the {gold} gold sentences, beam 4",
+    "gold_chrf_beam4": "chrF on the {gold} gold sentences, beam 4",
     "gold_length_ratio_beam4": "length ratio on the gold sentences, beam 4",
     "gold_aer_default_map": "alignment error rate (AER), default map",
     "gold_precision_default_map": "alignment precision, default map",
@@ -140,10 +141,12 @@ def write_card(
     command: str,
     notes: str = "",
     earlier_runs: tuple[Path, ...] = (),
+    registers: dict | None = None,
 ) -> Path:
     """Write `bundle/MODEL_CARD.md` and `bundle/training_curve.png`; returns the card's path.
 
-    The curve joins `earlier_runs` (oldest first) and `run`, the stages of one model.
+    The curve joins `earlier_runs` (oldest first) and `run`, the stages of one model;
+    `registers` is the register gate's JSON (`python -m export.registers --json`), if it ran.
     """
     history = joined_history([*earlier_runs, run])
     config = json.loads((bundle / CONFIG_FILE).read_text())
@@ -160,6 +163,7 @@ def write_card(
             corpora=corpora_named(manifest),
         )
         + quality_section(metrics, manifest, language_name(source), language_name(target), f"{source}-{target}")
+        + registers_section(registers)
         + model_section(config)
         + training_section(history, train_config, config, manifest, command)
         + notes_section(notes)
@@ -231,7 +235,10 @@ def precision_line(metrics: dict, direction: str = "de-en") -> str:
 def quality_section(
     metrics: dict, manifest: dict, source: str = "German", target: str = "English", direction: str = "de-en"
 ) -> str:
-    quality_rows = "\n".join(f"| {label} | {metrics[key]} |" for key, label in QUALITY_LABELS.items() if key in metrics)
+    gold = metrics.get("gold_sentences", "?")  # every release records it
+    quality_rows = "\n".join(
+        f"| {label.format(gold=gold)} | {metrics[key]} |" for key, label in QUALITY_LABELS.items() if key in metrics
+    )
     signatures = "\n".join(
         f"{name}: {metrics[name]}" for name in ("bleu_signature", "chrf_signature") if name in metrics
     )
@@ -247,14 +254,39 @@ sacreBLEU signatures:
 {signatures}
 ```
 
-AER is measured on the project's hand-aligned gold set (data/gold/, 162 pairs, sure and
-possible links) with the bundle's default alignment source; lower is better. The same 162
-everyday sentences, read {source}→{target} with their {target} references, give the gold-set
+AER is measured on the project's hand-aligned gold set (data/gold/, {gold} pairs, sure and
+possible links) with the bundle's default alignment source; lower is better. The same {gold}
+sentences, read {source}→{target} with their {target} references, give the gold-set
 BLEU/chrF.
 {decoding_line(metrics)}{precision_line(metrics, direction)}
 Test sentences are Ding example sentences whose source never occurs in training
 (split by sha256 of the casefolded source). They are short, idiomatic dictionary examples
 with a single reference, which makes BLEU harsh.
+
+"""
+
+
+def registers_section(registers: dict | None) -> str:
+    """The register gate's table (export/registers.py) and its verdict; empty if it did not run."""
+    if not registers or not registers.get("registers"):
+        return ""
+    refused = registers.get("refusals") or []
+    verdict = (
+        "It refused this model: " + "; ".join(refused) + "."
+        if refused
+        else "No register is significantly worse, so the gate let this model ship."
+    )
+    return f"""## Quality by register (the release gate)
+
+BLEU / chrF of this model (`{registers["model"]}`) and of the {"release" if len(registers["baselines"]) == 1 else "releases"}
+it was measured against ({", ".join(f"`{name}`" for name in registers["baselines"])}) on each kind of sentence: the Ding valid
+and test splits, and the gold set by kind (data/gold/kinds.tsv). Each bundle translates with its
+own decoding and graphs; Δ is this model minus the other, p sacreBLEU's paired bootstrap
+resampling ({registers["bootstrap_samples"]} resamples, two-sided). A loss with p <
+{registers["alpha"]} (bold) refuses a release (export/registers.py); a gain with p < {registers["alpha"]}
+is in italics. {verdict}
+
+{register_table(registers["registers"], registers["alpha"])}
 
 """
 
@@ -412,7 +444,7 @@ def limitations_section(train_config: dict, source: str = "German", target: str 
 - Small model, small corpus, CPU-only training budget: expect literal, often wrong
   translations of long or domain-specific sentences; {source}→{target} only (the other
   direction is a bundle of its own).
-- {"Alignment maps come from one cross-attention head trained (guided) to align: better than raw attention, and measured against a dedicated statistical aligner on our gold set (the AER above, eflomal's beside it); 162 hand-aligned pairs are a small gold set" if train_config.get("guided_alignment") else "Alignment maps are raw cross-attention of one layer"}; see docs/alignment.md.
+- {"Alignment maps come from one cross-attention head trained (guided) to align: better than raw attention, and measured against a dedicated statistical aligner on our gold set (the AER above, eflomal's beside it); a few hundred hand-aligned pairs are a small gold set" if train_config.get("guided_alignment") else "Alignment maps are raw cross-attention of one layer"}; see docs/alignment.md.
 """
 
 
@@ -426,6 +458,7 @@ def main() -> None:
     parser.add_argument("--metrics", type=Path, nargs="+", required=True, help="JSON files of measured metrics, merged")
     parser.add_argument("--command", required=True, help="the command that reproduces training")
     parser.add_argument("--notes", type=Path, help="Markdown with what was tried and chosen, included as is")
+    parser.add_argument("--registers", type=Path, help="the register gate's JSON (python -m export.registers --json)")
     parser.add_argument(
         "--earlier-run",
         type=Path,
@@ -438,7 +471,10 @@ def main() -> None:
     for path in args.metrics:
         metrics.update(json.loads(path.read_text()))
     notes = args.notes.read_text() if args.notes else ""
-    print(write_card(args.bundle, args.run, args.data, metrics, args.command, notes, tuple(args.earlier_run)))
+    registers = json.loads(args.registers.read_text()) if args.registers else None
+    print(
+        write_card(args.bundle, args.run, args.data, metrics, args.command, notes, tuple(args.earlier_run), registers)
+    )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 #
 #   [NOTES=notes.md] [EARLIER="RUN ..."] [PREPARE="crossalign data prepare ..."] [GRAPHS=int8|fp32] \
 #   [ALPHA=1.0] [BETA=0.2] [NGRAM=4] [GOLD=... EFLOMAL_GOLD=...] [DICTIONARY_HINTS=1 HINT_MAX_COUNT=2 TERM_BONUS=2.5] \
+#   [BASELINE="[NAME=]BUNDLE ..."|none] \
 #       export/release.sh [RUN_DIR] [DATA_DIR=~/.cache/crossalign/data/ding8k] [OUT=models/de-en]
 #
 # EARLIER names the runs that RUN_DIR continues (`crossalign train --init-from`), oldest
@@ -20,19 +21,35 @@
 # (export/quality_signals.py), 6. with GRAPHS=int8 (the default, issue #13's decision): the
 # same test and gold figures for the fp32 graphs, a refusal if int8 loses more than 0.3
 # test BLEU, and the fp32 graphs dropped (bundle budget; `crossalign export OUT --in-place
-# --graphs int8 fp32` brings them back), 7. metrics into bundle.json, 8. MODEL_CARD.md + curve.
-# Steps 3-5 measure the graphs the bundle serves: int8 with GRAPHS=int8.
+# --graphs int8 fp32` brings them back), 7. metrics into bundle.json, 8. the register gate
+# (export/registers.py): BLEU and chrF on Ding valid, test and the gold set by kind, against
+# each BASELINE bundle (default: the shipped models/<direction>, copied aside to
+# RUN_DIR/shipped before anything is written; `none` skips the gate, for a first release),
+# with paired bootstrap resampling: a register where the new model is significantly worse
+# (p < 0.05) refuses the release, 9. MODEL_CARD.md + curve, with the register table.
+# Steps 3-5 and 8 measure the graphs the bundle serves: int8 with GRAPHS=int8.
+# The bundle is built and measured in RUN_DIR/bundle; OUT is replaced only once the gate
+# has passed, so a refused or failed release leaves OUT as it was.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN="${1:-$HOME/.cache/crossalign/runs/release}"; DATA="${2:-$HOME/.cache/crossalign/data/ding8k}"; OUT="${3:-models/de-en}"
 PREPARE="${PREPARE:-crossalign data prepare --out $DATA --tokenizer models/de-en/spm.model}"
 PY=.venv/bin/python
+CANDIDATE="$RUN/bundle"   # built and measured here; OUT gets it after the register gate
 # The gold set read in the bundle's direction (data/gold/en-de.gold.tsv: the same pairs, links transposed).
 DIRECTION="$(basename "$OUT")"
 GOLD="${GOLD:-data/gold/$DIRECTION.gold.tsv}"
 EFLOMAL_GOLD="${EFLOMAL_GOLD:-data/gold/eflomal$([ "$DIRECTION" = de-en ] || echo ".$DIRECTION").gold.pharaoh}"
 GRAPHS="${GRAPHS:-int8}"
 case "$GRAPHS" in int8) PRECISIONS="int8 fp32";; fp32) PRECISIONS="fp32";; *) echo "GRAPHS: int8 or fp32" >&2; exit 2;; esac
+# The release the candidate must not fall behind, copied aside first: OUT may be that very bundle.
+if [ -z "${BASELINE:-}" ]; then
+    BASELINE=none
+    if [ -f "models/$DIRECTION/bundle.json" ]; then
+        rm -rf "$RUN/shipped"; cp -a "models/$DIRECTION" "$RUN/shipped"; BASELINE="shipped=$RUN/shipped"
+    fi
+fi
+rm -rf "$CANDIDATE"
 
 echo "== alignment sources on the gold set"
 $PY -m export.alignment_sources --model "$RUN/final" --backend torch --gold "$GOLD" --json "$RUN/alignment_sources.json"
@@ -57,9 +74,9 @@ echo "== export"
 # The int8 graphs' activation scales are calibrated on the valid sources (the first 128;
 # export/calibrate.py), here and in the in-place rebuild at the end, so both are the same graphs.
 CALIBRATION=${CALIBRATION:-$DATA/valid.tsv}
-$PY -m seq2seq.cli export "$RUN/final" --out "$OUT" --data-manifest "$DATA/manifest.json" --force \
+$PY -m seq2seq.cli export "$RUN/final" --out "$CANDIDATE" --data-manifest "$DATA/manifest.json" --force \
     --graphs $PRECISIONS --calibration "$CALIBRATION"
-cp "$RUN/alignment_sources.json" "$OUT/"   # the ranking behind the default, shipped for reference
+cp "$RUN/alignment_sources.json" "$CANDIDATE/"   # the ranking behind the default, shipped for reference
 
 echo "== length penalty on the valid split (beam 4)"
 BETA=${BETA:-$($PY -c "from seq2seq.core.config import DecodeConfig; print(DecodeConfig.coverage_penalty)")}
@@ -73,7 +90,7 @@ DICTIONARY_HINTS=${DICTIONARY_HINTS:-0}; HINT_MAX_COUNT=${HINT_MAX_COUNT:-2}
 TERM_BONUS=${TERM_BONUS:-0}
 HINT_FLAGS="--no-dictionary-hints"; [ "$DICTIONARY_HINTS" = 1 ] && HINT_FLAGS="--dictionary-hints --hint-max-count $HINT_MAX_COUNT"
 for alpha in ${ALPHAS:-0.6 1.0 1.5 2.0}; do
-    $PY -m seq2seq.cli eval --model "$OUT" --test "$DATA/valid.tsv" --beam-size 4 --length-penalty "$alpha" \
+    $PY -m seq2seq.cli eval --model "$CANDIDATE" --test "$DATA/valid.tsv" --beam-size 4 --length-penalty "$alpha" \
         --coverage-penalty "$BETA" --no-repeat-ngram-size "$NGRAM" $HINT_FLAGS --json \
         | $PY -c "import json, sys; print(json.dumps(json.load(sys.stdin) | {'length_penalty': $alpha}))"
 done > "$RUN/valid_length_penalty.jsonl"
@@ -86,29 +103,29 @@ echo "chosen length penalty: $ALPHA"; cat "$RUN/valid_length_penalty.jsonl"
 $PY -c "import sys; from seq2seq.runtime.bundle import set_decoding; from seq2seq.core.config import DecodeConfig
 print('serving decoding:', set_decoding(sys.argv[1], DecodeConfig(beam_size=4, length_penalty=float(sys.argv[2]),
     coverage_penalty=float(sys.argv[3]), no_repeat_ngram_size=int(sys.argv[4]), dictionary_hints=sys.argv[5] == '1',
-    hint_max_count=int(sys.argv[6]), term_bonus=float(sys.argv[7]))))" "$OUT" "$ALPHA" "$BETA" "$NGRAM" "$DICTIONARY_HINTS" \
+    hint_max_count=int(sys.argv[6]), term_bonus=float(sys.argv[7]))))" "$CANDIDATE" "$ALPHA" "$BETA" "$NGRAM" "$DICTIONARY_HINTS" \
     "$HINT_MAX_COUNT" "$TERM_BONUS"
 
 echo "== evaluate"
-$PY -m seq2seq.cli eval --model "$OUT" --test "$DATA/test.tsv" --beam-size 4 --json --save-hyp "$RUN/test.beam4.en" > "$RUN/test_beam4.json"
-$PY -m seq2seq.cli eval --model "$OUT" --test "$DATA/test.tsv" --beam-size 1 --json > "$RUN/test_greedy.json"
-$PY -m seq2seq.cli eval --model "$OUT" --test "$GOLD" --beam-size 4 --json > "$RUN/gold_beam4.json"
-$PY -m seq2seq.cli eval --gold "$GOLD" --model "$OUT" --json > "$RUN/gold_aer.json"
+$PY -m seq2seq.cli eval --model "$CANDIDATE" --test "$DATA/test.tsv" --beam-size 4 --json --save-hyp "$RUN/test.beam4.en" > "$RUN/test_beam4.json"
+$PY -m seq2seq.cli eval --model "$CANDIDATE" --test "$DATA/test.tsv" --beam-size 1 --json > "$RUN/test_greedy.json"
+$PY -m seq2seq.cli eval --model "$CANDIDATE" --test "$GOLD" --beam-size 4 --json > "$RUN/gold_beam4.json"
+$PY -m seq2seq.cli eval --gold "$GOLD" --model "$CANDIDATE" --json > "$RUN/gold_aer.json"
 $PY -m seq2seq.cli eval --gold "$GOLD" --hyp "$EFLOMAL_GOLD" --json > "$RUN/gold_aer_eflomal.json"
 
 echo "== quality-signal thresholds on valid"
-$PY -m export.quality_signals --model "$OUT" --data "$DATA" --save "$OUT/quality.json" --no-test > "$RUN/quality_signals.txt" || {
+$PY -m export.quality_signals --model "$CANDIDATE" --data "$DATA" --save "$CANDIDATE/quality.json" --no-test > "$RUN/quality_signals.txt" || {
     echo "quality thresholds not re-chosen (see $RUN/quality_signals.txt)" >&2; }
 
 if [ "$GRAPHS" = int8 ]; then
     echo "== the fp32 graphs, for the int8 decision"
-    $PY -m seq2seq.cli eval --model "$OUT" --precision fp32 --test "$DATA/test.tsv" --beam-size 4 --json > "$RUN/fp32.test_beam4.json"
-    $PY -m seq2seq.cli eval --model "$OUT" --precision fp32 --test "$DATA/test.tsv" --beam-size 1 --json > "$RUN/fp32.test_greedy.json"
-    $PY -m seq2seq.cli eval --model "$OUT" --precision fp32 --test "$GOLD" --beam-size 4 --json > "$RUN/fp32.gold_beam4.json"
-    $PY -m seq2seq.cli eval --gold "$GOLD" --model "$OUT" --precision fp32 --json > "$RUN/fp32.gold_aer.json"
+    $PY -m seq2seq.cli eval --model "$CANDIDATE" --precision fp32 --test "$DATA/test.tsv" --beam-size 4 --json > "$RUN/fp32.test_beam4.json"
+    $PY -m seq2seq.cli eval --model "$CANDIDATE" --precision fp32 --test "$DATA/test.tsv" --beam-size 1 --json > "$RUN/fp32.test_greedy.json"
+    $PY -m seq2seq.cli eval --model "$CANDIDATE" --precision fp32 --test "$GOLD" --beam-size 4 --json > "$RUN/fp32.gold_beam4.json"
+    $PY -m seq2seq.cli eval --gold "$GOLD" --model "$CANDIDATE" --precision fp32 --json > "$RUN/fp32.gold_aer.json"
 fi
 
-$PY - "$RUN" "$OUT" "$GRAPHS" <<'PY'
+$PY - "$RUN" "$CANDIDATE" "$GRAPHS" <<'PY'
 import json, sys
 from pathlib import Path
 from export.figures import int8_refusal, release_figures
@@ -137,10 +154,27 @@ print(json.dumps(metrics, indent=1))
 PY
 
 if [ "$GRAPHS" = int8 ]; then    # the bundle budget holds one precision's graphs
-    $PY -m seq2seq.cli export "$OUT" --in-place --graphs int8 --calibration "$CALIBRATION"
+    $PY -m seq2seq.cli export "$CANDIDATE" --in-place --graphs int8 --calibration "$CALIBRATION"
+fi
+
+REGISTERS=""
+if [ "$BASELINE" != none ]; then
+    echo "== the register gate against $BASELINE"
+    GATE=0
+    $PY -m export.registers --model "new=$CANDIDATE" $(for bundle in $BASELINE; do printf -- '--baseline %s ' "$bundle"; done) \
+        --data "$DATA" --gold "$GOLD" --json "$RUN/registers.json" > "$RUN/registers.md" || GATE=$?
+    cat "$RUN/registers.md"
+    if [ "$GATE" != 0 ]; then
+        echo "release refused by the register gate ($RUN/registers.json): $OUT is left as it was; the candidate is $CANDIDATE" >&2
+        exit 1
+    fi
+    REGISTERS="--registers $RUN/registers.json"
 fi
 
 echo "== model card"
-$PY -m export.model_card --bundle "$OUT" --run "$RUN" --data "$DATA" --metrics "$RUN/metrics.json" \
+$PY -m export.model_card --bundle "$CANDIDATE" --run "$RUN" --data "$DATA" --metrics "$RUN/metrics.json" $REGISTERS \
     ${NOTES:+--notes "$NOTES"} $(for run in ${EARLIER:-}; do printf -- '--earlier-run %s ' "$run"; done) --command "$PREPARE && $(cat "$RUN/train_command.txt")"
+
+echo "== ship into $OUT"
+mkdir -p "$(dirname "$OUT")"; rm -rf "$OUT"; cp -a "$CANDIDATE" "$OUT"
 du -sh "$OUT"; ls -la "$OUT"

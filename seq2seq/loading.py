@@ -12,9 +12,12 @@ onnxruntime, never imports it.
 
 from __future__ import annotations
 
+import logging
+import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from data.dictionary import TermIndex
 from data.files import BUNDLE_FILE, DICTIONARY_FILE, ENSEMBLE_FILE, TOKENIZER_FILE
@@ -26,6 +29,8 @@ from seq2seq.decoding.translator import Translator
 from seq2seq.runtime.bundle import decode_defaults, load_bundle_manifest, read_ensemble
 from seq2seq.runtime.ensemble import EnsembleBackend
 from seq2seq.runtime.onnx_backend import OnnxBackend
+
+log = logging.getLogger("crossalign.loading")
 
 BACKENDS = ("onnx", "torch")
 DEFAULT_BACKEND = "onnx"  # serving never needs torch
@@ -158,3 +163,31 @@ def _load_model(
         decode_defaults(model_dir),  # a bundle's on model.pt decodes as its graphs do
         model_dir / DICTIONARY_FILE if (model_dir / DICTIONARY_FILE).is_file() else None,
     )
+
+
+def translate_file(
+    model: Path,
+    backend: str,
+    sources: list[str],
+    asked: dict[str, Any] | None = None,
+    batch_size: int = 64,
+    precision: str | None = None,
+) -> tuple[list[str], DecodeConfig]:
+    """The translations of `sources` with the search settings `asked` (name -> value, None or
+    absent: the model's own, from its bundle.json), and the settings they were made with: what
+    `crossalign eval` and the release gate (export/registers.py) score."""
+    from tqdm import tqdm
+
+    translator = load_translator(model, backend, precision=precision)
+    config = replace(translator.decode_defaults, return_attention=False).override(**(asked or {}))
+    log.info("decoding: %s", config.settings_text())
+    out = []
+    for start in tqdm(
+        range(0, len(sources), batch_size),
+        desc="translate",
+        unit="batch",
+        file=sys.stderr,
+        disable=not sys.stderr.isatty(),
+    ):
+        out.extend(r.text for r in translator.translate_batch(sources[start : start + batch_size], config))
+    return out, config

@@ -163,3 +163,15 @@ def test_baseline_alignments_fit_the_gold_set(gold):
         n_source, n_target = len(words(pair.source)), len(words(pair.target))
         assert all(i < n_source and j < n_target for i, j in links), f"gold line {pair.line}"
     assert score(hypotheses, gold).aer < 0.5
+
+
+def test_the_english_german_files_are_the_same_pairs_transposed(gold):
+    """en-de.gold.tsv and eflomal.en-de.gold.pharaoh are the German-English files read the
+    other way (data/gold/README.md makes them with one script): same pairs, links transposed."""
+    transpose = lambda links: {(j, i) for i, j in links}  # noqa: E731
+    reverse = read_gold(GOLD.with_name("en-de.gold.tsv"))
+    assert [(p.target, p.source) for p in reverse] == [(p.source, p.target) for p in gold]
+    for there, back in zip(gold, reverse):
+        assert (transpose(back.sure), transpose(back.possible)) == (there.sure, there.possible), there.line
+    flipped = read_pharaoh(BASELINE.with_name("eflomal.en-de.gold.pharaoh"))
+    assert [transpose(links) for links in flipped] == read_pharaoh(BASELINE)

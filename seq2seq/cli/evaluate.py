@@ -18,50 +18,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 import time
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
-
-from tqdm import tqdm
 
 from data.prepare import read_tsv_pairs
 from seq2seq.analysis.corpus_scores import corpus_scores
 from seq2seq.cli.align import add_alignment_source_arguments
 from seq2seq.cli.translate_args import add_decoding_arguments, asked_decoding
-from seq2seq.core.config import DecodeConfig
-from seq2seq.loading import BACKENDS, DEFAULT_BACKEND
+from seq2seq.loading import BACKENDS, DEFAULT_BACKEND, translate_file
 from seq2seq.runtime.bundle import PRECISIONS
 
 log = logging.getLogger("crossalign.eval")
-
-
-def translate_file(
-    model: Path,
-    backend: str,
-    sources: list[str],
-    asked: dict[str, Any] | None = None,
-    batch_size: int = 64,
-    precision: str | None = None,
-) -> tuple[list[str], DecodeConfig]:
-    """The translations of `sources` with the search settings `asked` (name -> value, None or
-    absent: the model's own, from its bundle.json), and the settings they were made with."""
-    from seq2seq.loading import load_translator
-
-    translator = load_translator(model, backend, precision=precision)
-    config = replace(translator.decode_defaults, return_attention=False).override(**(asked or {}))
-    log.info("decoding: %s", config.settings_text())
-    out = []
-    for start in tqdm(
-        range(0, len(sources), batch_size),
-        desc="translate",
-        unit="batch",
-        file=sys.stderr,
-        disable=not sys.stderr.isatty(),
-    ):
-        out.extend(r.text for r in translator.translate_batch(sources[start : start + batch_size], config))
-    return out, config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
