@@ -34,7 +34,7 @@ from data.prepare import read_tsv_pairs  # noqa: E402
 from seq2seq.analysis.chrf import chrf  # noqa: E402
 from seq2seq.analysis.corpus_scores import corpus_scores  # noqa: E402
 from seq2seq.core.config import RERANK_MODES, RerankOptions  # noqa: E402
-from seq2seq.decoding.rerank import channel_scores, rerank_order  # noqa: E402
+from seq2seq.decoding.rerank import channel_scores_batch, rerank_order  # noqa: E402
 from seq2seq.loading import load_translator  # noqa: E402
 
 WEIGHTS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -60,10 +60,7 @@ def nbest(args: argparse.Namespace, split: str, sources: list[str]) -> dict:
     started = time.perf_counter()
     lists = [[r.text, *(a.text for a in r.alternatives)] for r in results]
     scores = [[r.score, *(a.score for a in r.alternatives)] for r in results]
-    channels = [
-        channel_scores(channel.backend, channel.tokenizer, source, texts).tolist()
-        for source, texts in zip(sources, lists)
-    ]
+    channels = [scores.tolist() for scores in channel_scores_batch(channel.backend, channel.tokenizer, sources, lists)]
     channel_s = time.perf_counter() - started
     found = {
         "served": served,

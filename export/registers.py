@@ -40,8 +40,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from data.files import BUNDLE_FILE, DICTIONARY_FILE
+from data.files import BUNDLE_FILE, DICTIONARY_FILE, ENSEMBLE_FILE
 from data.prepare import read_tsv_pairs
+from seq2seq.runtime.bundle import read_ensemble
 
 REPO = Path(__file__).resolve().parent.parent
 GOLD_DIR = REPO / "data" / "gold"
@@ -257,7 +258,16 @@ def register_table(results: Sequence[dict], alpha: float = ALPHA) -> str:
 
 def bundle_key(bundle: Path) -> str:
     """sha256 of what decides a bundle's translations: its default graphs, tokenizer, term
-    index, model config and decoding (not its card, metrics or quality thresholds)."""
+    index, model config and decoding (not its card, metrics or quality thresholds); of an
+    ensemble directory, its members' keys, alignment member and decoding."""
+    if (bundle / ENSEMBLE_FILE).is_file():
+        spec = read_ensemble(bundle)
+        decides_ensemble = {
+            "members": [bundle_key(member) for member in spec.members],
+            "alignment": spec.alignment,
+            "decoding": None if spec.decoding is None else spec.decoding.search_settings,
+        }
+        return hashlib.sha256(json.dumps(decides_ensemble, sort_keys=True).encode()).hexdigest()
     manifest = json.loads((bundle / BUNDLE_FILE).read_text(encoding="utf-8"))
     precision = manifest["precision"]
     names = [manifest["tokenizer"], *manifest["graphs"][precision].values()]
@@ -297,6 +307,9 @@ def translations(bundle: Path, split: Split, cache: Path) -> list[str]:
 
 
 def languages(bundle: Path) -> tuple[str, str]:
+    if (bundle / ENSEMBLE_FILE).is_file():
+        spec = read_ensemble(bundle)
+        return languages(spec.members[spec.alignment])
     manifest = json.loads((bundle / BUNDLE_FILE).read_text(encoding="utf-8"))
     return manifest["languages"]["source"], manifest["languages"]["target"]
 
@@ -321,8 +334,8 @@ def named_bundle(text: str) -> tuple[str, Path]:
     """`NAME=DIR` or `DIR` (named after its folder) -> (name, path)."""
     name, _, path = text.partition("=") if "=" in text and "/" not in text.split("=", 1)[0] else ("", "", text)
     path = Path(path).expanduser()
-    if not (path / BUNDLE_FILE).is_file():
-        raise SystemExit(f"{path}: not a bundle (no {BUNDLE_FILE}); give a release bundle directory")
+    if not (path / BUNDLE_FILE).is_file() and not (path / ENSEMBLE_FILE).is_file():
+        raise SystemExit(f"{path}: not a bundle (no {BUNDLE_FILE}); give a release bundle or an ensemble directory")
     return name or path.resolve().name, path
 
 

@@ -27,6 +27,10 @@ from seq2seq.core.backend import SearchBackend
 from seq2seq.core.config import RerankOptions
 from seq2seq.decoding.search import Hypothesis, pad_batch
 
+# A run of the channel's teacher forcing holds at most this many padded positions (rows x the
+# longer of its source and target): a few runs per batch, within the memory of a step.
+CHANNEL_BATCH_POSITIONS = 8192
+
 
 def mbr_utilities(candidates: Sequence[str], weights: np.ndarray) -> np.ndarray:
     """candidates (n,), weights (n,) summing to 1 -> (n,): each candidate's expected chrF
@@ -76,33 +80,72 @@ def channel_scores(
 ) -> np.ndarray:
     """log P(source | candidate) per source piece (EOS included) for each candidate (n,),
     read by teacher-forcing the reverse direction's model (`backend`, `tokenizer`: the
-    en-de model for a de-en translation): one encoder and one decoder run for all n."""
-    produced = [*tokenizer.encode(source)[: max_pieces - 1], backend.eos_id]  # each step's piece, EOS last
-    readings = [tokenizer.encode(c)[: max_pieces - 1] + [backend.eos_id] for c in candidates]
-    src_ids, src_mask = pad_batch(readings, backend.pad_id)
-    targets = np.array([produced[:-1]] * len(candidates), dtype=np.int64)
-    log_probs = backend.teacher_force(src_ids, src_mask, targets).log_probs  # (n, T+1, V)
-    return log_probs[:, np.arange(len(produced)), produced].mean(axis=1).astype(np.float64)
+    en-de model for a de-en translation)."""
+    return channel_scores_batch(backend, tokenizer, [source], [candidates], max_pieces)[0]
 
 
-def rerank_hypotheses(
-    hypotheses: list[Hypothesis],
-    source: str,
+def channel_scores_batch(
+    backend: SearchBackend,
+    tokenizer: Tokenizer,
+    sources: Sequence[str],
+    candidates: Sequence[Sequence[str]],
+    max_pieces: int = 250,
+    budget: int = CHANNEL_BATCH_POSITIONS,
+) -> list[np.ndarray]:
+    """`channel_scores` of many sources at once: (n_i,) per source. Every (candidate, source)
+    pair is one teacher-forced row; rows sorted by length run together, each run within
+    `budget` padded positions, so a batch's candidates cost a few graph runs, not one per
+    sentence."""
+    rows = []  # (source index, the reverse model's source ids, the pieces it must produce)
+    for index, (source, texts) in enumerate(zip(sources, candidates)):
+        produced = [*tokenizer.encode(source)[: max_pieces - 1], backend.eos_id]  # EOS last
+        rows += [(index, tokenizer.encode(text)[: max_pieces - 1] + [backend.eos_id], produced) for text in texts]
+    scores = [np.zeros(len(texts)) for texts in candidates]
+    filled = [0] * len(sources)
+    slots = []  # each row's place: (source index, candidate index)
+    for index, _, _ in rows:
+        slots.append((index, filled[index]))
+        filled[index] += 1
+    width = [max(len(reading), len(produced)) for _, reading, produced in rows]
+    order = sorted(range(len(rows)), key=lambda r: width[r])
+    start = 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and (end - start + 1) * width[order[end]] <= budget:
+            end += 1
+        run = [rows[r] for r in order[start:end]]
+        src_ids, src_mask = pad_batch([reading for _, reading, _ in run], backend.pad_id)
+        targets, _ = pad_batch([produced[:-1] for _, _, produced in run], backend.pad_id)
+        log_probs = backend.teacher_force(src_ids, src_mask, targets).log_probs  # (R, T+1, V)
+        for row, (_, _, produced) in enumerate(run):
+            index, slot = slots[order[start + row]]
+            scores[index][slot] = float(log_probs[row, np.arange(len(produced)), produced].mean())
+        start = end
+    return scores
+
+
+def rerank_batch(
+    found: list[list[Hypothesis]],
+    sources: list[str],
     options: RerankOptions,
     tokenizer: Tokenizer,
     channel: tuple[SearchBackend, Tokenizer] | None,
     keep: int,
-) -> list[Hypothesis]:
-    """One source's n-best `hypotheses` (the search's order) reordered by `options`, the first
-    `keep`. `tokenizer` decodes the hypotheses; `channel`, the reverse direction's backend and
-    tokenizer, scores them for the channel modes (ValueError without it)."""
-    if options.mode == "none" or len(hypotheses) < 2:
-        return hypotheses[:keep]
-    texts = [tokenizer.decode(h.tokens) for h in hypotheses]
-    scores = np.array([h.score for h in hypotheses])
-    reverse = None
+) -> list[list[Hypothesis]]:
+    """Each source's n-best hypotheses (the search's order) reordered by `options`, the first
+    `keep` of each. `tokenizer` decodes them; `channel`, the reverse direction's backend and
+    tokenizer, scores them all in one batch for the channel modes (ValueError without it)."""
+    if options.mode == "none":
+        return [hypotheses[:keep] for hypotheses in found]
+    texts = [[tokenizer.decode(h.tokens) for h in hypotheses] for hypotheses in found]
+    reverse: list[np.ndarray | None] = [None] * len(found)
     if options.uses_channel:
         if channel is None:
             raise ValueError(f"rerank mode {options.mode!r} needs the reverse direction's model as a channel")
-        reverse = channel_scores(channel[0], channel[1], source, texts)
-    return [hypotheses[int(i)] for i in rerank_order(texts, scores, options, reverse)[:keep]]
+        reverse = list(channel_scores_batch(channel[0], channel[1], sources, texts))
+    out = []
+    for hypotheses, candidates, channel_row in zip(found, texts, reverse):
+        scores = np.array([h.score for h in hypotheses])
+        order = rerank_order(candidates, scores, options, channel_row) if len(hypotheses) > 1 else [0]
+        out.append([hypotheses[int(i)] for i in order[:keep]])
+    return out

@@ -41,7 +41,7 @@ from seq2seq.core.hints import (
     plain_source,
     term_outcomes,
 )
-from seq2seq.decoding.rerank import rerank_hypotheses
+from seq2seq.decoding.rerank import rerank_batch
 from seq2seq.decoding.runs import plan_runs
 from seq2seq.decoding.search import Hypothesis, Observe, SearchStep, Wanted, beam_search, pad_batch
 from seq2seq.decoding.terms import SentenceTerms
@@ -273,7 +273,7 @@ class Translator:
             terms = [self.target_terms(sources[i].model, config) for i in chunk] if biased else None
             found = self._search([encoded[i] for i in chunk], searched, chunk_wanted, observe, terms)
             if reranked:
-                found = [self._rerank(texts[i], hypotheses, config) for i, hypotheses in zip(chunk, found)]
+                found = self._rerank([texts[i] for i in chunk], found, config)
             still = np.ones(len(chunk), dtype=bool) if chunk_wanted is None else chunk_wanted()
             for index, hypotheses, keep in zip(chunk, found, still, strict=True):
                 if keep and hypotheses:
@@ -435,11 +435,13 @@ class Translator:
         src_ids, src_mask = pad_batch(sources, backend.pad_id)
         return beam_search(backend, src_ids, src_mask, config, self.max_positions, wanted, observe, terms)
 
-    def _rerank(self, source: str, hypotheses: list[Hypothesis], config: DecodeConfig) -> list[Hypothesis]:
-        """`hypotheses` reranked by `config.rerank`, the first `config.n_best` (see rerank.py)."""
+    def _rerank(
+        self, sources: list[str], found: list[list[Hypothesis]], config: DecodeConfig
+    ) -> list[list[Hypothesis]]:
+        """Each source's hypotheses reranked by `config.rerank`, the first `config.n_best` (rerank.py)."""
         assert config.rerank is not None
         channel = None if self.channel is None else (self.channel.backend, self.channel.tokenizer)
-        return rerank_hypotheses(hypotheses, source, config.rerank, self.tokenizer, channel, config.n_best)
+        return rerank_batch(found, sources, config.rerank, self.tokenizer, channel, config.n_best)
 
     def _pool(self) -> ThreadPoolExecutor:
         """The threads of the streams beyond the caller's, started at the first split batch."""
