@@ -4,15 +4,17 @@
 # knowledge distillation). Every step is resumable: run the same command again after an
 # interruption and it goes on where it stopped; a finished step is skipped.
 #
-#   [MEMBERS="de-en/stage9 de-en/stage7"] [STEPS=2000] [COOLDOWN=700] [DING_ONLY=0] [WORKERS=1] \
+#   [MEMBERS="de-en/stage9"] [LP=1.0] [STEPS=2000] [COOLDOWN=700] [DING_ONLY=0] [WORKERS=1] \
 #       export/distill_ensemble.sh [RUN=~/.cache/crossalign/runs/distill] [DATA=~/.cache/crossalign/data/ding8k-po]
 #
 # 1. the data: Ding + Debian's translated software messages, eflomal links, hint candidates
 #    (the commands of docs/training.md, "More sentences: translated software messages");
 # 2. the ensemble: the shipped models/de-en (its alignment head) with the earlier releases
 #    MEMBERS, rebuilt from git history (export/releases.py), as an ensemble directory
-#    RUN/ensemble (ensemble.json: beam 4, length penalty LP, no hints: stage 7 has no hint
-#    pieces);
+#    RUN/ensemble (ensemble.json: the shipped model's decoding at length penalty LP; its
+#    dictionary hints too when every member has the hint pieces, as stages 9 and 10 do:
+#    on valid, stages 9 + 10 with hints 12.04 / 34.27, without 11.48 / 33.11, and with
+#    stage 7, which has no hint pieces, 11.89 / 33.32);
 # 3. the teacher's translations of every training sentence: `crossalign translate` over the
 #    ensemble, resumable (`--resume`);
 # 4. the student's data, DATA-distilled: the training lines plus each sentence with the
@@ -24,7 +26,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN="${1:-$HOME/.cache/crossalign/runs/distill}"; DATA="${2:-$HOME/.cache/crossalign/data/ding8k-po}"
-MEMBERS="${MEMBERS:-de-en/stage9 de-en/stage7}"; STEPS="${STEPS:-2000}"; COOLDOWN="${COOLDOWN:-700}"
+MEMBERS="${MEMBERS:-de-en/stage9}"; STEPS="${STEPS:-2000}"; COOLDOWN="${COOLDOWN:-700}"
 LP="${LP:-1.0}"; DING_ONLY="${DING_ONLY:-0}"; WORKERS="${WORKERS:-1}"
 PY=.venv/bin/python; CLI="$PY -m seq2seq.cli"
 CATALOGS="${CATALOGS:-$HOME/.cache/crossalign/catalogs/de}"
@@ -48,11 +50,10 @@ for member in $MEMBERS; do
 done
 $PY - "$RUN/ensemble" "$LP" "${paths[@]}" <<'PY'
 import sys
-from seq2seq.runtime.bundle import write_ensemble
+from seq2seq.runtime.bundle import decode_defaults, write_ensemble
 out, alpha, members = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
-decoding = {"beam_size": 4, "length_penalty": alpha, "coverage_penalty": 0.2, "no_repeat_ngram_size": 4,
-            "dictionary_hints": False, "term_bonus": 0.0}
-print("ensemble:", write_ensemble(out, members, alignment=0, decoding=decoding))
+decoding = decode_defaults(members[0]).search_settings | {"length_penalty": alpha}
+print("ensemble:", write_ensemble(out, members, alignment=0, decoding=decoding), decoding)
 PY
 
 echo "== 3. the ensemble translates the training sentences"
