@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import time
 from dataclasses import replace
 from itertools import islice
 from pathlib import Path
@@ -173,6 +174,31 @@ def test_a_failed_phase_leaves_its_traceback_and_the_models_before_it(
     assert "planted in the distillation" in summary["error"] and "planted" in summary["phases"]["distil"]["error"]
     assert summary["phases"]["teacher"]["record"]["packing"] == "int8" and summary["return_check"] == []
     assert [path.name for path in unpack(out, tmp_path / "final", tmp_path / "data" / "spm.model")] == ["teacher"]
+
+
+def test_a_round_terminated_by_a_time_limit_says_where_it_stopped(tmp_path: Path, toy_tokenizer_path: Path) -> None:
+    packed = make_pack(tmp_path, toy_tokenizer_path, train_count=100)
+    out = tmp_path / "OUT"
+    command = [sys.executable, "-m", "seq2seq.training.gpu_round", *tiny_run(packed, out, tmp_path / "work")]
+    command += ["--minutes", "1"]  # far longer than the test waits
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    with open(tmp_path / "log", "w") as log:
+        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.time() + 120
+            while time.time() < deadline and process.poll() is None:
+                if (out / "round.json").is_file() and '"teacher"' in (out / "round.json").read_text():
+                    break
+                time.sleep(0.2)
+            process.terminate()  # SIGTERM, as a time limit sends
+            assert process.wait(timeout=60) == 128 + 15
+        finally:
+            process.kill()
+    summary = json.loads((out / "round.json").read_text())
+    said = (tmp_path / "log").read_text()[-3000:]
+    assert summary["status"] == "failed" and summary["phase"] == "teacher" and "SIGTERM" in summary["error"], said
+    assert "SIGTERM" in summary["phases"]["teacher"]["error"] and ", in teacher\n" in summary["error"]  # where
+    assert summary["phases"]["preflight"]["smoke"]["steps"] >= 2 and summary["return_check"] == []
 
 
 def test_the_preflight_fails_in_seconds_where_there_is_no_gpu(tmp_path: Path, toy_tokenizer_path: Path) -> None:

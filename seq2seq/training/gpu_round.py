@@ -4,15 +4,15 @@ in one command on a lent GPU, made so that its one try counts.
 A GPU is lent to a session only now and then: one GPU, 15 minutes of device time in all
 (starting the machine included), one command at most 10 minutes, at most 8 files back, the
 working tree that travels at most 64 MiB, no network; its Python has torch, sentencepiece,
-sacrebleu, numpy and tqdm, and nothing else of ours may be needed there (`run` imports no
-onnxruntime, FastAPI or the like: tests/test_gpu_round.py runs it with those blocked). So:
+sacrebleu, numpy and tqdm, and `run` needs nothing else (no onnxruntime, FastAPI or the
+like: tests/test_gpu_round.py runs it with those blocked). So:
 
     # here (CPU): the data rebuilt if missing, packed with the served-size student into an
     # ignored folder, models/ moved aside, the travelling tree measured as the device tool
     # counts it, and the exact device call printed (command, carry, timeout_s)
     python -m seq2seq.training.gpu_round prepare
-    # the device: the call `prepare` printed, i.e.
-    PYTHONUNBUFFERED=1 python3 -m seq2seq.training.gpu_round run --pack work/gpu --out "$OUT"
+    # the device: the call `prepare` printed (carry work/gpu, timeout_s 600), whose command is
+    PYTHONUNBUFFERED=1 TQDM_MININTERVAL=30 python3 -m seq2seq.training.gpu_round run --pack work/gpu --out "$OUT"
     # here: models/ back, then the stream joined into model directories
     python -m seq2seq.training.gpu_round restore
     python -m seq2seq.training.gpu_round unpack --parts FILES_AT --pack work/gpu --out ~/.cache/crossalign/runs/gpu-1
@@ -20,9 +20,10 @@ onnxruntime, FastAPI or the like: tests/test_gpu_round.py runs it with those blo
 `run`, in phases, rewriting round.json after each (with the traceback if one fails) and
 appending each model to the returned stream as soon as its phase ends (`round_files`):
 
-1. **preflight**: versions, the GPU, and a 20-second CUDA smoke (the large model's training
-   steps on a slice of the data at the real batch size, then a greedy translation), so a
-   broken driver, kernel or memory budget fails in the first minute, with time to retry.
+1. **preflight**: versions, the GPU, the packed files lining up, and a 20-second CUDA smoke
+   (the large model's training steps on a slice of the data at the real batch size, then a
+   greedy translation), so a broken driver, kernel, memory budget or data fails in the first
+   minute, with device time left for a second call.
 2. **teacher**: the recipe of the CPU runs (`RECIPE`, without guided alignment, whose
    targets are host work the large model does not need) at the size a GPU affords
    (`LARGE`), its batches made by worker processes, no step waiting on the GPU, loss-only
@@ -51,6 +52,7 @@ import logging
 import math
 import os
 import platform
+import signal
 import sys
 import tarfile
 import tempfile
@@ -58,7 +60,9 @@ import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from types import FrameType
 
 import numpy
 import sentencepiece
@@ -298,6 +302,24 @@ def phase(files: RoundFiles, name: str) -> Iterator[dict]:
         log.info("phase %s: %s", name, json.dumps({k: v for k, v in info.items() if k != "error"}))
 
 
+def terminated(files: RoundFiles, round_pid: int, number: int, frame: FrameType | None) -> None:
+    """SIGTERM (a time limit): round.json says so, naming the phase and where in it, and the
+    round ends at once. Written here rather than raised: an exception from a signal handler
+    is lost when the signal lands in a fork handler or a finaliser. A forked batch worker
+    inherits this handler and just ends, as SIGTERM would end it."""
+    if os.getpid() == round_pid:
+        summary = files.summary
+        summary["status"], phase = "failed", summary.get("phase")
+        where = "".join(traceback.format_stack(frame))[-TRACEBACK_CHARS:]
+        summary["error"] = f"terminated (SIGTERM: the device's time limit?) in phase {phase}\n{where}"
+        if phase is not None:
+            summary["phases"][phase]["error"] = summary["error"]
+        summary["return_check"] = check_return(files.out)
+        files.write()
+        print(f"gpu_round run terminated in phase {phase}: round.json says where", file=sys.stderr, flush=True)
+    os._exit(128 + number)
+
+
 def run(settings: RoundSettings) -> dict:
     """The round (module docstring); returns round.json's content. Raises on a failure, after
     writing it into round.json with the traceback."""
@@ -307,6 +329,7 @@ def run(settings: RoundSettings) -> dict:
     summary["asked"] = {
         key: getattr(settings, key) for key in ("minutes", "distill_minutes", "deadline_minutes", "distill", "device")
     }
+    previous = signal.signal(signal.SIGTERM, partial(terminated, files, os.getpid()))
     try:
         with phase(files, "preflight") as info:
             data_dir = settings.work / "data"
@@ -326,6 +349,7 @@ def run(settings: RoundSettings) -> dict:
         summary["error"] = traceback.format_exc()[-TRACEBACK_CHARS:]
         raise
     finally:
+        signal.signal(signal.SIGTERM, previous)
         summary["minutes"] = round((time.time() - started) / 60, 2)
         files.write()
         summary["return_check"] = check_return(settings.out)
