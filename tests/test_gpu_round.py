@@ -225,6 +225,15 @@ def test_the_preflight_refuses_data_whose_files_do_not_line_up(tmp_path: Path, t
         gpu_round.check_data(data)
 
 
+def test_pack_refuses_a_student_with_another_tokenizer(tmp_path: Path, toy_tokenizer_path: Path) -> None:
+    data = tmp_path / "data"
+    write_toy_data(data, toy_tokenizer_path, train_count=10, held_out_count=4)
+    student = make_student(tmp_path / "student", toy_tokenizer_path)
+    (student / "spm.model").write_bytes(b"another")
+    with pytest.raises(ValueError, match="not the tokenizer"):
+        round_files.pack(data, tmp_path / "pack", student)
+
+
 def random_state(config: ModelConfig) -> dict[str, torch.Tensor]:
     with torch.device("meta"):
         shapes = {name: value.shape for name, value in Transformer(config).state_dict().items()}
