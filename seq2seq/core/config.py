@@ -180,6 +180,17 @@ class TrainConfig:
     # symmetric KL divergence between the two output distributions is added with this
     # weight; 0 = off. A step then costs about twice as much.
     rdrop_alpha: float = 0.0
+    # Make the batches (read, hints, padding, word dropout, guided rows) in this many worker
+    # processes, ahead of the step, instead of in the training process (0): what keeps a GPU
+    # busy. A worker's batch draws from its own RNG, seeded from (seed, step).
+    batch_workers: int = 0
+    # Size the schedule to the clock, for a run whose steps/s only the device knows (the GPU
+    # round): with max_minutes, the warm-up runs on the clock for the first this many seconds,
+    # then the steps/s measured fix max_steps (what fits max_minutes) and warmup_steps and
+    # cooldown_steps (warmup_share of the minutes, cooldown_share of the steps); 0 = off.
+    schedule_probe_s: float = 0.0
+    warmup_share: float = 0.1  # with schedule_probe_s: the warm-up's share of max_minutes
+    cooldown_share: float = 0.2  # with schedule_probe_s: the cooldown's share of the steps
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(self.betas))
@@ -198,6 +209,12 @@ class TrainConfig:
             problems.append(f"hint_rate {self.hint_rate} outside [0, 1]")
         if self.subword_alpha < 0 or self.rdrop_alpha < 0:
             problems.append("subword_alpha and rdrop_alpha must be >= 0")
+        if self.batch_workers < 0 or self.schedule_probe_s < 0:
+            problems.append("batch_workers and schedule_probe_s must be >= 0")
+        if self.schedule_probe_s and not self.max_minutes:
+            problems.append("schedule_probe_s sizes the schedule to max_minutes: set it too")
+        if not (0.0 < self.warmup_share < 1.0 and 0.0 <= self.cooldown_share < 1.0):
+            problems.append(f"warmup_share {self.warmup_share} outside (0, 1) or cooldown_share outside [0, 1)")
         if problems:
             raise ValueError("invalid TrainConfig: " + "; ".join(problems))
 

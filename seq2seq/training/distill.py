@@ -80,10 +80,13 @@ def greedy_ids(
 
 
 def translate_sources(
-    model: Transformer, tokenizer: Tokenizer, texts: list[str], max_tokens: int = 12_000, bf16: bool = False
+    model: Transformer, tokenizer: Tokenizer, texts: list[str], max_tokens: int | None = None, bf16: bool = False
 ) -> list[str]:
     """Greedy translations of `texts`, in batches of similar length of at most `max_tokens`
-    source pieces (sorted by length, so little of a batch is padding)."""
+    source pieces (sorted by length, so little of a batch is padding; default 12,000 on the
+    CPU, 64,000 on a GPU, where a step costs about the same for any batch that fits)."""
+    if max_tokens is None:
+        max_tokens = 12_000 if next(model.parameters()).device.type == "cpu" else 64_000
     encoded = [tokenizer.encode(text)[: model.config.max_positions - 1] + [model.config.eos_id] for text in texts]
     order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
     results: list[str] = [""] * len(texts)

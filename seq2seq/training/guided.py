@@ -129,12 +129,13 @@ class GuidedForward(torch.nn.Module):
         return out.log_probs, out.cross_weights[0][:, self.head]  # (L=1, B, H, T, S) -> (B, T, S)
 
 
-def guided_loss(weights: torch.Tensor, gold: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Cross-entropy -Σ g log a summed over supervised rows (those with gold mass); the count.
+def guided_loss(weights: torch.Tensor, gold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy -Σ g log a summed over supervised rows (those with gold mass); their count.
 
-    weights and gold (B, T, S). Masked columns have a = 0 and g = 0: the clamp keeps
-    0 · log 0 at 0 instead of NaN.
+    weights and gold (B, T, S); both results are 0-dim tensors on their device, so a training
+    step need not wait for the GPU to read them. Masked columns have a = 0 and g = 0: the
+    clamp keeps 0 · log 0 at 0 instead of NaN.
     """
     supervised = gold.sum(dim=-1) > 0  # (B, T)
     entropy = -(gold * weights.clamp_min(1e-9).log()).sum(dim=-1)  # (B, T)
-    return entropy[supervised].sum(), int(supervised.sum())
+    return torch.where(supervised, entropy, 0.0).sum(), supervised.sum()

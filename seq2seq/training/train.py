@@ -54,16 +54,22 @@ from seq2seq.training.hint_data import HINTS_FILE, HintSampler, read_hint_candid
 from seq2seq.training.model import Transformer, load_weights, save_model
 from seq2seq.training.torch_backend import TorchBackend
 from seq2seq.training.train_data import (
+    BatchPlan,
+    BatchPreparer,
     BatchReader,
     Example,
+    PreparedBatch,
     collate,
-    drop_words,
-    epoch_examples,
     load_examples,
     make_batches,
+    prepared_batches,
 )
 
 log = logging.getLogger("crossalign.train")
+
+# The loss and gradient norm stay on the GPU, and are read back (which waits for it) only
+# every this many steps, to show progress, and at validation.
+SYNC_EVERY = 20
 
 # --------------------------------------------------------------------------- optimisation
 
@@ -81,13 +87,15 @@ def learning_rate(step: int, config: TrainConfig) -> float:
 
 def smoothed_loss(
     log_probs: torch.Tensor, target: torch.Tensor, smoothing: float, pad_id: int
-) -> tuple[torch.Tensor, int]:
-    """Label-smoothed NLL summed over non-pad tokens; log_probs (B, T, V), target (B, T)."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Label-smoothed NLL summed over non-pad tokens, and their count; log_probs (B, T, V),
+    target (B, T). Both are 0-dim tensors on log_probs' device: a boolean index or an int()
+    here would make every step wait for the GPU."""
     mask = target != pad_id
     nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
     uniform = -log_probs.mean(dim=-1)
-    loss = ((1.0 - smoothing) * nll + smoothing * uniform)[mask].sum()
-    return loss, int(mask.sum())
+    loss = torch.where(mask, (1.0 - smoothing) * nll + smoothing * uniform, 0.0).sum()
+    return loss, mask.sum()
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -102,16 +110,16 @@ def autocast(config: TrainConfig) -> torch.autocast:
 @torch.no_grad()
 def validation_loss(model: Transformer, examples: list[Example], config: TrainConfig) -> float:
     model.eval()
-    total, count = 0.0, 0
+    total, count = torch.zeros(()), torch.zeros((), dtype=torch.long)
     device = torch.device(config.device)
     for indices in make_batches(examples, config.max_tokens, seed=0, epoch=0):
         src, tgt_in, tgt_out = (t.to(device) for t in collate(examples, indices, model.config))
         with autocast(config):
             log_probs = model(src, tgt_in)
         loss, n = smoothed_loss(log_probs.float(), tgt_out, 0.0, model.config.pad_id)
-        total, count = total + float(loss), count + n
+        total, count = total.to(device) + loss, count.to(device) + n
     model.train()
-    return total / max(count, 1)
+    return float(total) / max(int(count), 1)
 
 
 def validation_bleu(model: Transformer, tokenizer: Tokenizer, sources: list[str], references: list[str]) -> float:
@@ -178,16 +186,17 @@ class Window:
 
     tokens: int = 0  # target tokens on all ranks
     start: float = field(default_factory=time.time)
-    loss: float = 0.0  # this rank's summed translation loss ...
+    # The sums are tensors on the training device once a step adds to them: reading them waits for it.
+    loss: torch.Tensor | float = 0.0  # this rank's summed translation loss ...
     loss_tokens: int = 0  # ... over this many tokens
-    guided: float = 0.0  # summed guided-alignment loss ...
-    guided_rows: int = 0  # ... over this many supervised rows
+    guided: torch.Tensor | float = 0.0  # summed guided-alignment loss ...
+    guided_rows: torch.Tensor | int = 0  # ... over this many supervised rows
 
     def train_loss(self) -> float:
-        return self.loss / max(self.loss_tokens, 1)
+        return float(self.loss) / max(self.loss_tokens, 1)
 
     def guided_loss(self) -> float:
-        return self.guided / max(self.guided_rows, 1)
+        return float(self.guided) / max(int(self.guided_rows), 1)
 
     def tokens_per_s(self) -> float:
         return self.tokens / max(time.time() - self.start, 1e-9)
@@ -303,7 +312,11 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
         log.info("initialised from %s (%s)", initial, model_config)
     model.to(train_config.device)
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=train_config.lr, betas=train_config.betas, weight_decay=train_config.weight_decay
+        model.parameters(),
+        lr=train_config.lr,
+        betas=train_config.betas,
+        weight_decay=train_config.weight_decay,
+        fused=torch.device(train_config.device).type == "cuda",  # one kernel for all parameters
     )
     state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "history": [], "elapsed": 0.0}
     if checkpoints:
@@ -346,11 +359,16 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = T
 
 
 def train_loop(run: Run, distributed: bool) -> None:
-    """Epochs of batches until `max_steps` or the deadline; validates and checkpoints on the way."""
-    config, state, world = run.config, run.state, run.world
+    """Every step's batch until `max_steps` or the deadline; validates and checkpoints on the
+    way. Nothing waits for the GPU but progress (every SYNC_EVERY steps), validation and saving."""
+    state, world = run.state, run.world
+    if "schedule" in state:  # resumed after the clock fixed the schedule
+        run.config = replace(run.config, **{k: state["schedule"][k] for k in ClockSchedule.FIELDS})
+    config = run.config
     run.model.train()
     start_time = time.time() - state["elapsed"]
     deadline = start_time + config.max_minutes * 60 if config.max_minutes else math.inf
+    clock = ClockSchedule(config, start_time) if config.schedule_probe_s and "schedule" not in state else None
     progress = tqdm(
         total=config.max_steps,
         initial=state["step"],
@@ -361,86 +379,137 @@ def train_loop(run: Run, distributed: bool) -> None:
         file=sys.stderr,
     )
     window = Window()
-    stop = state["step"] >= config.max_steps  # resuming a finished run trains no further
-    while not stop:
-        epoch_indices = epoch_examples(
-            run.data.examples, run.data.phrases, config.phrase_share, config.seed, state["epoch"]
-        )
-        batches = make_batches(run.data.examples, config.max_tokens, config.seed, state["epoch"], epoch_indices)
-        batches = batches[len(batches) % world :] if world > 1 else batches  # equal count per rank
-        while state["batch_in_epoch"] < len(batches) // world:
-            indices = batches[state["batch_in_epoch"] * world + run.rank]
-            state["batch_in_epoch"] += 1
-            step = state["step"] + 1
-            grad_norm = train_step(run, indices, step, window)
-            state["step"] = step
-            progress.update(1)
-            if step % 20 == 0:
-                show_progress(progress, run, window, step, grad_norm)
-            stop = step >= config.max_steps or time.time() >= deadline
-            if distributed and math.isfinite(deadline):
-                # Clocks differ across ranks: all must stop at the same step, or the ones that
-                # go on wait forever in DDP's next gradient all-reduce.
-                flag = torch.tensor(float(stop))
-                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-                stop = bool(flag.item())
-            if step % config.valid_every == 0 or stop:
-                if is_main_process():
-                    validate(run, window, step, start_time, progress)
-                window = Window()
-            if step % config.save_every == 0 or stop:
-                state["elapsed"] = time.time() - start_time
-                if is_main_process():
-                    save_checkpoint(run.out_dir, run.model, run.optimizer, state, config.keep_checkpoints)
-            if stop:
-                break
-        if not stop:
-            state["epoch"] += 1
-            state["batch_in_epoch"] = 0
+    if state["step"] >= config.max_steps:  # resuming a finished run trains no further
+        progress.close()
+        return
+    reseed = config.seed if config.batch_workers else None  # a worker's RNG is not the one checkpoints save
+    preparer = BatchPreparer(run.data.reader, run.model.config, config.word_dropout, run.data.guided, reseed)
+    plan = BatchPlan(run.data.examples, run.data.phrases, config, state, run.rank, world)
+    pinned = torch.device(config.device).type == "cuda"
+    for batch in prepared_batches(preparer, plan, config.batch_workers, pinned):
+        step = batch.step
+        state["epoch"], state["batch_in_epoch"] = batch.epoch, batch.batch_in_epoch
+        probing = clock is not None and clock.sized is None
+        rate = clock.rate(time.time()) if probing else learning_rate(step, run.config)
+        grad_norm = train_step(run, batch, rate, window)
+        state["step"] = step
+        progress.update(1)
+        if step % SYNC_EVERY == 0:
+            show_progress(progress, run, window, grad_norm)
+        if clock is not None and (sized := clock.observe(step, time.time())) is not None:
+            state["schedule"] = sized
+            run.config = replace(run.config, **{k: sized[k] for k in ClockSchedule.FIELDS})
+            progress.total = run.config.max_steps
+            (log.info if probing else log.debug)("schedule sized on the clock: %s", sized)
+        stop = step >= run.config.max_steps or time.time() >= deadline
+        if distributed and math.isfinite(deadline):
+            # Clocks differ across ranks: all must stop at the same step, or the ones that
+            # go on wait forever in DDP's next gradient all-reduce.
+            flag = torch.tensor(float(stop))
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            stop = bool(flag.item())
+        if step % config.valid_every == 0 or stop:
+            if is_main_process():
+                validate(run, window, step, start_time, progress)
+            window = Window()
+        if step % config.save_every == 0 or stop:
+            state["elapsed"] = time.time() - start_time
+            if is_main_process():
+                save_checkpoint(run.out_dir, run.model, run.optimizer, state, config.keep_checkpoints)
+        if stop:
+            break
     progress.close()
 
 
-def train_step(run: Run, indices: list[int], step: int, window: Window) -> float:
-    """One optimizer step on the batch `indices`; adds its losses to `window`, returns the grad norm."""
-    config, model_config, data = run.config, run.model.config, run.data
+class ClockSchedule:
+    """The schedule of a run whose steps/s only the device knows (`schedule_probe_s`, the GPU
+    round). For the first `schedule_probe_s` seconds the warm-up runs on the clock: the rate
+    `learning_rate` gives with seconds for steps and a warm-up of `warmup_share` of
+    `max_minutes`. Then the steps/s measured over the probe's last two thirds (the first
+    third holds the start-up; at least 3 steps) fix `max_steps` (what fits the time left,
+    less 3%), `cooldown_steps` (`cooldown_share` of them) and `warmup_steps` (the step at
+    which the clock's warm-up ends, so the rate goes on without a jump). Until the cooldown begins,
+    `max_steps` is measured again every SYNC_EVERY steps over all the steps since (validation
+    included), so the cooldown ends at the deadline rather than before or after it."""
+
+    FIELDS = ("max_steps", "warmup_steps", "cooldown_steps")
+
+    def __init__(self, config: TrainConfig, start: float):
+        self.config, self.start = config, start
+        self.warmup_s = config.warmup_share * config.max_minutes * 60
+        self.mark: tuple[int, float] | None = None  # (step, time): a third into the probe, then its end
+        self.sized: dict | None = None
+
+    def rate(self, now: float) -> float:
+        """The learning rate while probing."""
+        seconds = max(now - self.start, 1e-3)
+        return self.config.lr * min(seconds / self.warmup_s, math.sqrt(self.warmup_s / seconds))
+
+    def observe(self, step: int, now: float) -> dict | None:
+        """After step `step` at time `now`: the schedule when it is sized or measured again, else None."""
+        config, elapsed, sized = self.config, now - self.start, self.sized
+        if sized is None:
+            if self.mark is None or elapsed < config.schedule_probe_s / 3:
+                self.mark = (step, now)  # the last step of the start-up, or the first step
+            if elapsed < config.schedule_probe_s or step < self.mark[0] + 3:
+                return None
+            warmup = max(1, round(step * self.warmup_s / elapsed))
+        elif step % SYNC_EVERY or step >= sized["max_steps"] - sized["cooldown_steps"]:
+            return None  # between measurements, or in the cooldown, whose length is fixed
+        else:
+            warmup = sized["warmup_steps"]
+        mark_step, mark_time = self.mark or (step, now)
+        steps_per_s = (step - mark_step) / (now - mark_time) if step > mark_step else step / elapsed
+        max_steps = step + max(1, int(steps_per_s * (config.max_minutes * 60 - elapsed) * 0.97))
+        self.mark = self.mark if sized is not None else (step, now)
+        self.sized = {
+            "at_step": step,
+            "steps_per_s": round(steps_per_s, 3),
+            "max_steps": max_steps,
+            "warmup_steps": warmup,
+            "cooldown_steps": min(max_steps - step, max(1, round(config.cooldown_share * max_steps))),
+        }
+        return self.sized
+
+
+def train_step(run: Run, batch: PreparedBatch, rate: float, window: Window) -> torch.Tensor:
+    """One optimizer step on `batch` at learning rate `rate`; adds its losses to `window`, returns
+    the gradient norm (on the device: nothing here waits for the GPU)."""
+    config, model_config = run.config, run.model.config
     for group in run.optimizer.param_groups:
-        group["lr"] = learning_rate(step, config)
-    batch = data.reader.read(indices, step)
-    src, tgt_in, tgt_out = collate([(b.source, b.target) for b in batch], range(len(batch)), model_config)
+        group["lr"] = rate
     device = torch.device(config.device)
-    src = drop_words(src, config.word_dropout, model_config).to(device)
-    tgt_in = drop_words(tgt_in, config.word_dropout, model_config).to(device)
-    tgt_out = tgt_out.to(device)
+    src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in (batch.src, batch.tgt_in, batch.tgt_out))
     passes = 2 if config.rdrop_alpha > 0 else 1  # R-Drop: the batch twice, in one forward
     if passes == 2:
         src, tgt_in, tgt_out = src.repeat(2, 1), tgt_in.repeat(2, 1), tgt_out.repeat(2, 1)
     head_weights = None
     with autocast(config):
-        if data.guided is None:
+        if batch.gold is None:
             log_probs = run.forward(src, tgt_in)
         else:
             log_probs, head_weights = run.forward(src, tgt_in)
     log_probs = log_probs.float()
-    loss_sum, n_tokens = smoothed_loss(log_probs, tgt_out, config.label_smoothing, model_config.pad_id)
-    # Normalise by this rank's tokens (of one pass); DDP averages gradients across ranks.
-    n_tokens //= passes
+    loss_sum, _ = smoothed_loss(log_probs, tgt_out, config.label_smoothing, model_config.pad_id)
+    # Normalise by this rank's tokens of one pass (counted on the host); DDP averages gradients across ranks.
+    n_tokens = batch.tokens
     loss = loss_sum / passes / max(n_tokens, 1)
     if passes == 2:
         loss = loss + config.rdrop_alpha * rdrop_divergence(log_probs, tgt_out, model_config.pad_id) / max(n_tokens, 1)
-    if head_weights is not None and data.guided is not None:
-        gold = data.guided.targets(batch).to(device)
+    if head_weights is not None and batch.gold is not None:
+        gold = batch.gold.to(device, non_blocking=True)
         guided_sum, n_rows = guided_loss(head_weights.float(), gold.repeat(passes, 1, 1))
-        loss = loss + config.guided_weight * guided_sum / max(n_rows, 1)
-        window.guided += float(guided_sum.detach()) / passes
-        window.guided_rows += n_rows // passes
+        loss = loss + config.guided_weight * guided_sum / n_rows.clamp(min=1)
+        window.guided = window.guided + guided_sum.detach() / passes
+        window.guided_rows = window.guided_rows + n_rows // passes
     run.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), config.clip_norm)
     run.optimizer.step()
     window.tokens += n_tokens * run.world
-    window.loss += float(loss_sum.detach()) / passes
+    window.loss = window.loss + loss_sum.detach() / passes
     window.loss_tokens += n_tokens
-    return float(grad_norm)
+    return grad_norm
 
 
 def rdrop_divergence(log_probs: torch.Tensor, tgt_out: torch.Tensor, pad_id: int) -> torch.Tensor:
@@ -454,13 +523,13 @@ def rdrop_divergence(log_probs: torch.Tensor, tgt_out: torch.Tensor, pad_id: int
     return (forward + backward) / 2
 
 
-def show_progress(progress: tqdm, run: Run, window: Window, step: int, grad_norm: float) -> None:
+def show_progress(progress: tqdm, run: Run, window: Window, grad_norm: torch.Tensor) -> None:
     guided = {"align": f"{window.guided_loss():.3f}"} if run.data.guided is not None else {}
     progress.set_postfix(
         loss=f"{window.train_loss():.3f}",
         tok_s=f"{window.tokens_per_s():,.0f}",
-        lr=f"{learning_rate(step, run.config):.2e}",
-        gnorm=f"{grad_norm:.2f}",
+        lr=f"{run.optimizer.param_groups[0]['lr']:.2e}",
+        gnorm=f"{float(grad_norm):.2f}",
         **guided,
     )
 
