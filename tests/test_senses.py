@@ -157,6 +157,26 @@ def test_a_bundles_dictionary_is_rebuilt_in_place_and_still_verifies(tiny_bundle
         load_bundle_manifest(bundle)
 
 
+def test_the_index_alone_is_rebuilt_in_a_data_directory_and_its_manifest_says_how(tmp_path: Path) -> None:
+    from seq2seq.cli.hints import prepare_dictionary
+
+    hints = {"indexed_forms": 99, "sense": {"rule": "usual"}}
+    manifest = {"languages": {"source": "de", "target": "en"}, "hints": hints}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "train.tsv").write_text("".join(f"{p.source}\t{p.target}\t{p.kind}\n" for p in PAIRS))
+    rule = SenseRule(min_share=0.8, min_frequency=0, max_words=2)
+    described = prepare_dictionary(tmp_path, tmp_path / "dictionary.tsv.gz", rule=rule)
+    written = json.loads((tmp_path / "manifest.json").read_text())["hints"]
+    assert (
+        written
+        == {"indexed_forms": 3, "sense": {"rule": "evidence", **rule.describe()}}
+        == {k: described[k] for k in ("indexed_forms", "sense")}
+    )
+    index = TermIndex.load(tmp_path / "dictionary.tsv.gz")
+    # A share of 0.8: Gleis (3 of 4) and Störung (3 of 6) are left out, the one-reading forms kept.
+    assert [index.lookup(f) for f in ("Gleis", "Störung", "Beileid")] == [None, None, (0, "condolence")]
+
+
 def test_the_command_refuses_a_bundle_without_dictionary_only(tmp_path: Path) -> None:
     from seq2seq.cli import main
 

@@ -81,23 +81,26 @@ def prepare_hints(data_dir: Path, sense: str = "evidence", rule: SenseRule = Sen
             "indexed_forms": indexed,
             "sense": sense_description(sense, rule),
         }
-        (data_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        write_manifest(data_dir, manifest)
     return {"pairs": len(pairs), "pairs_with_hints": with_hints, "indexed_forms": indexed}
 
 
 def prepare_dictionary(
     data_dir: Path, out: Path, sense: str = "evidence", rule: SenseRule = SenseRule(), bundle: Path | None = None
 ) -> dict:
-    """Write only the term index of `data_dir`'s training split to `out` (the data directory
-    and its other files are only read); with `bundle`, `out` is that release bundle's
-    dictionary and its bundle.json records the new file's hash and how it was built."""
-    _, target, _, plain = read_training(data_dir)
+    """Write only the term index of `data_dir`'s training split to `out`; with `bundle`, `out`
+    is that release bundle's dictionary, its bundle.json records the new file's hash and how it
+    was built, and the data directory is only read (else its manifest's `hints` says so)."""
+    manifest, target, _, plain = read_training(data_dir)
     partial = out.with_name(out.name + ".partial")  # a bundle never holds half an index
     indexed = write_term_index(term_rows(plain, phrase_votes(plain), target, sense, rule), partial)
     partial.replace(out)
     described = {"indexed_forms": indexed, "sense": sense_description(sense, rule), "data": data_dir.name}
     if bundle is not None:
         set_dictionary_file(bundle, described)
+    elif "hints" in manifest:
+        manifest["hints"].update(indexed_forms=indexed, sense=described["sense"])
+        write_manifest(data_dir, manifest)
     return described
 
 
@@ -110,6 +113,10 @@ def read_training(data_dir: Path) -> tuple[dict, str, list[Pair], list[Pair]]:
     target = manifest.get("languages", {}).get("target", "en")  # an en->de split's terms are German
     pairs = read_pairs(data_dir / "train.tsv")
     return manifest, target, pairs, [Pair(untagged(p.source), p.target, p.kind) for p in pairs]
+
+
+def write_manifest(data_dir: Path, manifest: dict) -> None:
+    (data_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
 
 
 def term_rows(
