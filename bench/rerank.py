@@ -10,7 +10,8 @@ teacher-forces every candidate. The n-best lists and channel scores are cached i
 so a second run only rescores. The grid (mode × channel weight × temperature) is scored on
 the even lines of valid by corpus BLEU; of each mode the mildest setting within 0.3 BLEU of its best
 (the smallest channel weight, the warmest temperature: the rule release.sh chooses α by) is then reported on the odd
-lines, the gold set and test, beside the served baseline and the oracle (the candidate with
+lines, the gold set and test (with sacreBLEU's paired bootstrap p against the served
+translation), beside the served baseline and the oracle (the candidate with
 the best sentence chrF against the reference: what the list holds). Cost: seconds per
 sentence of the served search against the n-best search plus reranking, on this machine,
 in the same run.
@@ -31,6 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data.prepare import read_tsv_pairs  # noqa: E402
+from export.registers import paired_test  # noqa: E402
 from seq2seq.analysis.chrf import chrf  # noqa: E402
 from seq2seq.analysis.corpus_scores import corpus_scores  # noqa: E402
 from seq2seq.core.config import RERANK_MODES, RerankOptions  # noqa: E402
@@ -141,7 +143,11 @@ def main(argv: list[str] | None = None) -> int:
         row = {"served": score(served, ref_rows), f"top of {args.candidates}": score(top, ref_rows)}
         for mode, options in best.items():
             texts, seconds = chosen(found[name], rows, options)
-            row[mode] = score(texts, ref_rows) | {"rerank_s_per_sentence": round(seconds / len(rows), 5)}
+            _, _, p_values = paired_test(ref_rows, texts, served)  # against the served translation
+            row[mode] = score(texts, ref_rows) | {
+                "p_against_served": {metric: round(p, 4) for metric, p in p_values.items()},
+                "rerank_s_per_sentence": round(seconds / len(rows), 5),
+            }
         row["oracle (chrF)"] = score(oracle(found[name], rows, refs), ref_rows)
         seconds = found[name]["seconds"]
         row["seconds_per_sentence"] = {k: round(v / len(sources), 4) for k, v in seconds.items()}

@@ -9,7 +9,7 @@ Term use: for each pair, the glossary a user who knows the rare words would give
 source word (or run of two or three) that the training phrases translate with a term its
 reference uses (`seq2seq.training.hint_data.reference_hints`, as training draws its hints),
 kept when the word is rare (seen at most `--max-count` times in the training sentences,
-the bundle's dictionary says). Printed per file: the share of those terms found in the
+the same count the term index keeps). Printed per file: the share of those terms found in the
 translation (with the target language's endings) without a glossary, and with it; and with
 it, the share the quality block calls `used` (found, and aligned to the word it is for),
 and sacreBLEU BLEU / chrF of those sentences without and with it. `--term-bonus B ...`
@@ -30,15 +30,15 @@ import re
 import statistics
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data.corpora.pairs import SENTENCE, Pair  # noqa: E402
-from data.dictionary import TermIndex, phrase_votes  # noqa: E402
-from data.files import DICTIONARY_FILE  # noqa: E402
-from data.prepare import read_pairs, read_tsv_pairs  # noqa: E402
+from data.dictionary import phrase_votes  # noqa: E402
+from data.prepare import read_pairs, read_tsv_pairs, untagged  # noqa: E402
 from seq2seq.analysis.corpus_scores import corpus_scores  # noqa: E402
 from seq2seq.core.alignment import words  # noqa: E402
 from seq2seq.core.config import AlignmentOptions  # noqa: E402
@@ -48,20 +48,24 @@ from seq2seq.training.hint_data import frequent_source_words, reference_hints  #
 
 
 def glossaries(
-    pairs: list[Pair], train: list[Pair], index: TermIndex, max_count: int, target_language: str
+    pairs: list[Pair], train: list[Pair], max_count: int, target_language: str
 ) -> list[tuple[tuple[str, str], ...]]:
-    """Per pair, (source term, reference term) of its rare dictionary words (rare by `index`,
-    the data's term index: the same terms for every model measured)."""
+    """Per pair, (source term, reference term) of its rare dictionary words: each word of the
+    term seen at most `max_count` times in the training sentences, or no one-word entry of the
+    dictionary (as the term index counts them, whichever senses it keeps: the same terms for
+    every model measured)."""
     votes, frequent = phrase_votes(train), frequent_source_words(train)
+    plain = [Pair(untagged(p.source), p.target, p.kind) for p in train]
+    entries = {form for form in phrase_votes(plain) if " " not in form}
+    counts = Counter(w.text for p in plain if p.kind == SENTENCE for w in words(p.source))
     found = []
     for pair in pairs:
-        entries = []
+        glossary = []
         for start, end, term in reference_hints(pair, votes, frequent, target_language=target_language):
             form = pair.source[start:end]
-            counted = [index.lookup(w.text) for w in words(form)]
-            if all(c is None or c[0] <= max_count for c in counted):
-                entries.append((form, term))
-        found.append(tuple(entries))
+            if all(w.text not in entries or counts[w.text] <= max_count for w in words(form)):
+                glossary.append((form, term))
+        found.append(tuple(glossary))
     return found
 
 
@@ -170,9 +174,7 @@ def timed(translator, sources: list[str], rounds: int, on, off, label: str) -> d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, required=True, help="a bundle or model directory trained with hints")
-    parser.add_argument(
-        "--data", type=Path, required=True, help="prepared data after `crossalign data hints` (phrases, term index)"
-    )
+    parser.add_argument("--data", type=Path, required=True, help="prepared data (its training phrases and sentences)")
     parser.add_argument("--pairs", type=Path, nargs="+", required=True, help="source<TAB>reference files")
     parser.add_argument("--backend", default="onnx", choices=("onnx", "torch"))
     parser.add_argument("--max-count", type=int, default=2, help="a word is rare at most this often (default 2)")
@@ -186,11 +188,10 @@ def main() -> None:
     args = parser.parse_args()
     translator = load_translator(args.model, args.backend)
     train = read_pairs(args.data / "train.tsv")
-    index = TermIndex.load(args.data / DICTIONARY_FILE)
     for path in args.pairs:
         sources, references = read_tsv_pairs(path)
         pairs = [Pair(s, r, SENTENCE) for s, r in zip(sources, references)]
-        glossary = glossaries(pairs, train, index, args.max_count, translator.config.target_lang)
+        glossary = glossaries(pairs, train, args.max_count, translator.config.target_lang)
         print(path.name, term_use(translator, pairs, glossary, 32, args.term_bonus, args.strict), flush=True)
     if args.speed:
         sources = read_tsv_pairs(args.pairs[0])[0][: args.n]

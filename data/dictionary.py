@@ -3,13 +3,15 @@
 Where the entries come from: the training split's dictionary phrase pairs (`kind` phrase in
 train.tsv, the Ding entries `data prepare` cleaned), so nothing of a held-out pair is ever
 looked up (the split drops every phrase that shares a side with a valid or test pair). A
-form's translations are counted over every pair it heads: Ding lists a word under each of
-its senses and in the entries of its compounds and synonyms, so the translation given most
-often is its usual one ("Flur": "hall" twice, "open fields" once), and ties go to the entry
-that came first.
+form's translations are counted over every pair it heads (`phrase_votes`); the corpus keeps
+each pair once, so the counts rarely differ and the vote rules here (`usual_term`,
+`first_term`) mostly take the first entry, often a synonym's ("Störung" → "hiccup"). The
+index is built with the evidence rule (`seq2seq.training.senses`: the dictionary's examples,
+target-side frequency, the term's shape, no term where the senses disagree).
 
 The index (`TermIndex`, the bundle's `dictionary.tsv.gz`) keeps, for every single-word
-source form, the training-sentence count of the form (how rare it is) and its chosen term:
+source form that has a term, the training-sentence count of the form (how rare it is) and
+the term:
 sorted lines in one bytes buffer with a line-offset array, searched by bisection, so a
 300k-form dictionary costs about 10 MB of memory and nothing to start (no dict of Python
 strings is built).

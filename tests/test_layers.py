@@ -287,6 +287,7 @@ def test_the_serving_path_never_imports_torch(tiny_bundle: Path, tmp_path: Path)
             assert response.status_code == 200, (response.request.url, response.text)
         assert "onnxruntime" in sys.modules
         assert "torch" not in sys.modules, "the serving path imported torch"
+        assert "wordfreq" not in sys.modules, "the serving path imported wordfreq (a build-time dependency)"
     """)
     finished = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=240)
     assert finished.returncode == 0, finished.stderr[-3000:]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from data.dictionary import TermIndex
 from seq2seq.core.config import AlignmentOptions
 from seq2seq.loading import load_translator
 from seq2seq.runtime.bundle import load_bundle_manifest
@@ -81,3 +82,53 @@ def test_each_shipped_direction_follows_a_glossary_and_says_it_did(both_client, 
     assert target_term in answer.json()["translatedText"], answer.json()
     (term,) = answer.json()["terms"]
     assert (text[term["start"] : term["end"]], term["term"], term["used"]) == (source_term, target_term, True)
+
+
+# Dictionary hints that showed a wrong sense while the index kept each form's first entry
+# (issue 39): (direction, sentence, the rare word, the term it was shown with then).
+WRONG_SENSES = [
+    ("de-en", "Wegen einer Störung fällt der Zug heute aus.", "Störung", "hiccup"),
+    ("de-en", "Der Zug fährt heute von Gleis drei ab.", "Gleis", "railroad line"),
+    ("en-de", "The temperature is rising.", "temperature", "erhöhte Temperatur"),
+    ("en-de", "The cleaner comes on Mondays.", "cleaner", "Filter"),
+]
+
+
+# What the evidence rule shows instead: the sense the dictionary's examples use most ("disorder":
+# 17 of Störung's 42 pieces of evidence, above the fifth it needs), nothing where no sense has a
+# fifth (cleaner: Putze, sauberer, Filter, Reiniger, ...).
+SHOWN_NOW = {"Störung": "disorder", "Gleis": "track", "temperature": "Temperatur", "cleaner": None}
+
+
+@pytest.fixture(scope="module")
+def shipped_translators() -> dict:
+    return {direction: load_translator(MODELS / direction, threads=1) for direction in sorted(EVERYDAY)}
+
+
+@pytest.mark.parametrize(("direction", "text", "word", "wrong"), WRONG_SENSES)
+def test_shipped_dictionaries_no_longer_hint_the_wrong_sense(
+    shipped_translators: dict, direction: str, text: str, word: str, wrong: str
+) -> None:
+    translator = shipped_translators[direction]
+    assert translator.decode_defaults.dictionary_hints  # what a request gets unless it says otherwise
+    shown = {text[h.start : h.end]: h.term for h in translator.hints_for(text, translator.decode_defaults)}
+    assert shown.get(word) != wrong, shown
+    assert shown.get(word) == SHOWN_NOW[word], shown
+
+
+def test_the_shipped_model_no_longer_writes_hiccup_for_a_disruption(shipped_translators: dict) -> None:
+    translator = shipped_translators["de-en"]
+    text = WRONG_SENSES[0][1]
+    result = translator.translate(text, translator.decode_defaults)
+    assert "hiccup" not in result.text.lower(), result.text
+
+
+@pytest.mark.parametrize("direction", sorted(EVERYDAY))
+def test_each_shipped_dictionary_was_built_with_the_served_sense_rule(direction: str) -> None:
+    """Rebuilt by `crossalign data hints --dictionary-only --bundle`, hashed in bundle.json."""
+    from seq2seq.cli.hints import sense_description
+    from seq2seq.training.senses import SenseRule
+
+    manifest = load_bundle_manifest(MODELS / direction).manifest
+    assert manifest["dictionary"]["sense"] == sense_description("evidence", SenseRule())
+    assert manifest["dictionary"]["indexed_forms"] == len(TermIndex.load(MODELS / direction / "dictionary.tsv.gz"))

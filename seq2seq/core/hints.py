@@ -133,12 +133,22 @@ def dictionary_hints(text: str, index: TermIndex, max_count: int, skip: Sequence
     for position, word in enumerate(words(text)):
         if len(word.text) < 3 or not word.text.isalpha() or any(h.start <= word.start < h.end for h in skip):
             continue
-        entry = index.lookup(word.text)
-        if entry is None and position == 0 or entry is None and word.text.isupper():
-            entry = index.lookup(word.text[0] + word.text[1:].lower()) or index.lookup(word.text.lower())
-        if entry is not None and entry[0] <= max_count:
-            found.append(Hint(word.start, word.end, entry[1], "dictionary"))
+        entry = dictionary_entry(index, word.text, position)
+        if entry is not None and entry[1] <= max_count:
+            found.append(Hint(word.start, word.end, entry[2], "dictionary"))
     return found
+
+
+def dictionary_entry(index: TermIndex, word: str, position: int) -> tuple[str, int, str] | None:
+    """(form, count, term) of the index's entry for `word` at word `position` of its sentence:
+    the word as written, else, for a sentence-initial or shouted word, its lower-cased forms."""
+    for form in (word, word[0] + word[1:].lower(), word.lower()):
+        entry = index.lookup(form)
+        if entry is not None:
+            return form, *entry
+        if not (position == 0 or word.isupper()):
+            return None
+    return None
 
 
 def insert_hints(

@@ -381,11 +381,23 @@ def update_metrics(directory: Path, metrics: dict[str, Any]) -> dict[str, Any]:
 def set_quality_file(directory: Path, name: str = QUALITY_FILE) -> None:
     """Record `directory/name` as the bundle's quality thresholds in bundle.json, with its hash
     (thresholds are chosen with the exported model, so after the export)."""
+    _record_file(directory, name, quality=name)
+
+
+def set_dictionary_file(directory: Path, description: dict[str, Any]) -> None:
+    """Record `directory`/dictionary.tsv.gz, rewritten in place (`crossalign data hints
+    --dictionary-only --bundle`), in bundle.json: its hash, and `description` (how its terms
+    were chosen) as the manifest's `dictionary`."""
+    _record_file(directory, DICTIONARY_FILE, dictionary=description)
+
+
+def _record_file(directory: Path, name: str, **entries: Any) -> None:
+    """List `directory`/`name` with its hash in bundle.json, and set the manifest's `entries`."""
     path = Path(directory) / BUNDLE_FILE
     manifest = json.loads(path.read_text())
-    manifest["quality"] = name
     manifest["files"][name] = file_entry(Path(directory) / name)
     manifest["files"] = dict(sorted(manifest["files"].items()))
+    manifest.update(entries)
     _write_json(path, manifest)
 
 
