@@ -42,6 +42,7 @@ from seq2seq.core.alignment import Alignment, Token, concat, words
 from seq2seq.core.backend import SearchBackend
 from seq2seq.core.config import AlignmentOptions, DecodeConfig, ModelConfig
 from seq2seq.decoding.records import Quality, TokenSpan
+from seq2seq.decoding.texts import TranslatedText
 from seq2seq.decoding.translator import TranslationResult, Translator
 from service.deps import APIError, CheckedRoute, RequestContext, get_context
 from service.engine import ServedModel
@@ -57,7 +58,7 @@ from service.requests import (
     TermBonus,
 )
 from service.settings import Settings
-from service.translation import TranslatedText, sentence_source_lengths
+from service.translation import sentence_source_lengths
 
 STATIC = Path(__file__).resolve().parent / "static"
 BOS, EOS = "<s>", "</s>"

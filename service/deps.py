@@ -30,13 +30,13 @@ from starlette.requests import ClientDisconnect
 from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig
 from seq2seq.core.inputs import text_problem
 from seq2seq.decoding.forced import ForcedAlignment
+from seq2seq.decoding.texts import TranslatedText, translate_texts
 from service.batching import CancelToken, Item, Observe, QueueFull, work_units
 from service.engine import ServedModel, TranslatorEngine
 from service.languages import CONFIDENT, Detection, LanguageDetector, get_detector, language_name
 from service.metrics import Metrics
 from service.rendering import Renderer, RendererBusy
 from service.settings import Settings, get_settings
-from service.translation import TranslatedText, translate_texts
 
 # No request body of ours nests deeper than 4 (an object, `pairs`, a pair); 32 leaves room
 # and keeps every later recursive walk (validation, the integral-number rule) far from
@@ -439,8 +439,11 @@ class RequestContext:
         `wait_until` (a `time.monotonic()` deadline), a full queue is waited out until then
         instead of answered with 503 (a file's calls: the file is uploaded already)."""
         self.check_work(texts, config.beam_size)
+        timeout = self.settings.request_timeout
         translated = self._scheduled(
-            lambda: translate_texts(model, texts, config, self.settings.request_timeout, self.client, self.token),
+            lambda: translate_texts(
+                texts, lambda sentences: model.translate(sentences, config, timeout, self.client, self.token)
+            ),
             wait_until,
         )
         self.metrics.count_tokens(

@@ -17,8 +17,8 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from seq2seq.core.config import AlignmentOptions
-from seq2seq.decoding.records import AlignmentMap, TermUse
+from seq2seq.decoding.records import AlignmentMap, Quality, TermUse
+from seq2seq.decoding.texts import TranslatedText
 from seq2seq.documents.html import read_html, segments
 from service.deps import APIError, RequestContext, get_access, get_context, parse_json, read_body, request_api_key
 from service.languages import language_name
@@ -31,7 +31,6 @@ from service.requests import (
     JSONRequest,
     TermBonus,
 )
-from service.translation import text_alignment, text_quality
 
 router = APIRouter(tags=["LibreTranslate"])
 FORM_TRUE, FORM_FALSE = ("true",), ("false",)  # what a form says for a JSON boolean
@@ -199,9 +198,10 @@ def translate(
     the alignment is asked for (format html: a list per text, one map per translated segment,
     with the segment's plain `text` and `translation` its offsets refer to); `caseRestored`
     (when a text was shouted): per text, whether a sentence of it was read with its case
-    restored (seq2seq/core/casing.py), its answer then in capitals; `terms` (format text, when hints
-    were shown: a `glossary`, or the dictionary's for rare words): per text, each hint and
-    whether the translation used it."""
+    restored (seq2seq/core/casing.py), its answer then in capitals; `terms` (when hints were
+    shown: a `glossary`, or the dictionary's for rare words): per text, each hint and whether
+    the translation used it (format html: a list per translated segment, as its maps, spans
+    into the segment's plain text)."""
     texts = [params.q] if isinstance(params.q, str) else list(params.q)
     ctx.check_texts(texts)
     alignment = (AlignmentRequest() if params.alignment is True else params.alignment) or None
@@ -226,18 +226,19 @@ def translate(
         pages = translate_pages(ctx, model, texts, config)
         translations = [page.text for page in pages]
         alternatives: list[list[str]] = [[] for _ in texts]
-        maps: list[Any] = [_segment_maps(page, options) if options else None for page in pages]
-        qualities: list[Any] = [[text_quality(t) for _, t, _ in page.segments] if options else None for page in pages]
-        restored = [any(r.case_restored for _, t, _ in page.segments for r in t.results) for page in pages]
-        terms: list[list[TermUse]] = [[] for _ in texts]  # HTML: the terms are not reported
+        maps: list[Any] = [_segment_maps(page) if options else None for page in pages]
+        qualities: list[Any] = [[_quality(t) for _, t, _ in page.segments] if options else None for page in pages]
+        restored = [any(t.case_restored for _, t, _ in page.segments) for page in pages]
+        # Per text, one list per translated segment (as its maps), spans into the segment's plain text.
+        terms: list[Any] = [[_terms(t) for _, t, _ in page.segments] for page in pages]
     else:
         translated = ctx.translate(model, texts, config)
         translations = [t.text for t in translated]
         alternatives = [[t.alternative(k)[0] for k in range(params.alternatives)] for t in translated]
-        maps = [AlignmentMap.from_alignment(text_alignment(t, options)) if options else None for t in translated]
-        qualities = [text_quality(t) if options else None for t in translated]
-        restored = [any(r.case_restored for r in t.results) for t in translated]
-        terms = [t.terms for t in translated]
+        maps = [_map(t) if options else None for t in translated]
+        qualities = [_quality(t) if options else None for t in translated]
+        restored = [t.case_restored for t in translated]
+        terms = [_terms(t) for t in translated]
     single = isinstance(params.q, str)
     response: dict[str, Any] = {
         "translatedText": translations[0] if single else translations,
@@ -248,8 +249,8 @@ def translate(
     if detection is not None:
         detected = {"confidence": round(detection.confidence * 100, 1), "language": detection.language}
         response["detectedLanguage"] = detected if single else [detected for _ in texts]
-    if any(terms):  # the hints shown (a glossary, or the dictionary for rare words) and whether each was used
-        listed = [[term.model_dump() for term in text_terms] for text_terms in terms]
+    if _any_term(terms):  # the hints shown (a glossary, or the dictionary for rare words) and whether each was used
+        listed = _dumped(terms)
         response["terms"] = listed[0] if single else listed
     if options:
         dumped = [_dumped(m) for m in maps]
@@ -267,15 +268,31 @@ def _dumped(value: Any) -> Any:
     return value.model_dump() if isinstance(value, BaseModel) else value
 
 
-def _segment_maps(page: MarkedTranslation, options: AlignmentOptions) -> list[dict[str, Any]]:
+def _any_term(value: Any) -> bool:
+    """Whether a text's terms (an HTML text's: per segment) hold any."""
+    return any(_any_term(item) for item in value) if isinstance(value, list) else True
+
+
+def _map(translated: TranslatedText) -> AlignmentMap:
+    alignment = translated.alignment()
+    assert alignment is not None  # translated with the alignment the request asked for
+    return AlignmentMap.from_alignment(alignment)
+
+
+def _quality(translated: TranslatedText) -> Quality | None:
+    quality = translated.quality()
+    return None if quality is None else Quality.from_quality(quality)
+
+
+def _terms(translated: TranslatedText) -> list[TermUse]:
+    return [TermUse(**term.to_dict()) for term in translated.terms]
+
+
+def _segment_maps(page: MarkedTranslation) -> list[dict[str, Any]]:
     """An HTML text's maps: per translated segment its plain text and translation, and the map
     over them (the requested level)."""
     return [
-        {
-            "text": text,
-            "translation": translated.text,
-            **AlignmentMap.from_alignment(text_alignment(translated, options)).model_dump(),
-        }
+        {"text": text, "translation": translated.text, **_map(translated).model_dump()}
         for text, translated, _ in page.segments
     ]
 

@@ -10,9 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from seq2seq.analysis.heads import block_diagonal, head_statistics
 from seq2seq.analysis.heatmap import FORMATS, default_size, filename, head_grid_size, render_head_grid, render_heatmap
-from seq2seq.core.alignment import words
+from seq2seq.core.alignment import concat, words
 from seq2seq.core.config import AlignmentOptions, DecodeConfig
-from seq2seq.decoding.records import TextTranslation
+from seq2seq.decoding.records import TextTranslation, text_translation
+from seq2seq.decoding.texts import sentences_of
 from service.attention import explored_config, self_attention_alignment, sentence_maps
 from service.deps import APIError, CheckedRoute, RequestContext, get_context
 from service.engine import ServedModel
@@ -32,13 +33,7 @@ from service.requests import (
     TermBonus,
     exactly_one,
 )
-from service.translation import (
-    sentence_source_lengths,
-    sentences_of,
-    text_alignment,
-    text_quality,
-    text_translation,
-)
+from service.translation import sentence_source_lengths
 
 router = APIRouter(prefix="/v1", tags=["native"], route_class=CheckedRoute)
 
@@ -131,7 +126,10 @@ def translate(body: TranslateRequest, ctx: RequestContext = Depends(get_context)
         translations = marked_translations(ctx, job.model, job.texts, body.format, job.config, body.n_best)
         return TranslateResponse(translations=translations)
     translated = ctx.translate(job.model, job.texts, job.config)
-    return TranslateResponse(translations=[text_translation(job.model, t, body.n_best) for t in translated])
+    model = job.model
+    return TranslateResponse(
+        translations=[text_translation(t, model.source, model.target, body.n_best) for t in translated]
+    )
 
 
 class HeatmapRequest(JSONRequest):
@@ -195,7 +193,7 @@ def heatmap_response(body: HeatmapRequest, ctx: RequestContext) -> Response:
             check_axis(ctx, source_axis(model, body.q, config, body.kind, body.level), 0)
         translated = ctx.translate(model, [body.q], config)[0]
         if body.kind == "cross":
-            alignment, title, axes = text_alignment(translated, options), None, ("source", "target")
+            alignment, title, axes = translated.alignment() or concat([], options), None, ("source", "target")
         else:
             alignment = self_attention_alignment(model, translated, body.kind, body.layer, tuple(body.head or ()))
             heads = "heads " + ",".join(map(str, alignment.heads)) if alignment.heads else "mean of heads"
@@ -206,7 +204,7 @@ def heatmap_response(body: HeatmapRequest, ctx: RequestContext) -> Response:
         width, height = body.width or fitted[0], body.height or fitted[1]
         check_canvas(ctx, width, height)
         # A word-level cross-attention map shows its quality flags (they index words).
-        quality = text_quality(translated) if body.kind == "cross" and body.level == "word" else None
+        quality = translated.quality() if body.kind == "cross" and body.level == "word" else None
         image = ctx.render(
             lambda: render_heatmap(
                 alignment,

@@ -57,11 +57,11 @@ from seq2seq.core.alignment import (
     words,
 )
 from seq2seq.core.config import AlignmentOptions
-from seq2seq.core.segment import join_sentences, split_sentences
+from seq2seq.decoding.records import aligned_sentence
+from seq2seq.decoding.texts import TranslatedText, sentence_spans
 from seq2seq.decoding.translator import TranslationResult, TranslationStep
 from service.deps import CheckedRoute, RequestContext, get_context
 from service.native import TranslateFields, TranslationJob, translation_job
-from service.translation import TranslatedText, aligned_sentence
 
 log = logging.getLogger("crossalign.service")
 router = APIRouter(prefix="/v1", tags=["native"], route_class=CheckedRoute)
@@ -155,7 +155,7 @@ def open_stream(body: StreamRequest, ctx: RequestContext, loop: asyncio.Abstract
     model, config = job.model, job.config
     # The step rows are read as the request's map is (or the model's own, when it asks for none).
     options = config.alignment or ctx.resolve_alignment(model, AlignmentOptions())
-    spans = [split_sentences(text) for text in job.texts]
+    spans = [sentence_spans(text) for text in job.texts]
     sentences = [
         SentenceState(index, number, text[start:end], (start, end))
         for index, (text, text_spans) in enumerate(zip(job.texts, spans))
@@ -356,11 +356,10 @@ class TranslationStream:
         ready = []
         while self.sent[index] < len(states) and states[self.sent[index]].result is not None:
             number = self.sent[index]
-            parts = [s.result.text for s in states[: number + 1] if s.result is not None]
-            _, target_spans = join_sentences(self.texts[index], self.spans[index][: number + 1], parts)
-            result = states[number].result
-            assert result is not None
-            sentence = aligned_sentence(result, self.spans[index][number], target_spans[number])
+            # The text so far: a sentence's place in the whole translation depends only on those before it.
+            results = [s.result for s in states[: number + 1] if s.result is not None]
+            so_far = TranslatedText.joined(self.texts[index], self.spans[index][: number + 1], results)
+            sentence = aligned_sentence(results[number], so_far.spans[number], so_far.target_spans[number])
             ready.append(event("sentence", {"index": index, "sentence": number, "result": sentence.model_dump()}))
             self.sent[index] += 1
         return ready
@@ -376,11 +375,11 @@ class TranslationStream:
         for state, result in zip(self.sentences, future.result()):
             state.result = state.result or result
         finished = [text for index in range(len(self.texts)) for text in self.sentences_ready(index)]
-        translated = []
-        for index, (text, spans) in enumerate(zip(self.texts, self.spans)):
-            results = [s.result for s in self.sentences if s.index == index and s.result is not None]
-            joined, target_spans = join_sentences(text, spans, [r.text for r in results])
-            translated.append(TranslatedText(text, spans, results, joined, target_spans))
+        results: list[list[TranslationResult]] = [[] for _ in self.texts]
+        for state in self.sentences:
+            if state.result is not None:
+                results[state.index].append(state.result)
+        translated = [TranslatedText.joined(*text) for text in zip(self.texts, self.spans, results)]
         model, config = self.model, self.config
         self.ctx.metrics.count_tokens(
             model.name,
