@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from sample_documents import zip_with
 
 from seq2seq.documents.files import Limits, check_zip, format_of, read_document
-from service.engine import TranslatorEngine
+from service.compute.engine import TranslatorEngine
 
 
 def small_docx(*paragraphs: str, field: bool = False) -> bytes:

@@ -45,7 +45,7 @@ def shipped() -> Translator:
 def client(shipped: Translator) -> Iterator[TestClient]:
     from echo_backend import make_client
 
-    from service.engine import TranslatorEngine
+    from service.compute.engine import TranslatorEngine
 
     engine = TranslatorEngine({("de", "en"): ("de-en", shipped)}, window_s=0.002)
     with make_client(engine) as client:

@@ -11,7 +11,7 @@ counted over the whole text.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Request
@@ -20,10 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from seq2seq.decoding.records import AlignmentMap, Quality, TermUse
 from seq2seq.decoding.texts import TranslatedText
 from seq2seq.documents.html import read_html, segments
-from service.deps import APIError, RequestContext, get_access, get_context, parse_json, read_body, request_api_key
-from service.languages import language_name
-from service.markup import MarkedTranslation, translate_pages
-from service.requests import (
+from service.compute.languages import language_name
+from service.http.access import get_access, request_api_key
+from service.http.bodies import parse_json, read_body
+from service.http.errors import APIError
+from service.shared.context import ContextDep
+from service.shared.markup import MarkedTranslation, translate_pages
+from service.shared.requests import (
     AlignmentRequest,
     DictionaryHints,
     GlossaryField,
@@ -94,7 +97,7 @@ def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 async def read_fields(request: Request) -> dict[str, Any]:
-    """The body as a dict, from JSON (service.deps.parse_json, every route's reader), urlencoded
+    """The body as a dict, from JSON (service.http.bodies.parse_json, every route's reader), urlencoded
     or multipart form; 400 on anything malformed."""
     body = await read_body(request)
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -191,9 +194,7 @@ async def translate_params(
     openapi_extra=_body_schema(LibreTranslateRequest),
     summary="Translate text (LibreTranslate-compatible)",
 )
-def translate(
-    params: LibreTranslateRequest = Depends(translate_params), ctx: RequestContext = Depends(get_context)
-) -> dict[str, Any]:
+def translate(params: Annotated[LibreTranslateRequest, Depends(translate_params)], ctx: ContextDep) -> dict[str, Any]:
     """`{translatedText, alternatives}`, lists when `q` is a list; `alignment` and `quality` when
     the alignment is asked for (format html: a list per text, one map per translated segment,
     with the segment's plain `text` and `translation` its offsets refer to); `caseRestored`
@@ -298,7 +299,7 @@ def _segment_maps(page: MarkedTranslation) -> list[dict[str, Any]]:
 
 
 @router.get("/languages", response_model=list[Language], summary="Served languages (LibreTranslate-compatible)")
-def languages(ctx: RequestContext = Depends(get_context)) -> list[Language]:
+def languages(ctx: ContextDep) -> list[Language]:
     pairs = ctx.engine.models
     codes = sorted({lang for pair in pairs for lang in pair})
     return [Language(code=c, name=language_name(c), targets=sorted(t for s, t in pairs if s == c)) for c in codes]
@@ -321,9 +322,7 @@ async def detect_params(request: Request, fields: dict[str, Any] = Depends(acces
     openapi_extra=_body_schema(DetectRequest),
     summary="Detect the language of a text (LibreTranslate-compatible)",
 )
-def detect(
-    params: DetectRequest = Depends(detect_params), ctx: RequestContext = Depends(get_context)
-) -> list[DetectedLanguage]:
+def detect(params: Annotated[DetectRequest, Depends(detect_params)], ctx: ContextDep) -> list[DetectedLanguage]:
     ctx.check_texts([params.q])
     return [
         DetectedLanguage(confidence=round(d.confidence * 100, 1), language=d.language)

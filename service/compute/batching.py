@@ -29,7 +29,7 @@ request whose text is at fault fails; its neighbours get their results.
 
 Watching. A request may come with an observer (`submit(..., observe=)`), called in the
 worker thread with (its item's index in the request, event) for whatever the run reports as
-it goes: a translation's steps and its sentences as each is whole (service/stream.py streams
+it goes: a translation's steps and its sentences as each is whole (service/routes/stream.py streams
 them). A batch in which nobody watches is run unwatched; one with a watcher reports every
 row, and each request hears only of its own.
 
@@ -75,7 +75,7 @@ class Job(Protocol):
     def beam_size(self) -> int: ...
 
 
-# (index of an item, event): what a run reports as it goes (service.engine.model_call: a
+# (index of an item, event): what a run reports as it goes (service.compute.engine.model_call: a
 # translation step, or an item's result as soon as it is whole).
 Observe = Callable[[int, Any], None]
 # (items, job, wanted, observe) -> one result per item, in order; `wanted()` -> (items,) bool says
@@ -103,8 +103,8 @@ class CancelToken:
     """Says that nobody wants a request's results any more (its client hung up): `cancel()`
     cancels every future bound to it, and any bound later at once. Thread-safe.
 
-    One per HTTP request (service/connections.py cancels it when the client disconnects),
-    and one per file job (service/file_jobs.py: cancelled when the server stops); the
+    One per HTTP request (service/http/connections.py cancels it when the client disconnects),
+    and one per file job (service/shared/file_jobs.py: cancelled when the server stops); the
     futures of the scheduler and of the heatmap renderer are bound to it, so what a request
     queued or started is dropped with it."""
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 from pydantic import Field
 from starlette.concurrency import run_in_threadpool
@@ -60,8 +60,9 @@ from seq2seq.core.config import AlignmentOptions
 from seq2seq.decoding.records import aligned_sentence
 from seq2seq.decoding.texts import TranslatedText, sentence_spans
 from seq2seq.decoding.translator import TranslationResult, TranslationStep
-from service.deps import CheckedRoute, RequestContext, get_context
-from service.native import TranslateFields, TranslationJob, translation_job
+from service.http.access import CheckedRoute
+from service.shared.context import ContextDep, RequestContext
+from service.shared.jobs import TranslateFields, TranslationJob, translation_job
 
 log = logging.getLogger("crossalign.service")
 router = APIRouter(prefix="/v1", tags=["native"], route_class=CheckedRoute)
@@ -93,7 +94,7 @@ STREAM_EVENT = {
         "data": {
             "type": "string",
             "contentMediaType": "application/json",
-            "description": "the event's JSON on one line: see the operation's description and service/stream.py",
+            "description": "the event's JSON on one line: see the operation's description and service/routes/stream.py",
         },
     },
 }
@@ -111,7 +112,7 @@ STREAM_RESPONSES = {
     responses=STREAM_RESPONSES,
     summary="Translate, streaming each step (Server-Sent Events)",
 )
-async def translate_stream(body: StreamRequest, ctx: RequestContext = Depends(get_context)) -> StreamingResponse:
+async def translate_stream(body: StreamRequest, ctx: ContextDep) -> StreamingResponse:
     """The translation of /v1/translate as it is made, as Server-Sent Events (`event:` name,
     one line of JSON `data:`). Bad input, keys, the rate limit, the work cap and a full queue
     are answered before the stream starts, as on /v1/translate (`format` is not streamed).

@@ -20,8 +20,9 @@ from seq2seq.documents.inline import InlineText, read_inline
 from seq2seq.documents.markup import Placed
 from seq2seq.documents.translate import Translation, place_segments
 from seq2seq.documents.xml import XMLInputError
-from service.deps import APIError, RequestContext
-from service.engine import ServedModel
+from service.compute.engine import ServedModel
+from service.http.errors import APIError
+from service.shared.context import RequestContext
 
 
 def markup_config(ctx: RequestContext, model: ServedModel, config: DecodeConfig) -> DecodeConfig:

@@ -28,7 +28,7 @@ from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, 
 from seq2seq.decoding.forced import ForcedAlignment, align_given
 from seq2seq.decoding.search import Wanted
 from seq2seq.decoding.translator import TranslationResult, TranslationStep, Translator, Watch
-from service.batching import CancelToken, MicroBatcher, Observe, RunBatch
+from service.compute.batching import CancelToken, MicroBatcher, Observe, RunBatch
 
 log = logging.getLogger("crossalign.service")
 Pair = tuple[str, str]
@@ -76,7 +76,7 @@ class ServedModel:
     ) -> concurrent.futures.Future:
         """A future of `translate`'s results, not waited for: `observe(index, event)` hears
         of each text's `TranslationStep`s (greedy search) and its `TranslationResult` as they
-        come. Raises service.batching.QueueFull when the queue is full."""
+        come. Raises service.compute.batching.QueueFull when the queue is full."""
         return self.batcher.submit(texts, config, client, token, observe)
 
     def translate(
@@ -88,9 +88,9 @@ class ServedModel:
         token: CancelToken | None = None,
     ) -> list[TranslationResult]:
         """Blocking: translate sentences in order (micro-batched with concurrent callers, on
-        `client`'s fair turns). Raises service.batching.QueueFull when the queue is full,
+        `client`'s fair turns). Raises service.compute.batching.QueueFull when the queue is full,
         TimeoutError after `timeout` seconds, CancelledError once `token` is cancelled (either
-        way the rest of the request is dropped: service.batching, "Cancellation")."""
+        way the rest of the request is dropped: service.compute.batching, "Cancellation")."""
         return self._wait(self.submit(texts, config, client, token), timeout)
 
     def align(
