@@ -22,7 +22,9 @@ throughput of recent calls). 0 = unbounded.
 
 Jobs. A request is a list of items and one job: sentences and a `DecodeConfig`, or (for
 /v1/align) given (source, translation) pairs and a forced-alignment job; both take the
-same turns and the same queue bound, and a batch holds one job (one beam size) only.
+same turns and the same queue bound, and a batch holds one job (one beam size) only. A
+sentence carries its request's glossary with it (`Sentence`), not in the job: requests
+with different glossaries share a batch, the translator reading each sentence's own.
 
 Failures. If a model call raises, each request in it is retried on its own, so only the
 request whose text is at fault fails; its neighbours get their results.
@@ -61,10 +63,22 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from seq2seq.core.config import GlossaryTerms
 from seq2seq.decoding.search import Wanted
 
 log = logging.getLogger("crossalign.service")
-Item = str | tuple[str, ...]  # a sentence to translate, or a (source, translation) pair to align
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """A sentence to translate with its request's glossary (the job holds none)."""
+
+    text: str
+    glossary: GlossaryTerms = ()
+
+
+# A sentence to translate (with its glossary, or bare), or a (source, translation) pair to align.
+Item = Sentence | str | tuple[str, ...]
 
 
 class Job(Protocol):
@@ -87,7 +101,11 @@ RunBatch = Callable[[list[Any], Any, Wanted, Observe | None], list[Any]]
 def work_units(items: Sequence[Item], beam_size: int) -> int:
     """What a request costs the model: beam rows x characters (decoding time grows with both);
     a pair counts the characters of both its texts."""
-    texts = (text for item in items for text in ((item,) if isinstance(item, str) else item))
+    texts = (
+        text
+        for item in items
+        for text in ((item.text,) if isinstance(item, Sentence) else (item,) if isinstance(item, str) else item)
+    )
     return beam_size * sum(max(len(text), 1) for text in texts)
 
 

@@ -28,7 +28,7 @@ from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, 
 from seq2seq.decoding.forced import ForcedAlignment, align_given
 from seq2seq.decoding.search import Wanted
 from seq2seq.decoding.translator import TranslationResult, TranslationStep, Translator, Watch
-from service.compute.batching import CancelToken, MicroBatcher, Observe, RunBatch
+from service.compute.batching import CancelToken, MicroBatcher, Observe, RunBatch, Sentence
 
 log = logging.getLogger("crossalign.service")
 Pair = tuple[str, str]
@@ -76,8 +76,11 @@ class ServedModel:
     ) -> concurrent.futures.Future:
         """A future of `translate`'s results, not waited for: `observe(index, event)` hears
         of each text's `TranslationStep`s (greedy search) and its `TranslationResult` as they
-        come. Raises service.compute.batching.QueueFull when the queue is full."""
-        return self.batcher.submit(texts, config, client, token, observe)
+        come. Raises service.compute.batching.QueueFull when the queue is full. Each text
+        carries the config's glossary, the job none: requests with different glossaries (and
+        the same other settings) share a batch."""
+        sentences = [Sentence(text, config.glossary) for text in texts]
+        return self.batcher.submit(sentences, config.without_glossary(), client, token, observe)
 
     def translate(
         self,
@@ -132,7 +135,11 @@ def model_call(translator: Translator, compute: threading.Lock | None = None) ->
             if isinstance(job, ForcedJob):
                 return align_given(translator, list(items), job.options, restore_case=job.restore_case)
             watched = None if observe is None else watch(observe, job)
-            return translator.translate_wanted(list(items), job, wanted, watched)
+            texts = [item.text if isinstance(item, Sentence) else item for item in items]
+            glossaries = [item.glossary if isinstance(item, Sentence) else job.glossary for item in items]
+            if not any(glossaries):  # none in the batch: the job's (empty) applies to every text
+                return translator.translate_wanted(texts, job, wanted, watched)
+            return translator.translate_wanted(texts, job, wanted, watched, glossaries=glossaries)
 
     return run
 

@@ -51,14 +51,11 @@ from service.shared.jobs import explored_config, sentence_source_lengths
 from service.shared.maps import Kind, sentence_maps
 from service.shared.requests import (
     BeamSize,
-    DictionaryHints,
-    GlossaryField,
-    GlossaryStrict,
     JSONRequest,
     NoRepeatNgramSize,
     Source,
     Target,
-    TermBonus,
+    TermFields,
 )
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
@@ -279,16 +276,12 @@ def attention_response(model: ServedModel, translated: TranslatedText, settings:
 # --------------------------------------------------------------------------- routes
 
 
-class AttentionRequest(JSONRequest):
+class AttentionRequest(TermFields):
     text: str = Field(description="the text to translate and explore")
     source: Source
     target: Target
     beam_size: BeamSize
     no_repeat_ngram_size: NoRepeatNgramSize
-    glossary: GlossaryField
-    dictionary_hints: DictionaryHints
-    term_bonus: TermBonus
-    glossary_strict: GlossaryStrict
 
 
 class AttentionQuery(JSONRequest):
@@ -307,16 +300,7 @@ class AttentionQuery(JSONRequest):
 def attention_for(body: AttentionRequest, ctx: RequestContext) -> AttentionResponse:
     ctx.check_texts([body.text], "text")
     model, _ = ctx.resolve_pair(body.source, body.target, [body.text])
-    config = explored_config(
-        ctx,
-        model,
-        body.beam_size,
-        body.no_repeat_ngram_size,
-        body.glossary,
-        body.dictionary_hints,
-        body.term_bonus,
-        body.glossary_strict,
-    )
+    config = explored_config(ctx, model, body.beam_size, body.no_repeat_ngram_size, body.term_options())
     # What is known before translating is checked before translating: the source tokens, and
     # the weights of the encoder's maps alone.
     lengths = sentence_source_lengths(model, body.text, config)

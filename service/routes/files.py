@@ -55,7 +55,7 @@ from service.compute.languages import language_name
 from service.http.access import get_access, request_api_key
 from service.http.bodies import read_body
 from service.http.errors import APIError
-from service.shared.context import ContextDep, RequestContext
+from service.shared.context import ContextDep, RequestContext, Search
 from service.shared.file_jobs import DONE, FAILED, QUEUED, RUNNING, FileJob, FileStore, JobBoard, poll_after
 from service.shared.markup import scheduled_translator
 
@@ -170,7 +170,7 @@ class FileTranslator:
 
     def __call__(self, texts: list[str]) -> list[Translation | Exception]:
         translate = scheduled_translator(
-            self.ctx, self.model, self.ctx.decode_config(self.model, None, 1, True), self.deadline
+            self.ctx, self.model, self.ctx.decode_config(self.model, Search(attention=True)), self.deadline
         )
         budget = self.ctx.settings.max_request_work // max(1, translate.config.beam_size)
         out: list[Translation | Exception | None] = [None] * len(texts)

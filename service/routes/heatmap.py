@@ -16,7 +16,7 @@ from seq2seq.decoding.texts import sentences_of
 from service.compute.engine import ServedModel
 from service.http.access import CheckedRoute
 from service.http.errors import APIError
-from service.shared.context import ContextDep, RequestContext
+from service.shared.context import ContextDep, RequestContext, Search
 from service.shared.jobs import explored_config, sentence_source_lengths
 from service.shared.maps import self_attention_alignment, sentence_maps
 from service.shared.requests import BeamSize, JSONRequest, NoRepeatNgramSize, Source, StepShift, Target
@@ -80,7 +80,8 @@ def heatmap_response(body: HeatmapRequest, ctx: RequestContext) -> Response:
         # A self-attention layer is checked against its own stack (the encoder's may be deeper).
         options = ctx.resolve_alignment(model, options if body.kind == "cross" else replace(options, layer=None))
         cross = options if body.kind == "cross" else None
-        config = ctx.decode_config(model, body.beam_size, 1, True, cross, body.no_repeat_ngram_size)
+        search = Search(body.beam_size, 1, body.no_repeat_ngram_size, attention=True)
+        config = ctx.decode_config(model, search, alignment=cross)
         if body.kind != "decoder":  # the source axis is known before translating (a decoder map's are not)
             check_axis(ctx, source_axis(model, body.q, config, body.kind, body.level), 0)
         translated = ctx.translate(model, [body.q], config)[0]

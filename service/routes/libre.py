@@ -24,22 +24,15 @@ from service.compute.languages import language_name
 from service.http.access import get_access, request_api_key
 from service.http.bodies import parse_json, read_body
 from service.http.errors import APIError
-from service.shared.context import ContextDep
+from service.shared.context import ContextDep, Search
 from service.shared.markup import MarkedTranslation, translate_pages
-from service.shared.requests import (
-    AlignmentRequest,
-    DictionaryHints,
-    GlossaryField,
-    GlossaryStrict,
-    JSONRequest,
-    TermBonus,
-)
+from service.shared.requests import AlignmentRequest, JSONRequest, TermFields
 
 router = APIRouter(tags=["LibreTranslate"])
 FORM_TRUE, FORM_FALSE = ("true",), ("false",)  # what a form says for a JSON boolean
 
 
-class LibreTranslateRequest(JSONRequest):
+class LibreTranslateRequest(TermFields):
     # Unknown fields are ignored, as LibreTranslate does.
     model_config = ConfigDict(extra="ignore")
     q: str | list[str] = Field(description="text, or a list of texts translated as one batch")
@@ -53,10 +46,6 @@ class LibreTranslateRequest(JSONRequest):
     alternatives: int = Field(0, ge=0, description="number of alternative translations")
     api_key: str | None = None
     alignment: bool | AlignmentRequest = Field(False, description="crossalign extension: add the alignment map")
-    glossary: GlossaryField
-    dictionary_hints: DictionaryHints
-    term_bonus: TermBonus
-    glossary_strict: GlossaryStrict
 
 
 class DetectRequest(JSONRequest):
@@ -212,17 +201,7 @@ def translate(params: Annotated[LibreTranslateRequest, Depends(translate_params)
     model, detection = ctx.resolve_pair(params.source, params.target, plain)
     options = ctx.resolve_alignment(model, alignment.options()) if alignment else None
     # LibreTranslate takes no search settings: the model's own, its beam raised to the alternatives.
-    config = ctx.decode_config(
-        model,
-        None,
-        params.alternatives + 1,
-        attention=options is not None,
-        alignment=options,
-        glossary=params.glossary,
-        dictionary_hints=params.dictionary_hints,
-        term_bonus=params.term_bonus,
-        glossary_strict=params.glossary_strict,
-    )
+    config = ctx.decode_config(model, Search(n_best=params.alternatives + 1), params.term_options(), options)
     if params.format == "html":
         pages = translate_pages(ctx, model, texts, config)
         translations = [page.text for page in pages]

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig
+from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, TermOptions
 from seq2seq.core.inputs import text_problem
 from seq2seq.decoding.forced import ForcedAlignment
 from seq2seq.decoding.texts import TranslatedText, translate_texts
@@ -30,6 +30,17 @@ from service.http.access import client_address
 from service.http.errors import CLIENT_GONE, APIError, internal_error_message
 from service.http.metrics import Metrics
 from service.settings import Settings, get_settings
+
+
+@dataclass(frozen=True)
+class Search:
+    """The search settings a request sets; None: the served model's own (its bundle's `decoding`)."""
+
+    beam_size: int | None = None
+    n_best: int = 1  # hypotheses per sentence (the beam is widened to hold them)
+    no_repeat_ngram_size: int | None = None
+    early_exit: bool = False
+    attention: bool = False  # keep the attention though no map is asked for
 
 
 def get_engine(request: Request) -> TranslatorEngine:
@@ -169,24 +180,17 @@ class RequestContext:
     def decode_config(
         self,
         model: ServedModel,
-        beam_size: int | None,
-        n_best: int,
-        attention: bool,
+        search: Search,
+        terms: TermOptions = TermOptions(),
         alignment: AlignmentOptions | None = None,
-        no_repeat_ngram_size: int | None = None,
-        early_exit: bool = False,
-        glossary: dict[str, str] | None = None,
-        dictionary_hints: bool | None = None,
-        term_bonus: float | None = None,
-        glossary_strict: bool = False,
     ) -> DecodeConfig:
-        """The search settings of a request: those it sets, the model's own (`decode_defaults`,
-        its bundle's) for those it leaves unset (None); `alignment` (resolved) is built with the
-        translation. `no_repeat_ngram_size` and `glossary` come validated by their fields
-        (service.shared.requests), `term_bonus` too; `early_exit`, `dictionary_hints`:
-        DecodeConfig's. 400 for a glossary the model cannot take."""
+        """The search settings of a request: those it sets (`search`, `terms`), the model's
+        own (`decode_defaults`, its bundle's) for those it leaves unset (None); `alignment`
+        (resolved) is built with the translation. The fields come validated by their request
+        models (service.shared.requests); 400 for a beam over this server's limit, or a
+        glossary the model cannot take."""
         largest = self.settings.max_beam_size
-        defaults = model.decode_defaults
+        defaults, beam_size, n_best = model.decode_defaults, search.beam_size, search.n_best
         if beam_size is not None and not 1 <= beam_size <= largest:
             raise APIError(400, f"beam_size must be between 1 and {largest}, not {beam_size}")
         if beam_size is None and defaults.beam_size > largest:
@@ -197,27 +201,20 @@ class RequestContext:
             )
         if not 1 <= n_best <= largest:
             raise APIError(400, f"n_best (or alternatives + 1) must be between 1 and {largest}, not {n_best}")
-        if glossary and model.translator.tokenizer.hint_ids is None:
+        if terms.glossary and model.translator.tokenizer.hint_ids is None:
             raise APIError(
                 400, f"glossary: the {model.name} model was not trained with target-term hints, so it cannot take one"
             )
-        asked = defaults.override(
-            beam_size=beam_size,
-            no_repeat_ngram_size=no_repeat_ngram_size,
-            dictionary_hints=dictionary_hints,
-            glossary=tuple(glossary.items()) if glossary else None,
-            term_bonus=term_bonus,
-        )
+        asked = terms.apply(defaults.override(beam_size=beam_size, no_repeat_ngram_size=search.no_repeat_ngram_size))
         # n best hypotheses need a beam at least n wide: a smaller beam_size is raised to n_best.
         return replace(
             asked,
             beam_size=max(asked.beam_size, n_best),
             n_best=n_best,
-            return_attention=attention or alignment is not None,
+            return_attention=search.attention or alignment is not None,
             alignment=alignment,
             restore_case=self.settings.restore_case,
-            early_exit=early_exit,
-            glossary_strict=glossary_strict,
+            early_exit=search.early_exit,
         )
 
     def check_work(self, items: list[Item], beam_size: int) -> None:

@@ -15,21 +15,17 @@ from dataclasses import dataclass
 
 from pydantic import ConfigDict, Field, model_validator
 
-from seq2seq.core.config import AlignmentOptions, DecodeConfig
+from seq2seq.core.config import AlignmentOptions, DecodeConfig, TermOptions
 from seq2seq.decoding.texts import sentences_of
 from service.compute.engine import ServedModel
-from service.shared.context import RequestContext
+from service.shared.context import RequestContext, Search
 from service.shared.requests import (
     AlignmentRequest,
     BeamSize,
-    DictionaryHints,
-    GlossaryField,
-    GlossaryStrict,
-    JSONRequest,
     NoRepeatNgramSize,
     Source,
     Target,
-    TermBonus,
+    TermFields,
     exactly_one,
 )
 
@@ -40,7 +36,7 @@ def sentence_source_lengths(model: ServedModel, text: str, config: DecodeConfig)
     return model.translator.source_lengths(sentences_of(text), config)
 
 
-class TranslateFields(JSONRequest):
+class TranslateFields(TermFields):
     """The fields of a /v1/translate body that its stream takes too."""
 
     model_config = ConfigDict(json_schema_extra=exactly_one(("text",), ("texts",)))
@@ -60,10 +56,6 @@ class TranslateFields(JSONRequest):
         description="stop each sentence's beam search as soon as its best continuation ends it, instead of "
         "waiting for beam_size finished hypotheses: faster, but shorter and less accurate translations",
     )
-    glossary: GlossaryField
-    dictionary_hints: DictionaryHints
-    term_bonus: TermBonus
-    glossary_strict: GlossaryStrict
 
     @model_validator(mode="after")
     def _one_input(self) -> TranslateFields:
@@ -89,19 +81,8 @@ def translation_job(body: TranslateFields, ctx: RequestContext) -> TranslationJo
     model, _ = ctx.resolve_pair(body.source, body.target, texts)
     alignment = AlignmentRequest() if body.alignment is True else body.alignment or None
     options = ctx.resolve_alignment(model, alignment.options()) if alignment else None
-    config = ctx.decode_config(
-        model,
-        body.beam_size,
-        body.n_best,
-        options is not None,
-        options,
-        body.no_repeat_ngram_size,
-        body.early_exit,
-        body.glossary,
-        body.dictionary_hints,
-        body.term_bonus,
-        body.glossary_strict,
-    )
+    search = Search(body.beam_size, body.n_best, body.no_repeat_ngram_size, body.early_exit)
+    config = ctx.decode_config(model, search, body.term_options(), options)
     return TranslationJob(texts, model, config)
 
 
@@ -110,23 +91,9 @@ def explored_config(
     model: ServedModel,
     beam_size: int | None,
     no_repeat_ngram_size: int | None,
-    glossary: dict[str, str] | None = None,
-    dictionary_hints: bool | None = None,
-    term_bonus: float | None = None,
-    glossary_strict: bool = False,
+    terms: TermOptions = TermOptions(),
 ) -> DecodeConfig:
     """The search settings of a translation whose maps are explored (/v1/attention, the model
     view): one hypothesis, with the model's own word map built with it for its quality signals."""
     options = ctx.resolve_alignment(model, AlignmentOptions())
-    return ctx.decode_config(
-        model,
-        beam_size,
-        1,
-        True,
-        options,
-        no_repeat_ngram_size,
-        glossary=glossary,
-        dictionary_hints=dictionary_hints,
-        term_bonus=term_bonus,
-        glossary_strict=glossary_strict,
-    )
+    return ctx.decode_config(model, Search(beam_size, 1, no_repeat_ngram_size, attention=True), terms, options)
