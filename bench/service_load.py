@@ -247,11 +247,22 @@ async def stream_load(url: str, concurrency: int, requests: int) -> dict[str, fl
     return await drive(url, concurrency, requests, send)
 
 
+def model_calls(url: str) -> tuple[float, float]:
+    """(sentences, model calls) the server has run so far, every model's (its /metrics)."""
+    totals = {"_sum": 0.0, "_count": 0.0}
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        for suffix in totals:
+            if line.startswith(f"crossalign_batch_sentences{suffix}{{"):
+                totals[suffix] += float(line.rsplit(" ", 1)[1])
+    return totals["_sum"], totals["_count"]
+
+
 def row_line(label: str, row: dict) -> str:
     """One result as a line of the table."""
+    calls = f"   {row['sentences_per_call']:5.1f} sentences a call" if "sentences_per_call" in row else ""
     return (
         f"round {row['round']}  {label} c={row['concurrency']:<3} {row['throughput_rps']:8.1f} req/s   "
-        f"p50 {row['p50_ms']:7.1f} ms   p99 {row['p99_ms']:7.1f} ms"
+        f"p50 {row['p50_ms']:7.1f} ms   p99 {row['p99_ms']:7.1f} ms{calls}"
     )
 
 
@@ -305,9 +316,12 @@ def compare_load(args: argparse.Namespace) -> list[dict]:
             process, url = start_server(args.models, window, args.threads, args.quality, tree)
             try:
                 for concurrency in args.concurrency:
+                    before = model_calls(url)
                     figures = asyncio.run(
                         load(url, concurrency, args.requests, args.alignment, args.mix, args.glossaries)
                     )
+                    sentences, calls = (now - then for now, then in zip(model_calls(url), before))
+                    figures["sentences_per_call"] = round(sentences / max(calls, 1), 2)  # warm-up included
                     row = {"round": round_ + 1, "tree": str(tree), "batching": mode, **figures}
                     results.append(row)
                     where = f"{tree.resolve().name:>12} " if len(args.trees) > 1 else ""
@@ -321,7 +335,7 @@ def compare_load(args: argparse.Namespace) -> list[dict]:
 
 
 def print_ratios(args: argparse.Namespace, results: list[dict]) -> None:
-    """Batching on against off at the top concurrency; with two trees, the second against the
+    """Batching on against off at the top concurrency; with several trees, each against the
     first at every concurrency (throughput, p99), per round and their median."""
     by = {(r["round"], r["tree"], r["batching"], r["concurrency"]): r for r in results}
     rounds = range(1, args.rounds + 1)
@@ -334,18 +348,16 @@ def print_ratios(args: argparse.Namespace, results: list[dict]) -> None:
     ]
     if gains:
         print(f"batching speed-up at concurrency {top}: {ratios(gains, 'x')}")
-    if len(args.trees) != 2:
-        return
-    second = str(args.trees[1])
-    for mode in args.batching:
-        for concurrency in args.concurrency:
-            pairs = [(by[r, first, mode, concurrency], by[r, second, mode, concurrency]) for r in rounds]
-            speed = [b["throughput_rps"] / a["throughput_rps"] for a, b in pairs]
-            p99 = [b["p99_ms"] / a["p99_ms"] for a, b in pairs]
-            print(
-                f"{second} against {first}, batching {mode}, concurrency {concurrency}: "
-                f"throughput {ratios(speed, 'x')}, p99 {ratios(p99, 'x')}"
-            )
+    for other in map(str, args.trees[1:]):
+        for mode in args.batching:
+            for concurrency in args.concurrency:
+                pairs = [(by[r, first, mode, concurrency], by[r, other, mode, concurrency]) for r in rounds]
+                speed = [b["throughput_rps"] / a["throughput_rps"] for a, b in pairs]
+                p99 = [b["p99_ms"] / a["p99_ms"] for a, b in pairs]
+                print(
+                    f"{other} against {first}, batching {mode}, concurrency {concurrency}: "
+                    f"throughput {ratios(speed, 'x')}, p99 {ratios(p99, 'x')}"
+                )
 
 
 def ratios(values: list[float], unit: str) -> str:
@@ -391,7 +403,7 @@ def main() -> int:
         type=Path,
         nargs="+",
         default=[REPO],
-        help="checkouts whose servers are measured in turn (default: this one); two: the second against the first",
+        help="checkouts whose servers are measured in turn (default: this one); each against the first",
     )
     args = parser.parse_args()
     if args.rounds < 1:

@@ -26,6 +26,13 @@ same turns and the same queue bound, and a batch holds one job (one beam size) o
 sentence carries its request's glossary with it (`Sentence`), not in the job: requests
 with different glossaries share a batch, the translator reading each sentence's own.
 
+Turns between models. The models of one server share one `gate` (a `FairLock`): each
+model's onnxruntime threads already take every core, so two model calls at once would only
+contend. A batch is dealt once its model holds the gate, not before it waits for it: what
+arrived while the other model ran rides in the call (a batch dealt first would leave it for
+the call after), and the gate is taken in the order asked, so the models alternate under
+load instead of one taking it again before the other wakes.
+
 Failures. If a model call raises, each request in it is retried on its own, so only the
 request whose text is at fault fails; its neighbours get their results.
 
@@ -187,6 +194,32 @@ class _Piece:
     end: int
 
 
+class FairLock:
+    """A lock taken in the order it was asked for. (A `threading.Lock` is not: the thread that
+    releases it may take it again before a waiting one wakes, and under load one model would
+    run call after call while the other's requests wait.) Thread-safe; a context manager."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._waiting: deque[object] = deque()
+        self._held = False
+
+    def __enter__(self) -> FairLock:
+        me = object()
+        with self._changed:
+            self._waiting.append(me)
+            while self._held or self._waiting[0] is not me:
+                self._changed.wait()
+            self._waiting.popleft()
+            self._held = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._changed:
+            self._held = False
+            self._changed.notify_all()
+
+
 class MicroBatcher:
     def __init__(
         self,
@@ -197,9 +230,12 @@ class MicroBatcher:
         name: str = "model",
         max_rows: int = 0,
         max_queue_work: int = 0,
+        gate: FairLock | None = None,
     ):
         """`max_rows`: beam rows (sentences x beam size) per model call, 0 = no limit beyond
-        `max_sentences`; `max_queue_work`: work units queued or running, 0 = unbounded."""
+        `max_sentences`; `max_queue_work`: work units queued or running, 0 = unbounded;
+        `gate`: held around every model call (the models of one server share one)."""
+        self.gate: contextlib.AbstractContextManager = gate or contextlib.nullcontext()
         self.run, self.window_s, self.max_sentences = run, window_s, max_sentences
         self.max_rows, self.max_queue_work = max_rows, max_queue_work
         self.on_batch = on_batch or (lambda size: None)
@@ -252,7 +288,8 @@ class MicroBatcher:
             token.bind(request.future)
         if self._worker is None:
             request.next = len(items)
-            self._execute(config, [_Piece(request, 0, len(items))])
+            with self.gate:
+                self._execute(config, [_Piece(request, 0, len(items))])
         return request.future
 
     def _admit(self, cost: int) -> None:
@@ -303,9 +340,16 @@ class MicroBatcher:
                     self._lock.wait(remaining)
                 if not self._clients:  # every waiting request was cancelled during the window
                     continue
-                config, pieces = self._deal()
-            if pieces:
-                self._execute(config, pieces)
+            # Dealt once the model may run: what arrives while another model runs rides along.
+            with self.gate:
+                with self._lock:
+                    if self._closed:
+                        return
+                    if not self._clients:  # cancelled while the other model ran
+                        continue
+                    config, pieces = self._deal()
+                if pieces:
+                    self._execute(config, pieces)
 
     def _waiting_sentences(self) -> int:
         return sum(len(r.items) - r.next for requests in self._clients.values() for r in requests)
