@@ -8,10 +8,19 @@ and prints one table (and JSON with --json). Loopback only.
     python bench/service_load.py --models /tmp/tiny-models --concurrency 1 8 32 --window-ms 5
     python bench/service_load.py --concurrency 8 32 --requests 512 --rounds 3
     python bench/service_load.py --stream --concurrency 1 8 --requests 200 --rounds 2
+    python bench/service_load.py --glossaries 8 --concurrency 8 32 --requests 256 --rounds 3 \
+        --batching on --trees /tmp/base-layout .
 
 With --rounds N the two modes run N times each, in turn (on, off, off, on, ...), and the
 batching gain is printed per round: this machine's speed drifts by tens of percent within
 minutes, so a gain is only a ratio of runs taken side by side.
+
+With --glossaries N every request carries one of N glossaries in turn (two entries each,
+terms of the sentences; per direction with --mix): a mixed-glossary load, whose requests
+share a micro-batch only where the glossary rides with each sentence (issue 40). With
+--trees DIR ... the servers are started from those checkouts (e.g. `git worktree add
+/tmp/base-layout BASE`), in turn within every round (the order flips every round), so two
+commits' service is measured side by side on one machine.
 
 With --stream (issue 31) one server (batching on) takes, at each concurrency, greedy
 `POST /v1/translate` requests and the same bodies streamed by `POST /v1/translate/stream`,
@@ -64,6 +73,23 @@ ENGLISH_SENTENCES = [
     "Good morning!",
 ]
 
+# --glossaries: each glossary two entries of its direction's pool, each a word of a sentence.
+GLOSSARY_TERMS = {
+    "de": [("Haus", "home"), ("Hund", "hound"), ("Zeit", "while"), ("Katze", "kitty"), ("Bahnhof", "depot")]
+    + [("Auto", "motorcar"), ("München", "Munich"), ("Morgen", "morn")],
+    "en": [("house", "Gebäude"), ("dog", "Köter"), ("time", "Weile"), ("cat", "Mieze"), ("station", "Station")]
+    + [("car", "Wagen"), ("Munich", "München"), ("morning", "Vormittag")],
+}
+
+
+def glossary(source: str, index: int, count: int) -> dict[str, str]:
+    """The `index`-th of `count` glossaries of a `source`-language request (none for count 0)."""
+    if not count:
+        return {}
+    pool = GLOSSARY_TERMS[source]
+    k = index % count
+    return dict([pool[k % len(pool)], pool[(k + 1) % len(pool)]])
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -72,12 +98,14 @@ def free_port() -> int:
 
 
 def start_server(
-    models: Path, window_ms: float, threads: int, quality: str = "thorough", **settings: str
+    models: Path, window_ms: float, threads: int, quality: str = "thorough", tree: Path = REPO, **settings: str
 ) -> tuple[subprocess.Popen, str]:
-    """A server on a free loopback port; `settings` are more of service.settings.Settings's fields."""
+    """A server on a free loopback port, from the checkout `tree`; `settings` are more of
+    service.settings.Settings's fields."""
     port = free_port()
     env = {
         **os.environ,
+        "PYTHONPATH": str(tree),
         "CROSSALIGN_BATCH_WINDOW_MS": str(window_ms),
         "CROSSALIGN_THREADS": str(threads),
         "CROSSALIGN_RATE_LIMIT": "0",
@@ -91,7 +119,7 @@ def start_server(
             "-m",
             "service.serve",
             "--models",
-            str(models),
+            str(models.resolve()),
             "--host",
             "127.0.0.1",
             "--port",
@@ -99,7 +127,7 @@ def start_server(
             "--log-level",
             "warning",
         ],
-        cwd=REPO,
+        cwd=tree,
         env=env,
     )
     url = f"http://127.0.0.1:{port}"
@@ -160,9 +188,11 @@ def stream_figures(timings: list[dict[str, float]], elapsed: float) -> dict[str,
     }
 
 
-async def load(url: str, concurrency: int, requests: int, alignment: bool = False, mix: bool = False) -> dict:
+async def load(
+    url: str, concurrency: int, requests: int, alignment: bool = False, mix: bool = False, glossaries: int = 0
+) -> dict:
     """LibreTranslate's /translate, the model's default search; with `mix`, every other request
-    English -> German."""
+    English -> German; with `glossaries`, each request one of that many glossaries in turn."""
     extra = {"alignment": True} if alignment else {}
 
     async def send(client: httpx.AsyncClient, index: int) -> dict[str, float]:
@@ -171,6 +201,8 @@ async def load(url: str, concurrency: int, requests: int, alignment: bool = Fals
         else:
             body = {"q": SENTENCES[index % len(SENTENCES)], "source": "de", "target": "en"}
         body |= extra
+        if glossaries:
+            body["glossary"] = glossary(body["source"], index // (2 if mix else 1), glossaries)
         start = time.perf_counter()
         response = await client.post("/translate", json=body)
         latency = time.perf_counter() - start
@@ -215,11 +247,22 @@ async def stream_load(url: str, concurrency: int, requests: int) -> dict[str, fl
     return await drive(url, concurrency, requests, send)
 
 
+def model_calls(url: str) -> tuple[float, float]:
+    """(sentences, model calls) the server has run so far, every model's (its /metrics)."""
+    totals = {"_sum": 0.0, "_count": 0.0}
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        for suffix in totals:
+            if line.startswith(f"crossalign_batch_sentences{suffix}{{"):
+                totals[suffix] += float(line.rsplit(" ", 1)[1])
+    return totals["_sum"], totals["_count"]
+
+
 def row_line(label: str, row: dict) -> str:
     """One result as a line of the table."""
+    calls = f"   {row['sentences_per_call']:5.1f} sentences a call" if "sentences_per_call" in row else ""
     return (
         f"round {row['round']}  {label} c={row['concurrency']:<3} {row['throughput_rps']:8.1f} req/s   "
-        f"p50 {row['p50_ms']:7.1f} ms   p99 {row['p99_ms']:7.1f} ms"
+        f"p50 {row['p50_ms']:7.1f} ms   p99 {row['p99_ms']:7.1f} ms{calls}"
     )
 
 
@@ -261,6 +304,67 @@ def compare_streaming(args: argparse.Namespace) -> list[dict]:
     return results
 
 
+def compare_load(args: argparse.Namespace) -> list[dict]:
+    """/translate at every concurrency, for each batching mode and each checkout (`--trees`), in
+    turn within a round, the order flipped every round; the ratios printed per round."""
+    modes = [(m, w) for m, w in (("on", args.window_ms), ("off", 0.0)) if m in args.batching]
+    runs = [(tree, mode, window) for tree in args.trees for mode, window in modes]
+    results = []
+    for round_ in range(args.rounds):
+        # A load change on the shared machine hits every run alike (a gain is a ratio in one round).
+        for tree, mode, window in runs if round_ % 2 == 0 else runs[::-1]:
+            process, url = start_server(args.models, window, args.threads, args.quality, tree)
+            try:
+                for concurrency in args.concurrency:
+                    before = model_calls(url)
+                    figures = asyncio.run(
+                        load(url, concurrency, args.requests, args.alignment, args.mix, args.glossaries)
+                    )
+                    sentences, calls = (now - then for now, then in zip(model_calls(url), before))
+                    figures["sentences_per_call"] = round(sentences / max(calls, 1), 2)  # warm-up included
+                    row = {"round": round_ + 1, "tree": str(tree), "batching": mode, **figures}
+                    results.append(row)
+                    where = f"{tree.resolve().name:>12} " if len(args.trees) > 1 else ""
+                    label = f"batching {mode:3} {where}"
+                    print(row_line(label, row), flush=True)
+            finally:
+                process.terminate()
+                process.wait(timeout=30)
+    print_ratios(args, results)
+    return results
+
+
+def print_ratios(args: argparse.Namespace, results: list[dict]) -> None:
+    """Batching on against off at the top concurrency; with several trees, each against the
+    first at every concurrency (throughput, p99), per round and their median."""
+    by = {(r["round"], r["tree"], r["batching"], r["concurrency"]): r for r in results}
+    rounds = range(1, args.rounds + 1)
+    first = str(args.trees[0])
+    top = max(args.concurrency)
+    gains = [
+        by[r, first, "on", top]["throughput_rps"] / by[r, first, "off", top]["throughput_rps"]
+        for r in rounds
+        if (r, first, "on", top) in by and (r, first, "off", top) in by
+    ]
+    if gains:
+        print(f"batching speed-up at concurrency {top}: {ratios(gains, 'x')}")
+    for other in map(str, args.trees[1:]):
+        for mode in args.batching:
+            for concurrency in args.concurrency:
+                pairs = [(by[r, first, mode, concurrency], by[r, other, mode, concurrency]) for r in rounds]
+                speed = [b["throughput_rps"] / a["throughput_rps"] for a, b in pairs]
+                p99 = [b["p99_ms"] / a["p99_ms"] for a, b in pairs]
+                print(
+                    f"{other} against {first}, batching {mode}, concurrency {concurrency}: "
+                    f"throughput {ratios(speed, 'x')}, p99 {ratios(p99, 'x')}"
+                )
+
+
+def ratios(values: list[float], unit: str) -> str:
+    text = " / ".join(f"{value:.2f}{unit}" for value in values)
+    return text + (f" (median {float(np.median(values)):.2f}{unit})" if len(values) > 1 else "")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=Path, default=REPO / "models", help="models directory (default models/)")
@@ -291,6 +395,16 @@ def main() -> int:
         action="store_true",
         help="every other request English -> German (a models directory with both directions' bundles)",
     )
+    parser.add_argument(
+        "--glossaries", type=int, default=0, help="every request carries one of this many glossaries (default 0: none)"
+    )
+    parser.add_argument(
+        "--trees",
+        type=Path,
+        nargs="+",
+        default=[REPO],
+        help="checkouts whose servers are measured in turn (default: this one); each against the first",
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
@@ -300,38 +414,7 @@ def main() -> int:
             args.json.write_text(json.dumps(results, indent=2) + "\n")
         return 0
 
-    modes = [(m, w) for m, w in (("on", args.window_ms), ("off", 0.0)) if m in args.batching]
-    results = []
-    for round_ in range(args.rounds):
-        # Each round runs the modes in turn, in the other order than the round before, so a
-        # load change on the shared machine hits both alike (the gain is a ratio in one round).
-        for mode, window in modes if round_ % 2 == 0 else modes[::-1]:
-            process, url = start_server(args.models, window, args.threads, args.quality)
-            try:
-                for concurrency in args.concurrency:
-                    row = {
-                        "round": round_ + 1,
-                        "batching": mode,
-                        **asyncio.run(load(url, concurrency, args.requests, args.alignment, args.mix)),
-                    }
-                    results.append(row)
-                    print(row_line(f"batching {mode:3} ", row), flush=True)
-            finally:
-                process.terminate()
-                process.wait(timeout=30)
-    top = max(args.concurrency)
-    by = {(r["round"], r["batching"], r["concurrency"]): r for r in results}
-    gains = [
-        by[round_, "on", top]["throughput_rps"] / by[round_, "off", top]["throughput_rps"]
-        for round_ in range(1, args.rounds + 1)
-        if (round_, "on", top) in by and (round_, "off", top) in by
-    ]
-    if gains:
-        print(
-            f"batching speed-up at concurrency {top}: "
-            + " / ".join(f"{gain:.2f}x" for gain in gains)
-            + (f" (median {float(np.median(gains)):.2f}x)" if len(gains) > 1 else "")
-        )
+    results = compare_load(args)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

@@ -10,7 +10,7 @@ Before the server starts, every bundle's manifest is read: a bad one is named in
 line and skipped (the others are served, and /health lists it under `failed`); if none
 is usable, serve exits with status 2. The server parses HTTP with h11, which enforces
 --max-header-bytes, with the read timeouts --head-timeout-s and --body-timeout-s
-(service.connections.ReadTimeouts); the access log never shows an API key (the value of a
+(service.http.connections.ReadTimeouts); the access log never shows an API key (the value of a
 query parameter whose percent-decoded name is `api_key`, in any spelling, is redacted).
 """
 
@@ -82,7 +82,7 @@ def head_limit(settings: Settings) -> int:
 def usable_bundles(models: Path) -> list[Path]:
     """The bundles under `models` whose manifest reads; each bad one logged in one line."""
     from seq2seq.runtime.bundle import load_bundle_manifest
-    from service.engine import bundle_languages, find_bundles, one_line
+    from service.compute.engine import bundle_languages, find_bundles, one_line
 
     usable = []
     for directory in find_bundles(models):
@@ -122,14 +122,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from service.connections import ReadTimeouts
+    from service.http.connections import ReadTimeouts
 
     for name in Settings.model_fields:
         if hasattr(args, name):
             os.environ[ENV_PREFIX + name.upper()] = str(getattr(args, name))
     get_settings.cache_clear()
     settings = get_settings()  # validates the flags and env vars once, before any worker starts
-    from service.engine import find_bundles
+    from service.compute.engine import find_bundles
 
     if not find_bundles(settings.models):
         log.error(

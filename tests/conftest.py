@@ -93,7 +93,7 @@ def echo_engine(toy_tokenizer_path: Path):
 
     from data.tokenizer import Tokenizer
     from seq2seq.decoding.translator import Translator
-    from service.engine import TranslatorEngine
+    from service.compute.engine import TranslatorEngine
 
     tokenizer = Tokenizer(toy_tokenizer_path)
     translator = Translator(EchoBackend(tokenizer.vocab_size), tokenizer)

@@ -11,7 +11,7 @@ from seq2seq.core.backend import DecoderCache, StepOutput, TeacherForced
 from seq2seq.core.config import ModelConfig
 from seq2seq.decoding.forced import teacher_force_by_steps
 from service.app import create_app
-from service.engine import TranslatorEngine
+from service.compute.engine import TranslatorEngine
 from service.settings import Settings
 
 

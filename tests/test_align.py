@@ -23,7 +23,7 @@ from seq2seq.decoding.translator import Translator
 from seq2seq.loading import load_translator
 from seq2seq.loading import load_translator as load_onnx_translator
 from service.app import create_app
-from service.engine import TranslatorEngine
+from service.compute.engine import TranslatorEngine
 from service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]

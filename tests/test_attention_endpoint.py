@@ -143,7 +143,7 @@ def test_the_explorer_works_on_the_torch_backend(tiny_bundle: Path, answer: dict
     """The same maps from torch eager as from onnxruntime: both backends teacher-force."""
     from seq2seq.loading import load_translator
     from service.app import create_app
-    from service.engine import TranslatorEngine
+    from service.compute.engine import TranslatorEngine
     from service.settings import Settings
 
     engine = TranslatorEngine({("de", "en"): ("de-en", load_translator(tiny_bundle, "torch"))})
@@ -169,7 +169,7 @@ def test_backend_without_maps_is_501(toy_tokenizer_path: Path) -> None:
     from data.tokenizer import Tokenizer
     from seq2seq.decoding.translator import Translator
     from service.app import create_app
-    from service.engine import TranslatorEngine
+    from service.compute.engine import TranslatorEngine
     from service.settings import Settings
 
     tokenizer = Tokenizer(toy_tokenizer_path)
@@ -184,5 +184,5 @@ def test_backend_without_maps_is_501(toy_tokenizer_path: Path) -> None:
 
 
 def test_attention_routes_do_not_import_torch() -> None:
-    code = "import sys, service.app, service.attention; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, service.app, service.routes.attention; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)

@@ -36,7 +36,7 @@ from seq2seq.core.casing import (
 from seq2seq.core.config import AlignmentOptions, DecodeConfig
 from seq2seq.decoding.translator import Translator
 from seq2seq.loading import load_translator
-from service.engine import TranslatorEngine
+from service.compute.engine import TranslatorEngine
 
 SHIPPED = Path(__file__).resolve().parents[1] / "models" / "de-en"
 SHOUTED = "ICH HABE MEINEN REGENSCHIRM IM BUS VERGESSEN"

@@ -139,7 +139,7 @@ def test_the_models_of_one_server_take_turns_on_the_cores(echo_engine) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     from seq2seq.core.config import DecodeConfig
-    from service.engine import TranslatorEngine
+    from service.compute.engine import TranslatorEngine
 
     active, overlaps, lock = [0], [0], threading.Lock()
 

@@ -20,7 +20,7 @@ from sample_documents import zip_with
 
 from seq2seq.documents.files import Limits, format_of, read_document
 from seq2seq.documents.formats.limits import check_zip
-from service.engine import TranslatorEngine
+from service.compute.engine import TranslatorEngine
 
 
 def small_docx(*paragraphs: str, field: bool = False) -> bytes:

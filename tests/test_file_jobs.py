@@ -22,7 +22,7 @@ from test_documents_limits import client_for, upload
 from data.tokenizer import Tokenizer
 from seq2seq.core.config import DecodeConfig
 from seq2seq.decoding.translator import Translator
-from service.engine import TranslatorEngine
+from service.compute.engine import TranslatorEngine
 
 TEN_LINES = "".join(f"{letter} b c\n" for letter in "abcdefghab").encode()  # 10 segments of 5 characters
 

@@ -354,7 +354,7 @@ def hint_client(toy_tokenizer_path: Path, tmp_path_factory: pytest.TempPathFacto
     from echo_backend import EchoBackend, make_client
 
     from seq2seq.decoding.translator import Translator
-    from service.engine import TranslatorEngine
+    from service.compute.engine import TranslatorEngine
 
     tokenizer = Tokenizer(add_hint_pieces(toy_tokenizer_path, tmp_path_factory.mktemp("hint_spm") / "spm.model"))
     engine = TranslatorEngine(

@@ -13,7 +13,10 @@ module is placed by where it is created:
   (decoding and runtime are peers and do not import each other).
 - `seq2seq/training/`, `export/`, and `seq2seq/loading.py` (the one bridge: it reaches
   `training/` lazily, for the torch backend only): the torch layer.
-- `service/`, `seq2seq/cli/`: the top.
+- `service/`, `seq2seq/cli/`: the top. Inside the service, role folders too (`SERVICE_PARTS`):
+  settings < compute (the models and their scheduler) < http (errors, bodies, access,
+  connections, middleware) < shared (the request context, what the routes share) < routes
+  (one module per route group) < app, serve; a route imports no other route.
 - `seq2seq/` imports no package built on it (`export/`, `service/`), its command line
   included: a command that runs them lives in their folder (`export/cli.py`) and the
   `crossalign` table names it by module.
@@ -44,6 +47,11 @@ LAYER_NAMES = {DATA: "data", LIBRARY: "inference library", TORCH: "model/trainin
 # one of lower rank. Folders of equal rank are peers and do not import each other.
 LIBRARY_FOLDERS = {"core": 0, "analysis": 1, "decoding": 2, "runtime": 2, "documents": 3}
 TORCH_FOLDERS = ("training",)
+# The service's parts and their rank: its role folders, the settings below them all, the app
+# and its command above. A module imports its own part or a lower one; in a peerless folder
+# (the routes: one module per route group) no module imports another of its folder.
+SERVICE_PARTS = {"settings": 0, "compute": 1, "http": 2, "shared": 3, "routes": 4, "app": 5, "serve": 5}
+PEERLESS_FOLDERS = ("routes",)
 
 
 def layer_of(module: str) -> int | None:
@@ -70,6 +78,12 @@ def library_folder(module: str) -> str | None:
     """`core`, `analysis`, ... for a module of the torch-free library's folders, else None."""
     parts = module.split(".")
     return parts[1] if parts[0] == "seq2seq" and len(parts) > 2 and parts[1] in LIBRARY_FOLDERS else None
+
+
+def service_part(module: str) -> str | None:
+    """`compute`, `routes`, `app`, ... for a module of the service (the package itself: None)."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "service" and len(parts) > 1 and parts[1] in SERVICE_PARTS else None
 
 
 def project_modules() -> dict[str, Path]:
@@ -134,6 +148,11 @@ def may_import(importer: str, imported: str) -> bool:
         return True  # reported by test_every_module_has_a_layer
     if theirs != own:
         return theirs < own
+    part, other_part = service_part(importer), service_part(imported)
+    if part is not None and other_part is not None:
+        if part == other_part:
+            return part not in PEERLESS_FOLDERS or importer == imported
+        return SERVICE_PARTS[other_part] < SERVICE_PARTS[part]
     mine, other = library_folder(importer), library_folder(imported)
     if mine is None or other is None:  # seq2seq/__init__ or outside the library's folders
         return True
@@ -148,6 +167,15 @@ def test_every_module_has_a_layer() -> None:
 def test_seq2seq_holds_only_folders_and_the_loader() -> None:
     loose = sorted(p.name for p in (REPO / "seq2seq").glob("*.py"))
     assert loose == ["__init__.py", "loading.py"], f"put these modules in a role folder: {loose}"
+
+
+def test_service_holds_only_folders_the_app_its_command_and_settings() -> None:
+    loose = sorted(p.name for p in (REPO / "service").glob("*.py"))
+    assert loose == ["__init__.py", "app.py", "serve.py", "settings.py"], f"put these modules in a role folder: {loose}"
+    folders = sorted(p.name for p in (REPO / "service").iterdir() if p.is_dir() and (p / "__init__.py").is_file())
+    assert folders == sorted(name for name in SERVICE_PARTS if (REPO / "service" / name).is_dir())
+    unplaced = [m for m in project_modules() if m.startswith("service.") and service_part(m) is None]
+    assert not unplaced, f"service modules in no part of SERVICE_PARTS: {unplaced}"
 
 
 def test_imports_only_point_down() -> None:
@@ -238,19 +266,27 @@ def test_the_checker_sees_upward_and_sideways_imports(tmp_path: Path) -> None:
     folder, even lazily, is found."""
     path = tmp_path / "translator.py"
     path.write_text(
-        "def f():\n    from service.engine import Engine\n    import seq2seq.loading\n"
+        "def f():\n    from service.compute.engine import Engine\n    import seq2seq.loading\n"
         "    from seq2seq.runtime import bundle\n"
     )
     modules = project_modules()
     targets = [resolve(name, modules) for _, name in imported_modules(path, "seq2seq.decoding.translator")]
     refused = {t for t in targets if t and not may_import("seq2seq.decoding.translator", t)}
-    assert {"service.engine", "seq2seq.loading", "seq2seq.runtime.bundle"} <= refused
+    assert {"service.compute.engine", "seq2seq.loading", "seq2seq.runtime.bundle"} <= refused
     assert may_import("seq2seq.decoding.translator", "seq2seq.analysis.quality")
     assert not may_import("seq2seq.core.config", "seq2seq.analysis.quality")
     # The command line is the top layer, yet inside `seq2seq/`: it may not reach `export/`.
     assert not may_import("seq2seq.cli.export", "export.exporter")
-    assert not may_import("seq2seq.cli.translate", "service.engine")
+    assert not may_import("seq2seq.cli.translate", "service.compute.engine")
     assert may_import("seq2seq.cli.translate", "seq2seq.loading") and may_import("export.cli", "export.exporter")
+    # The service: no route imports another; nothing below the routes imports one; a folder
+    # imports its own modules (the routes excepted) and lower ones.
+    assert not may_import("service.routes.stream", "service.routes.native")
+    assert not may_import("service.shared.jobs", "service.routes.native")
+    assert not may_import("service.compute.engine", "service.http.errors")
+    assert may_import("service.shared.jobs", "service.shared.context")
+    assert may_import("service.routes.stream", "service.shared.jobs")
+    assert may_import("service.app", "service.routes.libre")
 
 
 def test_the_torch_free_library_imports_without_torch() -> None:

@@ -9,7 +9,7 @@ import pytest
 from echo_backend import make_client
 from fastapi.testclient import TestClient
 
-from service.engine import TranslatorEngine
+from service.compute.engine import TranslatorEngine
 
 
 @pytest.fixture(scope="module")

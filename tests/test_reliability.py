@@ -21,7 +21,7 @@ and the memory near its baseline; abandoned requests leave the queue, and shutdo
 them is prompt; half-open heads and trickled bodies are closed within the timeout;
 newcomers from other keys are not starved; no key reaches any log line.
 
-And the scheduler itself (service.batching), where timing is exact: fair turns (three
+And the scheduler itself (service.compute.batching), where timing is exact: fair turns (three
 clients, newcomers in the next call), the queue bound, a failing batch retried request by
 request, cancellation of queued and running rows.
 """
@@ -50,8 +50,8 @@ from toy import SENTENCES, toy_pairs
 
 from seq2seq.core.config import DecodeConfig
 from service.app import SERVED_METHODS
-from service.batching import CancelToken, MicroBatcher, QueueFull
-from service.engine import TranslatorEngine, model_call
+from service.compute.batching import CancelToken, MicroBatcher, QueueFull
+from service.compute.engine import TranslatorEngine, model_call
 
 REPO = Path(__file__).resolve().parents[1]
 BAD = '"de \\ud800 klein"'  # JSON for a string with a lone surrogate: valid JSON, not UTF-8-encodable
@@ -412,7 +412,7 @@ def test_newcomers_ride_in_the_next_call_however_many_clients_wait() -> None:
 
 
 def test_cancelling_a_request_drops_its_rows_queued_and_running() -> None:
-    """The cancellation API (service.batching): cancelling a request's future, directly or
+    """The cancellation API (service.compute.batching): cancelling a request's future, directly or
     through a `CancelToken`, takes its rows not yet dealt out of the queue and its work out of
     the bound at once, and marks its rows in the running call as no longer wanted (the search
     drops them at its next step); the other client's request is served whole."""

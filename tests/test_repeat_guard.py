@@ -33,7 +33,7 @@ from seq2seq.decoding import candidates, repeats
 from seq2seq.decoding.repeats import repeated_ngram_bans
 from seq2seq.decoding.search import beam_search, greedy_search, pad_batch
 from seq2seq.loading import load_translator
-from service.engine import TranslatorEngine
+from service.compute.engine import TranslatorEngine
 
 PAD, UNK, BOS = 0, 1, 2
 

@@ -28,8 +28,8 @@ from seq2seq.analysis.quality import QualityThresholds
 from seq2seq.core.config import DecodeConfig
 from seq2seq.core.segment import split_sentences
 from seq2seq.decoding.translator import Translator
-from service.batching import MicroBatcher
-from service.engine import TranslatorEngine, model_call
+from service.compute.batching import MicroBatcher
+from service.compute.engine import TranslatorEngine, model_call
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -16,8 +16,8 @@ from echo_backend import EchoBackend, make_client
 from data.tokenizer import Tokenizer
 from seq2seq.core.config import DecodeConfig
 from seq2seq.decoding.translator import Translator
-from service.batching import work_units
-from service.engine import TranslatorEngine
+from service.compute.batching import work_units
+from service.compute.engine import TranslatorEngine
 
 
 def test_requests_over_size_limits_get_413(echo_engine: TranslatorEngine) -> None:

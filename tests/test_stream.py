@@ -389,7 +389,7 @@ def test_the_model_view_waits_its_turn_at_the_renderer(tiny_bundle: Path) -> Non
     503 with Retry-After before anything is translated."""
     from echo_backend import make_client
 
-    from service.engine import load_engine
+    from service.compute.engine import load_engine
 
     engine = load_engine(tiny_bundle.parent, threads=1)
     try:

@@ -204,7 +204,7 @@ def test_the_batch_cli_writes_the_same_translations_with_and_without_streams(tin
 
 
 def test_the_service_setting_reaches_every_served_translator(tiny_bundle: Path) -> None:
-    from service.engine import load_engine
+    from service.compute.engine import load_engine
 
     for streams, expected in ((0, 2), (1, 1)):
         engine = load_engine(tiny_bundle, threads=2, streams=streams)

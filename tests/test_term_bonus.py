@@ -132,7 +132,7 @@ def test_the_cli_refuses_a_bonus_out_of_range() -> None:
 def shipped_client(shipped_translator):
     from echo_backend import make_client
 
-    from service.engine import TranslatorEngine
+    from service.compute.engine import TranslatorEngine
 
     engine = TranslatorEngine({("de", "en"): ("de-en", shipped_translator)}, window_s=0.002)
     with make_client(engine) as client:

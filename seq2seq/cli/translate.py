@@ -55,7 +55,6 @@ def job_options(args: argparse.Namespace) -> dict:
                 "restore_case",
                 "early_exit",
                 "max_chars",
-                "split_tokens",
                 "alignment",
                 "alignment_level",
                 "step_shift",
@@ -63,6 +62,9 @@ def job_options(args: argparse.Namespace) -> dict:
                 "heatmap_format",
             )
         },
+        # Every line split into sentences (a job file of a run that split above --split-tokens
+        # records that instead, so its resume is refused rather than mixing two rules).
+        "split": "sentences",
         # Named as before the flags became --layer/--heads, so a job started then resumes now.
         "alignment_layer": args.layer,
         "alignment_heads": args.heads,
@@ -223,7 +225,6 @@ def _run(args: argparse.Namespace) -> int:
         output_format=args.format,
         batch_size=args.batch_size,
         max_tokens=args.max_tokens,
-        split_tokens=args.split_tokens,
         flush_lines=args.flush_lines,
         flush_seconds=args.flush_seconds,
         heatmaps=args.heatmaps,

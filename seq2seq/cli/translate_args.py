@@ -43,9 +43,9 @@ output: exactly one record per input line, in input order.
 bad lines (invalid UTF-8 or JSON, and what the service refuses: empty, longer than
 --max-chars, control characters other than TAB, lone surrogates such as a JSON "\\ud800")
 become error records and never stop the job; a batch that fails inside the model is
-retried line by line, so only the guilty line fails. Lines longer than --split-tokens
-pieces are split into sentences, translated and joined; alignment offsets refer to the
-original line.
+retried line by line, so only the guilty line fails. Every line is split into its
+sentences, as the service splits a text; they are translated and joined, alignment offsets
+refer to the original line, and the line's score is its sentences' weighted by their length.
 
 progress: records are written (flushed and fsynced) as soon as every line before them is
 done: at least every --flush-lines lines (default {batch.JobOptions.flush_lines}) and about every
@@ -284,12 +284,13 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-chars", type=int, default=batch.MAX_CHARS, help=f"longer lines are errors (default {batch.MAX_CHARS})"
     )
+    # Lines were split above this many pieces; every line is split now. Hidden, it keeps old scripts working.
     parser.add_argument(
         "--split-tokens",
-        type=int,
-        default=batch.JobOptions.split_tokens,
-        help=f"lines longer than this many source pieces are split into sentences "
-        f"(default {batch.JobOptions.split_tokens})",
+        action=DeprecatedAlias,
+        retired="every line is split into its sentences, as the service splits a text",
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
     )
 
 
@@ -338,11 +339,12 @@ def add_alignment_arguments(group: argparse._ArgumentGroup) -> None:
 
 
 class DeprecatedAlias(argparse.Action):
-    """An old spelling of the flag `new`: stores what it would store, and says so in a warning."""
+    """An old spelling of the flag `new`: stores what it would store, and says so in a warning.
+    Without `new`, a flag that no longer applies (`retired` says why): its value is dropped."""
 
-    def __init__(self, option_strings: list[str], dest: str, new: str, **kwargs: Any):
+    def __init__(self, option_strings: list[str], dest: str, new: str = "", retired: str = "", **kwargs: Any):
         super().__init__(option_strings, dest, **kwargs)
-        self.new = new
+        self.new, self.retired = new, retired
 
     def __call__(
         self,
@@ -351,6 +353,9 @@ class DeprecatedAlias(argparse.Action):
         values: Any,
         option_string: str | None = None,
     ) -> None:
+        if not self.new:
+            log.warning("%s no longer applies: %s", option_string, self.retired)
+            return
         log.warning("%s is deprecated: use %s", option_string, self.new)
         setattr(namespace, self.dest, values)
 
@@ -361,7 +366,7 @@ def problems(args: argparse.Namespace) -> list[str]:
         problems.append("--resume needs -o/--output FILE")
     if args.text and args.input:
         problems.append("give text arguments or --input, not both")
-    for name in ("beam_size", "batch_size", "max_tokens", "workers", "max_chars", "split_tokens", "flush_lines"):
+    for name in ("beam_size", "batch_size", "max_tokens", "workers", "max_chars", "flush_lines"):
         if getattr(args, name) < 1:
             problems.append(f"--{name.replace('_', '-')} must be at least 1")
     if args.threads < 0:

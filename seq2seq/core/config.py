@@ -278,6 +278,43 @@ SEARCH_FIELDS = (
 )
 
 
+GlossaryTerms = tuple[tuple[str, str], ...]  # (source term, target term) pairs
+
+
+@dataclass(frozen=True)
+class TermOptions:
+    """The target-term hints of a search and how the search favours them: the one options type
+    of the terms, as `AlignmentOptions` is the map's (seq2seq/core/hints.py shows them to the
+    model, seq2seq/decoding/terms.py scores the glossary's).
+
+    None means the model's own (its bundle's `decoding`, in `DecodeConfig`); `apply` puts the
+    options over a config. Validated once, here: raises ValueError naming every problem.
+    """
+
+    # The caller's terms: matched in inflected forms and shown as hints, before (and instead
+    # of) any dictionary hint on the same words. A model trained without hints cannot take them.
+    glossary: GlossaryTerms = ()
+    dictionary_hints: bool | None = None  # rare words shown with the dictionary's translation
+    term_bonus: float | None = None  # per glossary-term piece a hypothesis writes, 0..MAX_TERM_BONUS
+    glossary_strict: bool = False  # a translation that ends before writing every term pays for each
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "glossary", tuple((str(s), str(t)) for s, t in self.glossary))
+        problems = []
+        if any(not source.strip() or not target.strip() for source, target in self.glossary):
+            problems.append("every glossary term and its translation must be a non-blank string")
+        if self.term_bonus is not None and not 0 <= self.term_bonus <= MAX_TERM_BONUS:
+            problems.append(f"term_bonus must be between 0 and {MAX_TERM_BONUS}, not {self.term_bonus}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def apply(self, config: DecodeConfig) -> DecodeConfig:
+        """`config` searching with these terms: the glossary and strictness as given, the hints
+        and bonus where set (unset: the config's, the model's own)."""
+        asked = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return dataclasses.replace(config, **{name: value for name, value in asked.items() if value is not None})
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """The settings of one search. Its defaults are the fallback for a model whose bundle has
@@ -325,7 +362,7 @@ class DecodeConfig:
     # The caller's terms, (source term, target term) pairs: matched in inflected forms and
     # shown as hints, before (and instead of) any dictionary hint on the same words. Needs a
     # model trained with hints (HintError otherwise).
-    glossary: tuple[tuple[str, str], ...] = ()
+    glossary: GlossaryTerms = ()
     # Per piece of a glossary term that a hypothesis writes, this much is added to its score
     # (seq2seq/decoding/terms.py): the search tries the term where the model ranks it too low
     # to copy from its hint. 0: off. Chosen on valid (docs/terms.md).
@@ -345,7 +382,8 @@ class DecodeConfig:
     quality: bool = True
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "glossary", tuple((str(s), str(t)) for s, t in self.glossary))
+        # The term settings are validated (and the glossary's pairs normalised) by their options type.
+        object.__setattr__(self, "glossary", self.terms.glossary)
         if self.beam_size < 1 or not 1 <= self.n_best <= self.beam_size:
             raise ValueError(f"need 1 <= n_best ({self.n_best}) <= beam_size ({self.beam_size})")
         if self.coverage_penalty < 0:
@@ -354,10 +392,18 @@ class DecodeConfig:
             raise ValueError(f"no_repeat_ngram_size must be >= 0 (0 = off), not {self.no_repeat_ngram_size}")
         if self.alignment is not None and not self.return_attention:
             raise ValueError("an alignment needs the attention: set return_attention")
-        if not 0 <= self.term_bonus <= MAX_TERM_BONUS:
-            raise ValueError(f"term_bonus must be between 0 and {MAX_TERM_BONUS}, not {self.term_bonus}")
         if self.hint_max_count < 0:
             raise ValueError(f"hint_max_count must be >= 0, not {self.hint_max_count}")
+
+    @property
+    def terms(self) -> TermOptions:
+        """The config's term settings as the one options value (validated)."""
+        return TermOptions(self.glossary, self.dictionary_hints, self.term_bonus, self.glossary_strict)
+
+    def without_glossary(self) -> DecodeConfig:
+        """This config with no glossary: what texts with their own glossaries share (a
+        scheduler carries each text's glossary with it, `Translator.translate_wanted`)."""
+        return dataclasses.replace(self, glossary=())
 
     def override(self, **asked: Any) -> DecodeConfig:
         """This config with each setting in `asked` that is set (not None) in place of its own:

@@ -11,7 +11,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from seq2seq.analysis.quality import SentenceQuality
-from seq2seq.core.alignment import Alignment
+from seq2seq.core.alignment import Alignment, Token
+from seq2seq.decoding.texts import TranslatedText
 from seq2seq.decoding.translator import TranslationResult
 
 
@@ -152,7 +153,10 @@ class TextTranslation(BaseModel):
     """The translation of one input text of /v1/translate, sentence by sentence."""
 
     text: str = Field(description="the whole translation: sentence translations joined by the input's spacing")
-    score: float = Field(description="mean of the sentence scores")
+    score: float = Field(
+        description="the sentence scores averaged weighted by the pieces each produced (target pieces + EOS): "
+        "every piece of the text counts the same (seq2seq/decoding/texts.py)"
+    )
     source: str = Field(description="source language (detected when the request said 'auto')")
     target: str
     sentences: list[AlignedSentence]
@@ -177,6 +181,65 @@ def aligned_translation(result: TranslationResult, alignment: Alignment | None) 
     )
 
 
+def _spans(tokens: list[Token]) -> list[TokenSpan]:
+    return [TokenSpan(text=t.text, start=t.start, end=t.end) for t in tokens]
+
+
+def _aligned(result: TranslationResult, source_offset: int, target_offset: int) -> AlignedTranslation:
+    """A sentence translation with tokens, words and (when it has one) its alignment."""
+    if result.alignment is None:
+        return AlignedTranslation(text=result.text, score=round(result.score, 4), case_restored=result.case_restored)
+    maps = result.alignment.shifted(source_offset, target_offset)
+    subword, word = maps.subword, maps.word
+    return AlignedTranslation(
+        text=result.text,
+        score=round(result.score, 4),
+        case_restored=result.case_restored,
+        alignment=AlignmentMap.from_alignment(maps.requested),
+        source_tokens=_spans(subword.source_tokens),
+        target_tokens=_spans(subword.target_tokens),
+        source_words=_spans(word.source_tokens),
+        target_words=_spans(word.target_tokens),
+        word_links=word.pharaoh,
+        quality=None if result.quality is None else Quality.from_quality(result.quality, source_offset=source_offset),
+    )
+
+
+def aligned_sentence(result: TranslationResult, span: tuple[int, int], target_span: tuple[int, int]) -> AlignedSentence:
+    """/v1/translate's view of one sentence of a text: its translation `result`, the
+    sentence's `span` in the input and its translation's `target_span` in the whole translation."""
+    (start, end), (target_start, target_end) = span, target_span
+    best = _aligned(result, start, target_start)
+    return AlignedSentence(
+        **best.model_dump(exclude={"alternatives"}),
+        alternatives=[_aligned(alternative, start, 0) for alternative in result.alternatives],
+        source_start=start,
+        source_end=end,
+        target_start=target_start,
+        target_end=target_end,
+    )
+
+
+def text_translation(translated: TranslatedText, source: str, target: str, n_best: int) -> TextTranslation:
+    """/v1/translate's view of one translated text (with the alignments it was translated with)."""
+    sentences = [
+        aligned_sentence(result, span, target_span)
+        for span, target_span, result in zip(translated.spans, translated.target_spans, translated.results)
+    ]
+    alternatives = []
+    for k in range(n_best - 1):
+        text, score = translated.alternative(k)
+        alternatives.append(Hypothesis(text=text, score=round(score, 4)))
+    return TextTranslation(
+        text=translated.text,
+        score=round(translated.score, 4),
+        source=source,
+        target=target,
+        sentences=sentences,
+        alternatives=alternatives,
+    )
+
+
 class TranslationRecord(AlignedTranslation):
     """One record of `crossalign translate --format jsonl`: an `AlignedTranslation` plus its line.
 
@@ -190,7 +253,8 @@ class TranslationRecord(AlignedTranslation):
     score: float | None = Field(None, description="length-normalised log-probability; absent when `error` is set")
     sentences: list[TokenSpan] | None = Field(
         None,
-        description="the sentences a long line was split into and translated one by one; "
-        "alignment offsets still refer to the whole line and the joined translation",
+        description="the sentences a line of several was split into and translated one by one (every line is "
+        "split, as the service splits a text); alignment offsets still refer to the whole line and the joined "
+        "translation",
     )
     error: str | None = Field(None, description="why the line was not translated")

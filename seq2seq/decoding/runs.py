@@ -1,4 +1,4 @@
-"""How the translator cuts a batch into the runs it searches one after another."""
+"""How a batch of sentences is searched: in runs within a budget of beam rows x source pieces."""
 
 from __future__ import annotations
 

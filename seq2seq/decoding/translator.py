@@ -29,7 +29,7 @@ from seq2seq.analysis.quality import (
 from seq2seq.core.alignment import Alignment, Alignments, Token, align, pieces_with_offsets
 from seq2seq.core.backend import SearchBackend
 from seq2seq.core.casing import Truecaser, cased_pieces, keep_shouted_words, shout
-from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, ModelConfig
+from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, GlossaryTerms, ModelConfig
 from seq2seq.core.hints import (
     Glossary,
     Hint,
@@ -185,13 +185,14 @@ class Translator:
         ids = self.tokenizer.encode(text)[: self.max_source_tokens - 1]
         return ids + [self.backend.eos_id]
 
-    def hints_for(self, text: str, config: DecodeConfig) -> list[Hint]:
-        """The hints `config` asks for on `text`: its glossary's terms, then the dictionary's
-        for rare words the glossary left alone. Raises HintError for a glossary the model
-        cannot read."""
-        if config.glossary and self.tokenizer.hint_ids is None:
+    def hints_for(self, text: str, config: DecodeConfig, glossary: GlossaryTerms | None = None) -> list[Hint]:
+        """The hints `config` asks for on `text`: its glossary's terms (`glossary`, when given,
+        instead of the config's), then the dictionary's for rare words the glossary left alone.
+        Raises HintError for a glossary the model cannot read."""
+        glossary = config.glossary if glossary is None else glossary
+        if glossary and self.tokenizer.hint_ids is None:
             raise HintError("this model was not trained with target-term hints, so it cannot take a glossary")
-        hints = Glossary(config.glossary).hints(text, self.config.source_lang) if config.glossary else []
+        hints = Glossary(glossary).hints(text, self.config.source_lang) if glossary else []
         if config.dictionary_hints and self.term_index is not None:
             hints = sorted(
                 hints + dictionary_hints(text, self.term_index, config.hint_max_count, hints), key=lambda h: h.start
@@ -241,18 +242,20 @@ class Translator:
         config: DecodeConfig | None = None,
         wanted: Wanted | None = None,
         watch: Watch | None = None,
+        glossaries: list[GlossaryTerms] | None = None,
     ) -> list[TranslationResult | None]:
         """`translate_batch` for a caller whose texts may stop being wanted while they are
         translated (a server whose client hung up): `wanted()` -> (len(texts),) bool is read
         after every search step; a text no longer wanted leaves its batch there, and its place
         in the results holds None (None `wanted`: every text is wanted to the end). A `watch`
-        sees the steps (greedy search) and each result as soon as it is whole."""
+        sees the steps (greedy search) and each result as soon as it is whole. `glossaries`:
+        each text's own glossary instead of the config's (texts of several requests in one batch)."""
         config = self.decode_defaults if config is None else config
         reranked = config.rerank is not None and config.rerank.mode != "none"
         if watch is not None and watch.on_step is not None and (config.beam_size != 1 or reranked):
             raise ValueError(f"only a greedy search can be watched step by step, not a beam of {config.beam_size}")
         options = config.alignment.resolve(self.config) if config.alignment is not None else None
-        shouted, sources = self._read(texts, config)
+        shouted, sources = self._read(texts, config, glossaries)
         searched = config  # a reranked search keeps its candidates, at least as wide a beam
         if reranked:
             wide = max(config.beam_size, config.rerank.candidates)
@@ -349,9 +352,12 @@ class Translator:
             for text, source in zip(texts, sources)
         ]
 
-    def _read(self, texts: list[str], config: DecodeConfig) -> tuple[list[str | None], list[ReadSource]]:
+    def _read(
+        self, texts: list[str], config: DecodeConfig, glossaries: list[GlossaryTerms] | None = None
+    ) -> tuple[list[str | None], list[ReadSource]]:
         """(shouted, read) per text: the text with its case restored when it was shouted whole
-        (else None), and what the model reads of it (its case, its hints)."""
+        (else None), and what the model reads of it (its case, its hints: of its own glossary
+        in `glossaries` when given, else the config's)."""
         shouted = [self.truecaser.restore_shouted(t) if config.restore_case else None for t in texts]
         # A normal text's shouted words are read in their case too, but its translation is not shouted back.
         cased = [
@@ -359,7 +365,9 @@ class Translator:
             for t, s in zip(texts, shouted)
         ]
         read = [t if c is None else c for t, c in zip(texts, cased)]
-        return shouted, [ReadSource(c, self.model_source(r, self.hints_for(r, config))) for r, c in zip(read, cased)]
+        own = glossaries if glossaries is not None else [None] * len(texts)
+        hints = [self.hints_for(r, config, glossary) for r, glossary in zip(read, own)]
+        return shouted, [ReadSource(c, self.model_source(r, h)) for r, c, h in zip(read, cased, hints)]
 
     def _term_outcomes(self, result: TranslationResult, word_alignment: Alignment | None) -> list[TermOutcome]:
         """Whether `result` used each hint it was shown (by its word map, when it has one)."""

@@ -2,11 +2,12 @@
 
 A `Translate` is what a document needs of a translator: plain segment texts in, each
 one's translation and word map out (`Translation`), or the exception that stopped it. The
-library's (`sentence_translator`) splits each text into sentences, translates them all as
-one batch with `DecodeConfig.alignment` set (the translator fills every result's map in
-the same pass) and joins them, the maps block-diagonally; the service builds its own over
-its fair scheduler. `place_segments` runs the segments that have words through one and
-puts each segment's tags on its translation (`seq2seq.documents.markup.transfer`);
+library's (`sentence_translator`) is the one text pipeline (seq2seq.decoding.texts: each
+text split into sentences, all of them one batch with `DecodeConfig.alignment` set, so the
+translator fills every result's map in the same pass, joined, the maps block-diagonally)
+over the `Translator`; the service's is the same pipeline over its fair scheduler.
+`place_segments` runs the segments that have words through one and puts each segment's
+tags on its translation (`seq2seq.documents.markup.transfer`);
 `place_on_given` does it for translations a client already has, by teacher forcing.
 """
 
@@ -15,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from seq2seq.core.alignment import Alignment, concat
+from seq2seq.core.alignment import Alignment
 from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig
-from seq2seq.core.segment import join_sentences, split_sentences
 from seq2seq.decoding.forced import align_given
+from seq2seq.decoding.texts import WORD_MAP, TranslatedText, translate_texts
 from seq2seq.decoding.translator import Translator
 from seq2seq.documents.markup import Marked, Placed, fits, proportional, transfer, with_margins
 
@@ -30,10 +31,10 @@ class Translation:
 
     text: str
     alignment: Alignment
+    translated: TranslatedText | None = None  # the text it was made as: its score, terms, sentences
 
 
 Translate = Callable[[list[str]], list["Translation | Exception"]]
-WORD_MAP = AlignmentOptions(level="word")
 
 
 def has_words(text: str) -> bool:
@@ -42,28 +43,15 @@ def has_words(text: str) -> bool:
 
 
 def sentence_translator(translator: Translator, config: DecodeConfig | None = None) -> Translate:
-    """A `Translate` over the library's translator: each text split into sentences
-    (seq2seq.core.segment), all of them one `translate_batch` with the word map made in the
-    same pass (without the quality blocks: `DecodeConfig.quality`), joined with the source's
-    spacing and their maps placed block-diagonally."""
+    """A `Translate` over the library's translator: the one text pipeline
+    (seq2seq.decoding.texts.translate_texts) with the word map made in the same pass (without
+    the quality blocks: `DecodeConfig.quality`)."""
     base = translator.decode_defaults if config is None else config
     config = replace(base, return_attention=True, alignment=base.alignment or WORD_MAP, quality=False)
 
     def run(texts: list[str]) -> list[Translation | Exception]:
-        spans = [split_sentences(text) for text in texts]
-        sentences = [text[start:end] for text, found in zip(texts, spans) for start, end in found]
-        results = iter(translator.translate_batch(sentences, config) if sentences else [])
-        out: list[Translation | Exception] = []
-        for text, found in zip(texts, spans):
-            mine = [next(results) for _ in found]
-            joined, target_spans = join_sentences(text, found, [r.text for r in mine])
-            parts = [
-                (result.alignment.word, start, target_start)
-                for (start, _), (target_start, _), result in zip(found, target_spans, mine)
-                if result.alignment is not None
-            ]
-            out.append(Translation(joined, concat(parts, WORD_MAP)))
-        return out
+        translated = translate_texts(texts, lambda sentences: translator.translate_batch(sentences, config))
+        return [Translation(t.text, t.word_map(), t) for t in translated]
 
     return run
 

@@ -5,8 +5,9 @@ The pipeline, one line of input = one record of output, one module per step:
 1. `reading`: lines are read as bytes and decoded one by one into `Segment`s; bad lines
    (invalid UTF-8 or JSON, and texts that break `seq2seq.core.inputs`, the service's rules)
    become error records and never stop the job.
-2. `job`: lines longer than `split_tokens` source pieces are split into sentences, each
-   translated on its own and joined back, alignment offsets shifted into the whole line.
+2. `job`: every line is split into its sentences (as the service splits a text), each
+   translated on its own and joined back by the one text pipeline (seq2seq.decoding.texts),
+   alignment offsets shifted into the whole line.
 3. `job`: a window of lines (at most `flush_lines`, and about `flush_seconds` of work) is
    sorted by length and cut into batches bounded by sentences and by padded source tokens.
 4. `engines`: batches go to the one `Translator` interface, in this process or in worker
@@ -24,6 +25,7 @@ from __future__ import annotations
 from seq2seq.cli.batch.engines import (
     Engine,
     EngineSpec,
+    FailedSentence,
     InlineEngine,
     ProcessEngine,
     SentenceTranslator,
@@ -68,6 +70,7 @@ __all__ = [
     "OUTPUT_FORMATS",
     "Engine",
     "EngineSpec",
+    "FailedSentence",
     "InlineEngine",
     "JobOptions",
     "JobSummary",

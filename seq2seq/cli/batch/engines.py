@@ -1,14 +1,17 @@
 """Step 4 of a batch job: batches of sentences -> `UnitResult`s, in this process or in workers.
 
 Every engine wraps the one `Translator` interface; a worker process loads its own session
-from an `EngineSpec`. Results come back as futures, in any order; the job restores it.
+from an `EngineSpec`. A sentence's result is its `TranslationResult` (without the raw
+attention, which the maps already read: it is the bulk of what a worker would send back)
+or, for a sentence the model failed on, a `FailedSentence`. Results come back as futures,
+in any order; the job restores it.
 Torch-free: the torch backend is imported only by `load_translator` when asked for.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import math
 import multiprocessing
 import os
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -16,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE, SentenceQuality
-from seq2seq.core.alignment import Alignment
+from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE
 from seq2seq.core.config import DecodeConfig
 from seq2seq.decoding.translator import TranslationResult, Translator
 from seq2seq.loading import DEFAULT_BACKEND, load_translator
@@ -40,16 +42,14 @@ class EngineSpec:
 
 
 @dataclass
-class UnitResult:
-    """The translation of one sentence (or unsplit line)."""
+class FailedSentence:
+    """A sentence the model failed on: its line is written as an error record."""
 
-    text: str
-    score: float
-    target_length: int  # target pieces, EOS excluded
-    alignment: Alignment | None = None
-    error: str | None = None
-    quality: SentenceQuality | None = None  # with the alignment
-    case_restored: bool = False  # read with its case restored (shouted, seq2seq.core.casing)
+    error: str
+
+
+# The translation of one sentence, or why there is none.
+UnitResult = TranslationResult | FailedSentence
 
 
 class SentenceTranslator:
@@ -78,19 +78,13 @@ class SentenceTranslator:
         try:
             return self._unit(self.translator.translate_batch([text], self.decode)[0])
         except Exception as error:  # noqa: BLE001 - reported in the record, the job goes on
-            return UnitResult("", math.nan, 0, error=f"translation failed: {type(error).__name__}: {error}")
+            return FailedSentence(f"translation failed: {type(error).__name__}: {error}")
 
     @staticmethod
-    def _unit(result: TranslationResult) -> UnitResult:
-        alignment = None if result.alignment is None else result.alignment.requested
-        return UnitResult(
-            result.text,
-            float(result.score),
-            len(result.target_ids),
-            alignment,
-            quality=result.quality,
-            case_restored=result.case_restored,
-        )
+    def _unit(result: TranslationResult) -> TranslationResult:
+        """`result` without its raw attention (L, H, T+1, S+1), alternatives' included."""
+        alternatives = [SentenceTranslator._unit(alternative) for alternative in result.alternatives]
+        return dataclasses.replace(result, attention=None, alternatives=alternatives)
 
 
 class Engine(Protocol):

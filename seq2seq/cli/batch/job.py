@@ -1,8 +1,9 @@
 """Steps 2, 3 and 5 of a batch job, tied together: split, bucket, translate, write in order.
 
-Lines longer than `split_tokens` source pieces are split into sentences; each sentence is
-translated on its own and the results are joined, alignment offsets shifted back into the
-whole line (a sentence-level model translates a paragraph badly). A window of lines is
+Every line is split into its sentences, as the service splits a text (seq2seq.decoding.texts:
+one split policy); each sentence is translated on its own and the results are joined,
+alignment offsets shifted back into the whole line (a sentence-level model translates a
+paragraph badly). A window of lines is
 sorted by length and cut into batches bounded by sentences and by padded source tokens, so
 short lines are not padded to the length of long ones. Results are written strictly in
 input order as soon as every line before them is complete; the window is bounded in lines
@@ -24,7 +25,7 @@ from data.tokenizer import Tokenizer
 from seq2seq.cli.batch.engines import Engine, UnitResult
 from seq2seq.cli.batch.reading import Segment
 from seq2seq.cli.batch.writing import LineResult, RecordWriter, format_record, join_line, write_heatmap
-from seq2seq.core.segment import split_sentences
+from seq2seq.decoding.texts import sentence_spans
 
 log = logging.getLogger("crossalign.translate")
 
@@ -34,7 +35,6 @@ class JobOptions:
     output_format: str = "text"
     batch_size: int = 32  # sentences per batch
     max_tokens: int = 2048  # padded source pieces per batch (longest x sentences)
-    split_tokens: int = 100  # lines longer than this (in pieces) are split into sentences
     # A kill loses at most the lines translated since the last write. Records are written
     # as soon as every line before them is done, and lines are sorted by length only within
     # a window, so a window bounds that loss: at most `flush_lines` lines, and no more than
@@ -102,8 +102,8 @@ class _Job:
         max_source_tokens: int,
     ):
         self.tokenizer, self.writer, self.options, self.progress = tokenizer, writer, options, progress
-        # A sentence must fit the model's source positions even when the line is not split.
-        self.split_above = min(options.split_tokens, max_source_tokens - 1)
+        # The translator reads at most this many pieces of a sentence (EOS included): batches are planned so.
+        self.max_source_tokens = max_source_tokens
         self.pending: dict[int, _Pending] = {}
         self.order: deque[int] = deque()  # line numbers not yet written, in input order
         self.summary = JobSummary()
@@ -145,13 +145,9 @@ class _Job:
             self.pending[segment.line] = _Pending(segment, [], [], 0)
             self.done += 1
             return []
-        length = len(self.tokenizer.encode(segment.source))
-        spans = split_sentences(segment.source) if length > self.split_above else []
-        if len(spans) <= 1:
-            spans, texts, lengths = [(0, len(segment.source))], [segment.source], [length]
-        else:
-            texts = [segment.source[s:e] for s, e in spans]
-            lengths = [len(ids) for ids in self.tokenizer.encode_batch(texts)]
+        spans = sentence_spans(segment.source)  # a checked line is never blank: one sentence at least
+        texts = [segment.source[s:e] for s, e in spans]
+        lengths = [min(len(ids), self.max_source_tokens - 1) for ids in self.tokenizer.encode_batch(texts)]
         self.pending[segment.line] = _Pending(segment, spans, [None] * len(spans), len(spans))
         return [_Unit(segment.line, i, t, n) for i, (t, n) in enumerate(zip(texts, lengths))]
 

@@ -1,5 +1,9 @@
 """Step 5 of a batch job: sentence results -> one joined record per line, written durably.
 
+A line is a text like any other: its sentences' results are joined by the one text pipeline
+(seq2seq.decoding.texts: the joined translation, its block-diagonal map, its quality block
+and its score, as the service answers the same text).
+
 Records are written strictly in input order, a run of complete records per write, then
 flushed and fsynced. A crash can therefore only leave a partial *last* record, which
 `prepare_resume` truncates before `--resume` skips the lines already done.
@@ -16,10 +20,10 @@ from pathlib import Path
 from typing import TextIO
 
 from seq2seq.analysis.quality import SentenceQuality
-from seq2seq.analysis.quality import join as quality_join
-from seq2seq.cli.batch.engines import UnitResult
+from seq2seq.cli.batch.engines import FailedSentence, UnitResult
 from seq2seq.cli.batch.reading import Segment
-from seq2seq.core.alignment import Alignment, concat
+from seq2seq.core.alignment import Alignment
+from seq2seq.decoding.texts import TranslatedText
 
 log = logging.getLogger("crossalign.translate")
 
@@ -42,36 +46,20 @@ class LineResult:
 
 
 def join_line(segment: Segment, spans: list[tuple[int, int]], results: list[UnitResult]) -> LineResult:
-    """Join the sentence translations of one line (a single span = an unsplit line)."""
-    failed = [r.error for r in results if r.error]
+    """Join the sentence translations of one line (`spans`, its sentences) into its record's
+    content; the first failed sentence fails the line."""
+    failed = [r.error for r in results if isinstance(r, FailedSentence)]
     if failed:
         return LineResult(segment, error=failed[0])
-    text, parts, previous_end = "", [], None
-    for (start, end), result in zip(spans, results):
-        # Sentences are joined by the spacing between them in the input, as the service does.
-        if text and result.text:
-            text += segment.source[previous_end:start] or " "
-        previous_end = end
-        if result.alignment is not None:
-            parts.append((result.alignment, start, len(text)))
-        text += result.text
-    # The line's score: the sentences' length-normalised scores weighted by their lengths
-    # (+1 for EOS), i.e. what one long hypothesis would average to.
-    weights = [r.target_length + 1 for r in results]
-    score = sum(r.score * w for r, w in zip(results, weights)) / sum(weights)
-    alignment = None
-    if parts:
-        alignment = parts[0][0] if len(parts) == 1 and spans[0][0] == 0 else concat(parts)
-    qualities = [(r.quality, w) for r, w in zip(results, weights) if r.quality is not None]
-    quality = quality_join(qualities) if qualities and len(qualities) == len(results) else None
+    translated = TranslatedText.joined(segment.source, spans, [r for r in results if not isinstance(r, FailedSentence)])
     return LineResult(
         segment,
-        text,
-        score,
-        alignment,
+        translated.text,
+        translated.score,
+        translated.alignment(),
         spans if len(spans) > 1 else None,
-        quality=quality,
-        case_restored=any(r.case_restored for r in results),
+        quality=translated.quality(),
+        case_restored=translated.case_restored,
     )
 
 

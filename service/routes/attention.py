@@ -27,122 +27,42 @@ Torch-free: the service's backend is onnxruntime's; the torch backend gives the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-from fastapi import APIRouter, Depends, FastAPI, Query
+from fastapi import APIRouter, FastAPI, Query
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
 from seq2seq.analysis.heads import head_statistics
-from seq2seq.core.alignment import Alignment, Token, concat, words
-from seq2seq.core.backend import SearchBackend
-from seq2seq.core.config import AlignmentOptions, DecodeConfig, ModelConfig
+from seq2seq.core.alignment import Token, words
+from seq2seq.core.config import AlignmentOptions, ModelConfig
 from seq2seq.decoding.records import Quality, TokenSpan
+from seq2seq.decoding.texts import TranslatedText
 from seq2seq.decoding.translator import TranslationResult, Translator
-from service.deps import APIError, CheckedRoute, RequestContext, get_context
-from service.engine import ServedModel
-from service.requests import (
+from service.compute.engine import ServedModel
+from service.http.access import CheckedRoute
+from service.http.errors import APIError
+from service.settings import Settings
+from service.shared.context import ContextDep, RequestContext
+from service.shared.jobs import explored_config, sentence_source_lengths
+from service.shared.maps import Kind, sentence_maps
+from service.shared.requests import (
     BeamSize,
-    DictionaryHints,
-    GlossaryField,
-    GlossaryStrict,
     JSONRequest,
     NoRepeatNgramSize,
     Source,
     Target,
-    TermBonus,
+    TermFields,
 )
-from service.settings import Settings
-from service.translation import TranslatedText, sentence_source_lengths
 
-STATIC = Path(__file__).resolve().parent / "static"
-BOS, EOS = "<s>", "</s>"
-Kind = Literal["cross", "encoder", "decoder"]
+STATIC = Path(__file__).resolve().parents[1] / "static"
 DECIMALS = 4
 
 router = APIRouter(prefix="/v1", tags=["native"], route_class=CheckedRoute)
 page = APIRouter(include_in_schema=False)
-
-
-# --------------------------------------------------------------------------- computing the maps
-
-
-@dataclass
-class SentenceMaps:
-    """All attention weights of one translated sentence (batch axis removed)."""
-
-    source_pieces: list[str]  # S pieces, without </s>
-    target_pieces: list[str]  # T pieces, without </s>
-    encoder: np.ndarray  # (E, H, S+1, S+1)
-    decoder: np.ndarray  # (L, H, T+1, T+1)
-    cross: np.ndarray  # (L, H, T+1, S+1)
-
-    @property
-    def encoder_tokens(self) -> list[str]:
-        return [*self.source_pieces, EOS]
-
-    @property
-    def decoder_inputs(self) -> list[str]:
-        return [BOS, *self.target_pieces]
-
-    @property
-    def decoder_outputs(self) -> list[str]:
-        return [*self.target_pieces, EOS]
-
-
-def sentence_maps(backend: SearchBackend, result: TranslationResult) -> SentenceMaps:
-    """Teacher-force `<s>` + the translation of `result` and keep every layer's weights."""
-    src_ids = np.array([[*result.source_ids, backend.eos_id]], dtype=np.int64)  # (1, S+1)
-    target_ids = np.array([result.target_ids], dtype=np.int64).reshape(1, -1)  # (1, T)
-    maps = backend.teacher_force(src_ids, np.ones_like(src_ids, dtype=np.bool_), target_ids)
-    if maps.encoder_self is None or maps.decoder_self is None:
-        raise APIError(501, "this model's backend does not expose its attention maps")
-    return SentenceMaps(
-        result.source_tokens, result.target_tokens, maps.encoder_self[:, 0], maps.decoder_self[:, 0], maps.cross[:, 0]
-    )
-
-
-def check_layer(kind: str, layer: int, layers: int) -> int:
-    """`layer` (negative counts from the end) as 0-based, or a 400 naming the range."""
-    if not -layers <= layer < layers:
-        raise APIError(
-            400,
-            f"layer {layer} is out of range: the model has {layers} {kind} layers "
-            f"(0..{layers - 1}, or negative from the end)",
-        )
-    return layer % layers
-
-
-def self_attention_alignment(
-    model: ServedModel, translated: TranslatedText, kind: Kind, layer: int | None, heads: tuple[int, ...]
-) -> Alignment:
-    """An encoder or decoder self-attention map of a whole text, shaped as an `Alignment`
-    for seq2seq.analysis.heatmap: columns = keys, rows = queries, sentences block-diagonal, no links.
-
-    `layer` None = the last layer; `heads` () = the mean of all heads.
-    """
-    backend = model.translator.backend
-    parts = []
-    for result in translated.results:
-        maps = sentence_maps(backend, result)
-        weights, tokens = (
-            (maps.encoder, maps.encoder_tokens) if kind == "encoder" else (maps.decoder, maps.decoder_inputs)
-        )
-        index = check_layer(kind, -1 if layer is None else layer, weights.shape[0])
-        chosen = weights[index][list(heads)] if heads else weights[index]  # (h, Q, K)
-        labels = [Token(t, 0, 0) for t in tokens]
-        parts.append(
-            (
-                Alignment("subword", labels, labels, chosen.mean(axis=0).astype(np.float64), [], index, heads, False),
-                0,
-                0,
-            )
-        )
-    return concat(parts, AlignmentOptions("subword", parts[0][0].layer if parts else 0, heads, False))
 
 
 # --------------------------------------------------------------------------- the response
@@ -356,16 +276,12 @@ def attention_response(model: ServedModel, translated: TranslatedText, settings:
 # --------------------------------------------------------------------------- routes
 
 
-class AttentionRequest(JSONRequest):
+class AttentionRequest(TermFields):
     text: str = Field(description="the text to translate and explore")
     source: Source
     target: Target
     beam_size: BeamSize
     no_repeat_ngram_size: NoRepeatNgramSize
-    glossary: GlossaryField
-    dictionary_hints: DictionaryHints
-    term_bonus: TermBonus
-    glossary_strict: GlossaryStrict
 
 
 class AttentionQuery(JSONRequest):
@@ -381,46 +297,10 @@ class AttentionQuery(JSONRequest):
     no_repeat_ngram_size: NoRepeatNgramSize
 
 
-def explored_config(
-    ctx: RequestContext,
-    model: ServedModel,
-    beam_size: int | None,
-    no_repeat_ngram_size: int | None,
-    glossary: dict[str, str] | None = None,
-    dictionary_hints: bool | None = None,
-    term_bonus: float | None = None,
-    glossary_strict: bool = False,
-) -> DecodeConfig:
-    """The search settings of a translation whose maps are explored (/v1/attention, the model
-    view): one hypothesis, with the model's own word map built with it for its quality signals."""
-    options = ctx.resolve_alignment(model, AlignmentOptions())
-    return ctx.decode_config(
-        model,
-        beam_size,
-        1,
-        True,
-        options,
-        no_repeat_ngram_size,
-        glossary=glossary,
-        dictionary_hints=dictionary_hints,
-        term_bonus=term_bonus,
-        glossary_strict=glossary_strict,
-    )
-
-
 def attention_for(body: AttentionRequest, ctx: RequestContext) -> AttentionResponse:
     ctx.check_texts([body.text], "text")
     model, _ = ctx.resolve_pair(body.source, body.target, [body.text])
-    config = explored_config(
-        ctx,
-        model,
-        body.beam_size,
-        body.no_repeat_ngram_size,
-        body.glossary,
-        body.dictionary_hints,
-        body.term_bonus,
-        body.glossary_strict,
-    )
+    config = explored_config(ctx, model, body.beam_size, body.no_repeat_ngram_size, body.term_options())
     # What is known before translating is checked before translating: the source tokens, and
     # the weights of the encoder's maps alone.
     lengths = sentence_source_lengths(model, body.text, config)
@@ -432,7 +312,7 @@ def attention_for(body: AttentionRequest, ctx: RequestContext) -> AttentionRespo
 
 
 @router.post("/attention", response_model=AttentionResponse, summary="Every attention map of a translation")
-def attention(body: AttentionRequest, ctx: RequestContext = Depends(get_context)) -> AttentionResponse:
+def attention(body: AttentionRequest, ctx: ContextDep) -> AttentionResponse:
     """Translate `text` (beam search), then return, per sentence, the encoder self-attention,
     the decoder (masked) self-attention and the cross-attention of every layer and head of
     that translation, with the tokens labelling rows and columns, and its alignment maps."""
@@ -440,9 +320,7 @@ def attention(body: AttentionRequest, ctx: RequestContext = Depends(get_context)
 
 
 @router.get("/attention", response_model=AttentionResponse, summary="Every attention map of a translation (GET)")
-def attention_get(
-    query: Annotated[AttentionQuery, Query()], ctx: RequestContext = Depends(get_context)
-) -> AttentionResponse:
+def attention_get(query: Annotated[AttentionQuery, Query()], ctx: ContextDep) -> AttentionResponse:
     asked = query.model_dump(exclude={"q"})
     return attention_for(AttentionRequest(text=query.q, **asked), ctx)
 

@@ -1,234 +1,46 @@
-"""What the routes share: one request context (overridable in tests), errors, limits, access.
+"""The one request context every handler takes (overridable in tests).
 
-Every handler takes one dependency, `get_context`: the `RequestContext` holds the
-settings, the served models, the metrics and the client whose turn the request takes, and
-does what every route does with them (check the texts, pick the language pair, resolve
-the alignment options, run the model through the fair scheduler). Every problem a client
-can cause is raised as `APIError(status, message)` and answered as LibreTranslate does,
-`{"error": message}`; the app's exception handlers turn validation errors and malformed
-bodies into the same shape, so no bad input reaches a 500.
+Every handler takes one dependency, `ContextDep` (`get_context`): the `RequestContext` holds
+the settings, the served models, the metrics, the heatmap renderer and the client whose turn
+the request takes, and does what every route does with them (check the texts, pick the
+language pair, resolve the alignment options and the search settings, run the model through
+the fair scheduler, render). Its problems are `APIError`s (service/http/errors.py).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import json
-import math
-import threading
 import time
-from collections import deque
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Depends, Request, Response
-from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
-from starlette.requests import ClientDisconnect
+from fastapi import Depends, Request
 
-from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig
+from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, TermOptions
 from seq2seq.core.inputs import text_problem
 from seq2seq.decoding.forced import ForcedAlignment
-from service.batching import CancelToken, Item, Observe, QueueFull, work_units
-from service.engine import ServedModel, TranslatorEngine
-from service.languages import CONFIDENT, Detection, LanguageDetector, get_detector, language_name
-from service.metrics import Metrics
-from service.rendering import Renderer, RendererBusy
+from seq2seq.decoding.texts import TranslatedText, translate_texts
+from service.compute.batching import CancelToken, Item, Observe, QueueFull, work_units
+from service.compute.engine import ServedModel, TranslatorEngine
+from service.compute.languages import CONFIDENT, Detection, LanguageDetector, get_detector, language_name
+from service.compute.rendering import Renderer, RendererBusy
+from service.http.access import client_address
+from service.http.errors import CLIENT_GONE, APIError, internal_error_message
+from service.http.metrics import Metrics
 from service.settings import Settings, get_settings
-from service.translation import TranslatedText, translate_texts
-
-# No request body of ours nests deeper than 4 (an object, `pairs`, a pair); 32 leaves room
-# and keeps every later recursive walk (validation, the integral-number rule) far from
-# Python's recursion limit.
-MAX_JSON_DEPTH = 32
-CLIENT_GONE = 499  # nginx's "client closed request": counted in the metrics, never seen by the client
 
 
-class APIError(Exception):
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers
+@dataclass(frozen=True)
+class Search:
+    """The search settings a request sets; None: the served model's own (its bundle's `decoding`)."""
 
-
-def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The one error shape, LibreTranslate's: `{"error": message}`."""
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
-
-
-def internal_error_message(error: BaseException) -> str:
-    """What a client is told of an unexpected failure (the log has the traceback)."""
-    return f"internal error ({type(error).__name__}); the request was not completed"
-
-
-# --------------------------------------------------------------------------- reading bodies
-
-
-async def read_body(request: Request) -> bytes:
-    """The whole body (the app's SizeLimitMiddleware stops it at max_body_bytes: 413; the
-    server's read timeout at body_timeout_s: 408)."""
-    try:
-        return await request.body()
-    except ClientDisconnect:
-        raise APIError(CLIENT_GONE, "the client closed the connection before its body was read") from None
-
-
-def parse_json(body: bytes) -> Any:
-    """The one JSON reader of every route: UTF-8 (a leading byte order mark is skipped, as
-    RFC 8259 allows), standard JSON only (no NaN or Infinity, finite numbers, integers of at
-    most 4,300 digits, Python's limit), nested at most MAX_JSON_DEPTH deep. Every failure is
-    a 400 that says what was wrong."""
-    try:
-        text = body.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as error:
-        raise APIError(400, f"request body is not valid UTF-8 (byte {error.start})") from None
-    if not text.strip():
-        raise APIError(400, "Invalid request: empty body")
-    try:
-        value = json.loads(text, parse_constant=_not_json, parse_float=_finite)
-    except json.JSONDecodeError as error:
-        raise APIError(400, f"malformed JSON body: {error.msg} at line {error.lineno} column {error.colno}") from None
-    except RecursionError:
-        raise APIError(400, f"malformed JSON body: nested deeper than {MAX_JSON_DEPTH} levels") from None
-    except ValueError as error:  # an integer over Python's digit limit, a constant, an infinite number
-        message = str(error)
-        if "digits" in message:
-            message = "an integer has more digits than the 4300 this server reads"
-        raise APIError(400, f"malformed JSON body: {message}") from None
-    if _depth(value) > MAX_JSON_DEPTH:
-        raise APIError(400, f"malformed JSON body: nested deeper than {MAX_JSON_DEPTH} levels")
-    return value
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not JSON")
-
-
-def _finite(number: str) -> float:
-    value = float(number)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {number[:20]} is out of range")
-    return value
-
-
-def _depth(value: Any) -> int:
-    """How deep arrays and objects nest in `value` (a scalar: 0); iterative, so any depth is safe."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            continue
-        deepest = max(deepest, depth)
-        if depth <= MAX_JSON_DEPTH:  # deeper than that is all we need to know
-            stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
-def is_json(request: Request) -> bool:
-    """Whether FastAPI reads this request's body as JSON: no Content-Type, or application/json
-    or application/*+json."""
-    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    return not media or media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
-
-
-# --------------------------------------------------------------------------- access
-
-
-class RateLimiter:
-    """At most `per_minute` requests per key in any sliding 60-second window; thread-safe."""
-
-    def __init__(self, per_minute: int):
-        self.per_minute = per_minute
-        self._seen: dict[str, deque[float]] = {}
-        self._lock = threading.Lock()
-
-    def acquire(self, key: str) -> int | None:
-        """None if `key` may make a request now (and count it), else the seconds until it may."""
-        if self.per_minute <= 0:
-            return None
-        now = time.monotonic()
-        with self._lock:
-            seen = self._seen.setdefault(key, deque())
-            while seen and now - seen[0] >= 60.0:
-                seen.popleft()
-            if len(seen) >= self.per_minute:
-                return max(1, math.ceil(60.0 - (now - seen[0])))
-            seen.append(now)
-            return None
-
-
-class Access:
-    """Who may make a request now: the API keys (none = anyone) and the rate limit; one per app."""
-
-    def __init__(self, keys: frozenset[str], rate_limit: int):
-        self.keys, self.limiter = keys, RateLimiter(rate_limit)
-
-    def check(self, request: Request, api_key: str | None) -> None:
-        """403 without a valid key (when keys are configured), 429 (with Retry-After) over the rate limit.
-
-        The rate is counted per key, or per address without keys; attempts with a missing or
-        wrong key count against their address, so keys cannot be guessed at full speed. The
-        client this request's model calls are scheduled for (fair turns) is left in
-        `request.state.client`.
-        """
-        valid = not self.keys or api_key in self.keys
-        who = f"key:{api_key}" if self.keys and valid else f"address:{client_address(request)}"
-        wait = self.limiter.acquire(who)
-        if wait is not None:
-            raise APIError(
-                429,
-                f"Too many requests: the limit is {self.limiter.per_minute} per minute"
-                + ("" if valid else " (failed API key attempts count too)"),
-                headers={"Retry-After": str(wait)},
-            )
-        if not valid:
-            raise APIError(
-                403,
-                "Invalid API key"
-                if api_key
-                else "Please provide an API key (Authorization: Bearer <key>, X-API-Key, or api_key)",
-            )
-        request.state.client = who
-
-
-def get_access(request: Request) -> Access:
-    return request.app.state.access
-
-
-def request_api_key(request: Request) -> str | None:
-    """The key from `Authorization: Bearer`, `X-API-Key`, or the `api_key` query parameter."""
-    authorization = request.headers.get("authorization", "")
-    if authorization.lower().startswith("bearer "):
-        return authorization[7:].strip()
-    return request.headers.get("x-api-key") or request.query_params.get("api_key")
-
-
-def client_address(request: Request) -> str:
-    return request.client.host if request.client else "unknown"
-
-
-class CheckedRoute(APIRoute):
-    """A native route: the caller's key and rate are checked before FastAPI reads the body, so
-    a request without a valid key gets its 403 (or 429) whatever its body holds, malformed
-    JSON included. (The LibreTranslate routes check a header key as early, and a key in the
-    body as soon as the body is read: service/libre.py.) A JSON body is then read by
-    `parse_json`, the reader the LibreTranslate routes use, and handed to FastAPI as the
-    request's parsed JSON (Starlette's `Request.json()` returns `_json` when it is set)."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def checked(request: Request) -> Response:
-            get_access(request).check(request, request_api_key(request))
-            if request.method == "POST" and is_json(request):
-                request._json = parse_json(await read_body(request))
-            return await handler(request)
-
-        return checked
-
-
-# --------------------------------------------------------------------------- the request context
+    beam_size: int | None = None
+    n_best: int = 1  # hypotheses per sentence (the beam is widened to hold them)
+    no_repeat_ngram_size: int | None = None
+    early_exit: bool = False
+    attention: bool = False  # keep the attention though no map is asked for
 
 
 def get_engine(request: Request) -> TranslatorEngine:
@@ -257,7 +69,7 @@ class RequestContext:
 
     @property
     def token(self) -> CancelToken:
-        """Cancelled when the client disconnects (service.connections.ClientWatch)."""
+        """Cancelled when the client disconnects (service.http.connections.ClientWatch)."""
         return self.request.state.cancel_token
 
     def detached(self) -> RequestContext:
@@ -368,24 +180,17 @@ class RequestContext:
     def decode_config(
         self,
         model: ServedModel,
-        beam_size: int | None,
-        n_best: int,
-        attention: bool,
+        search: Search,
+        terms: TermOptions = TermOptions(),
         alignment: AlignmentOptions | None = None,
-        no_repeat_ngram_size: int | None = None,
-        early_exit: bool = False,
-        glossary: dict[str, str] | None = None,
-        dictionary_hints: bool | None = None,
-        term_bonus: float | None = None,
-        glossary_strict: bool = False,
     ) -> DecodeConfig:
-        """The search settings of a request: those it sets, the model's own (`decode_defaults`,
-        its bundle's) for those it leaves unset (None); `alignment` (resolved) is built with the
-        translation. `no_repeat_ngram_size` and `glossary` come validated by their fields
-        (service.requests), `term_bonus` too; `early_exit`, `dictionary_hints`: DecodeConfig's. 400 for a glossary
-        the model cannot take."""
+        """The search settings of a request: those it sets (`search`, `terms`), the model's
+        own (`decode_defaults`, its bundle's) for those it leaves unset (None); `alignment`
+        (resolved) is built with the translation. The fields come validated by their request
+        models (service.shared.requests); 400 for a beam over this server's limit, or a
+        glossary the model cannot take."""
         largest = self.settings.max_beam_size
-        defaults = model.decode_defaults
+        defaults, beam_size, n_best = model.decode_defaults, search.beam_size, search.n_best
         if beam_size is not None and not 1 <= beam_size <= largest:
             raise APIError(400, f"beam_size must be between 1 and {largest}, not {beam_size}")
         if beam_size is None and defaults.beam_size > largest:
@@ -396,27 +201,20 @@ class RequestContext:
             )
         if not 1 <= n_best <= largest:
             raise APIError(400, f"n_best (or alternatives + 1) must be between 1 and {largest}, not {n_best}")
-        if glossary and model.translator.tokenizer.hint_ids is None:
+        if terms.glossary and model.translator.tokenizer.hint_ids is None:
             raise APIError(
                 400, f"glossary: the {model.name} model was not trained with target-term hints, so it cannot take one"
             )
-        asked = defaults.override(
-            beam_size=beam_size,
-            no_repeat_ngram_size=no_repeat_ngram_size,
-            dictionary_hints=dictionary_hints,
-            glossary=tuple(glossary.items()) if glossary else None,
-            term_bonus=term_bonus,
-        )
+        asked = terms.apply(defaults.override(beam_size=beam_size, no_repeat_ngram_size=search.no_repeat_ngram_size))
         # n best hypotheses need a beam at least n wide: a smaller beam_size is raised to n_best.
         return replace(
             asked,
             beam_size=max(asked.beam_size, n_best),
             n_best=n_best,
-            return_attention=attention or alignment is not None,
+            return_attention=search.attention or alignment is not None,
             alignment=alignment,
             restore_case=self.settings.restore_case,
-            early_exit=early_exit,
-            glossary_strict=glossary_strict,
+            early_exit=search.early_exit,
         )
 
     def check_work(self, items: list[Item], beam_size: int) -> None:
@@ -439,8 +237,11 @@ class RequestContext:
         `wait_until` (a `time.monotonic()` deadline), a full queue is waited out until then
         instead of answered with 503 (a file's calls: the file is uploaded already)."""
         self.check_work(texts, config.beam_size)
+        timeout = self.settings.request_timeout
         translated = self._scheduled(
-            lambda: translate_texts(model, texts, config, self.settings.request_timeout, self.client, self.token),
+            lambda: translate_texts(
+                texts, lambda sentences: model.translate(sentences, config, timeout, self.client, self.token)
+            ),
             wait_until,
         )
         self.metrics.count_tokens(
@@ -554,3 +355,7 @@ def get_context(
 ) -> RequestContext:
     """The one dependency of every handler."""
     return RequestContext(settings, engine, request.app.state.metrics, request, request.app.state.renderer)
+
+
+# The one dependency of every handler: `ctx: ContextDep`.
+ContextDep = Annotated[RequestContext, Depends(get_context)]

@@ -9,7 +9,7 @@
   connections that hold a head or trickle a body cannot pile up.
 - `ClientWatch`: every HTTP request gets a `CancelToken` (`request.state.cancel_token`),
   cancelled when the client disconnects before its answer is complete: its translation
-  rows leave the scheduler and its queued render is skipped (service.batching, "Cancellation").
+  rows leave the scheduler and its queued render is skipped (service.compute.batching, "Cancellation").
   A body whose read timed out counts as a disconnect.
 - `HeadAsGet`: HEAD wherever GET is served (uptime monitors use it): the GET runs and its
   status and headers are sent without the body (RFC 9110, 9.3.2).
@@ -29,8 +29,8 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.utils import get_path_with_query_string
 
-from service.batching import CancelToken
-from service.deps import error_response
+from service.compute.batching import CancelToken
+from service.http.errors import error_response
 from service.settings import get_settings
 
 log = logging.getLogger("crossalign.service")

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 from pydantic import Field
 from starlette.concurrency import run_in_threadpool
@@ -57,11 +57,12 @@ from seq2seq.core.alignment import (
     words,
 )
 from seq2seq.core.config import AlignmentOptions
-from seq2seq.core.segment import join_sentences, split_sentences
+from seq2seq.decoding.records import aligned_sentence
+from seq2seq.decoding.texts import TranslatedText, sentence_spans
 from seq2seq.decoding.translator import TranslationResult, TranslationStep
-from service.deps import CheckedRoute, RequestContext, get_context
-from service.native import TranslateFields, TranslationJob, translation_job
-from service.translation import TranslatedText, aligned_sentence
+from service.http.access import CheckedRoute
+from service.shared.context import ContextDep, RequestContext
+from service.shared.jobs import TranslateFields, TranslationJob, translation_job
 
 log = logging.getLogger("crossalign.service")
 router = APIRouter(prefix="/v1", tags=["native"], route_class=CheckedRoute)
@@ -93,7 +94,7 @@ STREAM_EVENT = {
         "data": {
             "type": "string",
             "contentMediaType": "application/json",
-            "description": "the event's JSON on one line: see the operation's description and service/stream.py",
+            "description": "the event's JSON on one line: see the operation's description and service/routes/stream.py",
         },
     },
 }
@@ -111,7 +112,7 @@ STREAM_RESPONSES = {
     responses=STREAM_RESPONSES,
     summary="Translate, streaming each step (Server-Sent Events)",
 )
-async def translate_stream(body: StreamRequest, ctx: RequestContext = Depends(get_context)) -> StreamingResponse:
+async def translate_stream(body: StreamRequest, ctx: ContextDep) -> StreamingResponse:
     """The translation of /v1/translate as it is made, as Server-Sent Events (`event:` name,
     one line of JSON `data:`). Bad input, keys, the rate limit, the work cap and a full queue
     are answered before the stream starts, as on /v1/translate (`format` is not streamed).
@@ -155,7 +156,7 @@ def open_stream(body: StreamRequest, ctx: RequestContext, loop: asyncio.Abstract
     model, config = job.model, job.config
     # The step rows are read as the request's map is (or the model's own, when it asks for none).
     options = config.alignment or ctx.resolve_alignment(model, AlignmentOptions())
-    spans = [split_sentences(text) for text in job.texts]
+    spans = [sentence_spans(text) for text in job.texts]
     sentences = [
         SentenceState(index, number, text[start:end], (start, end))
         for index, (text, text_spans) in enumerate(zip(job.texts, spans))
@@ -356,11 +357,10 @@ class TranslationStream:
         ready = []
         while self.sent[index] < len(states) and states[self.sent[index]].result is not None:
             number = self.sent[index]
-            parts = [s.result.text for s in states[: number + 1] if s.result is not None]
-            _, target_spans = join_sentences(self.texts[index], self.spans[index][: number + 1], parts)
-            result = states[number].result
-            assert result is not None
-            sentence = aligned_sentence(result, self.spans[index][number], target_spans[number])
+            # The text so far: a sentence's place in the whole translation depends only on those before it.
+            results = [s.result for s in states[: number + 1] if s.result is not None]
+            so_far = TranslatedText.joined(self.texts[index], self.spans[index][: number + 1], results)
+            sentence = aligned_sentence(results[number], so_far.spans[number], so_far.target_spans[number])
             ready.append(event("sentence", {"index": index, "sentence": number, "result": sentence.model_dump()}))
             self.sent[index] += 1
         return ready
@@ -376,11 +376,11 @@ class TranslationStream:
         for state, result in zip(self.sentences, future.result()):
             state.result = state.result or result
         finished = [text for index in range(len(self.texts)) for text in self.sentences_ready(index)]
-        translated = []
-        for index, (text, spans) in enumerate(zip(self.texts, self.spans)):
-            results = [s.result for s in self.sentences if s.index == index and s.result is not None]
-            joined, target_spans = join_sentences(text, spans, [r.text for r in results])
-            translated.append(TranslatedText(text, spans, results, joined, target_spans))
+        results: list[list[TranslationResult]] = [[] for _ in self.texts]
+        for state in self.sentences:
+            if state.result is not None:
+                results[state.index].append(state.result)
+        translated = [TranslatedText.joined(*text) for text in zip(self.texts, self.spans, results)]
         model, config = self.model, self.config
         self.ctx.metrics.count_tokens(
             model.name,

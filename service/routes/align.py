@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from seq2seq.core.config import AlignmentError
@@ -23,9 +23,11 @@ from seq2seq.decoding.forced import AlignmentFailed
 from seq2seq.decoding.records import AlignmentMap, Quality, TokenSpan
 from seq2seq.documents.markup import transfer
 from seq2seq.documents.translate import has_words
-from service.deps import APIError, CheckedRoute, RequestContext, get_context
-from service.markup import read_inline_texts
-from service.requests import AlignmentRequest, JSONRequest, MarkupFormat, Source, Target, exactly_one
+from service.http.access import CheckedRoute
+from service.http.errors import APIError
+from service.shared.context import ContextDep
+from service.shared.markup import read_inline_texts
+from service.shared.requests import AlignmentRequest, JSONRequest, MarkupFormat, Source, Target, exactly_one
 
 router = APIRouter(prefix="/v1", tags=["native"], route_class=CheckedRoute)
 
@@ -100,7 +102,7 @@ class AlignResponse(BaseModel):
 
 
 @router.post("/align", response_model=AlignResponse, summary="Align a given translation (forced alignment)")
-def align(body: AlignRequest, ctx: RequestContext = Depends(get_context)) -> AlignResponse:
+def align(body: AlignRequest, ctx: ContextDep) -> AlignResponse:
     """Per pair: the words of both texts (character offsets), the soft word matrix and the hard
     links in Pharaoh form, read from the cross-attention while the decoder is fed the given
     translation, and its `quality` block (which source words the translation left out)."""

@@ -22,14 +22,23 @@ throughput of recent calls). 0 = unbounded.
 
 Jobs. A request is a list of items and one job: sentences and a `DecodeConfig`, or (for
 /v1/align) given (source, translation) pairs and a forced-alignment job; both take the
-same turns and the same queue bound, and a batch holds one job (one beam size) only.
+same turns and the same queue bound, and a batch holds one job (one beam size) only. A
+sentence carries its request's glossary with it (`Sentence`), not in the job: requests
+with different glossaries share a batch, the translator reading each sentence's own.
+
+Turns between models. The models of one server share one `gate` (a `FairLock`): each
+model's onnxruntime threads already take every core, so two model calls at once would only
+contend. A batch is dealt once its model holds the gate, not before it waits for it: what
+arrived while the other model ran rides in the call (a batch dealt first would leave it for
+the call after), and the gate is taken in the order asked, so the models alternate under
+load instead of one taking it again before the other wakes.
 
 Failures. If a model call raises, each request in it is retried on its own, so only the
 request whose text is at fault fails; its neighbours get their results.
 
 Watching. A request may come with an observer (`submit(..., observe=)`), called in the
 worker thread with (its item's index in the request, event) for whatever the run reports as
-it goes: a translation's steps and its sentences as each is whole (service/stream.py streams
+it goes: a translation's steps and its sentences as each is whole (service/routes/stream.py streams
 them). A batch in which nobody watches is run unwatched; one with a watcher reports every
 row, and each request hears only of its own.
 
@@ -61,10 +70,22 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from seq2seq.core.config import GlossaryTerms
 from seq2seq.decoding.search import Wanted
 
 log = logging.getLogger("crossalign.service")
-Item = str | tuple[str, ...]  # a sentence to translate, or a (source, translation) pair to align
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """A sentence to translate with its request's glossary (the job holds none)."""
+
+    text: str
+    glossary: GlossaryTerms = ()
+
+
+# A sentence to translate (with its glossary, or bare), or a (source, translation) pair to align.
+Item = Sentence | str | tuple[str, ...]
 
 
 class Job(Protocol):
@@ -75,7 +96,7 @@ class Job(Protocol):
     def beam_size(self) -> int: ...
 
 
-# (index of an item, event): what a run reports as it goes (service.engine.model_call: a
+# (index of an item, event): what a run reports as it goes (service.compute.engine.model_call: a
 # translation step, or an item's result as soon as it is whole).
 Observe = Callable[[int, Any], None]
 # (items, job, wanted, observe) -> one result per item, in order; `wanted()` -> (items,) bool says
@@ -87,7 +108,11 @@ RunBatch = Callable[[list[Any], Any, Wanted, Observe | None], list[Any]]
 def work_units(items: Sequence[Item], beam_size: int) -> int:
     """What a request costs the model: beam rows x characters (decoding time grows with both);
     a pair counts the characters of both its texts."""
-    texts = (text for item in items for text in ((item,) if isinstance(item, str) else item))
+    texts = (
+        text
+        for item in items
+        for text in ((item.text,) if isinstance(item, Sentence) else (item,) if isinstance(item, str) else item)
+    )
     return beam_size * sum(max(len(text), 1) for text in texts)
 
 
@@ -103,8 +128,8 @@ class CancelToken:
     """Says that nobody wants a request's results any more (its client hung up): `cancel()`
     cancels every future bound to it, and any bound later at once. Thread-safe.
 
-    One per HTTP request (service/connections.py cancels it when the client disconnects),
-    and one per file job (service/file_jobs.py: cancelled when the server stops); the
+    One per HTTP request (service/http/connections.py cancels it when the client disconnects),
+    and one per file job (service/shared/file_jobs.py: cancelled when the server stops); the
     futures of the scheduler and of the heatmap renderer are bound to it, so what a request
     queued or started is dropped with it."""
 
@@ -169,6 +194,32 @@ class _Piece:
     end: int
 
 
+class FairLock:
+    """A lock taken in the order it was asked for. (A `threading.Lock` is not: the thread that
+    releases it may take it again before a waiting one wakes, and under load one model would
+    run call after call while the other's requests wait.) Thread-safe; a context manager."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._waiting: deque[object] = deque()
+        self._held = False
+
+    def __enter__(self) -> FairLock:
+        me = object()
+        with self._changed:
+            self._waiting.append(me)
+            while self._held or self._waiting[0] is not me:
+                self._changed.wait()
+            self._waiting.popleft()
+            self._held = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._changed:
+            self._held = False
+            self._changed.notify_all()
+
+
 class MicroBatcher:
     def __init__(
         self,
@@ -179,9 +230,12 @@ class MicroBatcher:
         name: str = "model",
         max_rows: int = 0,
         max_queue_work: int = 0,
+        gate: FairLock | None = None,
     ):
         """`max_rows`: beam rows (sentences x beam size) per model call, 0 = no limit beyond
-        `max_sentences`; `max_queue_work`: work units queued or running, 0 = unbounded."""
+        `max_sentences`; `max_queue_work`: work units queued or running, 0 = unbounded;
+        `gate`: held around every model call (the models of one server share one)."""
+        self.gate: contextlib.AbstractContextManager = gate or contextlib.nullcontext()
         self.run, self.window_s, self.max_sentences = run, window_s, max_sentences
         self.max_rows, self.max_queue_work = max_rows, max_queue_work
         self.on_batch = on_batch or (lambda size: None)
@@ -234,7 +288,8 @@ class MicroBatcher:
             token.bind(request.future)
         if self._worker is None:
             request.next = len(items)
-            self._execute(config, [_Piece(request, 0, len(items))])
+            with self.gate:
+                self._execute(config, [_Piece(request, 0, len(items))])
         return request.future
 
     def _admit(self, cost: int) -> None:
@@ -285,9 +340,16 @@ class MicroBatcher:
                     self._lock.wait(remaining)
                 if not self._clients:  # every waiting request was cancelled during the window
                     continue
-                config, pieces = self._deal()
-            if pieces:
-                self._execute(config, pieces)
+            # Dealt once the model may run: what arrives while another model runs rides along.
+            with self.gate:
+                with self._lock:
+                    if self._closed:
+                        return
+                    if not self._clients:  # cancelled while the other model ran
+                        continue
+                    config, pieces = self._deal()
+                if pieces:
+                    self._execute(config, pieces)
 
     def _waiting_sentences(self) -> int:
         return sum(len(r.items) - r.next for requests in self._clients.values() for r in requests)

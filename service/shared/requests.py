@@ -5,7 +5,9 @@ description (a model says `source: Source`); the search settings default to unse
 which is the served model's own (its bundle.json `decoding`, `ServedModel.decode_defaults`);
 `AlignmentRequest` is the group of
 alignment-source fields (level, layer, heads, step shift) that /translate and
-/v1/translate take as `alignment` and /v1/align takes at the top level. `JSONRequest` is
+/v1/translate take as `alignment` and /v1/align takes at the top level; `TermFields` the
+group of term fields (glossary, dictionary hints, term bonus, strict) every request model
+that translates includes, read as one `TermOptions`. `JSONRequest` is
 the base of every JSON body: validated as its JSON Schema reads.
 """
 
@@ -17,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
-from seq2seq.core.config import MAX_TERM_BONUS, AlignmentOptions, DecodeConfig
+from seq2seq.core.config import MAX_TERM_BONUS, AlignmentOptions, DecodeConfig, TermOptions
 
 Source = Annotated[str, Field("auto", description="source language code, or 'auto'")]
 Target = Annotated[str | None, Field(None, description="target language (default: the only one served for the source)")]
@@ -191,3 +193,18 @@ class AlignmentRequest(JSONRequest):
         return AlignmentOptions(
             self.level, self.layer, None if self.heads is None else tuple(self.heads), self.step_shift
         )
+
+
+class TermFields(JSONRequest):
+    """The target-term fields, one group: /translate, /v1/translate (and its stream) and
+    /v1/attention include it; read as the one options value, `TermOptions`."""
+
+    glossary: GlossaryField
+    dictionary_hints: DictionaryHints
+    term_bonus: TermBonus
+    glossary_strict: GlossaryStrict
+
+    def term_options(self) -> TermOptions:
+        """The fields as the search's term options (unset ones: the model's own)."""
+        glossary = tuple(self.glossary.items()) if self.glossary else ()
+        return TermOptions(glossary, self.dictionary_hints, self.term_bonus, self.glossary_strict)

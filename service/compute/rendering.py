@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from service.batching import CancelToken
+from service.compute.batching import CancelToken
 
 FIRST_GUESS = 5e6  # pixels drawn per second (a 4000 x 4000 PNG in ~3 s), until a render has been timed
 

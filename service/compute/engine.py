@@ -13,10 +13,8 @@ bundles that failed to load. Torch-free: bundles run on onnxruntime through
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import json
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +26,7 @@ from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, 
 from seq2seq.decoding.forced import ForcedAlignment, align_given
 from seq2seq.decoding.search import Wanted
 from seq2seq.decoding.translator import TranslationResult, TranslationStep, Translator, Watch
-from service.batching import CancelToken, MicroBatcher, Observe, RunBatch
+from service.compute.batching import CancelToken, FairLock, MicroBatcher, Observe, RunBatch, Sentence
 
 log = logging.getLogger("crossalign.service")
 Pair = tuple[str, str]
@@ -76,8 +74,11 @@ class ServedModel:
     ) -> concurrent.futures.Future:
         """A future of `translate`'s results, not waited for: `observe(index, event)` hears
         of each text's `TranslationStep`s (greedy search) and its `TranslationResult` as they
-        come. Raises service.batching.QueueFull when the queue is full."""
-        return self.batcher.submit(texts, config, client, token, observe)
+        come. Raises service.compute.batching.QueueFull when the queue is full. Each text
+        carries the config's glossary, the job none: requests with different glossaries (and
+        the same other settings) share a batch."""
+        sentences = [Sentence(text, config.glossary) for text in texts]
+        return self.batcher.submit(sentences, config.without_glossary(), client, token, observe)
 
     def translate(
         self,
@@ -88,9 +89,9 @@ class ServedModel:
         token: CancelToken | None = None,
     ) -> list[TranslationResult]:
         """Blocking: translate sentences in order (micro-batched with concurrent callers, on
-        `client`'s fair turns). Raises service.batching.QueueFull when the queue is full,
+        `client`'s fair turns). Raises service.compute.batching.QueueFull when the queue is full,
         TimeoutError after `timeout` seconds, CancelledError once `token` is cancelled (either
-        way the rest of the request is dropped: service.batching, "Cancellation")."""
+        way the rest of the request is dropped: service.compute.batching, "Cancellation")."""
         return self._wait(self.submit(texts, config, client, token), timeout)
 
     def align(
@@ -117,22 +118,22 @@ class ServedModel:
             raise
 
 
-def model_call(translator: Translator, compute: threading.Lock | None = None) -> RunBatch:
+def model_call(translator: Translator) -> RunBatch:
     """What the scheduler runs for one batch: a translation (whose sentences no longer
     `wanted` leave its search at the next step), or a forced alignment of pairs (one
     teacher-forced pass: it runs whole). A watched translation reports each sentence's
     `TranslationStep`s (greedy search) and its `TranslationResult` as soon as it is whole.
-
-    `compute`: a lock the models of one server share, so one model call runs at a time: each
-    model's onnxruntime threads already take every core, and two calls at once would only
-    contend for them (docs/performance.md, both directions)."""
+    Each sentence is read with its own glossary (`Sentence`: the job holds none)."""
 
     def run(items: Sequence[Any], job: DecodeConfig | ForcedJob, wanted: Wanted, observe: Observe | None) -> list[Any]:
-        with compute or contextlib.nullcontext():
-            if isinstance(job, ForcedJob):
-                return align_given(translator, list(items), job.options, restore_case=job.restore_case)
-            watched = None if observe is None else watch(observe, job)
-            return translator.translate_wanted(list(items), job, wanted, watched)
+        if isinstance(job, ForcedJob):
+            return align_given(translator, list(items), job.options, restore_case=job.restore_case)
+        watched = None if observe is None else watch(observe, job)
+        texts = [item.text if isinstance(item, Sentence) else item for item in items]
+        glossaries = [item.glossary if isinstance(item, Sentence) else job.glossary for item in items]
+        if not any(glossaries):  # none in the batch: the job's (empty) applies to every text
+            return translator.translate_wanted(texts, job, wanted, watched)
+        return translator.translate_wanted(texts, job, wanted, watched, glossaries=glossaries)
 
     return run
 
@@ -162,16 +163,20 @@ class TranslatorEngine:
     ):
         self.failed = dict(failed or {})  # bundle name -> why it is not served (one line)
         self.models: dict[Pair, ServedModel] = {}
-        compute = threading.Lock() if len(translators) > 1 else None
+        # The models of one server take turns on the cores: each one's onnxruntime threads
+        # already take every core, and two calls at once would only contend (docs/performance.md,
+        # both directions); a batch is dealt once its model's turn has come (service/compute/batching.py).
+        gate = FairLock() if len(translators) > 1 else None
         for pair, (name, translator) in translators.items():
             batcher = MicroBatcher(
-                model_call(translator, compute),
+                model_call(translator),
                 window_s,
                 max_sentences,
                 on_batch=(lambda size, name=name: on_batch(name, size)) if on_batch else None,
                 name=name,
                 max_rows=max_rows,
                 max_queue_work=max_queue_work,
+                gate=gate,
             )
             self.models[pair] = ServedModel(name, pair[0], pair[1], translator, batcher)
 

@@ -12,28 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from seq2seq.core.alignment import Alignment, concat
 from seq2seq.core.config import DecodeConfig
-from seq2seq.decoding.records import TextTranslation
+from seq2seq.decoding.records import TextTranslation, text_translation
+from seq2seq.decoding.texts import WORD_MAP, TranslatedText
 from seq2seq.documents.html import read_html, segments, write_html
 from seq2seq.documents.inline import InlineText, read_inline
 from seq2seq.documents.markup import Placed
-from seq2seq.documents.translate import WORD_MAP, Translation, place_segments
+from seq2seq.documents.translate import Translation, place_segments
 from seq2seq.documents.xml import XMLInputError
-from service.deps import APIError, RequestContext
-from service.engine import ServedModel
-from service.translation import TranslatedText, text_translation
-
-
-def word_map(translated: TranslatedText) -> Alignment:
-    """The word map of a whole text, block-diagonal over its sentences (whatever level the
-    request asked for, markup is placed by words)."""
-    parts = [
-        (result.alignment.word, start, target_start)
-        for (start, _), (target_start, _), result in zip(translated.spans, translated.target_spans, translated.results)
-        if result.alignment is not None
-    ]
-    return concat(parts, WORD_MAP)
+from service.compute.engine import ServedModel
+from service.http.errors import APIError
+from service.shared.context import RequestContext
 
 
 def markup_config(ctx: RequestContext, model: ServedModel, config: DecodeConfig) -> DecodeConfig:
@@ -60,7 +49,7 @@ class Scheduled:
     def __call__(self, texts: list[str]) -> list[Translation | Exception]:
         translated = self.ctx.translate(self.model, texts, self.config, self.wait_until)
         self.translated += translated
-        return [Translation(t.text, word_map(t)) for t in translated]
+        return [Translation(t.text, t.word_map(), t) for t in translated]
 
 
 def scheduled_translator(
@@ -134,7 +123,7 @@ def marked_translations(
                 text=item.marked.text, score=0.0, source=model.source, target=model.target, sentences=[]
             )
         else:
-            record = text_translation(model, next(made), n_best)
+            record = text_translation(next(made), model.source, model.target, n_best)
         record.marked_text, record.plain_source = item.write(placement, mine), item.marked.text
         out.append(record)
     return out

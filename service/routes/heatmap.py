@@ -1,137 +1,27 @@
-"""The native API: /v1/translate (translations with their alignment maps) and /v1/heatmap."""
+"""`GET/POST /v1/heatmap`: the alignment heatmap of a translation as a download, or the model view (`view=heads`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Query, Response
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from fastapi import APIRouter, Query, Response
+from pydantic import ConfigDict, Field
 
 from seq2seq.analysis.heads import block_diagonal, head_statistics
 from seq2seq.analysis.heatmap import FORMATS, default_size, filename, head_grid_size, render_head_grid, render_heatmap
-from seq2seq.core.alignment import words
+from seq2seq.core.alignment import concat, words
 from seq2seq.core.config import AlignmentOptions, DecodeConfig
-from seq2seq.decoding.records import TextTranslation
-from service.attention import explored_config, self_attention_alignment, sentence_maps
-from service.deps import APIError, CheckedRoute, RequestContext, get_context
-from service.engine import ServedModel
-from service.markup import marked_translations
-from service.requests import (
-    AlignmentRequest,
-    BeamSize,
-    DictionaryHints,
-    GlossaryField,
-    GlossaryStrict,
-    JSONRequest,
-    MarkupFormat,
-    NoRepeatNgramSize,
-    Source,
-    StepShift,
-    Target,
-    TermBonus,
-    exactly_one,
-)
-from service.translation import (
-    sentence_source_lengths,
-    sentences_of,
-    text_alignment,
-    text_quality,
-    text_translation,
-)
+from seq2seq.decoding.texts import sentences_of
+from service.compute.engine import ServedModel
+from service.http.access import CheckedRoute
+from service.http.errors import APIError
+from service.shared.context import ContextDep, RequestContext, Search
+from service.shared.jobs import explored_config, sentence_source_lengths
+from service.shared.maps import self_attention_alignment, sentence_maps
+from service.shared.requests import BeamSize, JSONRequest, NoRepeatNgramSize, Source, StepShift, Target
 
 router = APIRouter(prefix="/v1", tags=["native"], route_class=CheckedRoute)
-
-
-class TranslateFields(JSONRequest):
-    """The fields of a /v1/translate body that its stream takes too."""
-
-    model_config = ConfigDict(json_schema_extra=exactly_one(("text",), ("texts",)))
-
-    text: str | None = Field(None, description="one text (give `text` or `texts`)")
-    texts: list[str] | None = Field(None, description="several texts, translated as one batch")
-    source: Source
-    target: Target
-    beam_size: BeamSize
-    no_repeat_ngram_size: NoRepeatNgramSize
-    n_best: int = Field(
-        1, description="hypotheses per sentence, each with its own alignment (a smaller beam_size is raised to n_best)"
-    )
-    alignment: AlignmentRequest | bool = Field(True, description="alignment options, or false for none")
-    early_exit: bool = Field(
-        False,
-        description="stop each sentence's beam search as soon as its best continuation ends it, instead of "
-        "waiting for beam_size finished hypotheses: faster, but shorter and less accurate translations",
-    )
-    glossary: GlossaryField
-    dictionary_hints: DictionaryHints
-    term_bonus: TermBonus
-    glossary_strict: GlossaryStrict
-
-    @model_validator(mode="after")
-    def _one_input(self) -> TranslateFields:
-        if (self.text is None) == (self.texts is None):
-            raise ValueError("give exactly one of `text` or `texts`")
-        return self
-
-
-class TranslateRequest(TranslateFields):
-    format: MarkupFormat = None
-
-
-class TranslateResponse(BaseModel):
-    translations: list[TextTranslation]
-
-
-@dataclass(frozen=True)
-class TranslationJob:
-    """What a /v1/translate body asks, checked and resolved: the texts, the served model and
-    the search settings (with the alignment options, when it asks for maps)."""
-
-    texts: list[str]
-    model: ServedModel
-    config: DecodeConfig
-
-
-def translation_job(body: TranslateFields, ctx: RequestContext) -> TranslationJob:
-    """Check a /v1/translate body (or its stream's) and resolve what it asks; 4xx if it cannot be done."""
-    texts = [body.text] if body.text is not None else list(body.texts or [])
-    ctx.check_texts(texts, "text" if body.text is not None else "texts")
-    model, _ = ctx.resolve_pair(body.source, body.target, texts)
-    alignment = AlignmentRequest() if body.alignment is True else body.alignment or None
-    options = ctx.resolve_alignment(model, alignment.options()) if alignment else None
-    config = ctx.decode_config(
-        model,
-        body.beam_size,
-        body.n_best,
-        options is not None,
-        options,
-        body.no_repeat_ngram_size,
-        body.early_exit,
-        body.glossary,
-        body.dictionary_hints,
-        body.term_bonus,
-        body.glossary_strict,
-    )
-    return TranslationJob(texts, model, config)
-
-
-@router.post("/translate", response_model=TranslateResponse, summary="Translate with alignment maps")
-def translate(body: TranslateRequest, ctx: RequestContext = Depends(get_context)) -> TranslateResponse:
-    """Per input: text, score, sentences with subword and word tokens (character offsets into
-    the input and the translation), the soft alignment matrix (rows = target tokens, each row
-    sums to 1), hard word links in Pharaoh `i-j` form, and the layer/heads that produced it;
-    one map per n-best alternative. With the alignment, each sentence's `quality` block:
-    untranslated source words, ungrounded target words, confidence (see `Quality`). With
-    `format` html or xml, each text is one segment whose inline markup is placed on its
-    translation (`marked_text`); the rest describes the plain text (`plain_source`).
-    `POST /v1/translate/stream` sends the same as Server-Sent Events, step by step."""
-    job = translation_job(body, ctx)
-    if body.format is not None:
-        translations = marked_translations(ctx, job.model, job.texts, body.format, job.config, body.n_best)
-        return TranslateResponse(translations=translations)
-    translated = ctx.translate(job.model, job.texts, job.config)
-    return TranslateResponse(translations=[text_translation(job.model, t, body.n_best) for t in translated])
 
 
 class HeatmapRequest(JSONRequest):
@@ -190,12 +80,13 @@ def heatmap_response(body: HeatmapRequest, ctx: RequestContext) -> Response:
         # A self-attention layer is checked against its own stack (the encoder's may be deeper).
         options = ctx.resolve_alignment(model, options if body.kind == "cross" else replace(options, layer=None))
         cross = options if body.kind == "cross" else None
-        config = ctx.decode_config(model, body.beam_size, 1, True, cross, body.no_repeat_ngram_size)
+        search = Search(body.beam_size, 1, body.no_repeat_ngram_size, attention=True)
+        config = ctx.decode_config(model, search, alignment=cross)
         if body.kind != "decoder":  # the source axis is known before translating (a decoder map's are not)
             check_axis(ctx, source_axis(model, body.q, config, body.kind, body.level), 0)
         translated = ctx.translate(model, [body.q], config)[0]
         if body.kind == "cross":
-            alignment, title, axes = text_alignment(translated, options), None, ("source", "target")
+            alignment, title, axes = translated.alignment() or concat([], options), None, ("source", "target")
         else:
             alignment = self_attention_alignment(model, translated, body.kind, body.layer, tuple(body.head or ()))
             heads = "heads " + ",".join(map(str, alignment.heads)) if alignment.heads else "mean of heads"
@@ -206,7 +97,7 @@ def heatmap_response(body: HeatmapRequest, ctx: RequestContext) -> Response:
         width, height = body.width or fitted[0], body.height or fitted[1]
         check_canvas(ctx, width, height)
         # A word-level cross-attention map shows its quality flags (they index words).
-        quality = text_quality(translated) if body.kind == "cross" and body.level == "word" else None
+        quality = translated.quality() if body.kind == "cross" and body.level == "word" else None
         image = ctx.render(
             lambda: render_heatmap(
                 alignment,
@@ -298,7 +189,7 @@ IMAGE_RESPONSES = {
 
 
 @router.get("/heatmap", response_class=Response, responses=IMAGE_RESPONSES, summary="Alignment heatmap (download)")
-def heatmap(query: Annotated[HeatmapQuery, Query()], ctx: RequestContext = Depends(get_context)) -> Response:
+def heatmap(query: Annotated[HeatmapQuery, Query()], ctx: ContextDep) -> Response:
     """The alignment heatmap of the translation of `q`: token labels on both axes, a colour
     scale, hard links outlined; `kind=encoder|decoder` draws a self-attention map of the same
     translation instead. `POST /v1/heatmap` takes the same fields as JSON, for long text."""
@@ -306,5 +197,5 @@ def heatmap(query: Annotated[HeatmapQuery, Query()], ctx: RequestContext = Depen
 
 
 @router.post("/heatmap", response_class=Response, responses=IMAGE_RESPONSES, summary="Alignment heatmap (long text)")
-def heatmap_post(body: HeatmapRequest, ctx: RequestContext = Depends(get_context)) -> Response:
+def heatmap_post(body: HeatmapRequest, ctx: ContextDep) -> Response:
     return heatmap_response(body, ctx)

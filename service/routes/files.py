@@ -16,7 +16,7 @@ nothing the client sends names a path. The answer says what could not be handled
 Up to `file_sync_chars` characters to translate, the answer waits for the translation (what
 LibreTranslate's clients expect). A larger file, or one sent with `async=true` (or `Prefer:
 respond-async`), is answered 202 at once: the same translation (`ReadUpload.translate`) runs
-as a job on the board (service/file_jobs.py), and its status route says how far it is, why it
+as a job on the board (service/shared/file_jobs.py), and its status route says how far it is, why it
 failed, or, once done, what the synchronous answer would have said. With keys on, the status
 and the download need the key the upload was made with.
 """
@@ -28,7 +28,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -50,11 +50,14 @@ from seq2seq.documents.files import (
     translated_name,
 )
 from seq2seq.documents.translate import Translation, has_words
-from service.deps import APIError, RequestContext, get_access, get_context, read_body, request_api_key
-from service.engine import ServedModel
-from service.file_jobs import DONE, FAILED, QUEUED, RUNNING, FileJob, FileStore, JobBoard, poll_after
-from service.languages import language_name
-from service.markup import scheduled_translator
+from service.compute.engine import ServedModel
+from service.compute.languages import language_name
+from service.http.access import get_access, request_api_key
+from service.http.bodies import read_body
+from service.http.errors import APIError
+from service.shared.context import ContextDep, RequestContext, Search
+from service.shared.file_jobs import DONE, FAILED, QUEUED, RUNNING, FileJob, FileStore, JobBoard, poll_after
+from service.shared.markup import scheduled_translator
 
 router = APIRouter(tags=["files"])
 UPLOAD_PATH = "/translate_file"
@@ -167,7 +170,7 @@ class FileTranslator:
 
     def __call__(self, texts: list[str]) -> list[Translation | Exception]:
         translate = scheduled_translator(
-            self.ctx, self.model, self.ctx.decode_config(self.model, None, 1, True), self.deadline
+            self.ctx, self.model, self.ctx.decode_config(self.model, Search(attention=True)), self.deadline
         )
         budget = self.ctx.settings.max_request_work // max(1, translate.config.beam_size)
         out: list[Translation | Exception | None] = [None] * len(texts)
@@ -354,10 +357,10 @@ def read_file(request: Request, upload: Upload, ctx: RequestContext) -> ReadUplo
 )
 def translate_file(
     request: Request,
-    upload: Upload = Depends(read_upload),
-    ctx: RequestContext = Depends(get_context),
-    store: FileStore = Depends(get_store),
-    board: JobBoard = Depends(get_board),
+    upload: Annotated[Upload, Depends(read_upload)],
+    ctx: ContextDep,
+    store: Annotated[FileStore, Depends(get_store)],
+    board: Annotated[JobBoard, Depends(get_board)],
 ) -> Any:
     """`{"translatedFileUrl": ".../download_file/<id>"}`, and (crossalign) `name`, `partial`,
     `notes` (what was kept as it was), `report` (segments translated, tags placed) and
@@ -484,7 +487,7 @@ def download_file(
 
 
 @router.get("/frontend/settings", summary="What the web page and clients need (LibreTranslate-compatible)")
-def frontend_settings(request: Request, ctx: RequestContext = Depends(get_context)) -> dict[str, Any]:
+def frontend_settings(request: Request, ctx: ContextDep) -> dict[str, Any]:
     """LibreTranslate's settings object: limits, whether keys are needed, the file formats."""
     settings = ctx.settings
     keys = bool(get_access(request).keys)

@@ -11,33 +11,28 @@ counted over the whole text.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from seq2seq.core.config import AlignmentOptions
-from seq2seq.decoding.records import AlignmentMap, TermUse
+from seq2seq.decoding.records import AlignmentMap, Quality, TermUse
+from seq2seq.decoding.texts import TranslatedText
 from seq2seq.documents.html import read_html, segments
-from service.deps import APIError, RequestContext, get_access, get_context, parse_json, read_body, request_api_key
-from service.languages import language_name
-from service.markup import MarkedTranslation, translate_pages
-from service.requests import (
-    AlignmentRequest,
-    DictionaryHints,
-    GlossaryField,
-    GlossaryStrict,
-    JSONRequest,
-    TermBonus,
-)
-from service.translation import text_alignment, text_quality
+from service.compute.languages import language_name
+from service.http.access import get_access, request_api_key
+from service.http.bodies import parse_json, read_body
+from service.http.errors import APIError
+from service.shared.context import ContextDep, Search
+from service.shared.markup import MarkedTranslation, translate_pages
+from service.shared.requests import AlignmentRequest, JSONRequest, TermFields
 
 router = APIRouter(tags=["LibreTranslate"])
 FORM_TRUE, FORM_FALSE = ("true",), ("false",)  # what a form says for a JSON boolean
 
 
-class LibreTranslateRequest(JSONRequest):
+class LibreTranslateRequest(TermFields):
     # Unknown fields are ignored, as LibreTranslate does.
     model_config = ConfigDict(extra="ignore")
     q: str | list[str] = Field(description="text, or a list of texts translated as one batch")
@@ -51,10 +46,6 @@ class LibreTranslateRequest(JSONRequest):
     alternatives: int = Field(0, ge=0, description="number of alternative translations")
     api_key: str | None = None
     alignment: bool | AlignmentRequest = Field(False, description="crossalign extension: add the alignment map")
-    glossary: GlossaryField
-    dictionary_hints: DictionaryHints
-    term_bonus: TermBonus
-    glossary_strict: GlossaryStrict
 
 
 class DetectRequest(JSONRequest):
@@ -95,7 +86,7 @@ def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 async def read_fields(request: Request) -> dict[str, Any]:
-    """The body as a dict, from JSON (service.deps.parse_json, every route's reader), urlencoded
+    """The body as a dict, from JSON (service.http.bodies.parse_json, every route's reader), urlencoded
     or multipart form; 400 on anything malformed."""
     body = await read_body(request)
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -192,16 +183,15 @@ async def translate_params(
     openapi_extra=_body_schema(LibreTranslateRequest),
     summary="Translate text (LibreTranslate-compatible)",
 )
-def translate(
-    params: LibreTranslateRequest = Depends(translate_params), ctx: RequestContext = Depends(get_context)
-) -> dict[str, Any]:
+def translate(params: Annotated[LibreTranslateRequest, Depends(translate_params)], ctx: ContextDep) -> dict[str, Any]:
     """`{translatedText, alternatives}`, lists when `q` is a list; `alignment` and `quality` when
     the alignment is asked for (format html: a list per text, one map per translated segment,
     with the segment's plain `text` and `translation` its offsets refer to); `caseRestored`
     (when a text was shouted): per text, whether a sentence of it was read with its case
-    restored (seq2seq/core/casing.py), its answer then in capitals; `terms` (format text, when hints
-    were shown: a `glossary`, or the dictionary's for rare words): per text, each hint and
-    whether the translation used it."""
+    restored (seq2seq/core/casing.py), its answer then in capitals; `terms` (when hints were
+    shown: a `glossary`, or the dictionary's for rare words): per text, each hint and whether
+    the translation used it (format html: a list per translated segment, as its maps, spans
+    into the segment's plain text)."""
     texts = [params.q] if isinstance(params.q, str) else list(params.q)
     ctx.check_texts(texts)
     alignment = (AlignmentRequest() if params.alignment is True else params.alignment) or None
@@ -211,33 +201,24 @@ def translate(
     model, detection = ctx.resolve_pair(params.source, params.target, plain)
     options = ctx.resolve_alignment(model, alignment.options()) if alignment else None
     # LibreTranslate takes no search settings: the model's own, its beam raised to the alternatives.
-    config = ctx.decode_config(
-        model,
-        None,
-        params.alternatives + 1,
-        attention=options is not None,
-        alignment=options,
-        glossary=params.glossary,
-        dictionary_hints=params.dictionary_hints,
-        term_bonus=params.term_bonus,
-        glossary_strict=params.glossary_strict,
-    )
+    config = ctx.decode_config(model, Search(n_best=params.alternatives + 1), params.term_options(), options)
     if params.format == "html":
         pages = translate_pages(ctx, model, texts, config)
         translations = [page.text for page in pages]
         alternatives: list[list[str]] = [[] for _ in texts]
-        maps: list[Any] = [_segment_maps(page, options) if options else None for page in pages]
-        qualities: list[Any] = [[text_quality(t) for _, t, _ in page.segments] if options else None for page in pages]
-        restored = [any(r.case_restored for _, t, _ in page.segments for r in t.results) for page in pages]
-        terms: list[list[TermUse]] = [[] for _ in texts]  # HTML: the terms are not reported
+        maps: list[Any] = [_segment_maps(page) if options else None for page in pages]
+        qualities: list[Any] = [[_quality(t) for _, t, _ in page.segments] if options else None for page in pages]
+        restored = [any(t.case_restored for _, t, _ in page.segments) for page in pages]
+        # Per text, one list per translated segment (as its maps), spans into the segment's plain text.
+        terms: list[Any] = [[_terms(t) for _, t, _ in page.segments] for page in pages]
     else:
         translated = ctx.translate(model, texts, config)
         translations = [t.text for t in translated]
         alternatives = [[t.alternative(k)[0] for k in range(params.alternatives)] for t in translated]
-        maps = [AlignmentMap.from_alignment(text_alignment(t, options)) if options else None for t in translated]
-        qualities = [text_quality(t) if options else None for t in translated]
-        restored = [any(r.case_restored for r in t.results) for t in translated]
-        terms = [t.terms for t in translated]
+        maps = [_map(t) if options else None for t in translated]
+        qualities = [_quality(t) if options else None for t in translated]
+        restored = [t.case_restored for t in translated]
+        terms = [_terms(t) for t in translated]
     single = isinstance(params.q, str)
     response: dict[str, Any] = {
         "translatedText": translations[0] if single else translations,
@@ -248,8 +229,8 @@ def translate(
     if detection is not None:
         detected = {"confidence": round(detection.confidence * 100, 1), "language": detection.language}
         response["detectedLanguage"] = detected if single else [detected for _ in texts]
-    if any(terms):  # the hints shown (a glossary, or the dictionary for rare words) and whether each was used
-        listed = [[term.model_dump() for term in text_terms] for text_terms in terms]
+    if _any_term(terms):  # the hints shown (a glossary, or the dictionary for rare words) and whether each was used
+        listed = _dumped(terms)
         response["terms"] = listed[0] if single else listed
     if options:
         dumped = [_dumped(m) for m in maps]
@@ -267,21 +248,37 @@ def _dumped(value: Any) -> Any:
     return value.model_dump() if isinstance(value, BaseModel) else value
 
 
-def _segment_maps(page: MarkedTranslation, options: AlignmentOptions) -> list[dict[str, Any]]:
+def _any_term(value: Any) -> bool:
+    """Whether a text's terms (an HTML text's: per segment) hold any."""
+    return any(_any_term(item) for item in value) if isinstance(value, list) else True
+
+
+def _map(translated: TranslatedText) -> AlignmentMap:
+    alignment = translated.alignment()
+    assert alignment is not None  # translated with the alignment the request asked for
+    return AlignmentMap.from_alignment(alignment)
+
+
+def _quality(translated: TranslatedText) -> Quality | None:
+    quality = translated.quality()
+    return None if quality is None else Quality.from_quality(quality)
+
+
+def _terms(translated: TranslatedText) -> list[TermUse]:
+    return [TermUse(**term.to_dict()) for term in translated.terms]
+
+
+def _segment_maps(page: MarkedTranslation) -> list[dict[str, Any]]:
     """An HTML text's maps: per translated segment its plain text and translation, and the map
     over them (the requested level)."""
     return [
-        {
-            "text": text,
-            "translation": translated.text,
-            **AlignmentMap.from_alignment(text_alignment(translated, options)).model_dump(),
-        }
+        {"text": text, "translation": translated.text, **_map(translated).model_dump()}
         for text, translated, _ in page.segments
     ]
 
 
 @router.get("/languages", response_model=list[Language], summary="Served languages (LibreTranslate-compatible)")
-def languages(ctx: RequestContext = Depends(get_context)) -> list[Language]:
+def languages(ctx: ContextDep) -> list[Language]:
     pairs = ctx.engine.models
     codes = sorted({lang for pair in pairs for lang in pair})
     return [Language(code=c, name=language_name(c), targets=sorted(t for s, t in pairs if s == c)) for c in codes]
@@ -304,9 +301,7 @@ async def detect_params(request: Request, fields: dict[str, Any] = Depends(acces
     openapi_extra=_body_schema(DetectRequest),
     summary="Detect the language of a text (LibreTranslate-compatible)",
 )
-def detect(
-    params: DetectRequest = Depends(detect_params), ctx: RequestContext = Depends(get_context)
-) -> list[DetectedLanguage]:
+def detect(params: Annotated[DetectRequest, Depends(detect_params)], ctx: ContextDep) -> list[DetectedLanguage]:
     ctx.check_texts([params.q])
     return [
         DetectedLanguage(confidence=round(d.confidence * 100, 1), language=d.language)

@@ -9,7 +9,7 @@ file can be read whichever process answers; whatever expired is deleted as files
 
 `JobBoard`: an upload too large to answer at once (`file_sync_chars`), or one that asks for
 it, becomes a `FileJob`: its work is the very translation the synchronous answer waits for
-(service/files.py), run on one of `file_job_workers` threads instead of the request's. A
+(service/routes/files.py), run on one of `file_job_workers` threads instead of the request's. A
 job waits `queued` (at most `file_max_jobs` queued or running per process: beyond, 503 with
 Retry-After), is `running` while its segments go through the fair scheduler on its
 uploader's turns (its record counts the segments done after every model call), and ends
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from service.batching import CancelToken
-from service.deps import APIError, internal_error_message
+from service.compute.batching import CancelToken
+from service.http.errors import APIError, internal_error_message
 
 log = logging.getLogger("crossalign.service")
 FILE_ID = re.compile(r"[A-Za-z0-9_-]{24}")
