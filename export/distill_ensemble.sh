@@ -4,7 +4,7 @@
 # knowledge distillation). Every step is resumable: run the same command again after an
 # interruption and it goes on where it stopped; a finished step is skipped.
 #
-#   [MEMBERS="de-en/stage9"] [LP=1.0] [STEPS=2000] [COOLDOWN=700] [DING_ONLY=0] [WORKERS=1] \
+#   [MEMBERS="de-en/stage9"] [LP=1.0] [STEPS=2000] [COOLDOWN=700] [VALID_EVERY=1000] [DING_ONLY=0] [WORKERS=1] \
 #       export/distill_ensemble.sh [RUN=~/.cache/crossalign/runs/distill] [DATA=~/.cache/crossalign/data/ding8k-po]
 #
 # 1. the data: Ding + Debian's translated software messages, eflomal links, hint candidates
@@ -27,7 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN="${1:-$HOME/.cache/crossalign/runs/distill}"; DATA="${2:-$HOME/.cache/crossalign/data/ding8k-po}"
 MEMBERS="${MEMBERS:-de-en/stage9}"; STEPS="${STEPS:-2000}"; COOLDOWN="${COOLDOWN:-700}"
-LP="${LP:-1.0}"; DING_ONLY="${DING_ONLY:-0}"; WORKERS="${WORKERS:-1}"
+LP="${LP:-1.0}"; VALID_EVERY="${VALID_EVERY:-1000}"; DING_ONLY="${DING_ONLY:-0}"; WORKERS="${WORKERS:-1}"
 PY=.venv/bin/python; CLI="$PY -m seq2seq.cli"
 CATALOGS="${CATALOGS:-$HOME/.cache/crossalign/catalogs/de}"
 BUNDLES="${BUNDLES:-$HOME/.cache/crossalign/bundles}"
@@ -72,7 +72,7 @@ TRAIN=(train --init-from models/de-en --data-dir "$STUDENT_DATA" --out-dir "$RUN
     --guided-alignment "$STUDENT_DATA/eflomal.train.pharaoh" --guided-head 2 --guided-weight 0.5 --guided-step-shift true
     --phrase-share 0.3 --dropout 0.3 --word-dropout 0.1 --label-smoothing 0.2 --max-tokens 5000 --lr 3e-4
     --warmup-steps 100 --valid-bleu-sentences -1 --save-every 100 --threads 2 --hint-rate 0.5
-    --max-steps "$STEPS" --cooldown-steps "$COOLDOWN" --valid-every 1000 --keep-checkpoints 6 --average-last 3)
+    --max-steps "$STEPS" --cooldown-steps "$COOLDOWN" --valid-every "$VALID_EVERY" --keep-checkpoints 6 --average-last 3)
 echo "crossalign ${TRAIN[*]}" > "$RUN/student.train_command.txt"
 $CLI "${TRAIN[@]}"
 echo "student: $RUN/student/final (release: export/release.sh $RUN/student $STUDENT_DATA; the register gate decides)"
