@@ -25,7 +25,7 @@ CITED_SECTION = re.compile(r"docs/([\w-]+\.md),\s+(?:#\s*)?[\"']([^\"']+)[\"']")
 CITED_PAGE = re.compile(r"docs/([\w-]+\.md)")
 # The packages whose every module the design's table of layers names. `service` joins once
 # issue #40's `service/` in role folders is merged with its row naming them (the lead adds it).
-LISTED_PACKAGES = ("seq2seq", "data", "export")
+LISTED_PACKAGES = ("seq2seq", "data", "export", "service")
 # A table row: | `folder/` or `file.py` | layer | role, naming files (`x.py`, `x.sh`) and folders (`x/`) |
 LAYOUT_ROW = re.compile(r"^\| `([^`]+)` \|[^|]*\|(.*)\|\s*$")
 NAMED = re.compile(r"`([^`\s]+(?:\.py|\.sh|/))`")

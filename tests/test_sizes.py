@@ -17,7 +17,7 @@ MAX_FILE_LINES = 600
 MAX_FUNCTION_LINES = 80
 # The folders held to the limits. `service` joins them once issue #40's `service/` in role
 # folders is merged (today its `app.py:create_app` has 85 lines); the lead adds it here.
-CHECKED_FOLDERS = ("seq2seq", "data", "export")
+CHECKED_FOLDERS = ("seq2seq", "data", "export", "service")
 
 
 def oversized(path: Path, max_file: int = MAX_FILE_LINES, max_function: int = MAX_FUNCTION_LINES) -> list[str]:
