@@ -37,7 +37,7 @@ from seq2seq.core.hints import (
     TermOutcome,
     collapse_columns,
     dictionary_hints,
-    insert_hints,
+    fit_hints,
     plain_source,
     term_outcomes,
 )
@@ -200,20 +200,16 @@ class Translator:
         return hints
 
     def model_source(self, text: str, hints: list[Hint]) -> HintedSource:
-        """What the model reads for `text` (EOS excluded), with `hints` inserted, cut to the
-        model's source length. The hint pieces and corpus tags typed by a user are read as
-        <unk>: only a hint the translator placed is one."""
+        """What the model reads for `text` (EOS excluded), with `hints` inserted, within the
+        model's source length: the user's pieces first, then the hints that fit whole
+        (`fit_hints`). The hint pieces and corpus tags typed by a user are read as <unk>: only
+        a hint the translator placed is one."""
         ids, _, offsets = self.tokenizer.encode_with_offsets(text)
         if self.tokenizer.reserved_ids:
             ids = [UNK_ID if i in self.tokenizer.reserved_ids else i for i in ids]
         if not hints:
             return plain_source(ids[: self.max_source_tokens - 1])
-        hinted = insert_hints(ids, offsets, hints, self._term_ids, self.tokenizer.hint_ids)
-        keep = self.max_source_tokens - 1
-        if len(hinted.ids) <= keep:
-            return hinted
-        users = hinted.owner[keep - 1] + (hinted.owner[keep] != hinted.owner[keep - 1])
-        return HintedSource(hinted.ids[:keep], hinted.owner[:keep], users, hinted.hints)
+        return fit_hints(ids, offsets, hints, self._term_ids, self.tokenizer.hint_ids, self.max_source_tokens - 1)
 
     def _term_ids(self, term: str) -> list[int]:
         return self.tokenizer.encode(term)

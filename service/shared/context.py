@@ -19,6 +19,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, TermOptions
+from seq2seq.core.hints import MAX_TERM_PIECES
 from seq2seq.core.inputs import text_problem
 from seq2seq.decoding.forced import ForcedAlignment
 from seq2seq.decoding.texts import TranslatedText, translate_texts
@@ -27,7 +28,7 @@ from service.compute.engine import ServedModel, TranslatorEngine
 from service.compute.languages import CONFIDENT, Detection, LanguageDetector, get_detector, language_name
 from service.compute.rendering import Renderer, RendererBusy
 from service.http.access import client_address
-from service.http.errors import CLIENT_GONE, APIError, internal_error_message
+from service.http.errors import CLIENT_GONE, APIError, clipped, internal_error_message
 from service.http.metrics import Metrics
 from service.settings import Settings, get_settings
 
@@ -41,6 +42,23 @@ class Search:
     no_repeat_ngram_size: int | None = None
     early_exit: bool = False
     attention: bool = False  # keep the attention though no map is asked for
+
+
+def check_terms(model: ServedModel, terms: TermOptions) -> None:
+    """400 for a glossary the model cannot take: none at all (a model trained without hints),
+    or a term's translation over MAX_TERM_PIECES pieces (it would not fit beside a sentence)."""
+    if terms.glossary and model.translator.tokenizer.hint_ids is None:
+        raise APIError(
+            400, f"glossary: the {model.name} model was not trained with target-term hints, so it cannot take one"
+        )
+    for source, target in terms.glossary:
+        pieces = len(model.translator.tokenizer.encode(target))
+        if pieces > MAX_TERM_PIECES:
+            raise APIError(
+                400,
+                f"glossary: the translation of {clipped(source)} is {pieces} pieces long; "
+                f"a term may have at most {MAX_TERM_PIECES}",
+            )
 
 
 def get_engine(request: Request) -> TranslatorEngine:
@@ -201,10 +219,7 @@ class RequestContext:
             )
         if not 1 <= n_best <= largest:
             raise APIError(400, f"n_best (or alternatives + 1) must be between 1 and {largest}, not {n_best}")
-        if terms.glossary and model.translator.tokenizer.hint_ids is None:
-            raise APIError(
-                400, f"glossary: the {model.name} model was not trained with target-term hints, so it cannot take one"
-            )
+        check_terms(model, terms)
         asked = terms.apply(defaults.override(beam_size=beam_size, no_repeat_ngram_size=search.no_repeat_ngram_size))
         # n best hypotheses need a beam at least n wide: a smaller beam_size is raised to n_best.
         return replace(
