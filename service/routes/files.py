@@ -128,6 +128,10 @@ def parse_upload(body: bytes, content_type: str) -> Upload:
         name = disposition.get(b"name", b"").decode("utf-8", "replace")
         if name == "file":
             filename = disposition.get(b"filename", b"").decode("utf-8", "replace")
+            if not filename.strip():  # the name's extension is what says the format
+                raise APIError(
+                    400, "Invalid request: the `file` part has no filename; send it with its name (e.g. report.docx)"
+                )
             upload = (filename, bytes(part["data"]))
             continue
         try:

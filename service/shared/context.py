@@ -25,7 +25,7 @@ from seq2seq.decoding.forced import ForcedAlignment
 from seq2seq.decoding.texts import TranslatedText, translate_texts
 from service.compute.batching import CancelToken, Item, Observe, QueueFull, work_units
 from service.compute.engine import ServedModel, TranslatorEngine
-from service.compute.languages import CONFIDENT, Detection, LanguageDetector, get_detector, language_name
+from service.compute.languages import CONFIDENT, NAMES, Detection, LanguageDetector, get_detector, language_name
 from service.compute.rendering import Renderer, RendererBusy
 from service.http.access import client_address
 from service.http.errors import CLIENT_GONE, APIError, clipped, internal_error_message
@@ -42,6 +42,12 @@ class Search:
     no_repeat_ngram_size: int | None = None
     early_exit: bool = False
     attention: bool = False  # keep the attention though no map is asked for
+
+
+def language(code: str) -> str:
+    """How a message names a language: "German (de)", or a code it does not know as sent, once
+    and cut (`clipped`)."""
+    return f"{language_name(code)} ({code})" if code in NAMES else clipped(code)
 
 
 def check_terms(model: ServedModel, terms: TermOptions) -> None:
@@ -127,9 +133,9 @@ class RequestContext:
             )
         characters = sum(len(t) for t in texts)
         if characters > settings.char_limit:
-            # 413, not 400: each text may be valid (the schema bounds each one), the request as a
-            # whole is larger than this server takes, a limit JSON Schema cannot state.
-            raise APIError(413, f"request ({characters} characters) exceeds the text limit ({settings.char_limit})")
+            # 400, as one text over the limit is (and as LibreTranslate answers both): one limit, one answer.
+            limit = settings.char_limit
+            raise APIError(400, f"Invalid request: request ({characters} characters) exceeds the text limit ({limit})")
 
     def served_pairs_text(self) -> str:
         return ", ".join(f"{s}->{t}" for s, t in sorted(self.engine.models))
@@ -150,8 +156,7 @@ class RequestContext:
             if not sources:
                 raise APIError(
                     400,
-                    f"{language_name(target or '')} ({target}) is not a served target language "
-                    f"(served: {self.served_pairs_text()})",
+                    f"{language(target or '')} is not a served target language (served: {self.served_pairs_text()})",
                 )
             ranked = self.detector().rank(" ".join(texts)[:2000])
             detection = ranked[0] if ranked else Detection("", 0.0)
@@ -169,8 +174,7 @@ class RequestContext:
         if source not in {s for s, _ in models}:
             raise APIError(
                 400,
-                f"{language_name(source)} ({source}) is not served as a source language "
-                f"(served: {self.served_pairs_text()})",
+                f"{language(source)} is not served as a source language (served: {self.served_pairs_text()})",
             )
         if target is None:
             targets = sorted(t for s, t in models if s == source)
@@ -182,8 +186,7 @@ class RequestContext:
         if (source, target) not in models:
             raise APIError(
                 400,
-                f"{language_name(source)} ({source}) -> {language_name(target)} ({target}) is not "
-                f"served (served: {self.served_pairs_text()})",
+                f"{language(source)} -> {language(target)} is not served (served: {self.served_pairs_text()})",
             )
         return models[source, target], detection
 
