@@ -23,6 +23,7 @@ from seq2seq.core.hints import MAX_TERM_PIECES
 from seq2seq.core.inputs import text_problem
 from seq2seq.decoding.forced import ForcedAlignment
 from seq2seq.decoding.texts import TranslatedText, translate_texts
+from seq2seq.decoding.translator import TranslationResult
 from service.compute.batching import CancelToken, Item, Observe, QueueFull, work_units
 from service.compute.engine import ServedModel, TranslatorEngine
 from service.compute.languages import CONFIDENT, NAMES, Detection, LanguageDetector, get_detector, language_name
@@ -249,19 +250,31 @@ class RequestContext:
     # ---------------------------------------------------------------- model calls
 
     def translate(
-        self, model: ServedModel, texts: list[str], config: DecodeConfig, wait_until: float | None = None
+        self,
+        model: ServedModel,
+        texts: list[str],
+        config: DecodeConfig,
+        wait_until: float | None = None,
+        call_chars: int = 0,
     ) -> list[TranslatedText]:
         """Translate whole texts (one batch, on the client's turns), count tokens. With
         `wait_until` (a `time.monotonic()` deadline), a full queue is waited out until then
-        instead of answered with 503 (a file's calls: the file is uploaded already)."""
-        self.check_work(texts, config.beam_size)
+        instead of answered with 503 (a file's calls: the file is uploaded already). With
+        `call_chars` (a file's), the sentences go to the model in calls of at most that many
+        characters, each within the work cap, so a paragraph longer than one call is
+        translated all the same (`translate_texts`)."""
         timeout = self.settings.request_timeout
-        translated = self._scheduled(
-            lambda: translate_texts(
-                texts, lambda sentences: model.translate(sentences, config, timeout, self.client, self.token)
-            ),
-            wait_until,
-        )
+        if not call_chars:
+            self.check_work(texts, config.beam_size)
+
+        def call(sentences: list[str]) -> list[TranslationResult]:
+            if call_chars:
+                self.check_work(sentences, config.beam_size)
+            return self._scheduled(
+                lambda: model.translate(sentences, config, timeout, self.client, self.token), wait_until
+            )
+
+        translated = translate_texts(texts, call, call_chars=call_chars)
         self.metrics.count_tokens(
             model.name,
             sum(len(t.results) for t in translated),
