@@ -22,7 +22,7 @@ from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, 
 from seq2seq.core.hints import MAX_TERM_PIECES
 from seq2seq.core.inputs import text_problem
 from seq2seq.decoding.forced import ForcedAlignment
-from seq2seq.decoding.texts import TranslatedText, translate_texts
+from seq2seq.decoding.texts import TranslatedText, sentences_of, translate_texts
 from seq2seq.decoding.translator import TranslationResult
 from service.compute.batching import CancelToken, Item, Observe, QueueFull, work_units
 from service.compute.engine import ServedModel, TranslatorEngine
@@ -249,6 +249,19 @@ class RequestContext:
 
     # ---------------------------------------------------------------- model calls
 
+    def within_work(self, model: ServedModel, texts: list[str], config: DecodeConfig) -> DecodeConfig:
+        """`config` for translating `texts` within the work cap (`max_request_work`): 413 if its
+        search alone is over it (`check_work`); if the thorough quality pass's source occlusion,
+        counted too (`ServedModel.occlusion_work`), would take it over, the same with the fast quality
+        signals (`untranslated_by: attention`), so that no request holds the model longer than
+        the cap allows (issue 41, 2)."""
+        self.check_work(texts, config.beam_size)
+        sentences = [sentence for text in texts for sentence in sentences_of(text)]
+        occlusion = model.occlusion_work(sentences, config)
+        if occlusion and work_units(texts, config.beam_size) + occlusion > self.settings.max_request_work:
+            return replace(config, occlusion=False)
+        return config
+
     def translate(
         self,
         model: ServedModel,
@@ -263,15 +276,14 @@ class RequestContext:
         `call_chars` (a file's), the sentences go to the model in calls of at most that many
         characters, each within the work cap, so a paragraph longer than one call is
         translated all the same (`translate_texts`)."""
-        timeout = self.settings.request_timeout
+        timeout, bounded = self.settings.request_timeout, None
         if not call_chars:
-            self.check_work(texts, config.beam_size)
+            bounded = self.within_work(model, texts, config)
 
         def call(sentences: list[str]) -> list[TranslationResult]:
-            if call_chars:
-                self.check_work(sentences, config.beam_size)
+            checked = bounded or self.within_work(model, sentences, config)
             return self._scheduled(
-                lambda: model.translate(sentences, config, timeout, self.client, self.token), wait_until
+                lambda: model.translate(sentences, checked, timeout, self.client, self.token), wait_until
             )
 
         translated = translate_texts(texts, call, call_chars=call_chars)
@@ -288,9 +300,9 @@ class RequestContext:
     ) -> concurrent.futures.Future:
         """Queue the translation of `sentences` (those of `texts`) on the client's turns,
         without waiting: `observe` hears of its steps and results as they come (a stream),
-        the future is cancelled with the request's token. The work cap (413) and the queue
-        bound (503) as for `translate`."""
-        self.check_work(texts, config.beam_size)
+        the future is cancelled with the request's token. The work cap (413, `within_work`)
+        and the queue bound (503) as for `translate`."""
+        config = self.within_work(model, texts, config)
         try:
             return model.submit(sentences, config, self.client, self.token, observe)
         except QueueFull as full:
