@@ -34,7 +34,7 @@ from service.http.access import Access
 from service.http.connections import ClientWatch, HeadAsGet, Utf8Query
 from service.http.errors import SERVED_METHODS, install_error_handlers
 from service.http.metrics import Metrics, MetricsMiddleware
-from service.http.middleware import ErrorBoundary, SizeLimitMiddleware
+from service.http.middleware import ErrorBoundary, SecurityHeaders, SizeLimitMiddleware
 from service.routes import align, attention, files, heatmap, libre, native, operations, stream
 from service.settings import Settings, get_settings
 from service.shared.file_jobs import FileStore, JobBoard
@@ -125,6 +125,7 @@ def stack_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None
     )
     app.add_middleware(Utf8Query)
     app.add_middleware(ClientWatch)  # outside the size limit: the body it pumps is counted as the app reads it
+    app.add_middleware(SecurityHeaders)  # on every answer, the limits' and the error boundary's included
     app.add_middleware(MetricsMiddleware, metrics=metrics, methods=SERVED_METHODS)
     # Outermost: the rest sees a HEAD as the GET it runs (the router labels the GET's scope with its route).
     app.add_middleware(HeadAsGet)

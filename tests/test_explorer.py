@@ -77,10 +77,14 @@ def server(models: Path) -> str:
     process.wait(timeout=15)
 
 
-def offline_page(browser, server: str):
+def offline_page(browser, server: str, enforce_csp: bool = False):
     """A page whose requests are recorded in `page.requests`; any request that would leave the
-    machine (not to `server`) is recorded in `page.escaped` and aborted."""
-    context = browser.new_context(accept_downloads=True, viewport={"width": 1100, "height": 900})
+    machine (not to `server`) is recorded in `page.escaped` and aborted. The page's Content
+    Security Policy is bypassed unless `enforce_csp`: playwright evaluates a string given to
+    `wait_for_function` in the page, which the policy (rightly) refuses."""
+    context = browser.new_context(
+        accept_downloads=True, viewport={"width": 1100, "height": 900}, bypass_csp=not enforce_csp
+    )
     page = context.new_page()
     page.requests, page.escaped = [], []
 
@@ -108,7 +112,7 @@ def browser():
 @pytest.fixture(scope="module")
 def page(browser, server: str):
     """The page after translating SENTENCE; every request it made is kept in `page.requests`."""
-    context = browser.new_context(accept_downloads=True, viewport={"width": 1100, "height": 900})
+    context = browser.new_context(accept_downloads=True, viewport={"width": 1100, "height": 900}, bypass_csp=True)
     page = context.new_page()
     page.requests, page.failed = [], []
     page.on("request", lambda request: page.requests.append(request.url))
@@ -325,11 +329,43 @@ def test_explorer_sends_the_key_as_a_bearer_header(browser, models: Path) -> Non
         page.get_by_label("API key").fill("wrong")
         page.get_by_role("button", name="Translate").click()
         page.wait_for_function("document.querySelector('#status').textContent.includes('Invalid API key')")
+        # Issue 41, 17: a link's key never replaces the key the tab holds (it is dropped from the URL all the same).
+        page.get_by_label("API key").fill("sesame")
+        with page.expect_response(lambda response: "/v1/attention" in response.url and response.ok):
+            page.get_by_role("button", name="Translate").click()  # the tab keeps the key it sent
+        page.goto(server + "/?api_key=someone-elses")
+        assert "api_key" not in page.url and page.get_by_label("API key").input_value() == "sesame"
         assert page.escaped == []
         context.close()
     finally:
         process.terminate()
         process.wait(timeout=15)
+
+
+def test_the_page_works_under_its_content_security_policy(browser, server: str) -> None:
+    """Issue 41, 17: the page is sent with its policy (its own files only, no framing) and
+    nosniff, and translating, the model view, a download and the playback break none of it."""
+    headers = httpx.get(server + "/", timeout=30).headers
+    policy = headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy and "unsafe" not in policy
+    assert headers["x-content-type-options"] == "nosniff" and headers["x-frame-options"] == "DENY"
+    context, page = offline_page(browser, server, enforce_csp=True)
+    refused: list[str] = []
+    page.on(
+        "console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None
+    )
+    page.goto(server + "/")
+    page.get_by_label("Text to translate").fill(SENTENCE)
+    page.get_by_role("button", name="Translate").click()
+    page.locator("#translation-text").wait_for(state="visible")
+    page.locator("#heads .head").first.wait_for(state="visible")  # the model view, drawn on canvases
+    page.get_by_role("button", name="Decode step by step").click()
+    page.locator("#playback[data-done='done']").wait_for(state="attached")  # no string to evaluate: CSP holds
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download the cross map as PNG").click()
+    assert Path(download.value.path()).read_bytes()[:4] == b"\x89PNG"
+    assert refused == [] and page.escaped == []
+    context.close()
 
 
 # --------------------------------------------------------------------------- issue 31: links, heads, playback

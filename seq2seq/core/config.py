@@ -383,6 +383,10 @@ class DecodeConfig:
     # the thorough mode one more teacher-forced row per source word). False: the maps alone,
     # all that placing markup on a translation reads (seq2seq/documents).
     quality: bool = True
+    # In the thorough quality mode, the quality blocks' source occlusion; False: the fast mode's
+    # attention-only flags for this call (the service's, for a request whose occlusion pass would
+    # take it over its work bound).
+    occlusion: bool = True
 
     def __post_init__(self) -> None:
         # The term settings are validated (and the glossary's pairs normalised) by their options type.

@@ -29,6 +29,10 @@ from data.dictionary import TermIndex
 from seq2seq.core.alignment import Alignment, Token, words
 
 ORIGINS = ("glossary", "dictionary")
+# The most pieces a glossary term may have: the models were trained on hints of at most three
+# words (seq2seq/training/hint_data.py), and a sentence is read in at most 250 pieces, hints
+# included; a longer "term" is a sentence, and the service refuses it (400 naming it).
+MAX_TERM_PIECES = 32
 # The endings a term may take in a text, by language: German inflection ("Gießkanne"
 # matches "Gießkannen", "Staubsauger" "Staubsaugers"; umlauts are folded so "Kinderwägen"
 # matches "Kinderwagen"), English plurals and possessives ("watering cans"). A glossary term
@@ -177,6 +181,29 @@ def insert_hints(
             owner += [index] * len(pieces)
             placed.append(hint)
     return HintedSource(model, owner, len(ids), tuple(placed))
+
+
+def fit_hints(
+    ids: Sequence[int],
+    offsets: Sequence[tuple[int, int]],
+    hints: Sequence[Hint],
+    encode_term: Callable[[str], list[int]],
+    hint_ids: tuple[int, int],
+    length: int,
+) -> HintedSource:
+    """`insert_hints` within `length` model positions: the user's first `length` pieces are
+    read, and of `hints` (in text order) each whose words are among them and whose pieces with
+    their two markers still fit; a hint that does not fit is left out whole, never cut (a cut
+    hint would have the model read half a term, and the columns would no longer be the user's
+    pieces: issue 41, 5)."""
+    ids, offsets = list(ids[:length]), list(offsets[:length])
+    room, shown = length - len(ids), []
+    for hint in hints:
+        cost = len(encode_term(hint.term)) + 2
+        if offsets and hint.start < offsets[-1][1] and cost <= room:
+            shown.append(hint)
+            room -= cost
+    return insert_hints(ids, offsets, shown, encode_term, hint_ids)
 
 
 def plain_source(ids: Sequence[int]) -> HintedSource:

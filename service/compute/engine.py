@@ -26,7 +26,16 @@ from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, 
 from seq2seq.decoding.forced import ForcedAlignment, align_given
 from seq2seq.decoding.search import Wanted
 from seq2seq.decoding.translator import TranslationResult, TranslationStep, Translator, Watch
-from service.compute.batching import CancelToken, FairLock, MicroBatcher, Observe, RunBatch, Sentence
+from service.compute.batching import (
+    CancelToken,
+    FairLock,
+    MicroBatcher,
+    Observe,
+    RunBatch,
+    Sentence,
+    occlusion_units,
+    work_units,
+)
 
 log = logging.getLogger("crossalign.service")
 Pair = tuple[str, str]
@@ -78,7 +87,20 @@ class ServedModel:
         carries the config's glossary, the job none: requests with different glossaries (and
         the same other settings) share a batch."""
         sentences = [Sentence(text, config.glossary) for text in texts]
-        return self.batcher.submit(sentences, config.without_glossary(), client, token, observe)
+        cost = work_units(texts, config.beam_size) + self.occlusion_work(texts, config)
+        return self.batcher.submit(sentences, config.without_glossary(), client, token, observe, cost)
+
+    def occludes(self, config: DecodeConfig) -> bool:
+        """Whether a translation with `config` runs the thorough quality pass's source
+        occlusion (its maps' quality blocks, a detector that reads it, `config.occlusion`)."""
+        asked = config.alignment is not None and config.quality and config.occlusion
+        return asked and self.translator.quality.needs_occlusion
+
+    def occlusion_work(self, sentences: list[str], config: DecodeConfig) -> int:
+        """The work units of the occlusion pass of translating `sentences` with `config`
+        (`occlusion_units`; 0 where it does not `occlude`): what a request costs beside its
+        search (`work_units`), in the queue bound and the request's."""
+        return occlusion_units(sentences, config.n_best) if self.occludes(config) else 0
 
     def translate(
         self,
@@ -127,7 +149,7 @@ def model_call(translator: Translator) -> RunBatch:
 
     def run(items: Sequence[Any], job: DecodeConfig | ForcedJob, wanted: Wanted, observe: Observe | None) -> list[Any]:
         if isinstance(job, ForcedJob):
-            return align_given(translator, list(items), job.options, restore_case=job.restore_case)
+            return align_given(translator, list(items), job.options, restore_case=job.restore_case, wanted=wanted)
         watched = None if observe is None else watch(observe, job)
         texts = [item.text if isinstance(item, Sentence) else item for item in items]
         glossaries = [item.glossary if isinstance(item, Sentence) else job.glossary for item in items]

@@ -36,6 +36,7 @@ from fastapi.responses import JSONResponse
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from seq2seq.core.inputs import text_problem
+from seq2seq.decoding.texts import sentences_of
 from seq2seq.documents.files import (
     EXTENSIONS,
     Document,
@@ -128,6 +129,10 @@ def parse_upload(body: bytes, content_type: str) -> Upload:
         name = disposition.get(b"name", b"").decode("utf-8", "replace")
         if name == "file":
             filename = disposition.get(b"filename", b"").decode("utf-8", "replace")
+            if not filename.strip():  # the name's extension is what says the format
+                raise APIError(
+                    400, "Invalid request: the `file` part has no filename; send it with its name (e.g. report.docx)"
+                )
             upload = (filename, bytes(part["data"]))
             continue
         try:
@@ -161,7 +166,8 @@ class FileTranslator:
     """The segments of one file through the fair scheduler: calls within `max_request_work`
     (beam x characters), the whole within `file_timeout` (`deadline`); a full queue is waited
     out until then. A segment the input rules refuse (a control character) keeps its source;
-    so does one too long for a call alone. `progress(segments done)` hears of each call."""
+    one too long for a call alone is translated in calls of its sentences (issue 41, 9).
+    `progress(segments done)` hears of each call."""
 
     ctx: RequestContext
     model: ServedModel
@@ -169,14 +175,18 @@ class FileTranslator:
     progress: Callable[[int], None] | None = None
 
     def __call__(self, texts: list[str]) -> list[Translation | Exception]:
-        translate = scheduled_translator(
-            self.ctx, self.model, self.ctx.decode_config(self.model, Search(attention=True)), self.deadline
-        )
-        budget = self.ctx.settings.max_request_work // max(1, translate.config.beam_size)
+        config = self.ctx.decode_config(self.model, Search(attention=True))
+        budget = max(1, self.ctx.settings.max_request_work // max(1, config.beam_size))
+        translate = scheduled_translator(self.ctx, self.model, config, self.deadline, call_chars=budget)
         out: list[Translation | Exception | None] = [None] * len(texts)
         call: list[int] = []
         for index, text in enumerate(texts):
-            problem = text_problem(text, max(budget, 1))
+            longest = max(map(len, sentences_of(text)), default=0)
+            problem = text_problem(text) or (
+                f"a sentence of {longest} characters is longer than a model call takes ({budget})"
+                if longest > budget
+                else None
+            )
             if problem:
                 out[index] = ValueError(problem)
                 continue

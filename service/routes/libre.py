@@ -165,12 +165,12 @@ async def translate_params(
             fields.pop(name, None)
         if fields.get("dictionary_hints") in ("null", ""):  # a form's way to leave it unset
             fields.pop("dictionary_hints")
-    for name in ("alignment", "dictionary_hints", "glossary_strict"):
-        if isinstance(fields.get(name), str):  # form: "true"/"false" (a JSON object needs a JSON body)
-            flag = fields[name].strip().lower()
-            if flag not in FORM_TRUE + FORM_FALSE:
-                raise APIError(400, f"Invalid request: {name} must be true or false in a form, not {flag[:20]!r}")
-            fields[name] = flag in FORM_TRUE
+        for name in ("alignment", "dictionary_hints", "glossary_strict"):
+            if isinstance(fields.get(name), str):  # a form says "true"/"false"; JSON must say true/false
+                flag = fields[name].strip().lower()
+                if flag not in FORM_TRUE + FORM_FALSE:
+                    raise APIError(400, f"Invalid request: {name} must be true or false in a form, not {flag[:20]!r}")
+                fields[name] = flag in FORM_TRUE
     try:
         # A form's values are all text ("2", "true"); JSON must have the declared types.
         return LibreTranslateRequest.model_validate(fields, strict=not is_form(request))

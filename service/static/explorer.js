@@ -16,13 +16,14 @@ const state = { data: null, text: "", pair: null, beam: 4, sentence: 0, kind: "c
 // The API key (when the server requires one) goes in an `Authorization: Bearer` header,
 // never in a URL, so it stays out of access logs and browser history. It is typed into the
 // page's key field (kept for this tab only) or, for old links, given as ?api_key=..., which
-// is taken into the field and removed from the address bar at once.
+// is removed from the address bar at once and taken into the field only if the tab holds no
+// key yet: a link never replaces the key a user gave.
 const KEY_STORE = "crossalign-api-key";
 function adoptKeyFromUrl() {
   const url = new URL(location.href);
   const key = url.searchParams.get("api_key");
   if (key) {
-    sessionStorage.setItem(KEY_STORE, key);
+    if (!sessionStorage.getItem(KEY_STORE)) sessionStorage.setItem(KEY_STORE, key);
     url.searchParams.delete("api_key");
     history.replaceState(null, "", url.pathname + url.search + url.hash);
   }
