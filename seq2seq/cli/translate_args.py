@@ -14,6 +14,7 @@ from typing import Any
 from seq2seq.cli import batch
 from seq2seq.cli.align import add_alignment_source_arguments, add_quality_argument
 from seq2seq.core.config import MAX_TERM_BONUS, SEARCH_FIELDS, AlignmentOptions, DecodeConfig
+from seq2seq.core.hints import term_problem
 from seq2seq.documents.files import FORMATS
 from seq2seq.loading import BACKENDS
 from seq2seq.runtime.bundle import PRECISIONS
@@ -224,6 +225,9 @@ def read_glossary(path: str) -> tuple[tuple[str, str], ...]:
         fields = [field.strip() for field in line.split("\t")]
         if len(fields) != 2 or not all(fields):
             raise argparse.ArgumentTypeError(f"{path}:{number}: expected `source term<TAB>target term`")
+        problem = next(filter(None, map(term_problem, fields)), None)
+        if problem:
+            raise argparse.ArgumentTypeError(f"{path}:{number}: a term holds a {problem}: terms are plain text")
         entries.append((fields[0], fields[1]))
     return tuple(entries)
 
