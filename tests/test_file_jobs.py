@@ -489,3 +489,22 @@ def test_a_job_beats_while_its_model_call_takes_long(
         assert first["owner"] == Owner.current().to_dict()
         eventually(lambda: json.loads(record.read_text())["heartbeat"] > first["heartbeat"], "no heartbeat")
         assert status(client, job)["state"] == "running"
+
+
+def test_a_job_taken_for_dead_elsewhere_stays_failed(
+    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
+) -> None:
+    """A server whose heartbeat came too late (a pause longer than `file_job_stale_s`) finds its
+    job marked failed by another: it stops it, and never writes it back to `running` or `done`."""
+    engine, gate = gated
+    with client_for(engine, files_dir, file_sync_chars=0, max_request_work=per_call(engine, 10)) as client:
+        job = submit(client, "a.txt", TEN_LINES)
+        wait_for(client, job, lambda found: found["state"] == "running")
+        record = files_dir / f"{job['job_id']}.job.json"
+        verdict = {**json.loads(record.read_text()), "state": "failed", "reason": "not heard of for 61 s"}
+        verdict.update(error="the server running the job stopped before it ended; upload the file again")
+        record.write_text(json.dumps(verdict))
+        gate.release(10)
+        eventually(lambda: client.app.state.jobs.count("running") == 0, "the job never stopped")
+        assert json.loads(record.read_text()) == verdict and status(client, job)["state"] == "failed"
+        assert not (files_dir / job["job_id"]).exists()

@@ -66,6 +66,7 @@ class FileJob:
     error_status: int = 0  # the status the synchronous answer would have had
     answer: dict[str, Any] | None = None
     cancel_asked: bool = False  # its client cancelled it (not the server stopping)
+    settled: bool = False  # another process recorded its end, taking this one for dead: that record stands
 
     def record(self, expires: float, owner: Owner) -> dict[str, Any]:
         return {
@@ -302,11 +303,24 @@ class JobBoard:
     # ----------------------------------------------------------------------- running jobs
 
     def _save(self, job: FileJob) -> None:
+        if job.settled or (job.state in UNFINISHED and self._settled_elsewhere(job)):
+            return
         ttl = self.unfinished_ttl if job.state in UNFINISHED else self.store.ttl
         try:
             self.store.put_job(job.record(time.time() + ttl, self.owner))
         except OSError:  # a full disk must not stop the board; the job runs on, its record stale
             log.exception("could not write the record of file job %s", job.id)
+
+    def _settled_elsewhere(self, job: FileJob) -> bool:
+        """Whether another process marked this unfinished job failed, its heartbeat having come
+        too late (a pause longer than `stale_s`); if so the job stops, and stays as marked."""
+        record = self.store.job_record(job.id)
+        if record is None or record.get("state") in UNFINISHED or not record.get("reason"):
+            return False
+        log.warning("file job %s was marked %s by another server: %s", job.id, record["state"], record["reason"])
+        job.settled = True
+        job.token.cancel()
+        return True
 
     def _save_queue(self) -> None:
         """Every queued job's record, with its position (lock held)."""
@@ -358,6 +372,8 @@ class JobBoard:
             job.state = FAILED
             if job.cancel_asked:
                 job.state = CANCELLED
+            elif job.settled:
+                job.error = "marked failed by another server"  # its record, written there, stands
             elif job.token.cancelled:  # the board was closed: the server is stopping
                 job.error, job.error_status = "the server shut down while the job ran; upload the file again", 503
             elif isinstance(error, APIError):
@@ -365,8 +381,8 @@ class JobBoard:
             else:
                 log.exception("file job %s failed", job.id)
                 job.error, job.error_status = internal_error_message(error), 500
-        if job.state == DONE and (job.cancel_asked or self.store.cancel_asked(job.id)):
-            self.store.delete(job.id)  # cancelled as it ended: nobody wants the file
+        if job.state == DONE and (job.settled or job.cancel_asked or self.store.cancel_asked(job.id)):
+            self.store.delete(job.id)  # cancelled, or settled elsewhere, as it ended: nobody wants the file
             job.state, job.answer = CANCELLED, None
         log.info("file job %s %s: %d of %d segments %s", job.id, job.state, job.done, job.total, job.error)
         with self._lock:
