@@ -55,9 +55,11 @@ from service.compute.engine import ServedModel
 from service.compute.languages import language_name
 from service.http.access import get_access, request_api_key
 from service.http.bodies import read_body
+from service.http.connections import HEAD_REQUEST
 from service.http.errors import APIError
 from service.shared.context import ContextDep, RequestContext, Search
-from service.shared.file_jobs import DONE, FAILED, QUEUED, RUNNING, FileJob, FileStore, JobBoard, poll_after
+from service.shared.file_jobs import CANCELLED, DONE, FAILED, QUEUED, RUNNING, UNFINISHED, FileJob, JobBoard, poll_after
+from service.shared.file_store import FileStore
 from service.shared.markup import scheduled_translator
 
 router = APIRouter(tags=["files"])
@@ -221,6 +223,8 @@ class ReadUpload:
     file_format: FileFormat
     name: str  # the translated file's name
     key: str | None  # the hash of the upload's key, when keys are on
+    client: str  # whose quota its file counts against (an API key, or an address)
+    delete_after_download: bool
 
     @property
     def characters(self) -> int:
@@ -241,8 +245,13 @@ class ReadUpload:
         the answer's fields but the URL and expiry, which depend on when and where it is asked."""
         translate = FileTranslator(ctx, self.model, time.monotonic() + ctx.settings.file_timeout, progress)
         result = translate_document(self.document, translate, self.model.target)
-        meta = {"name": self.name, "media_type": self.file_format.media_type, "key": self.key}
-        file_id = store.put(result.data, meta, result.alignments, file_id)
+        meta = {
+            "name": self.name,
+            "media_type": self.file_format.media_type,
+            "key": self.key,
+            "delete_after_download": self.delete_after_download,
+        }
+        file_id = store.put(result.data, meta, result.alignments, self.client, file_id)
         notes = dict(result.notes)
         if result.report.failed:
             notes["segments kept in the source language"] = len(result.report.failed)
@@ -282,6 +291,11 @@ FILE_FORM = {
                             "the header `Prefer: respond-async`); files over the server's `file_sync_chars` "
                             "characters are jobs anyway",
                         },
+                        "delete_after_download": {
+                            "type": "boolean",
+                            "description": "true: the translated file is deleted once downloaded (its alignment "
+                            "sidecar with it); default: the server's `file_delete_after_download`",
+                        },
                     },
                 }
             }
@@ -293,7 +307,7 @@ JOB_STATUS = {
     "required": ["job_id", "state", "status_url", "name", "segments_done", "segments_total"],
     "properties": {
         "job_id": {"type": "string"},
-        "state": {"type": "string", "enum": [QUEUED, RUNNING, DONE, FAILED]},
+        "state": {"type": "string", "enum": [QUEUED, RUNNING, DONE, FAILED, CANCELLED]},
         "status_url": {"type": "string"},
         "name": {"type": "string", "description": "the translated file's name"},
         "segments_done": {"type": "integer"},
@@ -329,13 +343,18 @@ def check_format(upload: Upload) -> FileFormat:
         raise APIError(400, f"Invalid request: {error}") from None
 
 
+def form_flag(upload: Upload, name: str, default: bool) -> bool:
+    """A boolean form field (`default` when absent or empty); 400 for one that is no boolean."""
+    value = upload.fields.get(name, "").strip().lower()
+    if value not in TRUE + FALSE:
+        raise APIError(400, f"Invalid request: {name} must be true or false, not {value[:20]!r}")
+    return value in TRUE if value else default
+
+
 def asks_for_a_job(request: Request, upload: Upload) -> bool:
     """`async=true` in the form, or `Prefer: respond-async` (RFC 7240); 400 for an `async` that is no boolean."""
-    value = upload.fields.get("async", "").strip().lower()
-    if value not in TRUE + FALSE:
-        raise APIError(400, f"Invalid request: async must be true or false, not {value[:20]!r}")
     prefer = request.headers.get("prefer", "").lower()
-    return value in TRUE or "respond-async" in (part.strip() for part in re.split(r"[,;]", prefer))
+    return form_flag(upload, "async", False) or "respond-async" in (part.strip() for part in re.split(r"[,;]", prefer))
 
 
 def read_file(request: Request, upload: Upload, ctx: RequestContext) -> ReadUpload:
@@ -356,7 +375,9 @@ def read_file(request: Request, upload: Upload, ctx: RequestContext) -> ReadUplo
     sample = " ".join(segment.text for segment in document.segments)[:2000]
     model, _ = ctx.resolve_pair(upload.fields["source"], upload.fields["target"], [sample or "-"])
     key = key_hash(upload.fields["api_key_used"]) if get_access(request).keys else None
-    return ReadUpload(document, model, file_format, translated_name(upload.name, model.target, file_format), key)
+    name = translated_name(upload.name, model.target, file_format)
+    once = form_flag(upload, "delete_after_download", settings.file_delete_after_download)
+    return ReadUpload(document, model, file_format, name, key, ctx.client, once)
 
 
 @router.post(
@@ -379,6 +400,7 @@ def translate_file(
     how far it is and, once done, the same fields. Formats: the extension of the file's name
     (GET /frontend/settings lists them)."""
     job_asked = asks_for_a_job(request, upload)
+    store.check_room(ctx.client, len(upload.data))  # before parsing it: the translation is about its size
     read = read_file(request, upload, ctx)
     if not job_asked and read.characters <= ctx.settings.file_sync_chars:
         return file_answer(request, read.translate(ctx, store), ctx.settings.file_ttl)
@@ -393,7 +415,7 @@ def translate_file(
     )
     board.submit(job)
     # From the job itself, not its record on disk (which a full disk may have kept from being written).
-    record = job.record(expires=time.time() + ctx.settings.file_ttl)
+    record = job.record(time.time() + ctx.settings.file_ttl, board.owner)
     status = job_status(request, record)
     headers = {"Location": status["status_url"], "Retry-After": str(poll_after(record))}
     return JSONResponse(status, status_code=202, headers=headers)
@@ -420,6 +442,18 @@ def job_status(request: Request, record: dict[str, Any]) -> dict[str, Any]:
     return status
 
 
+def job_answer(request: Request, response: Response, record: dict[str, Any]) -> dict[str, Any]:
+    """A job's status, with `Retry-After` while it is unfinished."""
+    if record["state"] in UNFINISHED:
+        response.headers["Retry-After"] = str(poll_after(record))
+    return job_status(request, record)
+
+
+def current_board(request: Request) -> JobBoard | None:
+    """The board, if the server runs one now (a status is read from the store without one)."""
+    return getattr(request.app.state, "jobs", None)
+
+
 @router.get(
     UPLOAD_PATH + "/{job_id}",
     responses={
@@ -434,15 +468,38 @@ def job_status(request: Request, record: dict[str, Any]) -> dict[str, Any]:
 )
 def file_job(job_id: str, request: Request, response: Response, store: FileStore = Depends(get_store)) -> Any:
     """`state`: `queued` (`position`: jobs before it), `running`, `done` (with
-    `translatedFileUrl` and the rest of the synchronous answer) or `failed` (`error`, and
-    `error_status`: the status a synchronous answer would have had); `segments_done` of
-    `segments_total` throughout. While the job is unfinished, `Retry-After` says when to ask
-    again. With keys on, only the upload's key may ask."""
+    `translatedFileUrl` and the rest of the synchronous answer), `failed` (`error`, and
+    `error_status`: the status a synchronous answer would have had; also when the server
+    running it died) or `cancelled`; `segments_done` of `segments_total` throughout. While
+    the job is unfinished, `Retry-After` says when to ask again. Any server sharing the
+    store answers. With keys on, only the upload's key may ask."""
     key = checked_key(request)
     record = owned(store.get_job(job_id), key, "job")
-    if record["state"] in (QUEUED, RUNNING):
-        response.headers["Retry-After"] = str(poll_after(record))
-    return job_status(request, record)
+    board = current_board(request)
+    return job_answer(request, response, board.status(record) if board else record)
+
+
+@router.post(
+    UPLOAD_PATH + "/{job_id}/cancel",
+    responses={
+        200: {"description": "the job's state now", "content": {"application/json": {"schema": JOB_STATUS}}},
+        404: {"description": "no such job, or it expired"},
+    },
+    summary="Cancel a file job (from any server sharing the store)",
+)
+def cancel_file_job(
+    job_id: str,
+    request: Request,
+    response: Response,
+    store: Annotated[FileStore, Depends(get_store)],
+    board: Annotated[JobBoard, Depends(get_board)],
+) -> Any:
+    """A queued job never starts and a running one stops at its next model call (on
+    whichever server runs it); a done job's file is deleted. The state is `cancelled` from
+    then on (a failed job stays `failed`). With keys on, only the upload's key may cancel."""
+    key = checked_key(request)
+    record = owned(store.get_job(job_id), key, "job")
+    return job_answer(request, response, board.cancel(record))
 
 
 def checked_key(request: Request) -> str | None:
@@ -467,7 +524,7 @@ def attachment(name: str) -> str:
 
 DOWNLOAD_RESPONSES = {
     200: {"content": {"application/octet-stream": {}}, "description": "the translated file (or its alignment)"},
-    404: {"description": "no such file, or it expired"},
+    404: {"description": "no such file: it expired, was deleted after its download, or never was"},
 }
 
 
@@ -484,15 +541,17 @@ def download_file(
     store: FileStore = Depends(get_store),
 ) -> Response:
     """The translated file, named like `report.en.docx`; with `alignment=true` a JSONL line
-    per segment (index, plain source, plain translation, word links in Pharaoh form)."""
+    per segment (index, plain source, plain translation, word links in Pharaoh form). A file
+    uploaded with `delete_after_download` is deleted by its first download (a GET of the
+    file itself: neither a HEAD nor the alignment's), which one request alone gets."""
     key = checked_key(request)
-    meta, path = store.get(file_id)
-    owned(meta, key, "file")
+    meta = owned(store.get(file_id), key, "file")
     if alignment:
-        data, name = path.with_name(f"{file_id}.alignment.jsonl").read_bytes(), meta["name"] + ".alignment.jsonl"
+        data, name = store.read(file_id, alignment=True), meta["name"] + ".alignment.jsonl"
         media = "application/x-ndjson"
     else:
-        data, name, media = path.read_bytes(), meta["name"], meta["media_type"]
+        once = meta.get("delete_after_download") and not request.scope.get(HEAD_REQUEST)
+        data, name, media = store.take(file_id) if once else store.read(file_id), meta["name"], meta["media_type"]
     return Response(data, media_type=media, headers={"Content-Disposition": attachment(name)})
 
 
