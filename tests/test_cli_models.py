@@ -241,3 +241,26 @@ def test_the_job_file_records_the_reranking_and_a_resume_checks_it(tiny_bundle: 
     )
     assert len(differences) == 1 and differences[0].startswith("rerank:")
     assert check_resume_options(parsed())[0].startswith("rerank: {'mode': 'channel'")  # reranked, then not
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [
+        ("--rerank-candidates", "1", "rerank candidates must be 2 to 32, not 1"),
+        ("--rerank-candidates", "33", "rerank candidates must be 2 to 32, not 33"),
+        ("--rerank-candidates", "x", "invalid int value: 'x'"),
+        ("--channel-weight", "-0.5", "the channel weight must be >= 0, not -0.5"),
+    ],
+)
+def test_rerank_values_are_refused_when_parsing_by_rerankoptions_own_rule(
+    flag: str, value: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        build_parser(["translate"]).parse_args(["translate", flag, value, "Hallo"])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert len(error.splitlines()) == 1 and f"argument {flag}: {said}" in error
+    for bound in ("2", "32"):  # the limits themselves are taken
+        assert build_parser(["translate"]).parse_args(
+            ["translate", "--rerank-candidates", bound]
+        ).rerank_candidates == int(bound)

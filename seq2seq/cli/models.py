@@ -109,6 +109,7 @@ def _checked(kind: type, field: str) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(str(error)) from None
         return value
 
+    parse.__name__ = kind.__name__  # argparse names it in "invalid int value: 'x'"
     return parse
 
 

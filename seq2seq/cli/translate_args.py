@@ -119,7 +119,13 @@ def add_io_arguments(parser: argparse.ArgumentParser) -> None:
         "text", nargs="*", help="texts to translate, each argument one line (default: the lines of --input or stdin)"
     )
     add_model_arguments(parser)  # -m, --models, --source, --target
-    parser.add_argument("-i", "--input", type=Path, help="input file, one segment per line (default stdin)")
+    parser.add_argument(
+        "-i",
+        "--input",
+        type=Path,
+        help="input file, one segment per line (default stdin), or a document (.docx, .odt, .pptx, .html, .xlf, "
+        ".srt, .md) translated whole into -o",
+    )
     parser.add_argument("-o", "--output", type=Path, help="output file (default stdout)")
     parser.add_argument("--input-format", choices=batch.INPUT_FORMATS, default="text", help="(default text)")
     parser.add_argument(
