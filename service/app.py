@@ -26,8 +26,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from seq2seq.core.languages import get_detector
 from service.compute.engine import TranslatorEngine, load_engine
-from service.compute.languages import get_detector
 from service.compute.rendering import Renderer
 from service.http import openapi
 from service.http.access import Access

@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE, QUALITY_MODES
 from seq2seq.core.config import DecodeConfig
 from seq2seq.runtime.bundle import PRECISIONS
+from seq2seq.runtime.models import default_models_dir
 
 ENV_PREFIX = "CROSSALIGN_"
 
@@ -29,8 +30,9 @@ class Settings(BaseSettings):
 
     # Where the models are, and how to run them.
     models: Path = Field(
-        Path("models"),
-        description="directory of model bundles; every bundle in it (or the directory itself, if it is one) is served",
+        default_factory=default_models_dir,
+        description="directory of model bundles; every bundle in it (or the directory itself, if it is one) is served "
+        "(unset: ./models when it holds a bundle, else the models shipped beside the package)",
     )
     threads: int = Field(0, ge=0, description="onnxruntime intra-op threads per model (0 = runtime default)")
     streams: int = Field(

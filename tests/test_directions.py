@@ -10,7 +10,6 @@ language pair switches the direction in a real browser.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -23,19 +22,6 @@ from service.settings import Settings
 
 GERMAN = SENTENCES[0]  # "der Hund ist klein ."
 ENGLISH = "the dog is small ."
-
-
-@pytest.fixture(scope="module")
-def two_models(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_model
-
-    work = tmp_path_factory.mktemp("two_directions")
-    for source, target in (("de", "en"), ("en", "de")):
-        checkpoint = shutil.copytree(tiny_checkpoint, work / f"ckpt-{source}-{target}")
-        config = json.loads((checkpoint / "config.json").read_text())
-        (checkpoint / "config.json").write_text(json.dumps(config | {"source_lang": source, "target_lang": target}))
-        export_model(checkpoint, work / "models" / f"{source}-{target}", parity_sentences=SENTENCES[:1])
-    return work / "models"
 
 
 @pytest.fixture(scope="module")

@@ -252,8 +252,10 @@ class RerankOptions:
             raise ValueError(f"unknown rerank mode {self.mode!r}: choose one of {', '.join(RERANK_MODES)}")
         if not 2 <= self.candidates <= 32:
             raise ValueError(f"rerank candidates must be 2 to 32, not {self.candidates}")
-        if self.channel_weight < 0 or self.temperature <= 0:
-            raise ValueError("the channel weight must be >= 0 and the temperature > 0")
+        if self.channel_weight < 0:
+            raise ValueError(f"the channel weight must be >= 0, not {self.channel_weight}")
+        if self.temperature <= 0:
+            raise ValueError(f"the temperature must be > 0, not {self.temperature}")
 
     @property
     def uses_channel(self) -> bool:

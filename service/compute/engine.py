@@ -13,7 +13,6 @@ bundles that failed to load. Torch-free: bundles run on onnxruntime through
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, 
 from seq2seq.decoding.forced import ForcedAlignment, align_given
 from seq2seq.decoding.search import Wanted
 from seq2seq.decoding.translator import TranslationResult, TranslationStep, Translator, Watch
+from seq2seq.runtime.models import find_bundles, model_direction
 from service.compute.batching import (
     CancelToken,
     FairLock,
@@ -207,16 +207,6 @@ class TranslatorEngine:
             model.batcher.close()
 
 
-def find_bundles(models: Path) -> list[Path]:
-    """`models` itself if it is a bundle, else every bundle directly inside it, sorted."""
-    models = Path(models)
-    if (models / BUNDLE_FILE).is_file():
-        return [models]
-    if not models.is_dir():
-        return []
-    return sorted(d for d in models.iterdir() if (d / BUNDLE_FILE).is_file())
-
-
 def load_engine(
     models: Path,
     threads: int = 0,
@@ -248,7 +238,7 @@ def load_engine(
     failed: dict[str, str] = {}
     for directory in bundles:
         try:
-            languages = bundle_languages(directory)
+            pair = model_direction(directory)
             translator = load_translator(
                 directory,
                 backend="onnx",
@@ -257,8 +247,6 @@ def load_engine(
                 quality_mode=quality_mode,
                 streams=streams,
             )
-            config = translator.config
-            pair = (languages.get("source", config.source_lang), languages.get("target", config.target_lang))
             if pair in translators:
                 raise ValueError(
                     f"{directory}: a second model for {pair[0]}->{pair[1]} (first: {translators[pair][0]})"
@@ -278,19 +266,6 @@ def load_engine(
     if not translators:
         raise RuntimeError("no model bundle could be loaded: " + "; ".join(f"{n}: {e}" for n, e in failed.items()))
     return TranslatorEngine(translators, window_s, max_sentences, on_batch, max_rows, max_queue_work, failed)
-
-
-def bundle_languages(directory: Path) -> dict[str, str]:
-    """The `languages` of a bundle's bundle.json; ValueError naming the file if it is malformed."""
-    path = directory / BUNDLE_FILE
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: unreadable manifest: {one_line(error)}") from None
-    languages = manifest.get("languages", {}) if isinstance(manifest, dict) else None
-    if not isinstance(languages, dict):
-        raise ValueError(f"{path}: `languages` must be an object")
-    return languages
 
 
 def one_line(error: BaseException) -> str:

@@ -36,6 +36,7 @@ from fastapi.responses import JSONResponse
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from seq2seq.core.inputs import text_problem
+from seq2seq.core.languages import language_name
 from seq2seq.decoding.texts import sentences_of
 from seq2seq.documents.files import (
     EXTENSIONS,
@@ -52,7 +53,6 @@ from seq2seq.documents.files import (
 )
 from seq2seq.documents.translate import Translation, has_words
 from service.compute.engine import ServedModel
-from service.compute.languages import language_name
 from service.http.access import get_access, request_api_key
 from service.http.bodies import read_body
 from service.http.connections import HEAD_REQUEST

@@ -17,10 +17,10 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from seq2seq.core.languages import language_name
 from seq2seq.decoding.records import AlignmentMap, Quality, TermUse
 from seq2seq.decoding.texts import TranslatedText
 from seq2seq.documents.html import read_html, segments
-from service.compute.languages import language_name
 from service.http.access import get_access, request_api_key
 from service.http.bodies import parse_json, read_body
 from service.http.errors import APIError

@@ -21,12 +21,20 @@ from fastapi import Depends, Request
 from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, TermOptions
 from seq2seq.core.hints import MAX_TERM_PIECES
 from seq2seq.core.inputs import text_problem
+from seq2seq.core.languages import (
+    NAMES,
+    Detection,
+    LanguageDetector,
+    UnservedLanguage,
+    detect_source,
+    get_detector,
+    language_name,
+)
 from seq2seq.decoding.forced import ForcedAlignment
 from seq2seq.decoding.texts import TranslatedText, sentences_of, translate_texts
 from seq2seq.decoding.translator import TranslationResult
 from service.compute.batching import CancelToken, Item, Observe, QueueFull, work_units
 from service.compute.engine import ServedModel, TranslatorEngine
-from service.compute.languages import CONFIDENT, NAMES, Detection, LanguageDetector, get_detector, language_name
 from service.compute.rendering import Renderer, RendererBusy
 from service.http.access import client_address
 from service.http.errors import CLIENT_GONE, APIError, clipped, internal_error_message
@@ -159,18 +167,12 @@ class RequestContext:
                     400,
                     f"{language(target or '')} is not a served target language (served: {self.served_pairs_text()})",
                 )
-            ranked = self.detector().rank(" ".join(texts)[:2000])
-            detection = ranked[0] if ranked else Detection("", 0.0)
-            if detection.language not in sources:
-                if detection.confidence < CONFIDENT and len(sources) == 1:
-                    detection = Detection(next(iter(sources)), detection.confidence)  # a guess: take the only one
-                else:  # 422: the request is well-formed; its text is not in a language we translate
-                    raise APIError(
-                        422,
-                        f"the text looks like {language_name(detection.language)} "
-                        f"({detection.language}, {detection.confidence:.0%} confidence), which this "
-                        f"server does not translate (served: {self.served_pairs_text()})",
-                    )
+            try:
+                detection = detect_source(self.detector(), texts, sources)
+            except UnservedLanguage as error:  # 422: a well-formed request, in a language not translated here
+                raise APIError(
+                    422, f"{error}, which this server does not translate (served: {self.served_pairs_text()})"
+                ) from None
             source = detection.language
         if source not in {s for s, _ in models}:
             raise APIError(
