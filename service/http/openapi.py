@@ -160,6 +160,10 @@ def _constrain_field(
             option["enum"] = sorted({t for targets in languages.values() for t in targets})
         elif name in ("beam_size", "n_best") and kind == "integer":
             option.update(minimum=1, maximum=settings.max_beam_size)
+        elif name == "rerank_candidates" and kind == "integer":
+            option.update(maximum=settings.max_beam_size)
+        elif name == "rerank" and kind == "string" and not limits.get("channel", 1):
+            option["enum"] = [mode for mode in option["enum"] if "channel" not in mode]  # no reverse direction served
         elif name == "alternatives" and kind == "integer":
             option.update(minimum=0, maximum=settings.max_beam_size - 1)
         elif name in ("width", "height") and kind == "integer":
@@ -209,6 +213,8 @@ def truthful_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
             limits = {"layers": min(c.decoder_layers for c in configs), "heads": min(c.n_heads for c in configs)}
             # A glossary needs a model trained with hints (400 otherwise): every served one, for the document.
             limits["hints"] = int(all(m.translator.tokenizer.hint_ids is not None for m in engine.models.values()))
+            # A channel rerank needs the reverse direction (400 otherwise): some served pair's, for the document.
+            limits["channel"] = int(any(m.translator.channel is not None for m in engine.models.values()))
     for node in _request_schemas(schema):
         _constrain(node, settings, languages, limits)
     return schema
