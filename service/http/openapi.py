@@ -183,17 +183,22 @@ def truthful_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
     components.pop("HTTPValidationError", None)
     components.pop("ValidationError", None)
     components["Error"] = ERROR_SCHEMA
-    # A key goes in `Authorization: Bearer <key>` (also accepted: X-API-Key, `api_key`);
-    # optional in the document, since a server without keys accepts requests without one.
-    schema["components"]["securitySchemes"] = {
-        "bearer": {"type": "http", "scheme": "bearer", "description": "an API key, when the server has keys"}
-    }
-    schema["security"] = [{"bearer": []}, {}]
+    # A key goes in `Authorization: Bearer <key>` (also accepted: X-API-Key, `api_key`). Only a
+    # server with keys declares it: Swagger UI draws a lock on every route and an "Authorize"
+    # button wherever a scheme is declared, and a server without keys wants none (nor answers
+    # 403). Optional even then ({}): /health, /languages and the like take no key.
+    errors = {**ERRORS, **SIZE_ERROR}
+    if settings.api_key_set:
+        schema["components"]["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer", "description": "an API key (this server has keys)"}
+        }
+        schema["security"] = [{"bearer": []}, {}]
+    else:
+        errors.pop("403")
     for item in schema.get("paths", {}).values():
         for operation in item.values():
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
-            errors = {**ERRORS, **SIZE_ERROR}
             for status, description in errors.items():
                 response = responses.setdefault(status, {"description": description})
                 response["content"] = {"application/json": {"schema": ERROR_REF}}
