@@ -201,6 +201,12 @@ class TranslatorEngine:
                 gate=gate,
             )
             self.models[pair] = ServedModel(name, pair[0], pair[1], translator, batcher)
+        # Each direction reads the other as its channel when both are served: a request's
+        # `rerank: "channel"` (seq2seq/decoding/rerank.py). The channel's pass runs inside its
+        # model's call, under the gate, so the two directions' graphs still take turns.
+        for (source, target), (_, translator) in translators.items():
+            if (target, source) in translators:
+                translator.channel = translators[target, source][1]
 
     def close(self) -> None:
         for model in self.models.values():

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, TermOptions
+from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, RerankOptions, TermOptions
 from seq2seq.core.hints import MAX_TERM_PIECES
 from seq2seq.core.inputs import text_problem
 from seq2seq.core.languages import (
@@ -51,6 +51,17 @@ class Search:
     no_repeat_ngram_size: int | None = None
     early_exit: bool = False
     attention: bool = False  # keep the attention though no map is asked for
+    rerank: RerankOptions | None = None  # choose among the n-best (the beam widened to its candidates)
+
+
+def work_beam(config: DecodeConfig) -> int:
+    """The beam rows each character of a request costs (`max_request_work`): the search's beam
+    (a reranked search's is widened to its candidates by `decode_config`), and for a channel
+    rerank the reverse model's teacher-forced pass over every candidate, one row each: on the
+    shipped pair that pass takes about as long as the 8-candidate search itself (bench/rerank.py:
+    0.055 against 0.047 s a sentence)."""
+    rerank = config.rerank
+    return config.beam_size + (rerank.candidates if rerank is not None and rerank.uses_channel else 0)
 
 
 def language(code: str) -> str:
@@ -211,8 +222,9 @@ class RequestContext:
         """The search settings of a request: those it sets (`search`, `terms`), the model's
         own (`decode_defaults`, its bundle's) for those it leaves unset (None); `alignment`
         (resolved) is built with the translation. The fields come validated by their request
-        models (service.shared.requests); 400 for a beam over this server's limit, or a
-        glossary the model cannot take."""
+        models (service.shared.requests); 400 for a beam over this server's limit, a
+        glossary the model cannot take, or a rerank this server cannot do. A reranked search
+        runs with a beam of at least its candidates (what the translator widens it to)."""
         largest = self.settings.max_beam_size
         defaults, beam_size, n_best = model.decode_defaults, search.beam_size, search.n_best
         if beam_size is not None and not 1 <= beam_size <= largest:
@@ -226,27 +238,48 @@ class RequestContext:
         if not 1 <= n_best <= largest:
             raise APIError(400, f"n_best (or alternatives + 1) must be between 1 and {largest}, not {n_best}")
         check_terms(model, terms)
+        rerank = self.check_rerank(model, search.rerank, n_best)
         asked = terms.apply(defaults.override(beam_size=beam_size, no_repeat_ngram_size=search.no_repeat_ngram_size))
-        # n best hypotheses need a beam at least n wide: a smaller beam_size is raised to n_best.
+        # n best hypotheses need a beam at least n wide: a smaller beam_size is raised to n_best
+        # (and a reranked search's to its candidates, as the translator widens it).
         return replace(
             asked,
-            beam_size=max(asked.beam_size, n_best),
+            beam_size=max(asked.beam_size, n_best, rerank.candidates if rerank else 0),
             n_best=n_best,
+            rerank=rerank,
             return_attention=search.attention or alignment is not None,
             alignment=alignment,
             restore_case=self.settings.restore_case,
             early_exit=search.early_exit,
         )
 
+    def check_rerank(self, model: ServedModel, rerank: RerankOptions | None, n_best: int) -> RerankOptions | None:
+        """The rerank a request asks (`RerankFields.rerank_options`, its candidates within this
+        server's beam limit), its candidates raised to `n_best` (the alternatives are the
+        reranked candidates after the first); 400 for a channel mode without the reverse
+        direction served."""
+        if rerank is None:
+            return None
+        if rerank.uses_channel and model.translator.channel is None:
+            raise APIError(
+                400,
+                f"Invalid request: rerank {rerank.mode!r} reads the source back with the reverse direction's model "
+                f"({model.target}->{model.source}) as a channel, which this server does not serve "
+                f"(served: {self.served_pairs_text()}); ask for rerank 'mbr', or serve both directions",
+            )
+        return replace(rerank, candidates=max(rerank.candidates, n_best))
+
     def check_work(self, items: list[Item], beam_size: int) -> None:
-        """413 if the request asks more of the model than one request may (texts x beam x length)."""
+        """413 if the request asks more of the model than one request may (texts x beam rows x
+        length; `work_beam` counts a reranked search's rows)."""
         work, limit = work_units(items, beam_size), self.settings.max_request_work
         if work > limit:
             characters = work_units(items, 1)
             raise APIError(
                 413,
-                f"the request's work ({work} units: beam_size {beam_size} x {characters} "
-                f"characters) exceeds the limit ({limit}); send less text or use a smaller beam",
+                f"the request's work ({work} units: {beam_size} beam rows x {characters} characters; a reranked "
+                f"search counts its candidates, and the channel's pass once more) exceeds the limit ({limit}); "
+                "send less text or use a smaller beam",
             )
 
     # ---------------------------------------------------------------- model calls
@@ -257,10 +290,11 @@ class RequestContext:
         counted too (`ServedModel.occlusion_work`), would take it over, the same with the fast quality
         signals (`untranslated_by: attention`), so that no request holds the model longer than
         the cap allows (issue 41, 2)."""
-        self.check_work(texts, config.beam_size)
+        beam = work_beam(config)
+        self.check_work(texts, beam)
         sentences = [sentence for text in texts for sentence in sentences_of(text)]
         occlusion = model.occlusion_work(sentences, config)
-        if occlusion and work_units(texts, config.beam_size) + occlusion > self.settings.max_request_work:
+        if occlusion and work_units(texts, beam) + occlusion > self.settings.max_request_work:
             return replace(config, occlusion=False)
         return config
 
