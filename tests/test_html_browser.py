@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_explorer import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+from browser import CHROMIUM, launch  # noqa: E402
 from test_markup import upper_translate, word_map  # noqa: E402
 
 from seq2seq.core.alignment import words  # noqa: E402
@@ -81,7 +81,7 @@ def outputs(markup: str) -> dict[str, str]:
 def fired():
     """fired(markup) -> the names of the handlers that ran once the page had loaded."""
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         page = browser.new_page()
         page.route("**/*", lambda route: route.abort())  # nothing leaves the machine
 
