@@ -275,9 +275,12 @@ class Matcher:
 
     def json(self, pattern: object, actual: object, where: str = "answer") -> list[str]:
         if isinstance(pattern, Fragment):
-            if any(not self.json(pattern.obj, o) for o in objects(actual)):
+            tries = [self.json(pattern.obj, o, f"{where} (nearest object)") for o in objects(actual)]
+            if any(not problems for problems in tries):
                 return []
-            return [f"{where}: no object has the entries shown: {sorted(pattern.obj.entries)}"]
+            # the nearest: the object with the most of the keys shown, then the fewest differences
+            nearest = min(tries, key=lambda problems: (sum(": no '" in p for p in problems), len(problems)), default=[])
+            return [f"{where}: no object has the entries shown: {sorted(pattern.obj.entries)}", *nearest[:3]]
         if isinstance(pattern, Obj):
             if not isinstance(actual, dict):
                 return [f"{where}: shown an object, got {short(actual)}"]
