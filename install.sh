@@ -15,9 +15,10 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; t
 if [ "$mode" != "--serve" ] && command -v apt-get >/dev/null; then
     # trans-de-en: the Ding dictionary, our training corpus (GPL-2+).
     # chromium: the browser the explorer page's tests drive through playwright.
-    if ! dpkg -s trans-de-en chromium >/dev/null 2>&1; then
+    # curl: the docs' examples, which tests/test_doc_examples.py runs as written.
+    if ! dpkg -s trans-de-en chromium curl >/dev/null 2>&1; then
         as_root apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq trans-de-en chromium >/dev/null
+        DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq trans-de-en chromium curl >/dev/null
     fi
 fi
 

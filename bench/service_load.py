@@ -371,7 +371,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--requests", type=int, default=200, help="requests per concurrency level (default 200)")
     parser.add_argument("--window-ms", type=float, default=5.0, help="micro-batching window when on (default 5)")
-    parser.add_argument("--threads", type=int, default=0, help="onnxruntime threads per model (0 = default)")
+    parser.add_argument("--threads", type=int, default=0, help="onnxruntime threads (0 = the cores, at most 4)")
     parser.add_argument("--json", type=Path, help="also write the results as JSON")
     parser.add_argument(
         "--alignment", action="store_true", help="every request asks for the alignment (and its quality block)"

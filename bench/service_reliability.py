@@ -587,7 +587,7 @@ def main() -> None:
     parser.add_argument("--megabytes", type=int, default=200, help="chunked: body size (default 200)")
     parser.add_argument("--examples", type=int, default=20, help="schemathesis: examples per operation (default 20)")
     parser.add_argument("--seed", type=int, default=1, help="schemathesis: seed (default 1)")
-    parser.add_argument("--threads", type=int, default=0, help="onnxruntime threads (default: runtime's)")
+    parser.add_argument("--threads", type=int, default=0, help="onnxruntime threads (0: the cores, at most 4)")
     parser.add_argument("--json", action="store_true", help="print JSON lines instead of text")
     args = parser.parse_args()
     os.environ["CROSSALIGN_KEEP_ALIVE_S"] = "300"  # mixed: a slow round must not idle connections out

@@ -34,7 +34,7 @@ class Settings(BaseSettings):
         description="directory of model bundles; every bundle in it (or the directory itself, if it is one) is served "
         "(unset: ./models when it holds a bundle, else the models shipped beside the package)",
     )
-    threads: int = Field(0, ge=0, description="onnxruntime intra-op threads per model (0 = runtime default)")
+    threads: int = Field(0, ge=0, description="onnxruntime intra-op threads per model (0 = the cores, at most 4)")
     streams: int = Field(
         0,
         ge=0,

@@ -118,7 +118,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--batch-lines", type=int, default=256, help="lines read and aligned together")
     parser.add_argument("--max-chars", type=int, default=MAX_CHARS, help="longer sides are error records")
-    parser.add_argument("--threads", type=int, default=0, help="inference threads (0: the backend's default)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="inference threads (0: the cores, at most 4; --backend torch: its own)"
+    )
     add_quality_argument(parser, DEFAULT_QUALITY_MODE)
     parser.add_argument(
         "--restore-case",

@@ -326,7 +326,7 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         "--threads",
         type=int,
         default=batch.EngineSpec.threads,
-        help="inference threads per worker (0 = library default, or the cores shared out)",
+        help="inference threads per worker (0 = the cores, at most 4; with --workers, the cores shared out)",
     )
     parser.add_argument(
         "--streams",

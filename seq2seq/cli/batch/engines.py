@@ -33,7 +33,7 @@ class EngineSpec:
 
     model: Path
     backend: str = DEFAULT_BACKEND
-    threads: int = 0  # 0 = the library default
+    threads: int = 0  # 0 = the library default (the cores, at most 4)
     precision: str | None = None  # onnx graphs; None = the bundle's default
     # `decode.alignment` None = no alignment (and no attention kept)
     decode: DecodeConfig = DecodeConfig(return_attention=False)
