@@ -36,7 +36,7 @@ from fastapi.responses import JSONResponse
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from seq2seq.core.inputs import text_problem
-from seq2seq.core.languages import language_name
+from seq2seq.core.languages import language_name, transliterate
 from seq2seq.decoding.texts import sentences_of
 from seq2seq.documents.files import (
     EXTENSIONS,
@@ -518,7 +518,8 @@ def owned(record: dict[str, Any], key: str | None, kind: str) -> dict[str, Any]:
 
 def attachment(name: str) -> str:
     """A Content-Disposition naming the download (RFC 6266: ASCII fallback and UTF-8 name)."""
-    fallback = re.sub(r"[^A-Za-z0-9._ -]", "_", name)
+    # Letters with an ASCII spelling keep it ("über" -> "ueber"), anything else is "_".
+    fallback = re.sub(r"[^A-Za-z0-9._ -]", "_", "".join(transliterate(c) or "_" for c in name))
     return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(name)}"
 
 
