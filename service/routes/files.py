@@ -179,7 +179,8 @@ class FileTranslator:
     def __call__(self, texts: list[str]) -> list[Translation | Exception]:
         config = self.ctx.decode_config(self.model, Search(attention=True))
         budget = max(1, self.ctx.settings.max_request_work // max(1, config.beam_size))
-        translate = scheduled_translator(self.ctx, self.model, config, self.deadline, call_chars=budget)
+        # With the quality flags of the fast mode: the file's report counts the segments they flag.
+        translate = scheduled_translator(self.ctx, self.model, config, self.deadline, call_chars=budget, flags=True)
         out: list[Translation | Exception | None] = [None] * len(texts)
         call: list[int] = []
         for index, text in enumerate(texts):
