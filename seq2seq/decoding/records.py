@@ -53,6 +53,21 @@ class TermUse(BaseModel):
     )
 
 
+class CalibratedConfidence(BaseModel):
+    """The sentence confidence read by the model's calibration (seq2seq/analysis/calibration.py),
+    fitted on its held-out valid split (the bundle's calibration.json)."""
+
+    usable: float = Field(
+        description="probability that the translation is usable: the share of held-out sentences with this "
+        "confidence whose sentence chrF reached calibration.json's `usable_chrf` (40 for the shipped models)"
+    )
+    expected_chrf: float = Field(description="mean sentence chrF (0-100) of held-out sentences with this confidence")
+    band: Literal["low", "medium", "high"] = Field(
+        description="low: check or rewrite the translation; medium: read it with care; high: usually fine "
+        "(the bands' limits on `usable` are in calibration.json)"
+    )
+
+
 class Quality(BaseModel):
     """Warnings read from the word alignment map (seq2seq/analysis/quality.py; thresholds: the model's
     quality.json). Word indices refer to `alignment.source_tokens` / `target_tokens` at word
@@ -81,6 +96,9 @@ class Quality(BaseModel):
     confidence: float | None = Field(
         description="0..1, an estimate of the sentence chrF / 100 from log-prob, "
         "coverage and length (fitted on the model's valid split)"
+    )
+    calibrated: CalibratedConfidence | None = Field(
+        None, description="the confidence on a scale to act on; null for a model without a calibration"
     )
     target_surprise: list[float] | None = Field(
         None, description="per target word: -log p under the decoder (mean over its pieces); null when not known"
