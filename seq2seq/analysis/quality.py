@@ -359,7 +359,7 @@ class QualityThresholds:
 class SentenceQuality:
     """The quality block of one translation (API, batch records, explorer)."""
 
-    source_coverage: list[float]  # per source word
+    source_coverage: list[float]  # per source word: attention mass received (the API's source_attention_mass), >= 0
     untranslated: list[int]  # indices of source words flagged untranslated
     target_peak: list[float]  # per target word
     target_entropy: list[float]  # per target word, 0..1
@@ -388,6 +388,9 @@ class SentenceQuality:
         rounded = lambda values: [round(float(v), decimals) for v in values]  # noqa: E731
         maybe = lambda value: None if value is None else round(float(value), decimals)  # noqa: E731
         return {
+            # The API's name: a sum over target words, not a fraction; `source_coverage`, the old
+            # name, stays as a deprecated alias for one release (docs/api.md).
+            "source_attention_mass": rounded(self.source_coverage),
             "source_coverage": rounded(self.source_coverage),
             "untranslated": list(self.untranslated),
             "target_peak": rounded(self.target_peak),

@@ -73,8 +73,15 @@ class Quality(BaseModel):
     quality.json). Word indices refer to `alignment.source_tokens` / `target_tokens` at word
     level (`source_words` / `target_words` of /v1/translate)."""
 
+    source_attention_mass: list[float] = Field(
+        description="per source word: the attention mass it received, the sum of its column of the map "
+        "(0 = no target word drew on it, about 1 = one target word's worth, above 1 when several did); "
+        "a sum, not a fraction: `coverage` is the sentence's fraction, each word's mass capped at 1"
+    )
     source_coverage: list[float] = Field(
-        description="per source word: attention mass it received (0 = no target word drew on it, ~1 = one word's worth)"
+        deprecated="renamed source_attention_mass (the same values); source_coverage goes after 0.2",
+        description="deprecated alias of `source_attention_mass` (the same values, under the name that read "
+        "as a fraction); kept for one release, removed after 0.2",
     )
     untranslated: list[int] = Field(
         description="source words probably left out of the translation (the model's "
