@@ -21,6 +21,7 @@ CONFIG_FILE = "config.json"  # ModelConfig, beside every checkpoint and export
 WEIGHTS_FILE = "model.pt"  # the torch state dict
 TOKENIZER_FILE = "spm.model"  # the SentencePiece model the embeddings are indexed by
 QUALITY_FILE = "quality.json"  # the quality detectors' thresholds, chosen at release
+CALIBRATION_FILE = "calibration.json"  # the confidence read as P(usable) and bands (seq2seq/analysis/calibration.py)
 DICTIONARY_FILE = "dictionary.tsv.gz"  # the term index automatic hints read (data/dictionary.py)
 BUNDLE_FILE = "bundle.json"  # a release bundle's manifest: graphs, sha256 of every file, decoding defaults
 ENSEMBLE_FILE = "ensemble.json"  # an ensemble: the model directories it averages (seq2seq/runtime/ensemble.py)

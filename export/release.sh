@@ -18,7 +18,7 @@
 # what the service and the CLIs decode with unless told otherwise, and every eval below),
 # 4. test-split BLEU/chrF/length ratio (beam 4 and greedy), the same on the 162 everyday
 # gold sentences, and gold-set AER, 5. quality-signal thresholds chosen on valid
-# (export/quality_signals.py), 6. with GRAPHS=int8 (the default, issue #13's decision): the
+# (export/quality_signals.py) and the confidence's calibration (export/confidence_calibration.py), 6. with GRAPHS=int8 (the default, issue #13's decision): the
 # same test and gold figures for the fp32 graphs, a refusal if int8 loses more than 0.3
 # test BLEU, and the fp32 graphs dropped (bundle budget; `crossalign export OUT --in-place
 # --graphs int8 fp32` brings them back), 7. metrics into bundle.json, 8. the register gate
@@ -116,6 +116,10 @@ $PY -m seq2seq.cli eval --gold "$GOLD" --hyp "$EFLOMAL_GOLD" --json > "$RUN/gold
 echo "== quality-signal thresholds on valid"
 $PY -m export.quality_signals --model "$CANDIDATE" --data "$DATA" --save "$CANDIDATE/quality.json" --no-test > "$RUN/quality_signals.txt" || {
     echo "quality thresholds not re-chosen (see $RUN/quality_signals.txt)" >&2; }
+echo "== the confidence's calibration on valid, checked on gold"
+$PY -m export.confidence_calibration "$CANDIDATE" --split valid="$DATA/valid.tsv" --split gold="$GOLD" \
+    --save --figure "$RUN/calibration.png" > "$RUN/calibration.txt" || {
+    echo "confidence not calibrated (see $RUN/calibration.txt)" >&2; }
 
 if [ "$GRAPHS" = int8 ]; then
     echo "== the fp32 graphs, for the int8 decision"

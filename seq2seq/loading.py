@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from data.dictionary import TermIndex
-from data.files import BUNDLE_FILE, DICTIONARY_FILE, ENSEMBLE_FILE, TOKENIZER_FILE
+from data.files import BUNDLE_FILE, CALIBRATION_FILE, DICTIONARY_FILE, ENSEMBLE_FILE, TOKENIZER_FILE
 from data.tokenizer import Tokenizer
+from seq2seq.analysis.calibration import Calibration
 from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE, QUALITY_MODES, QualityThresholds
 from seq2seq.core.backend import SearchBackend
 from seq2seq.core.config import DecodeConfig
@@ -144,7 +145,7 @@ def _load_model(
             onnx_backend.stream_backend,
             onnx_backend.streams,
             bundle.tokenizer_path,
-            QualityThresholds() if bundle.quality_path is None else QualityThresholds.load(bundle.quality_path),
+            _quality(bundle.quality_path, bundle.calibration_path),
             bundle.decode_defaults,
             bundle.dictionary_path,
         )
@@ -159,10 +160,17 @@ def _load_model(
         None,
         1,
         model_dir / TOKENIZER_FILE,
-        QualityThresholds.load(model_dir),  # defaults when it has none
+        _quality(model_dir, model_dir / CALIBRATION_FILE),  # defaults when it has none
         decode_defaults(model_dir),  # a bundle's on model.pt decodes as its graphs do
         model_dir / DICTIONARY_FILE if (model_dir / DICTIONARY_FILE).is_file() else None,
     )
+
+
+def _quality(path: Path | None, calibration: Path | None) -> QualityThresholds:
+    """A model's quality thresholds (`path`: quality.json or its directory; None or absent: the
+    defaults) with its confidence calibration (None or absent: none, the raw confidence alone)."""
+    thresholds = QualityThresholds() if path is None else QualityThresholds.load(path)
+    return replace(thresholds, calibration=Calibration.load(calibration))
 
 
 def translate_file(

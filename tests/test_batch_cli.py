@@ -70,7 +70,7 @@ def test_jsonl_records_validate_against_the_api_schema(batch_model_dir: Path, tm
         assert all(parsed.text[t.start : t.end] == t.text for t in alignment.target_tokens)
         # The quality block comes with the alignment, indexing its words.
         assert parsed.quality is not None
-        assert len(parsed.quality.source_coverage) == len(alignment.source_tokens)
+        assert len(parsed.quality.source_attention_mass) == len(alignment.source_tokens)
         assert len(parsed.quality.target_peak) == len(alignment.target_tokens)
         assert all(0 <= i < len(alignment.source_tokens) for i in parsed.quality.untranslated)
 
@@ -81,7 +81,8 @@ def test_jsonl_records_validate_against_the_api_schema(batch_model_dir: Path, tm
     assert len(split.alignment.source_tokens) == sum(len(r["alignment"]["source_tokens"]) for r in records[:3])
     # The split line's quality: its sentences' blocks joined, flags renumbered like the map.
     offsets = np.cumsum([0] + [len(r["alignment"]["source_tokens"]) for r in records[:3]])
-    assert split.quality.source_coverage == [c for r in records[:3] for c in r["quality"]["source_coverage"]]
+    masses = [c for r in records[:3] for c in r["quality"]["source_attention_mass"]]
+    assert split.quality.source_attention_mass == masses
     assert split.quality.untranslated == [
         i + offset for r, offset in zip(records[:3], offsets) for i in r["quality"]["untranslated"]
     ]

@@ -29,6 +29,8 @@ from seq2seq.core.casing import (
     cased_pieces,
     is_cased,
     is_shouting,
+    is_title_cased,
+    keep_case_pattern,
     keep_shouted_words,
     lower,
     shout,
@@ -247,6 +249,60 @@ def test_the_shipped_model_keeps_an_acronym_it_copies(shipped: Translator) -> No
     for hypothesis in [result, *result.alternatives]:
         assert pieces_with_offsets(hypothesis.target_tokens)[0] == hypothesis.text
         assert all(hypothesis.text[t.start : t.end] == t.text for t in hypothesis.alignment.word.target_tokens)
+
+
+# --------------------------------------------------------------------------- a heading's, a word's case
+
+
+@pytest.mark.parametrize(
+    "text,title",
+    [
+        ("Neue Funktionen", True),
+        ("Bericht über das Projekt", True),  # small words after the first stay lower case
+        ("Terms of Service", True),
+        ("Willkommen", False),  # one word: capitalised, not a title
+        ("Häufig gestellte Fragen", False),  # a lower-case word that is not small
+        ("Das Haus ist klein.", False),  # a sentence
+        ("Neue Funktionen!", False),
+        ("über das Projekt", False),  # the first word lower case
+        ("NEUE FUNKTIONEN", False),  # shouted: casing.py's other rule
+    ],
+)
+def test_a_title_is_every_word_capitalised_but_the_small_ones(text: str, title: bool) -> None:
+    assert is_title_cased(text) is title
+
+
+def test_a_capitalised_source_gets_a_capitalised_translation() -> None:
+    pieces = ["▁report", "▁over", "▁the", "▁project"]
+    text, shown = keep_case_pattern("Bericht über das Projekt", "report over the project", pieces)
+    assert text == "Report over the Project" and shown == ["▁Report", "▁over", "▁the", "▁Project"]
+    assert keep_case_pattern("Willkommen", "welcome", ["▁wel", "come"]) == ("Welcome", ["▁Wel", "come"])
+    assert keep_case_pattern("Häufig gestellte Fragen", "frequent questions", ["▁frequent", "▁questions"]) == (
+        "Frequent questions",
+        ["▁Frequent", "▁questions"],
+    )
+    # Nothing else changes: a lower-case source, a word with capitals of its own ("iPhone"), a
+    # translation already capitalised, pieces that do not spell the text.
+    for source, target, spelled in (
+        ("über uns", "about us", ["▁about", "▁us"]),
+        ("iPhone kaufen", "buy iPhone", ["▁buy", "▁iPhone"]),
+        ("Willkommen", "iPhone", ["▁iPhone"]),
+        ("Willkommen", "Welcome", ["▁Welcome"]),
+        ("Willkommen", "welcome", ["▁hello"]),
+    ):
+        assert keep_case_pattern(source, target, spelled) == (target, spelled)
+
+
+def test_the_shipped_model_keeps_a_headings_and_a_words_case(shipped: Translator) -> None:
+    served = dataclasses.replace(shipped.decode_defaults, alignment=AlignmentOptions())
+    for source in ("Willkommen", "Einleitung", "Bericht über das Projekt", "Neue Funktionen"):
+        result = shipped.translate(source, served)
+        first = words(result.text)[0].text
+        assert first[0].isupper(), (source, result.text)
+        assert pieces_with_offsets(result.target_tokens)[0] == result.text  # offsets hold
+        assert all(result.text[t.start : t.end] == t.text for t in result.alignment.word.target_tokens)
+    title = shipped.translate("Neue Funktionen", served).text
+    assert all(w.text[0].isupper() for w in words(title)), title  # a title's words each capitalised
 
 
 # --------------------------------------------------------------------------- service, explorer, batch CLI

@@ -37,6 +37,8 @@ from sample_documents import (
 )
 from test_service_server import serving
 
+from seq2seq.core.alignment import words
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -201,6 +203,26 @@ def test_alignment_sidecar_and_settings(http: httpx.Client) -> None:
     assert ".docx" in settings["supportedFilesFormat"] and settings["filesTranslation"] is True
     written = sorted(p.name for p in http.files_dir.iterdir())  # type: ignore[attr-defined]
     assert written and all(name.split(".")[0] in answer["translatedFileUrl"] or len(name) >= 24 for name in written)
+
+
+def test_a_file_report_counts_flagged_segments_and_unsupported_tags_the_sidecar_names(http: httpx.Client) -> None:
+    """The report's new counts agree with what the sidecar names, segment by segment (issue 42;
+    the shipped model's reproduction of the issue's example: tests/test_shipped_models.py)."""
+    text = "Wir fahren **morgen früh** mit dem [Zug](https://bahn.de) nach Berlin.\n\n**der Hund** ist klein .\n"
+    answer, _ = round_trip(http, "reise.md", text.encode())
+    report = answer["report"]
+    sidecar = http.get(answer["translatedFileUrl"], params={"alignment": "true"})
+    records = [json.loads(line) for line in sidecar.text.splitlines()]
+    assert len(records) == report["segments"] == 2
+    assert all(isinstance(r["untranslated"], list) and isinstance(r["tags_unsupported"], list) for r in records)
+    assert report["segments_untranslated"] == sum(bool(r["untranslated"]) for r in records)
+    assert report["tags_unsupported"] == sum(len(r["tags_unsupported"]) for r in records)
+    assert report["tags_unsupported"] >= report["tags_approximated"]
+    for record in records:
+        source_words = [w.text for w in words(record["source"])]
+        assert all(word in source_words for word in record["untranslated"])
+        for tag in record["tags_unsupported"]:
+            assert tag["source"] in record["source"] and tag["placed_on"] in record["translation"]
 
 
 def test_cli_translates_a_docx_and_aligns_markup(tiny_bundle: Path, tmp_path: Path) -> None:

@@ -14,7 +14,13 @@ from seq2seq.core.alignment import Alignment, hard_links, words
 from seq2seq.documents.html import read_html, render, segments, write_html
 from seq2seq.documents.html_tokens import tokens
 from seq2seq.documents.markup import Marked, MarkupBuilder, Tag, fits, identity, transfer
-from seq2seq.documents.translate import PlacementReport, Translation, place_segments, place_translation
+from seq2seq.documents.translate import (
+    PlacementReport,
+    Translation,
+    place_segments,
+    place_translation,
+    unsupported_tags,
+)
 from seq2seq.documents.xml import XMLInputError, fragment, fragment_text, parse_xml, read_element, write_element
 
 
@@ -295,6 +301,35 @@ def test_a_map_that_does_not_spell_the_translation_places_by_position() -> None:
     placed = place_translation(marked, Translation("the dog barks", wrong))
     assert placed.words == [[1]] and placed.approximated == [0]
     assert fits(word_map("a b", "x y", diagonal(2)), "a b", "x y") and not fits(wrong, marked.text, "the dog barks")
+
+
+def test_a_tag_on_words_the_map_does_not_support_is_named() -> None:
+    """'kleines' was left out of the translation; its tag still goes somewhere (nothing is
+    dropped), by the fallback, onto "house", which draws only 0.3 of its row on it: the
+    placement is unsupported, and the report and the sidecar say so (issue 42)."""
+    builder = MarkupBuilder()
+    builder.text("Das ist ein ")
+    handle = builder.open("b")
+    builder.text("kleines")
+    builder.close(handle)
+    builder.text(" Haus.")
+    marked = builder.build()
+    dropped = word_map(marked.text, "This is a house.", [(0, 0), (1, 1), (2, 2), (5, 4)], {(3, 4): 0.7, (3, 3): 0.3})
+    placed = place_translation(marked, Translation("This is a house.", dropped))
+    assert placed.words == [[3]] and placed.unsupported == [0] and placed.approximated == []
+    assert unsupported_tags(marked, placed) == [{"source": "kleines", "placed_on": "house"}]
+    # At the share's limit: 0.5 of the row is not a majority, 0.51 is.
+    for weight, supported in ((0.5, False), (0.51, True)):
+        shared = word_map(marked.text, "This is a house.", [(0, 0), (1, 1), (2, 2), (5, 4)], {(3, 4): 1 - weight})
+        shared.matrix[3, 3] = weight
+        assert (transfer(marked, "This is a house.", shared).unsupported == []) is supported
+    kept = place_translation(marked, Translation("This is a small house.", word_map(marked.text, "x", [])))
+    assert kept.unsupported == kept.approximated == [0]  # approximated: unsupported too
+    whole = transfer(Marked("Haus", [Tag(0, 4, "b")]), "house", word_map("Haus", "house", [], {(0, 0): 0.2}))
+    assert whole.unsupported == []  # a tag over the whole source covers the whole translation
+    report = PlacementReport()
+    place_segments([marked], lambda texts: [Translation("This is a house.", dropped)], report)
+    assert report.to_dict()["tags_unsupported"] == 1 and report.to_dict()["tags_approximated"] == 0
 
 
 def translate_markdown(text: str) -> str:

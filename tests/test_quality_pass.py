@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from data.files import BUNDLE_FILE, QUALITY_FILE
+from seq2seq.analysis.calibration import Calibration
 from seq2seq.analysis.heatmap import FLAG_COLOUR, FLAG_LEGEND, render_heatmap
 from seq2seq.analysis.quality import Evidence, QualityThresholds, SentenceQuality, assess_alignment, join
 from seq2seq.cli import main as cli_main
@@ -38,7 +40,10 @@ def shipped() -> Translator:
 def test_the_shipped_bundle_lists_and_loads_its_thresholds(shipped: Translator) -> None:
     bundle = load_bundle_manifest(SHIPPED)
     assert bundle.quality_path == SHIPPED / QUALITY_FILE and QUALITY_FILE in bundle.manifest["files"]
-    assert shipped.quality == QualityThresholds.load(SHIPPED / QUALITY_FILE)
+    # quality.json's thresholds, with the bundle's calibration.json beside them (test_calibration.py)
+    assert shipped.quality == replace(
+        QualityThresholds.load(SHIPPED / QUALITY_FILE), calibration=Calibration.load(bundle.calibration_path)
+    )
     assert shipped.quality != QualityThresholds()  # the model's own, not the defaults
 
 

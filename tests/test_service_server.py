@@ -195,6 +195,43 @@ def test_heatmap_png_and_svg(http: httpx.Client) -> None:
     assert {"der", "Hund", "ist", "klein"} <= labels
 
 
+def test_source_attention_mass_is_named_as_a_sum_and_the_old_name_is_a_deprecated_alias(http: httpx.Client) -> None:
+    """`quality.source_coverage` read as a fraction but is a sum (values above 1): renamed
+    `source_attention_mass`, the old name kept, deprecated, for one release (issue 42)."""
+    body = http.post("/v1/translate", json={"text": "der Hund ist klein . das Haus ist rot ."}).json()
+    for sentence in body["translations"][0]["sentences"]:
+        quality = sentence["quality"]
+        assert quality["source_attention_mass"] == quality["source_coverage"]
+        assert len(quality["source_attention_mass"]) == len(sentence["source_words"])
+    libre = http.post("/translate", json={"q": "der Hund", "source": "de", "target": "en", "alignment": True}).json()
+    assert libre["quality"]["source_attention_mass"] == libre["quality"]["source_coverage"]
+    properties = http.get("/openapi.json").json()["components"]["schemas"]["Quality"]["properties"]
+    assert properties["source_coverage"]["deprecated"] is True and "source_attention_mass" in properties
+    assert "deprecated" not in properties["source_attention_mass"]
+    assert "not a fraction" in properties["source_attention_mass"]["description"]
+
+
+def test_heatmap_download_names_spell_non_ascii_letters(http: httpx.Client) -> None:
+    """ "schläft" is "schlaeft" in the file name, not "schlft" (issue 42); marks are dropped."""
+    from seq2seq.analysis.heatmap import filename
+    from seq2seq.core.languages import transliterate
+
+    assert transliterate("schläft Straße Öl café Łódź") == "schlaeft Strasse Oel cafe Lodz"
+    assert (
+        filename("de", "en", "Крыса und Maus", "png") == "alignment-de-en-und-maus.png"
+    )  # no ASCII spelling: left out
+    from service.routes.files import attachment
+
+    # A translated file's ASCII fallback name spells the letters too; what has no spelling is "_".
+    assert attachment("Bericht über Крыса.docx").startswith('attachment; filename="Bericht ueber _____.docx"; ')
+    png = http.get("/v1/heatmap", params={"q": "der Hund schläft über Nacht", "source": "de", "target": "en"})
+    assert png.status_code == 200, png.text
+    assert 'filename="alignment-de-en-der-hund-schlaeft-ueber.png"' in png.headers["content-disposition"]
+    heads = http.post("/v1/heatmap", json={"q": "Grüße", "view": "heads", "width": 600, "height": 500})
+    assert heads.status_code == 200, heads.text
+    assert 'filename="heads-cross-de-en-gruesse.png"' in heads.headers["content-disposition"]
+
+
 BAD_REQUESTS = [
     ("POST", "/translate", {"json": {"source": "de", "target": "en"}}),
     ("POST", "/translate", {"json": {"q": "", "source": "de", "target": "en"}}),

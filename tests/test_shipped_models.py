@@ -132,3 +132,22 @@ def test_each_shipped_dictionary_was_built_with_the_served_sense_rule(direction:
     manifest = load_bundle_manifest(MODELS / direction).manifest
     assert manifest["dictionary"]["sense"] == sense_description("evidence", SenseRule())
     assert manifest["dictionary"]["indexed_forms"] == len(TermIndex.load(MODELS / direction / "dictionary.tsv.gz"))
+
+
+def test_a_file_report_shows_what_the_shipped_model_dropped_and_a_misplaced_link() -> None:
+    """Issue 42's Markdown example: "train" and "Berlin" are not translated and the link lands on
+    "morning"; the report used to say nothing was wrong (tags_approximated: 0). Now it counts
+    the flagged segment and the unsupported tag, and the sidecar names them."""
+    from seq2seq.documents.files import format_of, read_document, translate_document
+    from seq2seq.documents.translate import sentence_translator
+
+    source = "Wir fahren **morgen früh** mit dem [Zug](https://bahn.de) nach Berlin.\n"
+    translator = load_translator(MODELS / "de-en", threads=1)
+    document = read_document(source.encode(), format_of("reise.md"))
+    result = translate_document(document, sentence_translator(translator), "en")
+    report = result.report.to_dict()
+    assert report["tags_approximated"] == 0 and not result.partial  # as before: nothing failed
+    assert report["segments_untranslated"] == 1 and report["tags_unsupported"] == 1, (result.data, report)
+    (record,) = result.alignments
+    assert "nach" in record["untranslated"] and "Zug" not in record["translation"]
+    assert record["tags_unsupported"] == [{"source": "Zug", "placed_on": "morning"}]

@@ -27,6 +27,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 
 from seq2seq.analysis.heads import HeadStatistics  # noqa: E402
 from seq2seq.core.alignment import Alignment, label  # noqa: E402
+from seq2seq.core.languages import transliterate  # noqa: E402
 
 FORMATS = {"png": "image/png", "svg": "image/svg+xml"}
 DPI = 100
@@ -271,7 +272,8 @@ def render_head_grid(
 
 
 def filename(source_lang: str, target_lang: str, text: str, fmt: str) -> str:
-    """'alignment-de-en-das-haus-ist.png': ASCII, from the first words of the text."""
-    words = re.findall(r"[a-z0-9]+", text.lower().encode("ascii", "ignore").decode())[:4]
+    """'alignment-de-en-der-hund-schlaeft.png': ASCII, from the first words of the text, its
+    letters transliterated (`seq2seq.core.languages.transliterate`), not dropped."""
+    words = re.findall(r"[a-z0-9]+", transliterate(text).lower())[:4]
     stem = "-".join(["alignment", source_lang, target_lang, *words])
     return f"{stem[:80]}.{fmt}"

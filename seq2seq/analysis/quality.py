@@ -11,7 +11,8 @@ returns, so a user can check every figure against the heatmap:
   log(source words), so 0 = all weight on one source word and 1 = spread evenly) and,
   when the model's log-probabilities are known, **surprise**: -log p of the word under the
   decoder (the mean over its pieces);
-- per sentence, **confidence** in [0, 1]: a linear estimate of the sentence's chrF / 100
+- per sentence, **confidence** in [0, 1] (read on a scale to act on, P(usable) and a band, by
+  the model's calibration: `seq2seq.analysis.calibration`): a linear estimate of the sentence's chrF / 100
   from three features, clipped to [0, 1] (the weights are fitted on the valid split by
   `export/quality_signals.py`):
     * the mean log-probability per target token (EOS included), ≤ 0;
@@ -70,6 +71,7 @@ from pathlib import Path
 import numpy as np
 
 from data.files import QUALITY_FILE
+from seq2seq.analysis.calibration import Calibrated, Calibration
 from seq2seq.analysis.confidence import confidence_features, sentence_coverage
 from seq2seq.analysis.occlusion import OCCLUSION_FEATURES, occlusion_features
 from seq2seq.core.alignment import Alignments, is_punctuation, projection, subword_map, word_map
@@ -264,6 +266,9 @@ class QualityThresholds:
     ungrounded: Detector | None = None
     # untranslated without the occlusion features: quality mode "fast" (None: files before it)
     untranslated_fast: Detector | None = None
+    # The confidence read as P(usable) and bands: the bundle's calibration.json, not quality.json
+    # (seq2seq/analysis/calibration.py); None: no calibrated block, the raw confidence alone.
+    calibration: Calibration | None = None
 
     def __post_init__(self) -> None:
         if len(self.confidence_weights) != 4:
@@ -312,7 +317,9 @@ class QualityThresholds:
                 )
 
     def to_dict(self) -> dict:
-        values = asdict(self) | {"confidence_weights": list(self.confidence_weights)}
+        """quality.json's values (the calibration has its own file)."""
+        values = asdict(replace(self, calibration=None)) | {"confidence_weights": list(self.confidence_weights)}
+        values.pop("calibration")
         for name in DETECTORS:
             detector = getattr(self, name)
             values[name] = None if detector is None else detector.to_dict()
@@ -322,7 +329,7 @@ class QualityThresholds:
     def from_dict(cls, values: dict) -> QualityThresholds:
         """From `to_dict`, or an older file: detectors it lacks stay None (the thresholds apply;
         for "fast", see `for_mode`); keys this version does not know are ignored."""
-        names = {f.name for f in fields(cls)}
+        names = {f.name for f in fields(cls)} - {"calibration"}
         kept = {k: v for k, v in values.items() if k in names}
         if "confidence_weights" in kept:
             kept["confidence_weights"] = tuple(float(w) for w in kept["confidence_weights"])
@@ -352,7 +359,7 @@ class QualityThresholds:
 class SentenceQuality:
     """The quality block of one translation (API, batch records, explorer)."""
 
-    source_coverage: list[float]  # per source word
+    source_coverage: list[float]  # per source word: attention mass received (the API's source_attention_mass), >= 0
     untranslated: list[int]  # indices of source words flagged untranslated
     target_peak: list[float]  # per target word
     target_entropy: list[float]  # per target word, 0..1
@@ -366,11 +373,24 @@ class SentenceQuality:
     # The target-term hints the model was shown and whether the translation used each
     # (seq2seq/core/hints.py); filled by the translator with the map.
     terms: list[TermOutcome] = field(default_factory=list)
+    # What reads `confidence` on a scale a person can act on (the model's calibration.json);
+    # None: no calibrated reading.
+    calibration: Calibration | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def calibrated(self) -> Calibrated | None:
+        """The confidence read by the model's calibration: P(usable), expected chrF, band."""
+        if self.calibration is None or self.confidence is None:
+            return None
+        return self.calibration(self.confidence)
 
     def to_dict(self, decimals: int = 4) -> dict:
         rounded = lambda values: [round(float(v), decimals) for v in values]  # noqa: E731
         maybe = lambda value: None if value is None else round(float(value), decimals)  # noqa: E731
         return {
+            # The API's name: a sum over target words, not a fraction; `source_coverage`, the old
+            # name, stays as a deprecated alias for one release (docs/api.md).
+            "source_attention_mass": rounded(self.source_coverage),
             "source_coverage": rounded(self.source_coverage),
             "untranslated": list(self.untranslated),
             "target_peak": rounded(self.target_peak),
@@ -380,6 +400,7 @@ class SentenceQuality:
             "length_ratio": round(self.length_ratio, decimals),
             "mean_log_prob": maybe(self.mean_log_prob),
             "confidence": maybe(self.confidence),
+            "calibrated": None if self.calibrated is None else self.calibrated.to_dict(decimals),
             "target_surprise": None if self.target_surprise is None else rounded(self.target_surprise),
             "untranslated_by": self.untranslated_by,
             "terms": [term.to_dict() for term in self.terms],
@@ -415,6 +436,7 @@ def join(parts: Sequence[tuple[SentenceQuality, int]], source_offsets: Sequence[
     surprises = [q.target_surprise for q, _ in parts]
     joined.target_surprise = None if any(v is None for v in surprises) else [v for s in surprises for v in s]
     joined.untranslated_by = parts[0][0].untranslated_by  # one translator, one mode: the same for every sentence
+    joined.calibration = parts[0][0].calibration  # the text's confidence read on the same scale
     joined.terms = [term.shifted(offset) for (quality, _), offset in zip(parts, offsets) for term in quality.terms]
     return joined
 
@@ -505,4 +527,5 @@ def assess(
         confidence=confidence,
         target_surprise=None if target_features is None else target_features["surprise"].tolist(),
         untranslated_by=untranslated_by,
+        calibration=thresholds.calibration,
     )

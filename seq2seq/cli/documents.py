@@ -99,14 +99,16 @@ def translate_document_file(
                 sidecar.write(json.dumps(record, ensure_ascii=False) + "\n")
     report = result.report
     log.info(
-        "%s: %d of %d segments translated in %.1f s, %d tags (%d approximated); written to %s (offered by the "
-        "service as %s)",
+        "%s: %d of %d segments translated in %.1f s (%d with words probably left out), %d tags (%d approximated, "
+        "%d on words the alignment does not support); written to %s (offered by the service as %s)",
         file_format.name,
         report.translated,
         report.segments,
         time.monotonic() - started,
+        len(report.untranslated),
         report.tags,
         report.approximated,
+        report.unsupported,
         args.output,
         translated_name(args.input.name, translator.config.target_lang, file_format),
     )

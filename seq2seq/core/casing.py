@@ -254,7 +254,63 @@ def keep_shouted_words(source: str, text: str, pieces: list[str]) -> tuple[str, 
         original = shouted.get(lower(match.group()))
         if original is not None and len(original) == len(match.group()):
             characters[match.start() : match.end()] = original
-    restored = "".join(characters)
+    return _recased(text, "".join(characters), pieces)
+
+
+def keep_case_pattern(source: str, text: str, pieces: list[str]) -> tuple[str, list[str]]:
+    """A translation (`text` and its `pieces`) in the casing pattern of its `source` segment:
+    a title-cased source (`is_title_cased`: "Neue Funktionen", "Terms of Service") gets each
+    lower-case word of the translation capitalised, its small words after the first excepted;
+    a capitalised source ("Willkommen", "Bericht über das Projekt") gets its first word
+    capitalised when the model wrote it in lower case ("welcome", "report on the project").
+
+    Why: the model learnt sentences, whose first word its training text capitalised; a
+    heading or a single word is not one, and it often answers in lower case. Only words
+    written all in lower case change ("iPhone", "NATO" stay), character for character, in
+    the text and the pieces alike, so every offset holds; nothing changes where the pieces
+    do not spell the text exactly.
+    """
+    first = next(WORD_LETTERS.finditer(source), None)
+    if first is None or not _capitalised(first.group()):
+        return text, pieces
+    title = is_title_cased(source)
+    characters = list(text)
+    for index, match in enumerate(WORD_LETTERS.finditer(text)):
+        word = match.group()
+        if word == lower(word) and (index == 0 or (title and word not in SMALL_WORDS)):
+            characters[match.start() : match.end()] = capitalise(word)
+        if not title:
+            break
+    return _recased(text, "".join(characters), pieces)
+
+
+# Words a title leaves in lower case (after its first word): English and German articles,
+# conjunctions and short prepositions, as English style guides (and German, which capitalises
+# only nouns anyway) keep them.
+_SMALL_WORDS = """a an the and or but nor so yet if than of on in at to by for with from into onto over off out up
+    as per via vs der die das den dem des ein eine einen einem einer eines und oder aber für mit von zu zum zur
+    im am an auf aus bei in über unter vor nach um ohne durch bis als"""
+SMALL_WORDS = frozenset(_SMALL_WORDS.split())
+SENTENCE_END = re.compile(r"[.!?…]\W*$")
+
+
+def _capitalised(word: str) -> bool:
+    """Begins with an upper-case letter and is not all capitals (an acronym, a shouted word)."""
+    return word[:1] == _upper(word[:1]) != _lower(word[:1]) and not (len(word) > 1 and word == shout(word))
+
+
+def is_title_cased(text: str) -> bool:
+    """A heading in title case: two words or more, no sentence-ending punctuation, and every
+    word capitalised but the small words after the first ("Neue Funktionen", "Terms of Service")."""
+    found = [m.group() for m in WORD_LETTERS.finditer(text)]
+    if len(found) < 2 or SENTENCE_END.search(text):
+        return False
+    return _capitalised(found[0]) and all(_capitalised(w) or w in SMALL_WORDS for w in found[1:])
+
+
+def _recased(text: str, restored: str, pieces: list[str]) -> tuple[str, list[str]]:
+    """`restored` (a case change of `text`, character for character) with `pieces` changed
+    the same; (`text`, `pieces`) unchanged when nothing changed or the pieces do not spell it."""
     spelled, spans = pieces_with_offsets(pieces)
     if restored == text or spelled != text:
         return text, pieces

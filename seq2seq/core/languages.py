@@ -11,8 +11,26 @@ imported when a detector is first made.
 from __future__ import annotations
 
 import threading
+import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
+
+# Letters whose plain ASCII spelling is not their base letter: German writes "ä" as "ae"
+# where umlauts are unavailable (DIN 5007-2), "ß" as "ss"; the rest of Latin script drops its
+# marks (`transliterate`).
+ASCII_SPELLINGS = str.maketrans(
+    {"ä": "ae", "ö": "oe", "ü": "ue", "Ä": "Ae", "Ö": "Oe", "Ü": "Ue", "ß": "ss", "ẞ": "SS", "æ": "ae", "Æ": "AE",
+     "ø": "o", "Ø": "O", "œ": "oe", "Œ": "OE", "ł": "l", "Ł": "L", "đ": "d", "Đ": "D", "þ": "th", "Þ": "Th"}
+)  # fmt: skip
+
+
+def transliterate(text: str) -> str:
+    """`text` in ASCII letters for a file name: "schläft" -> "schlaeft", "Straße" -> "Strasse",
+    "café" -> "cafe" (its marks dropped after Unicode decomposition); what has no ASCII
+    spelling (Cyrillic, CJK) is dropped."""
+    decomposed = unicodedata.normalize("NFKD", text.translate(ASCII_SPELLINGS))
+    return "".join(c for c in decomposed if not unicodedata.combining(c)).encode("ascii", "ignore").decode()
+
 
 NAMES = {
     "ar": "Arabic",

@@ -53,13 +53,35 @@ class TermUse(BaseModel):
     )
 
 
+class CalibratedConfidence(BaseModel):
+    """The sentence confidence read by the model's calibration (seq2seq/analysis/calibration.py),
+    fitted on its held-out valid split (the bundle's calibration.json)."""
+
+    usable: float = Field(
+        description="probability that the translation is usable: the share of held-out sentences with this "
+        "confidence whose sentence chrF reached calibration.json's `usable_chrf` (40 for the shipped models)"
+    )
+    expected_chrf: float = Field(description="mean sentence chrF (0-100) of held-out sentences with this confidence")
+    band: Literal["low", "medium", "high"] = Field(
+        description="low: check or rewrite the translation; medium: read it with care; high: usually fine "
+        "(the bands' limits on `usable` are in calibration.json)"
+    )
+
+
 class Quality(BaseModel):
     """Warnings read from the word alignment map (seq2seq/analysis/quality.py; thresholds: the model's
     quality.json). Word indices refer to `alignment.source_tokens` / `target_tokens` at word
     level (`source_words` / `target_words` of /v1/translate)."""
 
+    source_attention_mass: list[float] = Field(
+        description="per source word: the attention mass it received, the sum of its column of the map "
+        "(0 = no target word drew on it, about 1 = one target word's worth, above 1 when several did); "
+        "a sum, not a fraction: `coverage` is the sentence's fraction, each word's mass capped at 1"
+    )
     source_coverage: list[float] = Field(
-        description="per source word: attention mass it received (0 = no target word drew on it, ~1 = one word's worth)"
+        deprecated="renamed source_attention_mass (the same values); source_coverage goes after 0.2",
+        description="deprecated alias of `source_attention_mass` (the same values, under the name that read "
+        "as a fraction); kept for one release, removed after 0.2",
     )
     untranslated: list[int] = Field(
         description="source words probably left out of the translation (the model's "
@@ -81,6 +103,9 @@ class Quality(BaseModel):
     confidence: float | None = Field(
         description="0..1, an estimate of the sentence chrF / 100 from log-prob, "
         "coverage and length (fitted on the model's valid split)"
+    )
+    calibrated: CalibratedConfidence | None = Field(
+        None, description="the confidence on a scale to act on; null for a model without a calibration"
     )
     target_surprise: list[float] | None = Field(
         None, description="per target word: -log p under the decoder (mean over its pieces); null when not known"

@@ -28,7 +28,7 @@ from seq2seq.analysis.quality import (
 )
 from seq2seq.core.alignment import Alignment, Alignments, Token, align, pieces_with_offsets
 from seq2seq.core.backend import SearchBackend
-from seq2seq.core.casing import Truecaser, cased_pieces, keep_shouted_words, shout
+from seq2seq.core.casing import Truecaser, cased_pieces, keep_case_pattern, keep_shouted_words, shout
 from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, GlossaryTerms, ModelConfig
 from seq2seq.core.hints import (
     Glossary,
@@ -565,8 +565,10 @@ class Translator:
             target_tokens = [
                 piece if i == self.config.unk_id else shout(piece) for i, piece in zip(hypothesis.tokens, target_tokens)
             ]
-        elif cased is not None:  # a shouted word the model copied ("nato") back as the user wrote it
-            text, target_tokens = keep_shouted_words(source_text, text, target_tokens)
+        else:  # a copied shouted word ("nato") as the user wrote it; a heading's, a word's case kept
+            if cased is not None:
+                text, target_tokens = keep_shouted_words(source_text, text, target_tokens)
+            text, target_tokens = keep_case_pattern(source_text, text, target_tokens)
         return TranslationResult(
             text=text,
             score=hypothesis.score,

@@ -29,7 +29,15 @@ from seq2seq.core.alignment import to_pharaoh
 from seq2seq.documents.formats import docx, html, md, odt, pptx, srt, txt, xliff
 from seq2seq.documents.formats.limits import DocumentError, DocumentTooLarge, Limits, library_error
 from seq2seq.documents.markup import Marked, Placed
-from seq2seq.documents.translate import PlacementReport, Translate, Translation, has_words, place_segments
+from seq2seq.documents.translate import (
+    PlacementReport,
+    Translate,
+    Translation,
+    has_words,
+    place_segments,
+    unsupported_tags,
+    untranslated_words,
+)
 
 
 class Document(Protocol):
@@ -149,7 +157,12 @@ def translate_document(document: Document, translate: Translate, language: str =
                 sidecar.append({"source": text, "error": str(result)})
             else:
                 sidecar.append(
-                    {"source": text, "translation": result.text, "links": to_pharaoh(result.alignment.links)}
+                    {
+                        "source": text,
+                        "translation": result.text,
+                        "links": to_pharaoh(result.alignment.links),
+                        "untranslated": untranslated_words(result),
+                    }
                 )
         return results
 
@@ -158,4 +171,6 @@ def translate_document(document: Document, translate: Translate, language: str =
     indexed = [index for index, segment in enumerate(document.segments) if has_words(segment.text)]
     for record, index in zip(sidecar, indexed):
         record["segment"] = index
+        if placed[index] is not None:
+            record["tags_unsupported"] = unsupported_tags(document.segments[index], placed[index])
     return TranslatedFile(document.write(placed, language), report, dict(document.notes), sidecar)

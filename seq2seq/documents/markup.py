@@ -149,7 +149,10 @@ class Placed:
     `stacks[c]`: the tags over target character c, in source order; `empties`: (target
     offset, tag index) of the empty elements, in source order among equal offsets;
     `words[t]`: the target word indices each content tag covers (empty for empties);
-    `approximated`: tags that reached no target word and were put at the nearest position.
+    `approximated`: tags that reached no target word and were put at the nearest position;
+    `unsupported`: content tags whose target words do not draw mostly on the tagged source
+    words (their mean share is at most `SHARE`: placed by a stray link, step 3's fallback, or
+    approximated), where a reader should check the tag's place.
     """
 
     text: str
@@ -158,6 +161,7 @@ class Placed:
     empties: list[tuple[int, int]]
     words: list[list[int]]
     approximated: list[int] = field(default_factory=list)
+    unsupported: list[int] = field(default_factory=list)
 
     def events(self) -> Iterator[tuple[str, Any]]:
         """("open", tag), ("close", tag), ("text", str), ("empty", tag): well-formed by
@@ -384,6 +388,7 @@ def transfer(source: Marked, target_text: str, alignment: Alignment, method: str
     covered: list[list[int]] = []
     empties: list[tuple[int, int]] = []
     approximated: list[int] = []
+    unsupported: list[int] = []
     for index, tag in enumerate(source.tags):
         sources = _source_words(tag, source_words)
         if tag.empty or not sources:
@@ -400,10 +405,25 @@ def transfer(source: Marked, target_text: str, alignment: Alignment, method: str
             approximated.append(index)
             empties.append((_anchor(tag, source.text, source_words, target_text, target_words, alignment), index))
         covered.append(sorted(targets))
+        if index in approximated or not _supported(sorted(targets), sources, source_words, alignment):
+            unsupported.append(index)
     stacks: list[list[int]] = [[] for _ in target_text]
     for index, targets in enumerate(covered):
         for run in _runs(set(targets)):
             for position in range(target_words[run[0]].start, target_words[run[-1]].end):
                 stacks[position].append(index)  # tags in source order: indices ascend
     empties.sort(key=lambda item: item[0])  # stable: source order among equal offsets
-    return Placed(target_text, list(source.tags), [tuple(s) for s in stacks], empties, covered, approximated)
+    return Placed(
+        target_text, list(source.tags), [tuple(s) for s in stacks], empties, covered, approximated, unsupported
+    )
+
+
+def _supported(targets: list[int], sources: list[int], source_words: list[Token], alignment: Alignment) -> bool:
+    """Whether the target words a tag was put on draw, on average, mostly (more than `SHARE`
+    of their rows) on the tagged source words: the map supports the placement. A tag over
+    every word of the source (step 1) is: it covers the whole translation."""
+    if all(i in sources for i, word in enumerate(source_words) if not is_punctuation(word.text)):
+        return True
+    if not targets or not alignment.matrix.size:
+        return False
+    return float(alignment.matrix[np.ix_(targets, sources)].sum(axis=1).mean()) > SHARE

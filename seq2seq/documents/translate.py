@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from seq2seq.core.alignment import Alignment
+from seq2seq.core.alignment import Alignment, words
 from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig
 from seq2seq.decoding.forced import align_given
 from seq2seq.decoding.texts import WORD_MAP, TranslatedText, translate_texts
@@ -44,10 +44,11 @@ def has_words(text: str) -> bool:
 
 def sentence_translator(translator: Translator, config: DecodeConfig | None = None) -> Translate:
     """A `Translate` over the library's translator: the one text pipeline
-    (seq2seq.decoding.texts.translate_texts) with the word map made in the same pass (without
-    the quality blocks: `DecodeConfig.quality`)."""
+    (seq2seq.decoding.texts.translate_texts) with the word map made in the same pass, and the
+    quality blocks of the fast mode (attention only), whose `untranslated` flags a report counts."""
     base = translator.decode_defaults if config is None else config
-    config = replace(base, return_attention=True, alignment=base.alignment or WORD_MAP, quality=False)
+    # The quality flags of the fast mode (attention only, no occlusion pass): a file report counts them.
+    config = replace(base, return_attention=True, alignment=base.alignment or WORD_MAP, quality=True, occlusion=False)
 
     def run(texts: list[str]) -> list[Translation | Exception]:
         translated = translate_texts(texts, lambda sentences: translator.translate_batch(sentences, config))
@@ -64,18 +65,44 @@ class PlacementReport:
     translated: int = 0
     failed: list[str] = field(default_factory=list)  # why a segment kept its source text
     tags: int = 0  # tags of the translated segments
-    approximated: int = 0  # tags put at the nearest position (markup.transfer, step 4)
+    approximated: int = 0  # tags put at the nearest position (markup.transfer, step 5)
     splits: int = 0  # times an element was opened again (crossing scopes, discontiguous words)
+    # Segments whose translation has `untranslated` flags (source words probably left out;
+    # seq2seq.analysis.quality), by segment index; the sidecar names the words.
+    untranslated: list[int] = field(default_factory=list)
+    unsupported: int = 0  # tags put on words the alignment does not support (`Placed.unsupported`)
 
     def to_dict(self) -> dict:
         return {
             "segments": self.segments,
             "translated": self.translated,
             "failed": len(self.failed),
+            "segments_untranslated": len(self.untranslated),
             "tags": self.tags,
             "tags_approximated": self.approximated,
+            "tags_unsupported": self.unsupported,
             "tags_split": self.splits,
         }
+
+
+def untranslated_words(translation: Translation) -> list[str]:
+    """The source words the translation's quality flags as left out (none without a quality block)."""
+    quality = None if translation.translated is None else translation.translated.quality()
+    if quality is None:
+        return []
+    return [translation.alignment.source_tokens[i].text for i in quality.untranslated]
+
+
+def unsupported_tags(source: Marked, placed: Placed) -> list[dict[str, str]]:
+    """Each tag put on words the alignment does not support: the source text it wrapped and
+    the target text it was put on."""
+    target_words = words(placed.text)
+    named = []
+    for index in placed.unsupported:
+        tag, covered = source.tags[index], placed.words[index]
+        on = placed.text[target_words[covered[0]].start : target_words[covered[-1]].end] if covered else ""
+        named.append({"source": source.text[tag.start : tag.end], "placed_on": on})
+    return named
 
 
 def place_translation(source: Marked, translation: Translation) -> Placed:
@@ -87,6 +114,7 @@ def place_translation(source: Marked, translation: Translation) -> Placed:
         return transfer(source, target_text, alignment)
     placed = transfer(source, target_text, proportional(source.text, target_text))
     placed.approximated = sorted(set(range(len(source.tags))))
+    placed.unsupported = list(placed.approximated)  # no map supports them
     return placed
 
 
@@ -109,6 +137,9 @@ def place_segments(
         report.translated += 1
         report.tags += len(segments[index].tags)
         report.approximated += len(placed[index].approximated)
+        report.unsupported += len(placed[index].unsupported)
+        if untranslated_words(translation):
+            report.untranslated.append(index)
         report.splits += placed[index].splits()
     return placed
 

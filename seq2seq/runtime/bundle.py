@@ -14,6 +14,8 @@ A bundle holds everything needed to translate and to keep working on the model:
     quality.json         the quality-signal thresholds chosen on valid data (seq2seq/analysis/quality.py),
                          carried over from the checkpoint directory or added by
                          `export/quality_signals.py --save` (`set_quality_file`)
+    calibration.json     the confidence read as P(usable), expected chrF and bands, fitted on valid
+                         by `export/confidence_calibration.py --save` (`set_calibration_file`)
 
 bundle.json's `decoding` holds the search settings (`seq2seq.core.config.SEARCH_FIELDS`: beam size,
 length penalty, coverage penalty, repetition guard) the model is served and measured with:
@@ -50,7 +52,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from data.files import BUNDLE_FILE, DICTIONARY_FILE, ENSEMBLE_FILE, QUALITY_FILE, sha256_file
+from data.files import BUNDLE_FILE, CALIBRATION_FILE, DICTIONARY_FILE, ENSEMBLE_FILE, QUALITY_FILE, sha256_file
 from seq2seq.core.config import MAX_TERM_BONUS, SEARCH_FIELDS, DecodeConfig, ModelConfig, from_dict, to_dict
 
 FORMAT = "crossalign-bundle"
@@ -98,6 +100,11 @@ class Bundle:
         """The quality thresholds file, None for a bundle without one (defaults then apply)."""
         name = self.manifest.get("quality")
         return None if name is None else self.directory / name
+
+    @property
+    def calibration_path(self) -> Path | None:
+        """The confidence's calibration (`seq2seq.analysis.calibration`), None without one."""
+        return self.directory / CALIBRATION_FILE if CALIBRATION_FILE in self.manifest["files"] else None
 
     @property
     def dictionary_path(self) -> Path | None:
@@ -382,6 +389,12 @@ def set_quality_file(directory: Path, name: str = QUALITY_FILE) -> None:
     """Record `directory/name` as the bundle's quality thresholds in bundle.json, with its hash
     (thresholds are chosen with the exported model, so after the export)."""
     _record_file(directory, name, quality=name)
+
+
+def set_calibration_file(directory: Path) -> None:
+    """Record `directory`/calibration.json (`export/confidence_calibration.py --save`) in
+    bundle.json with its hash: the confidence's calibration, fitted on the exported model."""
+    _record_file(directory, CALIBRATION_FILE)
 
 
 def set_dictionary_file(directory: Path, description: dict[str, Any]) -> None:

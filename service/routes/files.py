@@ -36,7 +36,7 @@ from fastapi.responses import JSONResponse
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from seq2seq.core.inputs import text_problem
-from seq2seq.core.languages import language_name
+from seq2seq.core.languages import language_name, transliterate
 from seq2seq.decoding.texts import sentences_of
 from seq2seq.documents.files import (
     EXTENSIONS,
@@ -179,7 +179,8 @@ class FileTranslator:
     def __call__(self, texts: list[str]) -> list[Translation | Exception]:
         config = self.ctx.decode_config(self.model, Search(attention=True))
         budget = max(1, self.ctx.settings.max_request_work // max(1, config.beam_size))
-        translate = scheduled_translator(self.ctx, self.model, config, self.deadline, call_chars=budget)
+        # With the quality flags of the fast mode: the file's report counts the segments they flag.
+        translate = scheduled_translator(self.ctx, self.model, config, self.deadline, call_chars=budget, flags=True)
         out: list[Translation | Exception | None] = [None] * len(texts)
         call: list[int] = []
         for index, text in enumerate(texts):
@@ -518,7 +519,8 @@ def owned(record: dict[str, Any], key: str | None, kind: str) -> dict[str, Any]:
 
 def attachment(name: str) -> str:
     """A Content-Disposition naming the download (RFC 6266: ASCII fallback and UTF-8 name)."""
-    fallback = re.sub(r"[^A-Za-z0-9._ -]", "_", name)
+    # Letters with an ASCII spelling keep it ("über" -> "ueber"), anything else is "_".
+    fallback = re.sub(r"[^A-Za-z0-9._ -]", "_", "".join(transliterate(c) or "_" for c in name))
     return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(name)}"
 
 

@@ -6,7 +6,9 @@ list (translated as one padded batch), `{"error": ...}` with 400/403/429. Our ex
 each translation: the word-level map of the whole text, block-diagonal over its sentences,
 and a `quality` block beside it (seq2seq.decoding.records.Quality: untranslated source words,
 ungrounded target words, confidence), its sentences' blocks joined with word indices
-counted over the whole text.
+counted over the whole text. `quality: true` adds the quality block without the map, and a
+short `warning` for a text whose confidence reads low on the model's calibration
+(seq2seq/analysis/calibration.py), so a LibreTranslate-shaped answer can show it.
 """
 
 from __future__ import annotations
@@ -46,6 +48,11 @@ class LibreTranslateRequest(TermFields, RerankFields):
     alternatives: int = Field(0, ge=0, description="number of alternative translations")
     api_key: str | None = None
     alignment: bool | AlignmentRequest = Field(False, description="crossalign extension: add the alignment map")
+    quality: bool = Field(
+        False,
+        description="crossalign extension: add the quality block (without the map) and, for a text whose "
+        "calibrated confidence is in the low band, a short `warning`",
+    )
 
 
 class DetectRequest(JSONRequest):
@@ -166,7 +173,7 @@ async def translate_params(
         for name in ("dictionary_hints", *RerankFields.model_fields):
             if fields.get(name) in ("null", ""):  # a form's way to leave it unset
                 fields.pop(name)
-        for name in ("alignment", "dictionary_hints", "glossary_strict"):
+        for name in ("alignment", "quality", "dictionary_hints", "glossary_strict"):
             if isinstance(fields.get(name), str):  # a form says "true"/"false"; JSON must say true/false
                 flag = fields[name].strip().lower()
                 if flag not in FORM_TRUE + FORM_FALSE:
@@ -196,11 +203,13 @@ def translate(params: Annotated[LibreTranslateRequest, Depends(translate_params)
     texts = [params.q] if isinstance(params.q, str) else list(params.q)
     ctx.check_texts(texts)
     alignment = (AlignmentRequest() if params.alignment is True else params.alignment) or None
+    # The quality block is read from the word map: asked alone, the model's own map is built (not returned).
+    mapped = alignment or (AlignmentRequest() if params.quality else None)
     plain = (
         [" ".join(s.marked.text for s in segments(read_html(t))) for t in texts] if params.format == "html" else texts
     )
     model, detection = ctx.resolve_pair(params.source, params.target, plain)
-    options = ctx.resolve_alignment(model, alignment.options()) if alignment else None
+    options = ctx.resolve_alignment(model, mapped.options()) if mapped else None
     # LibreTranslate takes no search settings: the model's own, its beam raised to the alternatives
     # (and, with our `rerank` extension, to the candidates reranked).
     search = Search(n_best=params.alternatives + 1, rerank=params.rerank_options(ctx.settings.max_beam_size))
@@ -209,7 +218,7 @@ def translate(params: Annotated[LibreTranslateRequest, Depends(translate_params)
         pages = translate_pages(ctx, model, texts, config)
         translations = [page.text for page in pages]
         alternatives: list[list[str]] = [[] for _ in texts]
-        maps: list[Any] = [_segment_maps(page) if options else None for page in pages]
+        maps: list[Any] = [_segment_maps(page) if alignment else None for page in pages]
         qualities: list[Any] = [[_quality(t) for _, t, _ in page.segments] if options else None for page in pages]
         restored = [any(t.case_restored for _, t, _ in page.segments) for page in pages]
         # Per text, one list per translated segment (as its maps), spans into the segment's plain text.
@@ -218,7 +227,7 @@ def translate(params: Annotated[LibreTranslateRequest, Depends(translate_params)
         translated = ctx.translate(model, texts, config)
         translations = [t.text for t in translated]
         alternatives = [[t.alternative(k)[0] for k in range(params.alternatives)] for t in translated]
-        maps = [_map(t) if options else None for t in translated]
+        maps = [_map(t) if alignment else None for t in translated]
         qualities = [_quality(t) if options else None for t in translated]
         restored = [t.case_restored for t in translated]
         terms = [_terms(t) for t in translated]
@@ -235,13 +244,30 @@ def translate(params: Annotated[LibreTranslateRequest, Depends(translate_params)
     if _any_term(terms):  # the hints shown (a glossary, or the dictionary for rare words) and whether each was used
         listed = _dumped(terms)
         response["terms"] = listed[0] if single else listed
-    if options:
+    if alignment:
         dumped = [_dumped(m) for m in maps]
         response["alignment"] = dumped[0] if single else dumped
+    if options:
         # With the alignment, its quality signals (seq2seq.decoding.records.Quality; word indices of the text).
         blocks = [_dumped(q) for q in qualities]
         response["quality"] = blocks[0] if single else blocks
+    if params.quality and any(warnings := [_warning(q) for q in qualities]):
+        response["warning"] = warnings[0] if single else warnings
     return response
+
+
+LOW_CONFIDENCE = "low confidence: this translation is likely to be wrong; check it before use"
+
+
+def _warning(quality: Quality | list[Quality | None] | None) -> str | None:
+    """The warning of a text (an HTML text: of any of its segments) whose calibrated confidence
+    is in the low band; None otherwise, and for a model without a calibration."""
+    blocks = quality if isinstance(quality, list) else [quality]
+    low = [b for b in blocks if b is not None and b.calibrated is not None and b.calibrated.band == "low"]
+    if not low:
+        return None
+    usable = min(b.calibrated.usable for b in low if b.calibrated is not None)
+    return f"{LOW_CONFIDENCE} (probability usable {usable:.2f})"
 
 
 def _dumped(value: Any) -> Any:

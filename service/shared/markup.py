@@ -25,12 +25,14 @@ from service.http.errors import APIError
 from service.shared.context import RequestContext
 
 
-def markup_config(ctx: RequestContext, model: ServedModel, config: DecodeConfig) -> DecodeConfig:
+def markup_config(ctx: RequestContext, model: ServedModel, config: DecodeConfig, flags: bool = False) -> DecodeConfig:
     """`config` with the word map made in the same pass (the model's own alignment source
-    unless the request chose one), its quality blocks only if the request asked for them."""
+    unless the request chose one), its quality blocks only if the request asked for them, or
+    with `flags` (a file, whose report counts them) those of the fast mode (no occlusion pass)."""
     if config.alignment is not None:
         return config
-    return replace(config, return_attention=True, alignment=ctx.resolve_alignment(model, WORD_MAP), quality=False)
+    alignment = ctx.resolve_alignment(model, WORD_MAP)
+    return replace(config, return_attention=True, alignment=alignment, quality=flags, occlusion=not flags)
 
 
 @dataclass
@@ -54,9 +56,14 @@ class Scheduled:
 
 
 def scheduled_translator(
-    ctx: RequestContext, model: ServedModel, config: DecodeConfig, wait_until: float | None = None, call_chars: int = 0
+    ctx: RequestContext,
+    model: ServedModel,
+    config: DecodeConfig,
+    wait_until: float | None = None,
+    call_chars: int = 0,
+    flags: bool = False,
 ) -> Scheduled:
-    return Scheduled(ctx, model, markup_config(ctx, model, config), wait_until, call_chars)
+    return Scheduled(ctx, model, markup_config(ctx, model, config, flags), wait_until, call_chars)
 
 
 @dataclass
