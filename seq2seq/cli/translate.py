@@ -199,6 +199,10 @@ def _run(args: argparse.Namespace) -> int:
         for problem in problems:
             log.error("%s", problem)
         return batch.EXIT_USAGE
+    if args.ray is not None:  # the cluster mode (Ray Data): Ray is imported only here
+        from seq2seq.cli.cluster import run as cluster
+
+        return cluster.main(args, _decode_config(args), job_options(args))
     if args.format in translate_args.DOCUMENT_FORMATS:
         return translate_document_file(args, _decode_config(args))
     if args.alignment and args.format == "text":
