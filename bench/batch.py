@@ -9,12 +9,25 @@ run it; the plain loop translates the same lines one by one with `Translator.tra
 this process. Rates exclude start-up (interpreter, imports, model load): that is measured
 separately, once per worker count, as a run over an empty input, and shown on its own.
 Target tokens are SentencePiece pieces of the translations.
+
+The break-even of workers: the input size from which N workers finish sooner than one
+process, start-up included, (startup_N - startup_1) / (s_1 - s_N) with s the seconds per
+line; "never" when N workers translate no faster. On a shared machine the start-ups vary
+by seconds from run to run, so `--break-even 6 50 100 200 400` measures it directly instead:
+whole runs (start-up included) over the first LINES lines, one process and N workers
+alternated, `--rounds` times, their medians side by side and the smallest size at which the
+workers were faster. `crossalign translate` starts workers only from `--workers-min-lines`
+lines (seq2seq/cli/batch/engines.py, WORKER_MIN_LINES), set from this figure; the runs here
+force them (`--workers-min-lines 0`).
+
+    python bench/batch.py --test work/data/test.tsv --beams 4 --break-even 6 50 100 200 400 --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -93,6 +106,8 @@ def run_cli(args: argparse.Namespace, input_path: Path, output_path: Path, beam:
         str(args.batch_size),
         "--threads",
         str(args.threads),
+        "--workers-min-lines",
+        "0",  # workers started whatever the input's size: their start-up is what is measured
     ]
     started = time.perf_counter()
     finished = subprocess.run(
@@ -140,6 +155,43 @@ def bench_loop(args: argparse.Namespace, sources: list[str]) -> list[Row]:
     return rows
 
 
+def break_even(rows: list[Row]) -> list[str]:
+    """Per beam and worker count above one: the lines from which those workers pay for their
+    start-up against one process, or "never"."""
+    out = []
+    for one in (r for r in rows if r.mode == "cli" and r.workers == 1):
+        for many in (r for r in rows if r.mode == "cli" and r.beam == one.beam and r.workers > 1):
+            saved = one.seconds / one.lines - many.seconds / many.lines  # seconds per line
+            extra = many.startup - one.startup
+            lines = "never" if saved <= 0 else f"{max(extra, 0.0) / saved:.0f} lines"
+            out.append(f"beam {one.beam}: {many.workers} workers break even at {lines} (start-up +{extra:.2f} s)")
+    return out
+
+
+def bench_break_even(args: argparse.Namespace, sources: list[str], workdir: Path) -> str:
+    """Median wall seconds of whole runs over each size of `args.break_even`, one process and
+    each worker count alternated round by round; the smallest size where workers won."""
+    workers = [w for w in args.workers if w > 1]
+    lines = ["lines | " + " | ".join(f"{w} worker{'s' * (w > 1)} s" for w in [1, *workers])]
+    first_win: dict[int, int | None] = dict.fromkeys(workers)
+    for size in args.break_even:
+        input_path = workdir / f"input{size}.de"
+        input_path.write_text("\n".join(sources[:size]) + "\n", encoding="utf-8")
+        walls: dict[int, list[float]] = {w: [] for w in [1, *workers]}
+        for _ in range(args.rounds):
+            for count in walls:
+                walls[count].append(run_cli(args, input_path, workdir / "out", args.beams[0], count))
+        median = {count: statistics.median(times) for count, times in walls.items()}
+        lines.append(f"{size} | " + " | ".join(f"{median[count]:.2f}" for count in walls))
+        print(lines[-1], file=sys.stderr)
+        for count in workers:
+            if first_win[count] is None and median[count] < median[1]:
+                first_win[count] = size
+    for count, size in first_win.items():
+        lines.append(f"{count} workers faster from {size} lines" if size else f"{count} workers never faster here")
+    return "\n".join(lines)
+
+
 def table(rows: list[Row]) -> str:
     header = ["mode", "beam", "workers", "lines", "seconds", "startup s", "lines/s", "target tok/s"]
     cells = [header] + [r.cells() for r in rows]
@@ -165,6 +217,15 @@ def main(argv: list[str] | None = None) -> int:
         help="inference threads (0 = default; the CLI shares the cores out between workers)",
     )
     parser.add_argument("--no-loop", action="store_true", help="skip the plain-loop baseline")
+    parser.add_argument(
+        "--break-even",
+        type=int,
+        nargs="+",
+        metavar="LINES",
+        help="instead of the table: whole runs over inputs of these sizes, 1 and N workers alternated "
+        "(the first --beams), their median seconds, and the size from which the workers are faster",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each size and worker count (default 3)")
     args = parser.parse_args(argv)
 
     sources = read_sources(args.test, args.lines)
@@ -175,11 +236,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(sources)} lines from {args.test}, model {args.model}, backend {args.backend}, {os.cpu_count()} CPUs",
         file=sys.stderr,
     )
+    if args.break_even:
+        with tempfile.TemporaryDirectory(prefix="bench-batch-") as workdir:
+            print(bench_break_even(args, sources, Path(workdir)))
+        return 0
     with tempfile.TemporaryDirectory(prefix="bench-batch-") as workdir:
         rows = bench_cli(args, sources, tokenizer, Path(workdir))
     if not args.no_loop:
         rows += bench_loop(args, sources)
     print(table(rows))
+    print("\n".join(break_even(rows)))
     return 0
 
 

@@ -33,6 +33,15 @@ The hardening parts (issue 32):
 - slow_clients: 300 connections holding an unfinished head, and a body trickled at a byte
   every 2 s. Aim: all closed within the documented timeouts (head_timeout_s, body_timeout_s).
 
+The hostile files (issue 41, #1 and #6; the files from tests/hostile_documents.py, the
+library's own figures in bench/hostile_documents.py):
+
+- file_bombs: each uploaded to /translate_file on its own: a 1 MB ODT and DOCX whose entry
+  says a few hundred bytes and inflates to 1 GiB, a 1 MB ODT that says as many bytes as it
+  has compressed, an honest 2 MB DOCX of 150 MiB of XML, 400,000 ZIP entries, 2 MiB of `<b>`
+  and of `<p>.</p>` as HTML. Aim: 413 for each, the server's peak RSS (VmHWM, reset before
+  each) <= +100 MB over its RSS before, /health answered meanwhile.
+
 Every part counts its answers' statuses; the last line sums them over the whole probe.
 Aim: 0 answers >= 500 other than the 503 + Retry-After of admission control.
 
@@ -499,6 +508,52 @@ def schemathesis(url: str, examples: int, seed: int) -> dict:
     }
 
 
+FILE_BOMBS = {  # name -> how tests/hostile_documents.py (`h`) builds it
+    "odt_1mb_liar.odt": lambda h: h.odt_bomb(1),
+    "docx_1mb_liar.docx": lambda h: h.docx_bomb(1),
+    "odt_1mb_plausible.odt": lambda h: h.odt_bomb(1, plausible=True),
+    "docx_150mib_xml.docx": lambda h: h.docx_xml_bomb(150),
+    "entries_400k.docx": lambda h: h.many_entries(400_000),
+    "tags_2mib.html": lambda h: h.open_tags(2),
+    "paragraphs_2mib.html": lambda h: h.empty_paragraphs(2),
+}
+
+
+def file_bombs(url: str, pid: int) -> dict:
+    """Each hostile file uploaded alone: its status, seconds, the server's peak RSS growth."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import hostile_documents as hostile
+
+    rows, slowest_health = [], 0.0
+    with httpx.Client(base_url=url, timeout=300) as client:
+        for name, build in FILE_BOMBS.items():
+            data = build(hostile)
+            before = rss_mb(pid)
+            Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM from here
+            start = time.perf_counter()
+            with ThreadPoolExecutor(1) as pool:
+                sent = pool.submit(
+                    client.post,
+                    "/translate_file",
+                    files={"file": (name, data)},
+                    data={"source": "de", "target": "en"},
+                )
+                while not sent.done():
+                    asked = time.perf_counter()
+                    client.get("/health")
+                    slowest_health = max(slowest_health, time.perf_counter() - asked)
+                    time.sleep(0.05)
+                answer = sent.result()
+            STATUSES[answer.status_code] += 1
+            peak = next(
+                int(line.split()[1]) / 1024
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if line.startswith("VmHWM:")
+            )
+            rows.append(f"{name}:{answer.status_code}/{time.perf_counter() - start:.2f}s/+{peak - before:.0f}MB")
+    return {"part": "file_bombs", "files": " ".join(rows), "health_slowest_s": round(slowest_health, 3)}
+
+
 PARTS = [
     "mixed",
     "chunked",
@@ -509,6 +564,7 @@ PARTS = [
     "abandoned",
     "slow_clients",
     "schemathesis",
+    "file_bombs",
 ]
 
 
@@ -554,6 +610,8 @@ def main() -> None:
                 row = abandoned(url, args.test, args.models, args.threads)
             elif part == "slow_clients":
                 row = slow_clients(url, args.heads, 2.0)
+            elif part == "file_bombs":
+                row = file_bombs(url, process.pid)
             else:
                 row = schemathesis(url, args.examples, args.seed)
             show(row, args.json)

@@ -1,22 +1,38 @@
-"""`crossalign data prepare`: corpus -> cleaned splits + SentencePiece model + manifest."""
+"""`crossalign data prepare`: corpus -> cleaned splits + SentencePiece model + manifest.
+
+A corpus too small for the sizes asked is refused before anything is written, naming the
+flag to change (`PrepareError`: --valid-size and --test-size, --vocab-size), and the
+SentencePiece training, minutes on Ding, shows its elapsed time (`Elapsed`).
+"""
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import random
+import re
+import shutil
+import sys
+import threading
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import TracebackType
 
 from data.corpora import read_corpus
-from data.corpora.pairs import PHRASE, SENTENCE, Pair, keep_pair, split_key
+from data.corpora.pairs import PHRASE, SENTENCE, CorpusError, Pair, keep_pair, split_key
 from data.files import TOKENIZER_FILE, sha256_file
-from data.split import Splits, split_pairs
+from data.split import MAX_HELD_OUT_FRACTION, Splits, split_pairs
 from data.tokenizer import TAG_OPEN, Tokenizer, add_pieces, corpus_tag, train_sentencepiece
 
 log = logging.getLogger("crossalign.data")
+
+
+class PrepareError(ValueError):
+    """Sizes the corpus cannot give; the message names the flag to change."""
 
 
 def write_pairs(path: Path, pairs: list[Pair]) -> None:
@@ -91,19 +107,25 @@ def prepare(out: Path, options: PrepareOptions = PrepareOptions()) -> dict:
     corpus's, and an extra pair that shares a side with a held-out sentence or with the gold
     set (data/gold/) is dropped, so every reported figure stays held out.
     """
-    out.mkdir(parents=True, exist_ok=True)
     pairs_iter, inputs, license_ = read_corpus(options.corpus, options.ding_path)
     splits, extra = split_corpus(list(pairs_iter), options)
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
     languages = options.languages
     if options.reverse:
         languages = (languages[1], languages[0])
         splits = Splits(*([Pair(p.target, p.source, p.kind) for p in part] for part in splits.astuple()))
     tags = tag_extra_pairs(splits.train, extra) if options.tag_extra_corpora else {}
     train = limit_phrases(splits.train, options.max_phrases, options.seed)
+    try:  # first: it may refuse the vocabulary size, and then nothing is left behind
+        tokenizer, vocab_size = write_tokenizer(out, train, options, tags)
+    except PrepareError:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     write_pairs(out / "train.tsv", train)
     write_pairs(out / "valid.tsv", splits.valid)
     write_pairs(out / "test.tsv", splits.test)
-    tokenizer, vocab_size = write_tokenizer(out, train, options, tags)
     sample = list(splits.valid)[:1000]
     tokens_per_sentence = sum(len(tokenizer.encode(p.source)) + len(tokenizer.encode(p.target)) for p in sample) / max(
         2 * len(sample), 1
@@ -154,6 +176,7 @@ def split_corpus(raw: list[Pair], options: PrepareOptions) -> tuple[Splits, Extr
     """The main corpus's pairs within the length filters, split, with the extra corpora's
     training pairs appended to train."""
     kept = [p for p in raw if keep_pair(p)]
+    check_held_out_sizes(kept, options)
     log.info("read %d pairs, %d after length filters", len(raw), len(kept))
     splits = split_pairs(kept, test_size=options.test_size, valid_size=options.valid_size)
     extra = ExtraCorpora([], [], 0, {}, {})
@@ -167,6 +190,24 @@ def split_corpus(raw: list[Pair], options: PrepareOptions) -> tuple[Splits, Extr
         )
         splits.train.extend(extra.pairs)
     return splits, extra
+
+
+def check_held_out_sizes(pairs: list[Pair], options: PrepareOptions) -> None:
+    """PrepareError unless the corpus holds enough distinct sentence sources for the valid and
+    test sizes asked: the split holds out at most MAX_HELD_OUT_FRACTION of them, and would
+    otherwise write smaller splits than asked."""
+    sources = len({split_key(p.source) for p in pairs if p.kind == SENTENCE})
+    room = int(MAX_HELD_OUT_FRACTION * sources)
+    asked = options.valid_size + options.test_size
+    if asked <= room:
+        return
+    valid = room * options.valid_size // max(asked, 1)
+    raise PrepareError(
+        f"the corpus has {sources} distinct sentence sources within the length filters: too few for "
+        f"--valid-size {options.valid_size} and --test-size {options.test_size} (held out together: at most "
+        f"{room}, a quarter); give smaller sizes, e.g. --valid-size {valid} --test-size {room - valid}, "
+        "or a larger corpus"
+    )
 
 
 def limit_phrases(train: list[Pair], max_phrases: int | None, seed: int) -> list[Pair]:
@@ -195,14 +236,91 @@ def write_tokenizer(
         vocab_size = tokenizer.vocab_size
         log.info("reusing SentencePiece model %s (vocab %d)", options.tokenizer_model, vocab_size)
     else:
-        log.info("training SentencePiece (vocab %d)", vocab_size)
         spm_texts = [t for p in train for t in (untagged(p.source), p.target)]
-        tokenizer = Tokenizer(train_sentencepiece(spm_texts, out / "spm", vocab_size=vocab_size))
+        with Elapsed(f"training SentencePiece (vocab {vocab_size}, {len(spm_texts)} sentences)"):
+            tokenizer = Tokenizer(trained_tokenizer(spm_texts, out, vocab_size))
     if tags:
         tokenizer = Tokenizer(add_pieces(out / TOKENIZER_FILE, out / TOKENIZER_FILE, tuple(tags.values())))
         vocab_size = tokenizer.vocab_size
         log.info("corpus tags %s appended to the SentencePiece model (vocab %d)", list(tags.values()), vocab_size)
     return tokenizer, vocab_size
+
+
+# SentencePiece's refusals of a vocabulary size (the number it names captured), and what
+# the command says instead.
+VOCABULARY_REFUSALS = (
+    (
+        r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)",
+        "--vocab-size {asked} is too large for this corpus: SentencePiece makes at most {named} pieces of it; "
+        "give --vocab-size {named} or less, or a larger corpus",
+    ),
+    (
+        r"smaller than required_chars\. \d+ vs (\d+)",
+        "--vocab-size {asked} is too small: the corpus's characters and the special pieces need {named}; "
+        "give --vocab-size {named} or more",
+    ),
+)
+
+
+def trained_tokenizer(texts: list[str], out: Path, vocab_size: int) -> Path:
+    """`out`/spm.model trained on `texts`; PrepareError naming --vocab-size when SentencePiece
+    cannot make that many pieces of them, or needs more for their characters."""
+    try:
+        return train_sentencepiece(texts, out / "spm", vocab_size=vocab_size)
+    except RuntimeError as error:
+        for pattern, message in VOCABULARY_REFUSALS:
+            found = re.search(pattern, str(error))
+            if found:
+                raise PrepareError(message.format(asked=vocab_size, named=found.group(1))) from None
+        raise
+
+
+class Elapsed:
+    """A long step's elapsed time on stderr while it runs: a spinner line redrawn on a terminal,
+    else (a log file) a line every `every` seconds; then one line with the time it took."""
+
+    FRAMES = "|/-\\"
+
+    def __init__(self, what: str, every: float = 30.0, tick: float = 0.25):
+        self.what, self.every, self.tick = what, every, tick
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._show, name="elapsed", daemon=True)
+        self.started = 0.0
+
+    def __enter__(self) -> Elapsed:
+        log.info("%s", self.what)
+        self.started = time.monotonic()
+        self.thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.stopped.set()
+        self.thread.join()
+        if kind is None:
+            log.info("%s: done in %s", self.what, clock(time.monotonic() - self.started))
+
+    def _show(self) -> None:
+        stream = sys.stderr
+        terminal = stream.isatty()
+        frames = itertools.cycle(self.FRAMES)
+        while not self.stopped.wait(self.tick if terminal else self.every):
+            elapsed = clock(time.monotonic() - self.started)
+            if terminal:
+                stream.write(f"\r{next(frames)} {self.what}: {elapsed}")
+                stream.flush()
+            else:
+                log.info("%s: %s so far", self.what, elapsed)
+        if terminal:
+            stream.write("\r\033[K")  # the spinner's line cleared for the log line after it
+            stream.flush()
+
+
+def clock(seconds: float) -> str:
+    """`4m 03s`, or `12s` under a minute."""
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes}m {seconds:02d}s" if minutes else f"{seconds}s"
 
 
 GOLD_DIR = Path(__file__).parent / "gold"
@@ -370,5 +488,12 @@ def options_from(args: argparse.Namespace) -> PrepareOptions:
     )
 
 
-def main(args: argparse.Namespace) -> None:
-    prepare(args.out, options_from(args))
+def main(args: argparse.Namespace) -> int:
+    """`crossalign data prepare`: a corpus or size that will not do is one line naming the fix,
+    exit status 2 (this layer is below `seq2seq.cli`'s UsageError, so it ends so itself)."""
+    try:
+        prepare(args.out, options_from(args))
+    except (PrepareError, CorpusError) as error:
+        print(f"crossalign data prepare: error: {error}", file=sys.stderr)
+        return 2
+    return 0

@@ -34,8 +34,15 @@ class Splits:
         return self.train, self.valid, self.test
 
 
+# On a small corpus the held-out splits take at most this share of the sentence sources.
+MAX_HELD_OUT_FRACTION = 0.25
+
+
 def split_pairs(
-    pairs: Iterable[Pair], test_size: int = 1600, valid_size: int = 1100, max_held_out_fraction: float = 0.25
+    pairs: Iterable[Pair],
+    test_size: int = 1600,
+    valid_size: int = 1100,
+    max_held_out_fraction: float = MAX_HELD_OUT_FRACTION,
 ) -> Splits:
     """Split deduplicated pairs; `*_size` are targets in sentence *sources*.
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from export.calibrate import Calibration, read_calibration_sentences
-from export.exporter import DEFAULT_OPSET, export_model, portable_path
+from export.exporter import DEFAULT_OPSET, ExportError, export_model, portable_path
+from export.parity import ParityError
 from export.regraph import regraph_bundle
 from seq2seq.runtime.bundle import PRECISIONS
 
@@ -76,13 +78,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Export, or end in one line naming the fix: exit status 2 for what the user can change
+    (the checkpoint, --out, a file a flag names), 1 for graphs that fail their parity check.
+    (This layer is below `seq2seq.cli`'s UsageError, so it ends so itself.)"""
+    try:
+        return export(args)
+    except (ExportError, UsageProblem) as error:
+        print(f"crossalign export: error: {one_line(error)}", file=sys.stderr)
+        return 2
+    except ParityError as error:
+        print(f"crossalign export: error: {one_line(error)}", file=sys.stderr)
+        return 1
+
+
+class UsageProblem(ValueError):
+    """A file a flag names that cannot be read."""
+
+
+def one_line(error: Exception) -> str:
+    """An error's message on one line: ExportError's list of problems joined by `; `."""
+    return "; ".join(part.strip(" -") for part in str(error).splitlines() if part.strip(" -")).replace(":;", ":")
+
+
+def read_sentences(path: Path, flag: str) -> list[str]:
+    """The first column of `path`'s non-empty lines; UsageProblem naming `flag` if it does not read."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageProblem(f"cannot read {flag} {path}: {getattr(error, 'strerror', None) or error}") from None
+    return [line.split("\t")[0] for line in lines if line.strip()]
+
+
+def export(args: argparse.Namespace) -> int:
     sentences = None
     if args.parity_file is not None:
-        lines = Path(args.parity_file).read_text(encoding="utf-8").splitlines()
-        sentences = [line.split("\t")[0] for line in lines if line.strip()][:32]
+        sentences = read_sentences(args.parity_file, "--parity-file")[:32]
     precisions = ("int8", "fp32") if args.int8 else tuple(args.graphs)
     calibration = None
     if args.calibration is not None:
+        read_sentences(args.calibration, "--calibration")  # a missing file named before any export starts
         calibration = Calibration(tuple(read_calibration_sentences(args.calibration)), portable_path(args.calibration))
     if args.in_place:
         result = regraph_bundle(args.checkpoint_dir, precisions, args.opset, sentences, calibration)

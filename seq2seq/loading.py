@@ -172,13 +172,17 @@ def translate_file(
     asked: dict[str, Any] | None = None,
     batch_size: int = 64,
     precision: str | None = None,
+    channel: Path | None = None,
 ) -> tuple[list[str], DecodeConfig]:
     """The translations of `sources` with the search settings `asked` (name -> value, None or
     absent: the model's own, from its bundle.json), and the settings they were made with: what
-    `crossalign eval` and the release gate (export/registers.py) score."""
+    `crossalign eval` and the release gate (export/registers.py) score. `channel`: the reverse
+    direction's model, which an `asked` reranking with a channel reads (`Translator.channel`)."""
     from tqdm import tqdm
 
     translator = load_translator(model, backend, precision=precision)
+    if channel is not None:
+        translator.channel = load_translator(channel, backend)
     config = replace(translator.decode_defaults, return_attention=False).override(**(asked or {}))
     log.info("decoding: %s", config.settings_text())
     out = []

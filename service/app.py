@@ -26,18 +26,19 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from seq2seq.core.languages import get_detector
 from service.compute.engine import TranslatorEngine, load_engine
-from service.compute.languages import get_detector
 from service.compute.rendering import Renderer
 from service.http import openapi
 from service.http.access import Access
 from service.http.connections import ClientWatch, HeadAsGet, Utf8Query
 from service.http.errors import SERVED_METHODS, install_error_handlers
 from service.http.metrics import Metrics, MetricsMiddleware
-from service.http.middleware import ErrorBoundary, SizeLimitMiddleware
+from service.http.middleware import ErrorBoundary, SecurityHeaders, SizeLimitMiddleware
 from service.routes import align, attention, files, heatmap, libre, native, operations, stream
 from service.settings import Settings, get_settings
-from service.shared.file_jobs import FileStore, JobBoard
+from service.shared.file_jobs import JobBoard
+from service.shared.file_store import FileStore
 
 __all__ = ["SERVED_METHODS", "create_app"]
 
@@ -65,10 +66,8 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
         app.state.engine = loaded
         for model in loaded.models.values():
             metrics_.watch_queue(model.name, lambda batcher=model.batcher: batcher.queued_work)
-        # A job's record outlives its last update by more than any wait between two updates
-        # (a running job's model call, or the whole of the job ahead of a queued one).
-        unfinished_ttl = settings.file_ttl + settings.file_timeout + settings.request_timeout
-        jobs = JobBoard(app.state.files, settings.file_job_workers, settings.file_max_jobs, unfinished_ttl)
+        jobs = JobBoard.for_settings(app.state.files, settings)
+        jobs.start()  # the store's sweeps, and this process's heartbeats
         app.state.jobs = jobs
         metrics_.watch_jobs(jobs.count)
         # Load the language identifier in the background: the first "auto" request need not wait.
@@ -96,7 +95,9 @@ def create_app(settings: Settings | None = None, engine: TranslatorEngine | None
     app.state.access = Access(settings.api_key_set, settings.rate_limit)
     app.state.renderer = Renderer(settings.max_render_pixels)
     app.state.engine = app.state.jobs = None
-    app.state.files = FileStore(settings.files_path, settings.file_ttl)
+    app.state.files = FileStore(
+        settings.files_path, settings.file_ttl, settings.file_store_max_bytes, settings.file_client_max_bytes
+    )
     app.dependency_overrides[get_settings] = lambda: settings
     install_error_handlers(app)
     stack_middleware(app, settings, metrics_)
@@ -125,6 +126,7 @@ def stack_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None
     )
     app.add_middleware(Utf8Query)
     app.add_middleware(ClientWatch)  # outside the size limit: the body it pumps is counted as the app reads it
+    app.add_middleware(SecurityHeaders)  # on every answer, the limits' and the error boundary's included
     app.add_middleware(MetricsMiddleware, metrics=metrics, methods=SERVED_METHODS)
     # Outermost: the rest sees a HEAD as the GET it runs (the router labels the GET's scope with its route).
     app.add_middleware(HeadAsGet)

@@ -82,7 +82,8 @@ def head_limit(settings: Settings) -> int:
 def usable_bundles(models: Path) -> list[Path]:
     """The bundles under `models` whose manifest reads; each bad one logged in one line."""
     from seq2seq.runtime.bundle import load_bundle_manifest
-    from service.compute.engine import bundle_languages, find_bundles, one_line
+    from seq2seq.runtime.models import bundle_languages, find_bundles
+    from service.compute.engine import one_line
 
     usable = []
     for directory in find_bundles(models):
@@ -109,7 +110,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             type=kind,
             default=argparse.SUPPRESS,
             metavar=name.upper(),
-            help=f"{field.description} (default {field.default}; env {ENV_PREFIX}{name.upper()})",
+            help=f"{field.description} (default {field.get_default(call_default_factory=True)}; "
+            f"env {ENV_PREFIX}{name.upper()})",
         )
     parser.add_argument(
         "--log-level",
@@ -129,7 +131,7 @@ def main(args: argparse.Namespace) -> int:
             os.environ[ENV_PREFIX + name.upper()] = str(getattr(args, name))
     get_settings.cache_clear()
     settings = get_settings()  # validates the flags and env vars once, before any worker starts
-    from service.compute.engine import find_bundles
+    from seq2seq.runtime.models import find_bundles
 
     if not find_bundles(settings.models):
         log.error(

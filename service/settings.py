@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE, QUALITY_MODES
 from seq2seq.core.config import DecodeConfig
 from seq2seq.runtime.bundle import PRECISIONS
+from seq2seq.runtime.models import default_models_dir
 
 ENV_PREFIX = "CROSSALIGN_"
 
@@ -29,8 +30,9 @@ class Settings(BaseSettings):
 
     # Where the models are, and how to run them.
     models: Path = Field(
-        Path("models"),
-        description="directory of model bundles; every bundle in it (or the directory itself, if it is one) is served",
+        default_factory=default_models_dir,
+        description="directory of model bundles; every bundle in it (or the directory itself, if it is one) is served "
+        "(unset: ./models when it holds a bundle, else the models shipped beside the package)",
     )
     threads: int = Field(0, ge=0, description="onnxruntime intra-op threads per model (0 = runtime default)")
     streams: int = Field(
@@ -174,10 +176,48 @@ class Settings(BaseSettings):
         description="file jobs translated at once per worker process, their model calls on their clients' fair "
         "turns beside every other request; the others wait, a client's second job after others' first",
     )
+    file_client_max_jobs: int = Field(
+        4,
+        ge=1,
+        description="file jobs queued or running per client (API key, or address without keys) per worker "
+        "process, its share of file_max_jobs; one more gets 429 with Retry-After",
+    )
+    # Bytes, not files: 20 MiB uploads make files of about that size, and their alignment
+    # sidecars add a few times a plain text's size (a JSONL line per segment).
+    file_store_max_bytes: int = Field(
+        1 << 30,
+        ge=0,
+        description="bytes of translated files (with their alignment sidecars) waiting for their download in "
+        "files_dir, all clients of all the servers sharing it (counted from the directory); a file that would "
+        "pass it gets 503 with Retry-After (0 = unbounded)",
+    )
+    file_client_max_bytes: int = Field(
+        100 << 20,
+        ge=0,
+        description="the same per client (API key, or address without keys), over all the servers sharing "
+        "files_dir; a file that would pass it gets 507 (0 = unbounded)",
+    )
+    file_delete_after_download: bool = Field(
+        False,
+        description="delete a translated file once it is downloaded, as LibreTranslate does (an upload's form "
+        "field delete_after_download=true|false decides for that file)",
+    )
+    file_sweep_s: float = Field(
+        60.0,
+        gt=0,
+        description="seconds between two sweeps of files_dir by each worker process, in the background: what "
+        "expired is deleted and the jobs of servers that died are marked failed",
+    )
+    file_job_stale_s: float = Field(
+        60.0,
+        gt=0,
+        description="seconds without a heartbeat after which a file job's server counts as dead, where its "
+        "process cannot be seen (another machine or container); each server beats every quarter of it",
+    )
     files_dir: str = Field(
         "",
         description="where translated files wait for their download (empty: crossalign-files-<uid> in the "
-        "system's temporary directory); nothing else is written anywhere",
+        "system's temporary directory); nothing else is written anywhere. Replicas share one (a network volume)",
     )
     # Admission control: bounded work per request and in the queue, turns shared between clients.
     max_request_work: int = Field(

@@ -79,6 +79,27 @@ def tiny_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory)
 
 
 @pytest.fixture(scope="session")
+def two_models(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A models directory with both directions: `tiny_checkpoint` exported once recording
+    German -> English and once English -> German (as `crossalign data prepare --reverse` makes
+    a run record it), `de-en/` and `en-de/`. Shared: copy it before changing anything in it."""
+    import json
+    import shutil
+
+    from toy import SENTENCES
+
+    from export.exporter import export_model
+
+    work = tmp_path_factory.mktemp("two_directions")
+    for source, target in (("de", "en"), ("en", "de")):
+        checkpoint = shutil.copytree(tiny_checkpoint, work / f"ckpt-{source}-{target}")
+        config = json.loads((checkpoint / "config.json").read_text())
+        (checkpoint / "config.json").write_text(json.dumps(config | {"source_lang": source, "target_lang": target}))
+        export_model(checkpoint, work / "models" / f"{source}-{target}", parity_sentences=SENTENCES[:1])
+    return work / "models"
+
+
+@pytest.fixture(scope="session")
 def batch_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny random model of the batch CLI tests (tests/batch_toy.py). Shared: read-only."""
     from batch_toy import random_model

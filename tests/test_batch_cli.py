@@ -2,13 +2,15 @@
 
 One tiny randomly initialised model (d_model 32, 2+2 layers, a 56-piece SentencePiece
 model trained on toy German: tests/batch_toy.py) serves every test, through the torch
-backend. A random model decodes to its length limit, which is exactly what these tests
-want: every line takes real time and produces a real alignment. The CLI runs in-process
-here; test_batch_resume.py runs it as a subprocess where a process must die.
+backend, but the glossary's (a glossary needs a model trained with hints: the shipped one).
+A random model decodes to its length limit, which is exactly what these tests want: every
+line takes real time and produces a real alignment. The CLI runs in-process here;
+test_batch_resume.py runs it as a subprocess where a process must die.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -18,7 +20,9 @@ import pytest
 from batch_toy import read_jsonl, toy_sentences, translate
 
 from seq2seq.cli import batch, build_parser
+from seq2seq.cli import main as cli_main
 from seq2seq.decoding.records import AlignedTranslation, TranslationRecord
+from seq2seq.loading import load_translator
 
 # --------------------------------------------------------------------------- schema
 
@@ -86,10 +90,54 @@ def test_jsonl_records_validate_against_the_api_schema(batch_model_dir: Path, tm
 def test_text_argument_and_help(batch_model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert translate(batch_model_dir, "Der Hund ist klein .", "--beam-size", "1") == batch.EXIT_OK
     assert len(capsys.readouterr().out.splitlines()) == 1
+    # Each argument is a line of its own (a line break inside one is a space), a blank one kept.
+    texts = ["Der Hund ist klein .", "Das Haus\nist alt .", "", "Die Katze ist rot ."]
+    assert translate(batch_model_dir, *texts, "--beam-size", "1", "-f", "jsonl") == batch.EXIT_OK
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["source"] for r in records] == ["Der Hund ist klein .", "Das Haus ist alt .", "", "Die Katze ist rot ."]
+    assert [bool(r["text"]) for r in records] == [True, True, False, True]
     with pytest.raises(SystemExit):
         build_parser(["translate", "--help"]).parse_args(["translate", "--help"])
     help_text = capsys.readouterr().out
     assert "exit status" in help_text and "3 " in help_text and "--resume" in help_text
+    assert (
+        "DOCX, ODT, PPTX, HTML,\n  XLIFF, SRT or Markdown" in help_text
+        and "-i report.docx -o report.en.docx" in help_text
+    )
+    assert "each argument one line" in " ".join(help_text.split())
+    with pytest.raises(SystemExit):
+        build_parser(["--help"]).parse_args(["--help"])
+    overview = " ".join(capsys.readouterr().out.split())
+    assert "a document (DOCX, ODT, PPTX, HTML, XLIFF, SRT, Markdown) with -i/-o" in overview
+
+
+def test_workers_start_only_for_an_input_of_enough_lines(
+    batch_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """--workers-min-lines N: N lines start the workers, N - 1 are translated in this process
+    (the log says so); stdin is counted as far as it needs to be."""
+    started: list[int] = []
+
+    def process_engine(spec: batch.EngineSpec, workers: int) -> batch.InlineEngine:
+        started.append(workers)  # spawning processes is what the rule saves; here it is recorded
+        return batch.InlineEngine(batch.SentenceTranslator.load(spec))
+
+    monkeypatch.setattr(batch, "ProcessEngine", process_engine)
+    caplog.set_level("INFO")
+    lines = toy_sentences(5, seed=7)
+    flags = ["--workers", "2", "--workers-min-lines", "5", "--beam-size", "1"]
+    for count, workers in ((5, [2]), (4, [])):
+        source = tmp_path / f"in{count}.txt"
+        source.write_text("\n".join(lines[:count]) + "\n", encoding="utf-8")
+        started.clear(), caplog.clear()
+        assert translate(batch_model_dir, "-i", source, *flags) == batch.EXIT_OK
+        assert started == workers
+        assert ("fewer than --workers-min-lines 5" in caplog.text) == (not workers)
+    started.clear()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("\n".join(lines).encode())))
+    assert translate(batch_model_dir, *flags) == batch.EXIT_OK
+    assert started == [2]
+    assert batch.WORKER_MIN_LINES > 6  # a 6-line file, which two workers made twice as slow, runs in one process
 
 
 def test_early_exit_reaches_the_search_and_the_job_record(
@@ -159,10 +207,11 @@ def test_alignment_source_flags_are_those_of_align_with_the_old_spellings_hidden
 # --------------------------------------------------------------------------- bad lines
 
 
+BLANK = ""  # a blank line: kept as an empty translation, neither an error nor a warning
 BAD_LINES: list[tuple[bytes, str | None]] = [
     (b"Der Hund ist klein .", None),
-    (b"", "empty text"),
-    (b"   \t ", "text is only whitespace"),
+    (b"", BLANK),
+    (b"   \t ", BLANK),
     (b"Der Mann " + b"sehr " * 60, "text too long"),  # over --max-chars 200
     (b"Die Katze \xff\xfe ist alt .", "invalid UTF-8"),
     (b"Das Kind\x07 ist hier .", "control character U+0007"),
@@ -176,6 +225,7 @@ BAD_LINES: list[tuple[bytes, str | None]] = [
 def test_bad_lines_get_error_records_and_exit_3(
     batch_model_dir: Path, tmp_path: Path, output_format: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level("INFO")
     source = tmp_path / "in.txt"
     source.write_bytes(b"\n".join(raw for raw, _ in BAD_LINES))
     output = tmp_path / f"out.{output_format}"
@@ -202,17 +252,25 @@ def test_bad_lines_get_error_records_and_exit_3(
     for number, ((_, expected), record) in enumerate(zip(BAD_LINES, lines), start=1):
         if output_format == "text":
             assert (record == "") == (expected is not None)
+            assert (f"line {number}:" in caplog.text) == bool(expected)  # a blank line is no warning
             if expected:
                 assert f"line {number}: {expected}" in caplog.text
         elif output_format == "tsv":
             fields = record.split("\t")
             assert len(fields) == 6 and fields[0] == str(number)
-            assert fields[5].startswith(expected) if expected else (fields[5] == "" and fields[2] and fields[3])
+            if expected == BLANK:
+                assert fields[2:] == ["", "", "", ""]
+            else:
+                assert fields[5].startswith(expected) if expected else (fields[5] == "" and fields[2] and fields[3])
         else:
             parsed = TranslationRecord.model_validate_json(record)
             assert parsed.line == number
-            assert parsed.error.startswith(expected) if expected else (parsed.error is None and parsed.text)
-    assert "6 of 9 lines failed" in caplog.text
+            if expected == BLANK:
+                assert parsed.error is None and parsed.text == "" and parsed.score is None
+            else:
+                assert parsed.error.startswith(expected) if expected else (parsed.error is None and parsed.text)
+    assert "4 of 9 lines failed" in caplog.text
+    assert "9 lines (3 translated, 2 blank, 4 failed)" in caplog.text
 
 
 def test_bad_jsonl_input_lines(batch_model_dir: Path, tmp_path: Path) -> None:
@@ -299,7 +357,13 @@ def test_empty_input_and_usage_errors(batch_model_dir: Path, tmp_path: Path) -> 
     assert translate(batch_model_dir, "-i", empty, "-o", output) == batch.EXIT_OK
     assert output.read_bytes() == b""
     assert translate(batch_model_dir, "-i", empty, "--resume") == batch.EXIT_USAGE
-    assert translate(tmp_path / "no-model", "-i", empty) == batch.EXIT_FATAL
+    assert translate(batch_model_dir, "-i", empty, "-o", tmp_path / "no" / "out.txt") == batch.EXIT_USAGE
+    assert translate(batch_model_dir, "-i", tmp_path / "missing.txt") == batch.EXIT_USAGE
+    assert translate(tmp_path / "no-model", "-i", empty) == batch.EXIT_USAGE  # the user names another
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "bundle.json").write_text("{}")
+    assert cli_main(["translate", "-m", str(broken), "-i", str(empty)]) == batch.EXIT_FATAL  # it does not load
 
 
 # --------------------------------------------------------------------------- heatmaps
@@ -394,3 +458,41 @@ def test_a_batch_that_fails_in_the_model_is_retried_line_by_line(
     assert [r.error for r in records[:2] + records[3:]] == [None, None, None]
     assert records[2].error == "translation failed: RuntimeError: the model broke"
     assert calls == [4, 1, 1, 1, 1]  # the batch, then each line on its own
+
+
+# --------------------------------------------------------------------------- glossary
+
+
+def test_each_glossary_term_a_translation_left_unused_is_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """On the shipped model (trained with hints), in text output: one warning line per term
+    that `TranslationResult.terms` says the translation did not use, none for the others, and
+    none for a term whose source words the line does not hold."""
+    from seq2seq.decoding.texts import translate_texts
+    from seq2seq.runtime.models import SHIPPED_MODELS
+
+    glossary = tmp_path / "glossary.tsv"
+    terms = (("Katze", "feline"), ("Haus", "dwelling"), ("Bahnhof", "railway terminus"), ("Hund", "hound"))
+    glossary.write_text("".join(f"{s}\t{t}\n" for s, t in terms), encoding="utf-8")
+    lines = ["Die Katze schläft im Haus.", "Wo ist der Bahnhof?"]
+    model = SHIPPED_MODELS / "de-en"
+    caplog.set_level("INFO")
+    flags = ["--glossary", str(glossary), "--term-bonus", "0"]
+    assert cli_main(["translate", "-m", str(model), *flags, *lines]) == batch.EXIT_OK
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    warned = sorted(r.getMessage() for r in caplog.records if r.getMessage().startswith("line "))
+
+    translator = load_translator(model)
+    config = translator.decode_defaults.override(glossary=terms, term_bonus=0.0, return_attention=False)
+    texts = translate_texts(lines, lambda sentences: translator.translate_batch(sentences, config))
+    outcomes = [(n, t) for n, text in enumerate(texts, start=1) for t in text.terms if t.origin == "glossary"]
+    unused = sorted(
+        f'line {n}: glossary term "{t.source}" -> "{t.term}" not used in the translation'
+        for n, t in outcomes
+        if not t.used
+    )
+    assert unused and len(unused) < len(outcomes)  # the example has both kinds
+    assert warned == unused
+    assert f"{len(unused)} glossary terms not used in the translations" in caplog.text
+    assert not any(t.source == "Hund" for _, t in outcomes)  # not in the text: nothing to say

@@ -30,7 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_workers_keep_order_and_count(batch_model_dir: Path, tmp_path: Path) -> None:
     lines = toy_sentences(48, seed=3)
-    lines[17] = ""  # a bad line among them
+    lines[17] = "Der Hund \x07 ist klein ."  # a bad line among them
+    lines[30] = ""  # and a blank one
     source = tmp_path / "in.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     outputs = {}
@@ -46,6 +47,8 @@ def test_workers_keep_order_and_count(batch_model_dir: Path, tmp_path: Path) -> 
             "tsv",
             "--workers",
             workers,
+            "--workers-min-lines",
+            "0",  # 48 lines: fewer than the default's, which would translate them in this process
             "--batch-size",
             "4",
             "--beam-size",
@@ -80,6 +83,8 @@ def test_onnx_backend_with_workers_matches_torch(batch_model_dir: Path, tmp_path
             "onnx",
             "--workers",
             "2",
+            "--workers-min-lines",
+            "0",
             "--threads",
             "1",
             *map(str, common),
@@ -99,10 +104,11 @@ def test_onnx_backend_with_workers_matches_torch(batch_model_dir: Path, tmp_path
 
 
 def test_resume_after_sigkill_equals_an_uninterrupted_run(
-    batch_model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    batch_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lines = toy_sentences(240, seed=4)
-    lines[5], lines[200] = "", "Der Hund \x01 ist klein ."  # failures before and after the kill
+    lines[5], lines[200] = "\x1b[1m", "Der Hund \x01 ist klein ."  # failures before and after the kill
+    lines[6] = " "  # and a blank line before it: kept, counted apart
     source = tmp_path / "in.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     clean, resumed = tmp_path / "clean.jsonl", tmp_path / "resumed.jsonl"
@@ -157,7 +163,7 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(
         translate(batch_model_dir, *command[command.index("-i") :], "-o", resumed, "--resume", "--beam-size", "2")
         == batch.EXIT_USAGE
     )
-    assert "beam_size: 1 in the first run, 2 now" in caplog.text
+    assert "beam_size: 1 in the first run, 2 now" in capsys.readouterr().err
     assert resumed.read_bytes() == before  # nothing written, nothing truncated
 
     finished = subprocess.run(
@@ -166,6 +172,7 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(
     assert not job.exists(), "a finished job leaves nothing to resume"
     assert finished.returncode == batch.EXIT_SOME_FAILED, finished.stderr
     assert "2 of 240 lines failed" in finished.stderr
+    assert re.search(r"240 lines \(237 translated, 1 blank, 2 failed, \d+ this run\)", finished.stderr)
     assert translate(batch_model_dir, *command[command.index("-i") :], "-o", clean) == batch.EXIT_SOME_FAILED
 
     expected, actual = read_jsonl(clean), read_jsonl(resumed)

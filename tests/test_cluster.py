@@ -293,7 +293,33 @@ def test_the_output_directory_is_resumed_only_with_the_same_options(tmp_path: Pa
     ],
 )
 def test_the_cluster_flags_are_checked(
-    tiny_bundle: Path, arguments: list[str], message: str, caplog: pytest.LogCaptureFixture
+    tiny_bundle: Path, arguments: list[str], message: str, capsys: pytest.CaptureFixture
 ) -> None:
     assert translate(tiny_bundle, *arguments) == batch.EXIT_USAGE
-    assert message in caplog.text
+    error = capsys.readouterr().err
+    assert error.startswith("crossalign translate: error: ") and error.count("\n") == 1
+    assert message in error
+
+
+def test_without_ray_the_error_names_the_extra(
+    tiny_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    (tmp_path / "a.txt").write_text("das Haus .\n")
+    monkeypatch.setitem(sys.modules, "seq2seq.cli.cluster.run", None)  # as if Ray were not installed
+    assert translate(tiny_bundle, "-i", tmp_path / "a.txt", "-o", tmp_path / "out", "--ray", "auto") == 2
+    error = capsys.readouterr().err
+    assert "pip install 'crossalign[cluster]'" in error and error.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [("nothing", "no such file or directory"), ("empty/*.txt", "no input files there")],
+)
+def test_missing_inputs_are_a_usage_error(
+    tiny_bundle: Path, tmp_path: Path, where: str, message: str, capsys: pytest.CaptureFixture
+) -> None:
+    (tmp_path / "empty").mkdir()
+    status = translate(tiny_bundle, "-i", tmp_path / where, "-o", tmp_path / "out", "--ray", "auto")
+    assert status == batch.EXIT_USAGE  # before Ray is started
+    error = capsys.readouterr().err
+    assert message in error and "give -i" in error and error.count("\n") == 1

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
+import io
 import json
 import random
+import sys
+import time
 import unicodedata
 from pathlib import Path
 
@@ -15,7 +19,18 @@ from data.corpora import ding, read_corpus
 from data.corpora.ding import clean_ding_text, find_ding, parse_ding_line, read_ding
 from data.corpora.lines import read_moses, read_tsv
 from data.corpora.pairs import PHRASE, SENTENCE, CorpusError, Pair, is_sentence, split_key
-from data.prepare import PrepareOptions, add_arguments, data_languages, options_from, prepare, read_pairs
+from data.prepare import (
+    Elapsed,
+    PrepareError,
+    PrepareOptions,
+    add_arguments,
+    check_held_out_sizes,
+    clock,
+    data_languages,
+    options_from,
+    prepare,
+    read_pairs,
+)
 from data.split import split_pairs
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 
@@ -397,3 +412,69 @@ def test_the_prepare_command_maps_onto_prepare_options_with_their_defaults(tmp_p
         extra_corpora=("gettext:po",),
         tag_extra_corpora=True,
     )
+
+
+# --------------------------------------------------------------------------- sizes the corpus cannot give
+
+
+def small_corpus(path: Path, sentences: int = 150) -> Path:
+    path.write_text("".join(f"Satz Nummer {i} ist hier.\tSentence number {i} is here.\n" for i in range(sentences)))
+    return path
+
+
+def test_held_out_sizes_over_a_quarter_of_the_corpus_are_refused_before_anything_is_written(tmp_path: Path):
+    """150 distinct sentences hold out at most 37: 15 + 22 go ahead, 15 + 23 are refused in
+    a message naming both flags and sizes that fit, and nothing is written."""
+    corpus = small_corpus(tmp_path / "corpus.tsv")
+    pairs = [Pair(f"Satz Nummer {i} ist hier.", f"Sentence number {i} is here.", SENTENCE) for i in range(150)]
+    check_held_out_sizes(pairs, PrepareOptions(valid_size=15, test_size=22))  # exactly a quarter: fine
+    with pytest.raises(PrepareError, match=r"--valid-size 15 and --test-size 23 .* at most 37") as refused:
+        check_held_out_sizes(pairs, PrepareOptions(valid_size=15, test_size=23))
+    assert "give smaller sizes, e.g. --valid-size 14 --test-size 23" in str(refused.value)
+    with pytest.raises(PrepareError, match="--valid-size 1100 and --test-size 1600"):
+        prepare(tmp_path / "out", PrepareOptions(corpus=f"tsv:{corpus}"))  # the defaults, on 150 sentences
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_vocabulary_the_corpus_cannot_fill_is_refused_naming_vocab_size(tmp_path: Path):
+    corpus = small_corpus(tmp_path / "corpus.tsv")
+    options = PrepareOptions(corpus=f"tsv:{corpus}", valid_size=15, test_size=20)
+    with pytest.raises(PrepareError, match=r"--vocab-size 8000 is too large .* give --vocab-size (\d+) or less") as big:
+        prepare(tmp_path / "big", options)
+    most = int(str(big.value).split("give --vocab-size ")[1].split()[0])
+    assert not (tmp_path / "big").exists()  # refused before anything is written
+    prepare(tmp_path / "fits", dataclasses.replace(options, vocab_size=most))  # the size it names works
+    with pytest.raises(PrepareError, match=r"--vocab-size 10 is too small: .* give --vocab-size \d+ or more"):
+        prepare(tmp_path / "small", dataclasses.replace(options, vocab_size=10))
+
+
+def test_elapsed_time_shows_while_a_long_step_runs(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
+    """In a log (stderr not a terminal): a line every `every` seconds and one at the end; on a
+    terminal: a spinner line redrawn in place, cleared at the end."""
+    caplog.set_level("INFO", logger="crossalign.data")
+    with Elapsed("training", every=0.05):
+        time.sleep(0.3)
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0] == "training" and messages[-1] == "training: done in 0s"
+    assert messages.count("training: 0s so far") >= 2
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with Elapsed("training", tick=0.05):
+        time.sleep(0.3)
+    shown = terminal.getvalue()
+    assert shown.count("\r") >= 3 and "| training: 0s" in shown and shown.endswith("\r\033[K")
+    assert clock(243) == "4m 03s" and clock(59.9) == "59s"
+
+
+def test_data_prepare_on_a_small_corpus_ends_in_one_line_with_status_2(tmp_path: Path, capsys):
+    from seq2seq.cli import main
+
+    corpus = small_corpus(tmp_path / "corpus.tsv")
+    assert main(["data", "prepare", "--out", str(tmp_path / "out"), "--corpus", f"tsv:{corpus}"]) == 2
+    error = capsys.readouterr().err
+    assert len(error.splitlines()) == 1 and "--valid-size" in error and "--test-size" in error

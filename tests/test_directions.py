@@ -10,7 +10,6 @@ language pair switches the direction in a real browser.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -23,19 +22,6 @@ from service.settings import Settings
 
 GERMAN = SENTENCES[0]  # "der Hund ist klein ."
 ENGLISH = "the dog is small ."
-
-
-@pytest.fixture(scope="module")
-def two_models(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_model
-
-    work = tmp_path_factory.mktemp("two_directions")
-    for source, target in (("de", "en"), ("en", "de")):
-        checkpoint = shutil.copytree(tiny_checkpoint, work / f"ckpt-{source}-{target}")
-        config = json.loads((checkpoint / "config.json").read_text())
-        (checkpoint / "config.json").write_text(json.dumps(config | {"source_lang": source, "target_lang": target}))
-        export_model(checkpoint, work / "models" / f"{source}-{target}", parity_sentences=SENTENCES[:1])
-    return work / "models"
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +85,7 @@ def test_the_clis_take_either_bundle(two_models: Path, tmp_path: Path) -> None:
 def test_the_explorer_switches_direction(two_models: Path) -> None:
     """In a real browser: the language pair lists both directions, and choosing English ->
     German translates the English text with the en->de model (its words label the map)."""
-    from test_explorer import CHROMIUM, CHROMIUM_ARGS
+    from browser import CHROMIUM, launch
     from test_service_server import free_port, start_server
 
     sync_api = pytest.importorskip("playwright.sync_api")
@@ -109,18 +95,23 @@ def test_the_explorer_switches_direction(two_models: Path) -> None:
     process = start_server(two_models, port)
     try:
         with sync_api.sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            browser = launch(playwright)
             page = browser.new_page()
             bodies = []
             page.on("request", lambda r: bodies.append(r.post_data) if r.url.endswith("/v1/attention") else None)
             page.goto(f"http://127.0.0.1:{port}/")
-            pair = page.get_by_label("Language pair")
-            pair.locator("option[value='en:de']").wait_for(state="attached")
-            assert sorted(pair.locator("option").evaluate_all("os => os.map(o => o.value)")) == ["de:en", "en:de"]
+            settled = "n => +(document.querySelector('#result').dataset.done || 0) >= n"
+            page.wait_for_function(settled, arg=1)  # the page's example, translated at once
+            pair = page.get_by_label("Languages")
+            assert sorted(pair.locator("option").evaluate_all("os => os.map(o => o.value)")) == [
+                "auto:",
+                "de:en",
+                "en:de",
+            ]
             page.get_by_label("Text to translate").fill(ENGLISH)
             pair.select_option("en:de")
             page.get_by_role("button", name="Translate").click()
-            page.locator("#translation-text").wait_for(state="visible")
+            page.wait_for_function(settled, arg=2)
             sent = json.loads(bodies[-1])
             assert (sent["source"], sent["target"]) == ("en", "de")
             words = page.locator("#source-tokens .token").all_inner_texts()

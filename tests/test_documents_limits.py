@@ -107,12 +107,15 @@ def test_size_and_character_limits(echo_engine: TranslatorEngine, files_dir: Pat
 
 
 def test_downloads_expire_and_are_deleted(echo_engine: TranslatorEngine, files_dir: Path) -> None:
-    with client_for(echo_engine, files_dir, file_ttl=0.5) as client:
+    with client_for(echo_engine, files_dir, file_ttl=0.5, file_sweep_s=0.1) as client:
         url = upload(client, "a.txt", b"a b\nc\n").json()["translatedFileUrl"]
         assert client.get(url).content == b"a b\nc\n"
         time.sleep(0.7)
         gone = client.get(url)
         assert gone.status_code == 404 and "expired" in gone.json()["error"]
+        deadline = time.monotonic() + 10  # deleted by the background sweep, every file_sweep_s
+        while list(files_dir.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert list(files_dir.iterdir()) == []
         assert client.get("/download_file/..%2F..%2Fetc%2Fpasswd").status_code == 404
         assert client.get("/download_file/" + "A" * 24).status_code == 404

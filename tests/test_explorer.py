@@ -1,20 +1,19 @@
 """The attention explorer page in a real browser against the real server on 127.0.0.1.
 
-Debian's chromium (`apt-get install chromium`) driven by playwright; playwright's own
-browser download cannot work on these machines, so `executable_path` points at the
-system binary and the test is skipped where it is missing. The server is
-`python -m service.serve` over the tiny toy bundle of test_export.py.
+Debian's chromium (`apt-get install chromium`) driven by playwright (tests/browser.py:
+playwright's own browser download cannot work on these machines, so `executable_path`
+points at the system binary, and the test is skipped where it is missing). The server is
+`python -m service.serve` over the tiny toy bundle, served in both directions (the same toy
+model as en-de too), so the page offers reranking by the reverse model.
 
-Also a tool: `python tests/test_explorer.py --models models --out docs/explorer.png`
-serves the bundles under `--models` and saves a screenshot of the page (`--view heads`: the
-model view, `--view playback`: the step-by-step decoding).
+The docs' pictures of the page are made by tests/screenshots.py from the same page, launched
+the same way (`python tests/screenshots.py`); a test here runs it on the toy bundle.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import sys
 import xml.etree.ElementTree as ET
@@ -25,22 +24,11 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from browser import CHROMIUM, FIRST_SCREEN, launch  # noqa: E402
+from test_rerank_service import reversed_bundle  # noqa: E402
 from test_service_server import free_port, start_server  # noqa: E402
 from toy import SENTENCES  # noqa: E402
 
-CHROMIUM = os.environ.get("CROSSALIGN_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-# Headless, and quiet: without the background-networking flags chromium keeps trying to
-# reach Google's services, which a closed network answers with refused connections.
-CHROMIUM_ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SENTENCE = SENTENCES[0]  # "der Hund ist klein ."
 ALIGNMENT_HEAD = 1
 
@@ -65,6 +53,7 @@ def models(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     # target word: the bundle carries them to the page.
     (checkpoint / "quality.json").write_text(json.dumps({"untranslated_coverage": 5.0, "ungrounded_peak": 0.0}))
     export_model(checkpoint, work / "models" / "de-en", parity_sentences=SENTENCES[:2])
+    reversed_bundle(work / "models" / "de-en", work / "models" / "en-de")
     return work / "models"
 
 
@@ -77,10 +66,14 @@ def server(models: Path) -> str:
     process.wait(timeout=15)
 
 
-def offline_page(browser, server: str):
+def offline_page(browser, server: str, enforce_csp: bool = False):
     """A page whose requests are recorded in `page.requests`; any request that would leave the
-    machine (not to `server`) is recorded in `page.escaped` and aborted."""
-    context = browser.new_context(accept_downloads=True, viewport={"width": 1100, "height": 900})
+    machine (not to `server`) is recorded in `page.escaped` and aborted. The page's Content
+    Security Policy is bypassed unless `enforce_csp`: playwright evaluates a string given to
+    `wait_for_function` in the page, which the policy (rightly) refuses."""
+    context = browser.new_context(
+        accept_downloads=True, viewport={"width": 1100, "height": 900}, bypass_csp=not enforce_csp
+    )
     page = context.new_page()
     page.requests, page.escaped = [], []
 
@@ -97,10 +90,24 @@ def offline_page(browser, server: str):
     return context, page
 
 
+def open_page(page, url: str) -> None:
+    """Go to `url` and wait for its first translation to settle (the bare page translates its
+    example, a link its text): `#result[data-done]` counts the translations finished."""
+    page.goto(url)
+    page.wait_for_function("+(document.querySelector('#result').dataset.done || 0) >= 1")
+
+
+def submit(page) -> None:
+    """Press Translate and wait until that translation has finished (shown, or its error)."""
+    done = int(page.locator("#result").get_attribute("data-done") or 0)
+    page.get_by_role("button", name="Translate").click()
+    page.wait_for_function("n => +(document.querySelector('#result').dataset.done || 0) > n", arg=done)
+
+
 @pytest.fixture(scope="module")
 def browser():
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         yield browser
         browser.close()
 
@@ -108,7 +115,7 @@ def browser():
 @pytest.fixture(scope="module")
 def page(browser, server: str):
     """The page after translating SENTENCE; every request it made is kept in `page.requests`."""
-    context = browser.new_context(accept_downloads=True, viewport={"width": 1100, "height": 900})
+    context = browser.new_context(accept_downloads=True, viewport={"width": 1100, "height": 900}, bypass_csp=True)
     page = context.new_page()
     page.requests, page.failed = [], []
     page.on("request", lambda request: page.requests.append(request.url))
@@ -116,12 +123,11 @@ def page(browser, server: str):
         "response",
         lambda response: page.failed.append((response.url, response.status)) if response.status >= 400 else None,
     )
-    page.goto(server + "/")
+    open_page(page, server + "/")
     page.get_by_label("Text to translate").fill(SENTENCE)
-    page.get_by_label("Language pair").select_option("de:en")
+    page.get_by_label("Languages").select_option("de:en")
     page.get_by_label("Beam size").fill("4")
-    page.get_by_role("button", name="Translate").click()
-    page.locator("#translation-text").wait_for(state="visible")
+    submit(page)
     yield page
     context.close()
 
@@ -197,7 +203,10 @@ def test_cross_attention_starts_on_the_models_alignment_head(page) -> None:
     assert head.input_value() == str(ALIGNMENT_HEAD)
     assert "alignment head" in head.locator("option:checked").inner_text()
     assert f"head {ALIGNMENT_HEAD}" in page.locator("#map-caption").inner_text()
-    assert "Step-shifted" in page.locator("#map-caption").inner_text()
+    caption = page.locator("#map-caption").inner_text()
+    # What the map shows, in words: rows, the red frames, the step shift explained, no jargon.
+    assert "each row is a translated word" in caption and "Red frames" in caption and "one step late" in caption
+    assert "decoder input" not in caption and "quer" not in caption.lower()
     default = weights(page)
     head.select_option("mean")
     assert weights(page) != default
@@ -301,6 +310,10 @@ def test_api_docs_render_with_no_request_leaving_the_machine(browser, server: st
     page.wait_for_load_state("networkidle")
     assert page.escaped == [], f"{path} tried to reach {page.escaped}"
     assert any("/docs-assets/" in url for url in page.requests)
+    if path == "/docs":  # no keys on this server: no "Authorize" button, no lock on any route
+        assert page.locator(".btn.authorize").count() == 0
+        assert page.locator(".authorization__btn").count() == 0
+        assert page.locator(".opblock").count() > 10
     context.close()
 
 
@@ -312,24 +325,58 @@ def test_explorer_sends_the_key_as_a_bearer_header(browser, models: Path) -> Non
         context, page = offline_page(browser, server)
         sent: list[tuple[str, str | None]] = []
         page.on("request", lambda request: sent.append((request.url, request.headers.get("authorization"))))
-        page.goto(server + "/?api_key=sesame")  # an old-style link: the key moves out of the URL
+        open_page(page, server + "/?api_key=sesame")  # an old-style link: the key moves out of the URL
         assert "api_key" not in page.url and page.get_by_label("API key").input_value() == "sesame"
         page.get_by_label("Text to translate").fill(SENTENCE)
-        page.get_by_role("button", name="Translate").click()
-        page.locator("#translation-text").wait_for(state="visible")
+        submit(page)
         api_calls = [(url, auth) for url, auth in sent if "/v1/attention" in url]
         assert api_calls and all(auth == "Bearer sesame" and "sesame" not in url for url, auth in api_calls)
         with page.expect_download() as download:  # a link cannot carry the header: fetched with it
             page.get_by_role("link", name="Download the cross map as PNG").click()
         assert Path(download.value.path()).read_bytes()[:4] == b"\x89PNG"
         page.get_by_label("API key").fill("wrong")
-        page.get_by_role("button", name="Translate").click()
-        page.wait_for_function("document.querySelector('#status').textContent.includes('Invalid API key')")
+        submit(page)
+        assert "Invalid API key" in page.locator("#status").inner_text()
+        # Issue 41, 17: a link's key never replaces the key the tab holds (it is dropped from the URL all the same).
+        page.get_by_label("API key").fill("sesame")
+        with page.expect_response(lambda response: "/v1/attention" in response.url and response.ok):
+            page.get_by_role("button", name="Translate").click()  # the tab keeps the key it sent
+        page.goto(server + "/?api_key=someone-elses")
+        assert "api_key" not in page.url and page.get_by_label("API key").input_value() == "sesame"
         assert page.escaped == []
+        # A server with keys shows Swagger UI's "Authorize" (a server without shows none: below).
+        page.goto(server + "/docs")
+        page.locator(".btn.authorize").wait_for(state="visible", timeout=30000)
         context.close()
     finally:
         process.terminate()
         process.wait(timeout=15)
+
+
+def test_the_page_works_under_its_content_security_policy(browser, server: str) -> None:
+    """Issue 41, 17: the page is sent with its policy (its own files only, no framing) and
+    nosniff, and translating, the model view, a download and the playback break none of it."""
+    headers = httpx.get(server + "/", timeout=30).headers
+    policy = headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy and "unsafe" not in policy
+    assert headers["x-content-type-options"] == "nosniff" and headers["x-frame-options"] == "DENY"
+    context, page = offline_page(browser, server, enforce_csp=True)
+    refused: list[str] = []
+    page.on(
+        "console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None
+    )
+    page.goto(server + "/")
+    page.get_by_label("Text to translate").fill(SENTENCE)
+    page.get_by_role("button", name="Translate").click()
+    page.locator("#translation-text").wait_for(state="visible")
+    page.locator("#heads .head").first.wait_for(state="visible")  # the model view, drawn on canvases
+    page.get_by_role("button", name="Decode step by step").click()
+    page.locator("#playback[data-done='done']").wait_for(state="attached")  # no string to evaluate: CSP holds
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download the cross map as PNG").click()
+    assert Path(download.value.path()).read_bytes()[:4] == b"\x89PNG"
+    assert refused == [] and page.escaped == []
+    context.close()
 
 
 # --------------------------------------------------------------------------- issue 31: links, heads, playback
@@ -344,17 +391,15 @@ def answer_of(server: str, route: str, body: dict) -> dict:
 def test_a_link_with_q_shows_its_translation(browser, server: str) -> None:
     context, page = offline_page(browser, server)
     text = "die Katze ist sehr alt ."
-    page.goto(f"{server}/?{urlencode({'q': text, 'source': 'de', 'target': 'en'})}")
-    page.locator("#translation-text").wait_for(state="visible")
+    open_page(page, f"{server}/?{urlencode({'q': text, 'source': 'de', 'target': 'en'})}")
     expected = answer_of(server, "/v1/translate", {"text": text, "beam_size": 4})["translations"][0]["text"]
     assert page.locator("#translation-text").inner_text() == expected
     assert page.get_by_label("Text to translate").input_value() == text
-    assert page.get_by_label("Language pair").input_value() == "de:en"
+    assert page.get_by_label("Languages").input_value() == "de:en"
     assert page.escaped == []
     # Translating another text puts it in the address: the bar is a link to what is shown.
     page.get_by_label("Text to translate").fill(SENTENCE)
-    page.get_by_role("button", name="Translate").click()
-    page.wait_for_function("location.search.includes('Hund')")
+    submit(page)
     assert parse_qs(urlparse(page.url).query) == {"q": [SENTENCE], "source": ["de"], "target": ["en"]}
     context.close()
 
@@ -400,10 +445,10 @@ def test_playback_grows_the_triangle_a_row_a_step_and_ends_on_the_translation(br
     sentence = "der Hund ist sehr klein ."  # six words
     greedy = answer_of(server, "/v1/translate", {"text": sentence, "beam_size": 1})["translations"][0]
     context, page = offline_page(browser, server)
-    page.goto(server + "/")
+    open_page(page, server + "/")
     page.get_by_label("Text to translate").fill(sentence)
-    page.get_by_role("button", name="Translate").click()
-    page.locator("#translation-text").wait_for(state="visible")
+    page.get_by_label("Languages").select_option("de:en")
+    submit(page)
     page.get_by_role("button", name="Decode step by step").click()
     page.wait_for_function("document.querySelector('#playback').dataset.done === 'done'")
     page.get_by_role("button", name="First step").click()
@@ -469,11 +514,14 @@ def test_the_term_hints_the_model_was_shown_are_listed_with_their_use(browser, h
         terms = expected["sentences"][0]["quality"]["terms"]
         assert [t["source"] for t in terms] == ["Hund", "klein"]
         context, page = offline_page(browser, server)
-        page.goto(server + "/")
+        open_page(page, server + "/")
+        # de-en alone: no reverse direction, so no channel rerank is offered (MBR is).
+        disabled = page.eval_on_selector_all("#rerank option", "os => os.map(o => [o.value, o.disabled])")
+        assert dict(disabled) == {"none": False, "channel": True, "mbr": False, "mbr+channel": True}
         page.get_by_label("Text to translate").fill(SENTENCE)
         page.get_by_label("Glossary").fill("Hund = dog\nklein = tiny")
-        page.get_by_role("button", name="Translate").click()
-        page.locator("#terms").wait_for(state="visible")
+        submit(page)
+        assert page.locator("#terms").is_visible()
         items = page.locator("#terms-list .term")
         assert items.count() == 2
         for item, term in zip(items.all(), terms):
@@ -507,60 +555,173 @@ def test_the_term_hints_the_model_was_shown_are_listed_with_their_use(browser, h
         process.wait(timeout=15)
 
 
-# --------------------------------------------------------------------------- screenshots for the docs
+# --------------------------------------------------------------------------- issue 42: the first screen
 
 
-def screenshot(models: Path, out: Path, text: str, view: str = "map") -> None:
-    """Serve `models`, translate `text` on the page and save a screenshot of `view` to `out`:
-    the map (with a word hovered), the model view (`heads`: every cross-attention head, one
-    opened large), or the playback (`playback`: the greedy decoding stopped half way)."""
-    port = free_port()
-    process = start_server(models, port)
-    try:
-        with sync_api.sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1100, "height": 1000}, device_scale_factor=1)
-            page.goto(f"http://127.0.0.1:{port}/?{urlencode({'q': text})}")
-            page.locator("#translation-text").wait_for(state="visible")
-            out.parent.mkdir(parents=True, exist_ok=True)
-            if view == "map":
-                page.locator("#target-tokens .token").nth(1).hover()
-                bottom = page.evaluate("document.querySelector('#explorer').getBoundingClientRect().bottom")
-                clip = {"x": 0, "y": 0, "width": 1100, "height": bottom}
-                page.screenshot(path=str(out), full_page=True, clip=clip)
-            elif view == "heads":
-                page.locator("#heads .head.alignment").first.click()
-                page.locator("#model-view").screenshot(path=str(out))
-            else:
-                page.get_by_role("button", name="Decode step by step").click()
-                page.wait_for_function("document.querySelector('#playback').dataset.done === 'done'")
-                page.get_by_role("button", name="First step").click()
-                forward, steps = page.get_by_role("button", name="Step forward"), 0
-                while forward.is_enabled():
-                    forward.click()
-                    steps += 1
-                for _ in range(steps // 3):  # two thirds of the way: the triangle half grown
-                    page.get_by_role("button", name="Step back").click()
-                page.locator("#playback").screenshot(path=str(out))
-            browser.close()
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
+def box(page, selector: str) -> dict:
+    return page.locator(selector).bounding_box()
 
 
-if __name__ == "__main__":
-    import argparse
+def test_the_bare_page_shows_a_translated_example_with_its_map(browser, server: str) -> None:
+    context = browser.new_context(viewport=FIRST_SCREEN)
+    page = context.new_page()
+    open_page(page, server + "/")  # nothing typed, nothing pressed
+    example = page.get_by_label("Text to translate").input_value()
+    assert example and page.get_by_label("Languages").input_value() == "auto:"  # detection is the default
+    expected = answer_of(server, "/v1/attention", {"text": example, "source": "auto", "target": None})
+    assert page.locator("#translation-text").inner_text() == expected["translation"]
+    assert f"Detected {'German' if expected['source'] == 'de' else 'English'}" in page.locator("#status").inner_text()
+    grid = page.locator("#map")
+    rows, columns = int(grid.get_attribute("data-rows")), int(grid.get_attribute("data-columns"))
+    assert rows and columns and page.locator("#map .cell").count() == rows * columns
+    for selector in ("#translation-text", "#map"):  # on the first screen
+        assert box(page, selector)["y"] + box(page, selector)["height"] <= FIRST_SCREEN["height"]
+    assert urlparse(page.url).path == "/" and not urlparse(page.url).query  # the address stays the page's
+    context.close()
 
-    parser = argparse.ArgumentParser(description="screenshot of the attention explorer")
-    parser.add_argument("--models", type=Path, default=Path("models"))
-    parser.add_argument("--out", type=Path, default=Path("docs/explorer.png"))
-    parser.add_argument("--text", default="Das Haus ist sehr klein.")
-    parser.add_argument(
-        "--view",
-        choices=("map", "heads", "playback"),
-        default="map",
-        help="map: one map, a word hovered; heads: the model view; playback: the decoding half way",
-    )
-    arguments = parser.parse_args()
-    screenshot(arguments.models, arguments.out, arguments.text, arguments.view)
-    print(f"wrote {arguments.out}")
+
+def test_a_link_fits_the_translation_and_its_map_on_the_first_screen(browser, server: str) -> None:
+    context = browser.new_context(viewport=FIRST_SCREEN)
+    page = context.new_page()
+    long = SENTENCES[1].rstrip(" .") + " und " + SENTENCES[4]  # seventeen words: the width holds the map
+    for screen in (FIRST_SCREEN, {"width": 1400, "height": 900}):  # 900: the height holds it
+        page.set_viewport_size(screen)
+        for text in (long, SENTENCE):
+            open_page(page, f"{server}/?{urlencode({'q': text, 'source': 'de', 'target': 'en'})}")
+            for selector in ("#translation-text", "#map", "#download-png"):
+                shown = box(page, selector)
+                assert shown["y"] + shown["height"] <= screen["height"], f"{selector} is below the fold"
+                assert shown["x"] + shown["width"] <= screen["width"]
+    page.set_viewport_size(FIRST_SCREEN)
+    open_page(page, f"{server}/?{urlencode({'q': SENTENCE, 'source': 'de', 'target': 'en'})}")
+    map_box, frame, view = box(page, "#map"), box(page, "#map-figure .map-scroll"), box(page, ".view")
+    # The cells take the room there is (the old page drew 26 px cells), and the frame wraps
+    # the map: no mostly empty full-width box.
+    big = int(page.locator("#map").get_attribute("data-cell"))
+    assert big > 40
+    assert page.eval_on_selector("#map .cell", "c => c.getBoundingClientRect().width") == big
+    assert frame["width"] <= map_box["width"] + 40 < view["width"]
+    # Less room, smaller cells (the map refits when the window changes); a long text too.
+    page.set_viewport_size({"width": 1400, "height": 760})
+    page.wait_for_function("big => +document.querySelector('#map').dataset.cell < big", arg=big)
+    page.set_viewport_size(FIRST_SCREEN)
+    page.wait_for_function("big => +document.querySelector('#map').dataset.cell === big", arg=big)
+    page.get_by_label("Text to translate").fill(" ".join(SENTENCES[:3]))
+    submit(page)
+    assert int(page.locator("#map").get_attribute("data-cell")) < big
+    context.close()
+
+
+def test_auto_detects_the_language_and_shows_the_apis_422(browser, server: str) -> None:
+    context, page = offline_page(browser, server)
+    open_page(page, server + "/")
+    french = "Le chat dort sur le canapé depuis ce matin, et personne ne veut le réveiller."
+    refused = httpx.post(server + "/v1/attention", json={"text": french, "source": "auto"}, timeout=60)
+    assert refused.status_code == 422
+    page.get_by_label("Text to translate").fill(french)
+    page.get_by_label("Languages").select_option("auto:")
+    with page.expect_request("**/v1/attention") as sent:
+        submit(page)
+    assert sent.value.post_data_json["source"] == "auto" and "target" not in sent.value.post_data_json
+    status = page.locator("#status")
+    assert status.inner_text() == f"Could not translate: {refused.json()['error']}"
+    assert "French" in status.inner_text() and "error" in status.get_attribute("class")
+    # German is detected, said, and linked as detected.
+    page.get_by_label("Text to translate").fill(SENTENCE)
+    submit(page)
+    assert page.locator("#status").inner_text().startswith("Detected German; translated by de-en")
+    expected = answer_of(server, "/v1/attention", {"text": SENTENCE, "source": "auto", "target": None})
+    assert page.locator("#translation-text").inner_text() == expected["translation"]
+    assert parse_qs(urlparse(page.url).query) == {"q": [SENTENCE], "source": ["auto"]}
+    assert page.escaped == []
+    context.close()
+
+
+def test_the_playback_says_which_search_it_plays(browser, server: str) -> None:
+    sentence = SENTENCES[1]
+    beam = answer_of(server, "/v1/attention", {"text": sentence, "beam_size": 4})["translation"]
+    greedy = answer_of(server, "/v1/translate", {"text": sentence, "beam_size": 1})["translations"][0]["text"]
+    context, page = offline_page(browser, server)
+    open_page(page, f"{server}/?{urlencode({'q': sentence, 'source': 'de', 'target': 'en'})}")
+
+    def play_to_the_end() -> None:
+        page.get_by_role("button", name="Decode step by step").click()
+        page.wait_for_function("document.querySelector('#playback').dataset.done === 'done'")
+        forward = page.get_by_role("button", name="Step forward")
+        while forward.is_enabled():
+            forward.click()
+
+    # Beam 4 above, greedy below: said before playing, and compared at the end.
+    note = page.locator("#play-note").inner_text()
+    assert "greedy search (beam 1), not the translation above (beam 4)" in note and "set the beam size to 1" in note
+    play_to_the_end()
+    assert page.locator("#play-final-text").inner_text() == greedy
+    compare = page.locator("#play-compare")
+    assert compare.is_visible() and compare.get_attribute("data-same") == str(greedy == beam).lower()
+    said = compare.inner_text()
+    assert ("The same translation" in said) if greedy == beam else (beam in said and greedy in said)
+    # Beam 1 above: the playback is that very search, and ends on it.
+    page.get_by_label("Beam size").fill("1")
+    submit(page)
+    assert page.locator("#play-note").inner_text().startswith("This is the search that made the translation above")
+    play_to_the_end()
+    assert page.locator("#play-final-text").inner_text() == page.locator("#translation-text").inner_text() == greedy
+    assert compare.is_hidden()
+    context.close()
+
+
+def test_the_thumbnails_are_labelled_with_their_tokens(page, server: str) -> None:
+    answer = answer_of(server, "/v1/attention", {"text": SENTENCE, "beam_size": 4})["sentences"][0]
+    for kind in ("cross-attention", "encoder self-attention"):
+        choose_kind(page, kind)
+        maps = answer[kind.split()[0].replace("-attention", "")]
+        heads = page.locator("#heads .head")
+        for index in (0, heads.count() - 1):
+            head = heads.nth(index)
+            assert head.locator(".thumb-cols span").all_inner_texts() == maps["columns"]  # keys, on top
+            assert head.locator(".thumb-rows span").all_inner_texts() == maps["rows"]  # queries, on the left
+            labels, cells = (
+                box(page, f"#heads .head >> nth={index} >> .thumb-rows"),
+                head.locator("canvas").bounding_box(),
+            )
+            assert (labels["y"], labels["height"]) == (cells["y"], cells["height"])  # a label beside each row
+    assert "framed in red" in page.locator("#heads-help").inner_text()
+    choose_kind(page, "cross-attention")
+
+
+def test_the_rerank_choice_shows_the_reranked_translation(browser, server: str) -> None:
+    sentence = SENTENCES[2]
+    reranked = answer_of(server, "/v1/attention", {"text": sentence, "beam_size": 4, "rerank": "channel"})
+    context, page = offline_page(browser, server)
+    open_page(page, server + "/")
+    page.get_by_label("Text to translate").fill(sentence)
+    page.get_by_label("Languages").select_option("de:en")
+    page.get_by_label("Rerank").select_option("channel")
+    with page.expect_request("**/v1/attention") as sent:
+        submit(page)
+    assert sent.value.post_data_json["rerank"] == "channel"
+    assert page.locator("#translation-text").inner_text() == reranked["translation"]
+    assert "reranked by the channel" in page.locator("#status").inner_text()
+    assert parse_qs(urlparse(page.url).query)["rerank"] == ["channel"]
+    assert "rerank=channel" in page.get_by_role("link", name="Download the cross map as PNG").get_attribute("href")
+    assert "reranking then chooses" in page.locator("#play-note").inner_text()
+    # A link with the rerank reopens it.
+    open_page(page, page.url)
+    assert page.get_by_label("Rerank").input_value() == "channel"
+    assert page.locator("#translation-text").inner_text() == reranked["translation"]
+    assert page.escaped == []
+    context.close()
+
+
+def test_the_docs_screenshots_are_made_from_the_real_page(browser, models: Path, tmp_path: Path) -> None:
+    from PIL import Image
+    from screenshots import SHOTS, screenshots
+
+    written = screenshots(models, tmp_path, list(SHOTS), text=SENTENCE, browser=browser)
+    assert [path.name for path in written] == list(SHOTS.values())
+    for path in written:
+        with Image.open(path) as image:
+            assert image.mode == "P" and image.width <= FIRST_SCREEN["width"]  # a small palette PNG
+            if path.name == SHOTS["map"]:
+                assert image.size == (FIRST_SCREEN["width"], FIRST_SCREEN["height"])
+        assert path.stat().st_size < 250_000

@@ -284,7 +284,7 @@ def test_validation_reports_every_problem_at_once(tiny_checkpoint: Path, tmp_pat
     assert (occupied / "notes.txt").exists() and not (occupied / BUNDLE_FILE).exists()
 
 
-def test_int8_export_through_the_cli(tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_int8_export_through_the_cli(tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser()
     export_cli.add_arguments(parser)
     out, sentences = tmp_path / "int8", tmp_path / "parity.tsv"
@@ -299,9 +299,10 @@ def test_int8_export_through_the_cli(tiny_checkpoint: Path, tmp_path: Path) -> N
     assert len(results) == len(SENTENCES) and any(r.target_ids for r in results)
     for result in results:
         assert result.attention is not None and np.isfinite(result.attention).all()
-    # A second export into the same place needs --force.
-    with pytest.raises(ExportError, match="--force"):
-        export_cli.main(parser.parse_args([str(tiny_checkpoint), "--out", str(out)]))
+    # A second export into the same place needs --force: one line that says so, exit status 2.
+    assert export_cli.main(parser.parse_args([str(tiny_checkpoint), "--out", str(out)])) == 2
+    refused = capsys.readouterr().err
+    assert len(refused.splitlines()) == 1 and "a bundle is already there (pass --force to replace it)" in refused
     # Calibrated activation scales (export/calibrate.py): a translation is the same alone
     # as in a batch, which dynamic per-tensor scales do not give.
     calibration = loaded.manifest["int8_calibration"]

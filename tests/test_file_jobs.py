@@ -8,6 +8,8 @@ running are each seen in a known state."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +25,7 @@ from data.tokenizer import Tokenizer
 from seq2seq.core.config import DecodeConfig
 from seq2seq.decoding.translator import Translator
 from service.compute.engine import TranslatorEngine
+from service.shared.job_owners import Owner, process_start
 
 TEN_LINES = "".join(f"{letter} b c\n" for letter in "abcdefghab").encode()  # 10 segments of 5 characters
 
@@ -163,7 +166,7 @@ def test_status_and_download_need_the_uploads_key(echo_engine: TranslatorEngine,
 
 
 def test_jobs_expire_with_their_files(echo_engine: TranslatorEngine, files_dir: Path) -> None:
-    with client_for(echo_engine, files_dir, file_ttl=1.5) as client:
+    with client_for(echo_engine, files_dir, file_ttl=1.5, file_sweep_s=0.2) as client:
         job = submit(client, "a.txt", TEN_LINES, **{"async": "true"})
         done = wait_for(client, job, finished)
         assert done["state"] == "done" and len(list(files_dir.iterdir())) == 4  # file, meta, sidecar, record
@@ -171,7 +174,14 @@ def test_jobs_expire_with_their_files(echo_engine: TranslatorEngine, files_dir: 
         gone = client.get(job["status_url"])
         assert gone.status_code == 404 and "expired" in gone.json()["error"]
         assert client.get(done["translatedFileUrl"]).status_code == 404
-        assert list(files_dir.iterdir()) == []
+        eventually(lambda: list(files_dir.iterdir()) == [], "the sweep never deleted what expired")
+
+
+def eventually(condition: Callable[[], bool], message: str, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, message
+        time.sleep(0.02)
 
 
 def test_jobs_are_bounded_and_a_clients_second_job_waits_for_others_first(
@@ -260,3 +270,241 @@ def test_a_files_calls_wait_for_room_in_a_full_queue(
         assert heavy.result(timeout=30)[0].text == "a b c d e"
         assert answers["file"].status_code == 200, answers["file"].text
         assert client.get(answers["file"].json()["translatedFileUrl"]).content == TEN_LINES[:12]
+
+
+# --------------------------------------------------------------------------- issue 41: 7, 8, 12, 13
+
+
+def plant_expired(directory: Path, count: int) -> list[str]:
+    """`count` stored files that expired a minute ago, as another process would have left them."""
+    ids = [f"{index:024d}" for index in range(count)]
+    for file_id in ids:
+        (directory / file_id).write_bytes(b"x")
+        (directory / f"{file_id}.alignment.jsonl").write_text("")
+        meta = {"name": "a.en.txt", "media_type": "text/plain", "key": None, "expires": time.time() - 60}
+        (directory / f"{file_id}.json").write_text(json.dumps(meta))
+    return ids
+
+
+def test_requests_leave_the_sweep_to_the_background(echo_engine: TranslatorEngine, files_dir: Path) -> None:
+    """Every upload, poll and download used to sweep the whole store under one lock (1-1.9 s
+    with 10,000 records: bench/file_jobs.py --store); now none reads another record, and the
+    background sweep, at start and then every `file_sweep_s`, deletes what expired."""
+    files_dir.mkdir()
+    first = plant_expired(files_dir, 1)[0]
+    with client_for(echo_engine, files_dir, file_sweep_s=3600) as client:
+        eventually(lambda: not (files_dir / first).exists(), "no sweep at start")
+        planted = plant_expired(files_dir, 50)
+        job = submit(client, "a.txt", TEN_LINES, **{"async": "true"})
+        done = wait_for(client, job, finished)
+        assert client.get(done["translatedFileUrl"]).status_code == 200
+        assert upload(client, "a.txt", TEN_LINES).status_code == 200
+        assert all((files_dir / f"{file_id}.json").exists() for file_id in planted)  # not swept by requests
+    sweeps: list[float] = []
+    with client_for(echo_engine, files_dir, file_sweep_s=0.5) as client:
+        sweep = client.app.state.files.sweep
+        client.app.state.files.sweep = lambda: sweeps.append(time.monotonic()) or sweep()
+        eventually(lambda: not any(files_dir.glob("000*")), "the sweep never came")
+        time.sleep(1.0)
+    assert all(later - earlier >= 0.45 for earlier, later in zip(sweeps, sweeps[1:])), sweeps  # at most every N s
+
+
+def stored_bytes(directory: Path) -> int:
+    """The bytes a quota counts in `directory`: files and their sidecars."""
+    return sum(path.stat().st_size for path in directory.iterdir() if path.is_file() and path.suffix != ".json")
+
+
+def test_stored_bytes_are_bounded_per_client_and_in_all(echo_engine: TranslatorEngine, files_dir: Path) -> None:
+    with client_for(echo_engine, files_dir.parent / "probe") as client:
+        assert upload(client, "a.txt", TEN_LINES).status_code == 200
+    size = stored_bytes(files_dir.parent / "probe")  # what one upload of TEN_LINES stores
+    limits = {"file_client_max_bytes": size, "file_store_max_bytes": 2 * size, "api_keys": "a,b,c"}
+    with client_for(echo_engine, files_dir, **limits) as client:
+        assert upload(client, "a.txt", TEN_LINES, api_key="a").status_code == 200
+        mine = upload(client, "a.txt", TEN_LINES, api_key="a")
+        assert mine.status_code == 507, mine.text
+        assert f"at most {size:,} bytes per client (file_client_max_bytes)" in mine.json()["error"]
+        assert upload(client, "a.txt", TEN_LINES, api_key="b").status_code == 200
+        full = upload(client, "a.txt", TEN_LINES, api_key="c")
+        assert full.status_code == 503 and "(file_store_max_bytes)" in full.json()["error"]
+        assert 1 <= int(full.headers["Retry-After"]) <= 1800
+        assert stored_bytes(files_dir) == 2 * size
+
+
+def test_a_file_over_the_quota_is_refused_before_it_is_translated(
+    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
+) -> None:
+    engine, gate = gated  # closed: a translation would wait for it
+    with client_for(engine, files_dir, file_client_max_bytes=len(TEN_LINES) - 1) as client:
+        refused = upload(client, "a.txt", TEN_LINES)
+        assert refused.status_code == 507 and "file_client_max_bytes" in refused.json()["error"]
+
+
+def test_a_job_whose_file_passes_the_quota_fails_with_507(
+    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
+) -> None:
+    engine, gate = gated
+    with client_for(engine, files_dir.parent / "probe") as client:
+        gate.release(1)
+        assert upload(client, "a.txt", TEN_LINES).status_code == 200
+    size = stored_bytes(files_dir.parent / "probe")
+    with client_for(engine, files_dir, file_client_max_bytes=size, file_sync_chars=0) as client:
+        first, second = submit(client, "a.txt", TEN_LINES), submit(client, "a.txt", TEN_LINES)  # nothing stored yet
+        gate.release(2)
+        ends = sorted((wait_for(client, job, finished) for job in (first, second)), key=lambda found: found["state"])
+        assert [found["state"] for found in ends] == ["done", "failed"]
+        assert ends[1]["error_status"] == 507 and "file_client_max_bytes" in ends[1]["error"]
+
+
+def test_a_file_can_be_deleted_by_its_first_download(echo_engine: TranslatorEngine, files_dir: Path) -> None:
+    with client_for(echo_engine, files_dir) as client:
+        kept = upload(client, "a.txt", TEN_LINES).json()["translatedFileUrl"]
+        once = upload(client, "a.txt", TEN_LINES, delete_after_download="true").json()["translatedFileUrl"]
+        assert client.head(once).status_code == 200  # a HEAD is no download
+        assert client.get(once, params={"alignment": "true"}).status_code == 200  # nor is the sidecar's
+        assert client.get(once).content == TEN_LINES
+        gone = client.get(once)
+        assert gone.status_code == 404 and "was deleted" in gone.json()["error"]
+        assert client.get(once, params={"alignment": "true"}).status_code == 404  # gone with its file
+        assert [client.get(kept).status_code for _ in range(2)] == [200, 200]  # by default a file stays
+        assert len(list(files_dir.iterdir())) == 3  # only the kept file, its sidecar and metadata
+        job = submit(client, "a.txt", TEN_LINES, **{"async": "true", "delete_after_download": "1"})
+        done = wait_for(client, job, finished)
+        assert [client.get(done["translatedFileUrl"]).status_code for _ in range(2)] == [200, 404]
+        bad = upload(client, "a.txt", TEN_LINES, delete_after_download="soon")
+        assert bad.status_code == 400 and "delete_after_download must be true or false" in bad.json()["error"]
+    with client_for(echo_engine, files_dir, file_delete_after_download=True) as client:
+        deleted = upload(client, "a.txt", TEN_LINES).json()["translatedFileUrl"]
+        assert [client.get(deleted).status_code for _ in range(2)] == [200, 404]
+        asked = upload(client, "a.txt", TEN_LINES, delete_after_download="false").json()["translatedFileUrl"]
+        assert [client.get(asked).status_code for _ in range(2)] == [200, 200]
+
+
+def test_a_client_has_a_share_of_the_job_slots(
+    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
+) -> None:
+    engine, gate = gated
+    settings = {"file_sync_chars": 0, "file_max_jobs": 4, "file_client_max_jobs": 2, "api_keys": "a,b,c"}
+    with client_for(engine, files_dir, **settings) as client:
+        for _ in range(2):
+            submit(client, "a.txt", TEN_LINES, key="a")
+        over = upload(client, "a.txt", TEN_LINES, api_key="a")
+        assert over.status_code == 429 and "at most 2 per client (file_client_max_jobs)" in over.json()["error"]
+        assert 1 <= int(over.headers["Retry-After"]) <= 600
+        for _ in range(2):
+            submit(client, "a.txt", TEN_LINES, key="b")  # another client's share is its own
+        full = upload(client, "a.txt", TEN_LINES, api_key="c")
+        assert full.status_code == 503 and "at most 4 (file_max_jobs)" in full.json()["error"]
+
+
+def cancel(client: TestClient, job: dict, key: str = "") -> dict:
+    answer = client.post(job["status_url"] + "/cancel", params={"api_key": key} if key else {})
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_a_job_is_cancelled_queued_running_or_done(
+    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
+) -> None:
+    engine, gate = gated
+    settings = {"file_sync_chars": 0, "file_job_workers": 1, "max_request_work": per_call(engine, 10)}
+    with client_for(engine, files_dir, api_keys="a,b", **settings) as client:
+        running, queued = submit(client, "a.txt", TEN_LINES, key="a"), submit(client, "b.txt", TEN_LINES, key="a")
+        wait_for(client, running, lambda found: found["state"] == "running", key="a")
+        refused = client.post(queued["status_url"] + "/cancel", params={"api_key": "b"})
+        assert refused.status_code == 403 and "another API key" in refused.json()["error"]
+        assert cancel(client, queued, "a")["state"] == "cancelled"
+        gate.release()  # the running job's first model call
+        wait_for(client, running, lambda found: found["segments_done"] == 2, key="a")
+        assert cancel(client, running, "a")["state"] == "cancelled"
+        gate.release(10)
+        record = files_dir / f"{running['job_id']}.job.json"
+        eventually(lambda: json.loads(record.read_text())["state"] == "cancelled", "the job never stopped")
+        assert json.loads(record.read_text())["segments_done"] == 2
+        for job in (running, queued):
+            found = status(client, job, "a")
+            assert found["state"] == "cancelled" and "translatedFileUrl" not in found and "Retry-After" not in found
+        assert not (files_dir / running["job_id"]).exists()  # no file stored
+        done = wait_for(client, submit(client, "c.txt", TEN_LINES, key="a"), finished, key="a")
+        assert client.get(done["translatedFileUrl"], params={"api_key": "a"}).status_code == 200
+        assert cancel(client, done, "a")["state"] == "cancelled"  # a done job's file is deleted
+        assert client.get(done["translatedFileUrl"], params={"api_key": "a"}).status_code == 404
+
+
+def dead_owner() -> dict:
+    """The owner a record of a process that ran on this machine and is gone would name."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = process_start(child.pid)
+    child.wait()
+    me = Owner.current()
+    return Owner(me.host, me.kernel, child.pid, start).to_dict()
+
+
+def running_record(job_id: str, owner: dict | None, heartbeat: float) -> dict:
+    record = {"id": job_id, "state": "running", "name": "a.en.txt", "key": None, "segments_done": 3}
+    record.update(segments_total=10, position=0, created=0.0, started=time.time() - 5, error="", error_status=0)
+    record.update(answer=None, expires=time.time() + 3000, heartbeat=heartbeat)
+    return record | ({"owner": owner} if owner else {})
+
+
+def test_a_dead_servers_jobs_fail_at_start_up_and_when_polled(echo_engine: TranslatorEngine, files_dir: Path) -> None:
+    """A killed server's jobs used to stay `running` until their records expired (42 minutes)."""
+    files_dir.mkdir()
+    elsewhere = {**Owner.current().to_dict(), "host": "elsewhere", "kernel": "another-boot/pid:[1]"}
+    records = {
+        "local": running_record("L" * 24, dead_owner(), time.time()),  # its process is gone
+        "stale": running_record("S" * 24, elsewhere, time.time() - 61),
+        "alive": running_record("A" * 24, elsewhere, time.time()),
+        "unnamed": running_record("U" * 24, None, 0.0),  # written before owners: left to its expiry
+    }
+    for record in records.values():
+        (files_dir / f"{record['id']}.job.json").write_text(json.dumps(record))
+
+    def on_disk(name: str) -> dict:
+        return json.loads((files_dir / f"{records[name]['id']}.job.json").read_text())
+
+    with client_for(echo_engine, files_dir, file_sweep_s=3600, file_job_stale_s=60) as client:
+        eventually(lambda: on_disk("local")["state"] == on_disk("stale")["state"] == "failed", "not settled at start")
+        assert on_disk("local")["reason"] == f"the server running it ({Owner.of(records['local'])}) stopped"
+        assert "has not been heard of for 61 s" in on_disk("stale")["reason"]
+        job = {"status_url": "http://testserver/translate_file/" + records["alive"]["id"]}
+        assert status(client, job)["state"] == "running"
+        assert on_disk("unnamed")["state"] == "running"
+        (files_dir / f"{'A' * 24}.job.json").write_text(json.dumps({**records["alive"], "heartbeat": time.time() - 61}))
+        failed = status(client, job)  # the poll settles it, without waiting for a sweep
+        assert failed["state"] == "failed" and failed["error_status"] == 503
+        assert failed["error"] == "the server running the job stopped before it ended; upload the file again"
+        assert "elsewhere" not in failed["error"] and on_disk("alive")["state"] == "failed"  # no host names told
+
+
+def test_a_job_beats_while_its_model_call_takes_long(
+    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
+) -> None:
+    engine, _ = gated  # closed: the job's first model call never ends
+    with client_for(engine, files_dir, file_sync_chars=0, file_job_stale_s=0.4) as client:
+        job = submit(client, "a.txt", TEN_LINES)
+        wait_for(client, job, lambda found: found["state"] == "running")
+        record = files_dir / f"{job['job_id']}.job.json"
+        first = json.loads(record.read_text())
+        assert first["owner"] == Owner.current().to_dict()
+        eventually(lambda: json.loads(record.read_text())["heartbeat"] > first["heartbeat"], "no heartbeat")
+        assert status(client, job)["state"] == "running"
+
+
+def test_a_job_taken_for_dead_elsewhere_stays_failed(
+    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
+) -> None:
+    """A server whose heartbeat came too late (a pause longer than `file_job_stale_s`) finds its
+    job marked failed by another: it stops it, and never writes it back to `running` or `done`."""
+    engine, gate = gated
+    with client_for(engine, files_dir, file_sync_chars=0, max_request_work=per_call(engine, 10)) as client:
+        job = submit(client, "a.txt", TEN_LINES)
+        wait_for(client, job, lambda found: found["state"] == "running")
+        record = files_dir / f"{job['job_id']}.job.json"
+        verdict = {**json.loads(record.read_text()), "state": "failed", "reason": "not heard of for 61 s"}
+        verdict.update(error="the server running the job stopped before it ended; upload the file again")
+        record.write_text(json.dumps(verdict))
+        gate.release(10)
+        eventually(lambda: client.app.state.jobs.count("running") == 0, "the job never stopped")
+        assert json.loads(record.read_text()) == verdict and status(client, job)["state"] == "failed"
+        assert not (files_dir / job["job_id"]).exists()

@@ -3,6 +3,7 @@ training pair carries, how a source carries them, and what the maps see of them.
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections import Counter
 from pathlib import Path
@@ -148,6 +149,35 @@ def test_glossary_matches_inflected_forms_and_the_longer_term_wins() -> None:
         ("roten Kinderwägen", "red pram"),
     ]
     assert Glossary((("Haus", "building"),)).hints("Ein Hausboot.") == []  # not a suffix rule's ending
+
+
+def test_glossary_terms_and_texts_match_whatever_their_unicode_normalisation() -> None:
+    import unicodedata
+
+    nfd = lambda text: unicodedata.normalize("NFD", text)  # noqa: E731 - "a" + U+0308 for "ä"
+    composed = "Der Gärtner gießt die Blumen der Gärtner."
+    for text in (composed, nfd(composed)):
+        for term in ("Gärtner", nfd("Gärtner")):
+            hints = Glossary(((term, nfd("jardinière")),)).hints(text)
+            # Offsets in the text as given (longer when decomposed), the term shown composed.
+            assert [text[h.start : h.end] for h in hints] == [nfd("Gärtner") if text != composed else "Gärtner"] * 2
+            assert [h.term for h in hints] == ["jardinière"] * 2
+    text = "Ein Zeitungsausschnitt und " + nfd("Gärtner") + ", bitte."  # a span ending before a comma
+    [hint] = Glossary((("Gärtner", "gardener"),)).hints(text)
+    assert text[hint.end :] == ", bitte."
+
+
+def test_control_characters_in_glossary_terms_are_refused_or_never_shown(tmp_path: Path) -> None:
+    from seq2seq.cli.translate_args import read_glossary
+    from seq2seq.core.hints import term_problem
+
+    assert term_problem("Gie\x1bßkanne") == "control character U+001B at column 4" and term_problem("Kanne") is None
+    [hint] = Glossary((("Kan\x00ne", "jug\x1b[31m"),)).hints("Eine Kanne.")
+    assert hint.term == "jug[31m"  # what the model is shown and the records echo: never an escape
+    glossary = tmp_path / "terms.tsv"
+    glossary.write_text("Haus\thouse\nKanne\tj\x1bug\n", encoding="utf-8")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"terms.tsv:2: a term holds a control character U\+001B"):
+        read_glossary(str(glossary))
 
 
 def test_terms_take_the_endings_of_their_own_language() -> None:

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from seq2seq.core.alignment import Alignment, hard_links, words
-from seq2seq.documents.html import read_html, render, segments, tokens, write_html
+from seq2seq.documents.html import read_html, render, segments, write_html
+from seq2seq.documents.html_tokens import tokens
 from seq2seq.documents.markup import Marked, MarkupBuilder, Tag, fits, identity, transfer
 from seq2seq.documents.translate import PlacementReport, Translation, place_segments, place_translation
 from seq2seq.documents.xml import XMLInputError, fragment, fragment_text, parse_xml, read_element, write_element
@@ -152,7 +153,7 @@ def test_html_tokens_cover_the_input_exactly() -> None:
     markup = '<!DOCTYPE html><a title="a>b" href="/x">Das &amp; Haus</a> 3 < 5 und 6 > 4<br/><!-- offen'
     found = tokens(markup)
     assert "".join(raw for _, _, raw in found) == markup
-    assert found[-1] == ("other", "", "<!-- offen")  # an unclosed comment is a comment to the end
+    assert found[-1] == ("tail", "", "<!-- offen")  # an unclosed comment is a comment to the end: it stays last
     assert ("start", "a", '<a title="a>b" href="/x">') in found
 
 
@@ -197,7 +198,7 @@ def test_html_attributes_a_reader_sees_are_translated_in_their_tags() -> None:
         '<div title="MEIN HAUS" class="Haus"><p>DAS <a href="/Haus" title=\'DAS &quot;HAUS&quot;\'>HAUS</a>.</p>'
         '<p><img src="hund.png" alt="EIN HUND"></p><img alt="EINE KATZE" src=katze.png>'
         '<textarea placeholder="IHR TEXT">Inhalt</textarea><input aria-label="SUCHE" value="Suche">'
-        '<p translate=no title="Nicht das">TEXT</p><img alt="" title=Bare>'
+        '<p translate=no title="Nicht das">Text</p><img alt="" title=Bare>'  # translate=no: kept as written
         '<input type="submit" value="SENDEN"><input type=text value="Eingabe"></div>'
     )
     # Read back as written: the parts with the attribute segments left out are the page.
@@ -361,3 +362,33 @@ def test_inline_html_translates_attribute_values_apart_from_its_one_segment() ->
     # without `attributes` (what /v1/align and `crossalign align --markup` read) they are kept
     kept = read_inline(text, "html")
     assert kept.attributes == [] and kept.marked.text == inline.marked.text
+
+
+# --------------------------------------------------------------------------- Word runs
+
+
+def test_a_word_two_formats_land_on_is_written_in_the_innermost_ones_properties() -> None:
+    from lxml import etree
+
+    from seq2seq.documents.office import WORD, WORD_NS, read_paragraph, write_paragraph
+
+    run = '<w:r>{}<w:t xml:space="preserve">{}</w:t></w:r>'
+    paragraph = etree.fromstring(
+        f'<w:p xmlns:w="{WORD_NS}">'
+        + run.format("", "Das ist das ")
+        + run.format("<w:rPr><w:b/></w:rPr>", "rote")
+        + run.format("", " ")
+        + run.format("<w:rPr><w:i/></w:rPr>", "Haus")
+        + run.format("", " hier.")
+        + "</w:p>"
+    )
+    read = read_paragraph(paragraph, WORD)
+    assert [read.marked.text[t.start : t.end] for t in read.marked.tags] == ["rote", "Haus"]  # bold, then italic
+    target = "This is the redhouse here."  # "rote Haus" as one word: both formats land on it
+    links = [(0, 0), (1, 1), (2, 2), (3, 3), (4, 3), (5, 4), (6, 5)]
+    placed = transfer(read.marked, target, word_map(read.marked.text, target, links))
+    assert placed.stacks[target.index("redhouse")] == (0, 1)
+    write_paragraph(read, placed)
+    runs = {"".join(r.itertext()): r for r in paragraph.iter(WORD.tag("r"))}
+    properties = runs["redhouse"].find(WORD.tag("rPr"))
+    assert [etree.QName(child).localname for child in properties] == ["i"]  # the innermost (last opened)

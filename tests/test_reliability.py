@@ -767,8 +767,11 @@ def test_half_open_heads_and_trickled_bodies_are_closed_within_the_timeout(
         )
     start = time.monotonic()
 
-    def trickle() -> None:  # a byte every 0.2 s on each, for longer than the body timeout
-        for _ in range(10):
+    # A byte every 0.2 s on each, for 5 s: five times the body timeout, so a timeout that
+    # restarted on every byte would close them after 5 s or more, far past the limit below
+    # (issue 41: for 2 s, such a timeout was caught at 2.81 s against 2.5, a 0.3 s margin).
+    def trickle() -> None:
+        for _ in range(25):
             for sock in trickled:
                 with contextlib.suppress(OSError):
                     sock.sendall(b" ")

@@ -97,6 +97,19 @@ def test_the_bias_follows_its_rows_when_they_reorder() -> None:
     assert ranked[1, A] == pytest.approx(1.0) and ranked[1, EOS] == 0.0
 
 
+def test_a_term_earns_its_bonus_once_even_when_it_is_written_again() -> None:
+    bias = TermBias([[([B, A],)]], bonus=1.0, k=1, eos_id=EOS)
+    one, sentence = np.array([0]), np.array([0])
+    for token in (B, A):  # the term, written: its bonus is kept
+        bias.select(one, np.array([token]), active=sentence)
+    assert bias.kept.tolist() == [2.0] and bias.done.tolist() == [[True]]
+    ranked, changed = bias.apply(np.zeros((1, 6), dtype=np.float32), active=sentence)
+    assert changed.tolist() == [] and ranked[0, B] == 0.0  # a done term offers nothing more
+    for token in (A, B, A):  # later in the sentence, written again: nothing more
+        bias.select(one, np.array([token]), active=sentence)
+        assert bias.kept.tolist() == [2.0] and bias.done.tolist() == [[True]]
+
+
 def test_the_shipped_model_writes_more_glossary_terms_with_the_bonus(shipped_translator) -> None:
     # Gold sentences whose glossary terms the model ranks too low to copy from the hints alone.
     glossary = (

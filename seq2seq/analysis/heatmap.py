@@ -34,6 +34,7 @@ CELL = 0.28  # inches per token
 CAPTION_CHAR_PX = 7.0  # a caption character at font size 8 is at most this wide, in pixels (DejaVu Sans)
 FLAG_COLOUR = "#e67e00"
 FLAG_LEGEND = "orange, dashed: untranslated source word (little attention) / ungrounded target word (no clear source)"
+LINK_LEGEND = "red frames: each row's strongest source token, its hard link"
 # matplotlib's text layout and font cache are not thread-safe: one render at a time.
 _RENDER_LOCK = threading.Lock()
 
@@ -48,10 +49,19 @@ def _parts(alignment: Any) -> tuple[list[str], list[str], list[list[float]], lis
         matrix, layer, heads = alignment.matrix, alignment.layer, alignment.heads
         links = [(int(i), int(j)) for i, j in (p.split("-") for p in alignment.links.split())]
     heads_text = "mean of heads" if heads == "mean" else "heads " + ",".join(map(str, heads))
+    # The step shift in plain words: the decoder writes a word, then reads it back in to write
+    # the next; a step-shifted map takes each word's row from that second step.
     shift_text = (
-        ", step-shifted (rows read where the target token is the decoder input)" if alignment.step_shift else ""
+        "; step-shifted: each target word's row is read one step later, as the decoder reads the word back in, "
+        "which is where this model's alignment head was trained to look"
+        if alignment.step_shift
+        else ""
     )
-    return source, target, matrix, links, f"{alignment.level} alignment, layer {layer}, {heads_text}{shift_text}"
+    caption = (
+        f"{alignment.level} alignment, layer {layer}, {heads_text}: a row per target {alignment.level}, how its "
+        f"attention was spread over the source (each row sums to 1){shift_text}"
+    )
+    return source, target, matrix, links, caption
 
 
 def default_size(n_source: int, n_target: int) -> tuple[int, int]:
@@ -91,7 +101,8 @@ def render_heatmap(
         axes = figure.add_subplot()
         _draw_map(figure, axes, matrix, links, (len(source), len(target)), untranslated, ungrounded)
         _draw_labels(axes, source, target, axis_labels, untranslated, ungrounded)
-        _draw_caption(figure, [title or caption] + ([FLAG_LEGEND] if untranslated or ungrounded else []), width)
+        legends = ([LINK_LEGEND] if links else []) + ([FLAG_LEGEND] if untranslated or ungrounded else [])
+        _draw_caption(figure, [title or caption, *legends], width)
         return _saved(figure, fmt)
 
 

@@ -43,9 +43,16 @@ from collections.abc import Sequence
 import numpy as np
 
 from seq2seq.core.alignment import Alignments, is_punctuation, projection
-from seq2seq.core.backend import SearchBackend
+from seq2seq.core.backend import SearchBackend, Wanted
 
 OCCLUDE_MODES = ("remove", "unk", "mask")
+# Padded tokens per teacher-forced batch of occluded rows. Smaller batches are no slower: a
+# batch's (B, T+1, V) log-probs cost more than the calls saved (the shipped model on 2 busy
+# cores, three runs each: the 990-character sentence of issue 41 3.9-4.8 s at 512 tokens,
+# 4.6-6.3 s at 1,024, 7.5-8.7 s at 4,096; 150 valid sentences 2.5-4.3 s at 512, 4.0-9.2 s at
+# 4,096), and each batch is a short step (~0.15 s) between which a scheduler can let other
+# work run (`wanted`).
+OCCLUSION_BATCH_TOKENS = 512
 OCCLUSION_FEATURES = ("occlusion_drop", "log_occlusion_drop_positive")
 DROP_FLOOR = 0.1  # log(positive drop + floor): a word nothing relied on is not -inf
 
@@ -81,7 +88,11 @@ def occluded_source(
 
 
 def occluded_log_probs(
-    backend: SearchBackend, pairs: Sequence[Occlusion], mode: str = "remove", max_batch_tokens: int = 4096
+    backend: SearchBackend,
+    pairs: Sequence[Occlusion],
+    mode: str = "remove",
+    max_batch_tokens: int = OCCLUSION_BATCH_TOKENS,
+    wanted: Wanted | None = None,
 ) -> list[np.ndarray]:
     """Per pair, (Sw, T+1) float64: the log-prob of each target piece (EOS last) when the
     target is teacher-forced on the source with word w occluded (row w); NaN for a word
@@ -89,6 +100,9 @@ def occluded_log_probs(
 
     Every occluded variant of every pair is one row of a teacher-forced batch; rows are
     sorted by length and batched at most `max_batch_tokens` padded tokens at a time.
+    `wanted` () -> (pairs,) bool is asked before every batch, as the search asks it after
+    every step (seq2seq.decoding.search): the rows of a pair nobody wants any more are not
+    run (its rows stay NaN), and the caller may let other work run in between.
     """
     rows = []  # (pair, word, source ids, source mask, target ids)
     for index, (source_ids, target_ids, groups) in enumerate(pairs):
@@ -104,7 +118,11 @@ def occluded_log_probs(
         end = start + 1
         while end < len(rows) and (end - start + 1) * max(len(rows[end][2]), len(rows[end][4]) + 1) <= max_batch_tokens:
             end += 1
-        for (index, word, *_), log_probs in zip(rows[start:end], _force(backend, rows[start:end])):
+        batch = rows[start:end]
+        if wanted is not None:
+            still = wanted()
+            batch = [row for row in batch if still[row[0]]]
+        for (index, word, *_), log_probs in zip(batch, _force(backend, batch) if batch else []):
             out[index][word] = log_probs
         start = end
     return out

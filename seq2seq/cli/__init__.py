@@ -5,6 +5,10 @@ Only the module of the subcommand being run is imported, so `crossalign serve` a
 what it runs (`export` in `export/cli.py`, `serve` in `service/`, `train` in
 `seq2seq/training/`) and is named here by its module, never imported: `seq2seq/` imports
 neither `export/` nor `service/` (tests/test_layers.py).
+
+A mistake the user can fix ends in one line that names the fix, exit status 2, without a
+traceback: argparse's errors (`Parser`) and a command's `UsageError` alike (the documented
+cases: docs/cli.md, "When a command goes wrong", run by tests/test_cli_errors.py).
 """
 
 from __future__ import annotations
@@ -13,11 +17,33 @@ import argparse
 import importlib
 import logging
 import sys
+from typing import NoReturn
+
+EXIT_USAGE = 2  # a mistake in the arguments or what they name: one line says what to change
+
+
+class UsageError(Exception):
+    """A mistake in how a command was called or in what it was given (a model, a file, a
+    setting) that the user can fix: `crossalign` prints the message, which names the fix, as one
+    line and exits with status 2, without a traceback. (`data/` and `export/`, below this
+    package, end their commands so on their own.)"""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser with its errors in one line that points at --help (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
 
 # name -> (module with add_arguments(parser) and main(args), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("seq2seq.training.train", "train a transformer on a prepared data directory"),
-    "translate": ("seq2seq.cli.translate", "translate lines of text (stdin or a file)"),
+    "translate": (
+        "seq2seq.cli.translate",
+        "translate texts, lines of a file or stdin, or a document (DOCX, ODT, PPTX, HTML, XLIFF, SRT, Markdown) "
+        "with -i/-o",
+    ),
     "align": ("seq2seq.cli.align", "align given translation pairs (source<TAB>target) by teacher forcing"),
     "eval": ("seq2seq.cli.evaluate", "score a model or a translation file with sacreBLEU (BLEU, chrF)"),
     "export": ("export.cli", "export a trained model to an ONNX release bundle"),
@@ -37,7 +63,7 @@ DATA_COMMANDS: dict[str, tuple[str, str]] = {
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     positional = [a for a in argv if not a.startswith("-")]
     chosen = positional[:2]
-    parser = argparse.ArgumentParser(prog="crossalign", description="German-English translation with alignment maps.")
+    parser = Parser(prog="crossalign", description="German-English translation with alignment maps.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     data = commands.add_parser("data", help="corpus preparation", description="corpus preparation")
@@ -63,4 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    return int(importlib.import_module(args.module).main(args) or 0)
+    try:
+        return int(importlib.import_module(args.module).main(args) or 0)
+    except UsageError as error:
+        command = " ".join(["crossalign", args.command] + ([args.data_command] if args.command == "data" else []))
+        print(f"{command}: error: {error}", file=sys.stderr)
+        return EXIT_USAGE

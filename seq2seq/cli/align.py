@@ -45,8 +45,10 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE, QUALITY_MODES
+from seq2seq.cli import UsageError
 from seq2seq.cli.batch import EXIT_OK, EXIT_SOME_FAILED
 from seq2seq.cli.batch.reading import MAX_CHARS, strip_line_ending
+from seq2seq.cli.models import check_model_dir
 from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig
 from seq2seq.core.inputs import text_problem
 from seq2seq.decoding.forced import align_given
@@ -227,12 +229,16 @@ def read_marked_source(pair: PairLine, kind: str) -> InlineText:
 
 def main(args: argparse.Namespace) -> int:
     if args.format == "marked" and not args.markup:
-        raise SystemExit("crossalign align: --format marked needs --markup html or xml")
-    translator = load_translator(args.model, args.backend, args.threads, quality_mode=args.quality)
+        raise UsageError("--format marked needs --markup html or xml")
+    if args.input and not args.input.is_file():
+        raise UsageError(f"no such file: {args.input}; give -i FILE")
+    translator = load_translator(
+        check_model_dir(args.model, "--model"), args.backend, args.threads, quality_mode=args.quality
+    )
     try:
         options = alignment_options(args, args.level).resolve(translator.config)
     except AlignmentError as error:
-        raise SystemExit(f"crossalign align: {error}") from None
+        raise UsageError(str(error)) from None
     # Closed in the finally below (stdin and stdout stay open).
     source = open(args.input, "rb") if args.input else sys.stdin.buffer  # noqa: SIM115
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115

@@ -16,18 +16,19 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tqdm import tqdm
 
-from seq2seq.cli import batch
+from seq2seq.cli import UsageError, batch, translate_args
 from seq2seq.core.config import DecodeConfig
 from seq2seq.documents.files import DocumentError, format_of, read_document, translate_document, translated_name
 from seq2seq.documents.translate import Translate, Translation, sentence_translator
-from seq2seq.loading import load_translator
 
 log = logging.getLogger("crossalign.translate")
 SEGMENTS_PER_CALL = 64  # segments translated together: the progress bar's step
+SAMPLE_SEGMENTS = 64  # the segments `--source auto` reads
 
 
 def sidecar_path(output: Path) -> Path:
@@ -56,30 +57,36 @@ def chunked(translate: Translate, progress: tqdm, size: int = SEGMENTS_PER_CALL)
     return run
 
 
-def translate_document_file(args: argparse.Namespace, decode: DecodeConfig) -> int:
-    """The document job of `crossalign translate`; returns its exit status."""
+def translate_document_file(
+    args: argparse.Namespace,
+    prepare: Callable[[Callable[[], list[str]]], DecodeConfig],
+    spec: Callable[[argparse.Namespace, DecodeConfig], batch.EngineSpec],
+) -> int:
+    """The document job of `crossalign translate`; returns its exit status. `prepare(sample)`
+    chooses the model (`--source auto` reads `sample()`, the document's first segments) and
+    returns the decoding in force; `spec` is what loads the model and its channel."""
     if args.input is None or args.output is None or args.text:
-        log.error("a document is translated from -i FILE into -o FILE")
-        return batch.EXIT_USAGE
+        raise UsageError("a document is translated from -i FILE into -o FILE: give both")
     try:
         file_format = format_of(args.input.name, args.format)
         data = args.input.read_bytes()
-        document = read_document(data, file_format)
+    except FileNotFoundError as error:
+        raise UsageError(f"cannot read the input: {error.strerror}: {args.input}; give -i FILE") from None
     except (OSError, DocumentError) as error:
         log.error("cannot read %s: %s", args.input, error)
         return batch.EXIT_FATAL
     try:
-        translator = load_translator(
-            args.model,
-            args.backend,
-            batch.worker_threads(args.threads, 1),
-            args.precision,
-            quality_mode=args.quality,
-            streams=args.streams,
-        )
-    except Exception as error:  # noqa: BLE001 - a missing or broken model is a clean fatal error
+        document = read_document(data, file_format)
+    except DocumentError as error:
+        log.error("cannot read %s: %s", args.input, error)
+        return batch.EXIT_FATAL
+    decode = prepare(lambda: [segment.text for segment in document.segments[:SAMPLE_SEGMENTS]])
+    try:
+        translator = batch.SentenceTranslator.load(spec(args, decode)).translator
+    except Exception as error:  # noqa: BLE001 - a broken model is a clean fatal error
         log.error("cannot load the model: %s", error)
         return batch.EXIT_FATAL
+    log.info("decoding: %s", translate_args.decoding_text(decode))
     started = time.monotonic()
     todo = sum(1 for segment in document.segments if any(c.isalnum() for c in segment.text))
     with tqdm(total=todo, unit="segment", file=sys.stderr, disable=not sys.stderr.isatty()) as progress:

@@ -16,6 +16,7 @@ the gold pairs, read by teacher forcing the gold target (seq2seq/decoding/forced
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import time
@@ -23,7 +24,9 @@ from pathlib import Path
 
 from data.prepare import read_tsv_pairs
 from seq2seq.analysis.corpus_scores import corpus_scores
+from seq2seq.cli import UsageError
 from seq2seq.cli.align import add_alignment_source_arguments
+from seq2seq.cli.models import add_rerank_arguments, channel_model, check_model_dir, rerank_options
 from seq2seq.cli.translate_args import add_decoding_arguments, asked_decoding
 from seq2seq.loading import BACKENDS, DEFAULT_BACKEND, translate_file
 from seq2seq.runtime.bundle import PRECISIONS
@@ -48,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="onnx graphs to run (default: the bundle's, named in its bundle.json)",
     )
     add_decoding_arguments(parser)  # --beam-size, --length-penalty, ..., as `translate`
+    add_rerank_arguments(parser.add_argument_group("reranking the n-best (as `translate`)"))
     parser.add_argument("--limit", type=int, default=0, help="score only the first N sentences")
     parser.add_argument(
         "--save-hyp", type=Path, help="write the model's translations (with --gold: its Pharaoh links) here"
@@ -119,7 +123,7 @@ def evaluate_alignment(args: argparse.Namespace) -> int:
         if args.save_hyp:
             write_pharaoh(args.save_hyp, hypotheses)
     else:
-        raise SystemExit("--gold needs --hyp FILE.pharaoh or --model DIR")
+        raise UsageError("--gold needs --hyp FILE.pharaoh or --model DIR")
     result = alignment_score(hypotheses, gold)
     if args.json:
         print(
@@ -142,28 +146,38 @@ def evaluate_alignment(args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    if getattr(args, "gold", None):
+    if args.gold:
         return evaluate_alignment(args)
     if args.hyp:
         if not args.ref and not args.test:
-            raise SystemExit("--hyp needs --ref or --test")
-        hypotheses = args.hyp.read_text(encoding="utf-8").splitlines()
-        references = args.ref.read_text(encoding="utf-8").splitlines() if args.ref else read_tsv_pairs(args.test)[1]
+            raise UsageError("--hyp needs --ref FILE or --test FILE")
+        hypotheses = _read(args.hyp, "--hyp").splitlines()
+        references = _read(args.ref, "--ref").splitlines() if args.ref else _read_pairs(args.test)[1]
         decoding = None
     elif args.model and args.test:
-        sources, references = read_tsv_pairs(args.test)
+        sources, references = _read_pairs(args.test)
         if args.limit:
             sources, references = sources[: args.limit], references[: args.limit]
+        check_model_dir(args.model, "--model")
+        rerank = rerank_options(args)
+        channel = channel_model(rerank, args.channel_model, args.model)
         started = time.time()
+        asked = asked_decoding(args) | {"rerank": rerank}
         hypotheses, config = translate_file(
-            args.model, args.backend, sources, asked_decoding(args), precision=args.precision
+            args.model, args.backend, sources, asked, precision=args.precision, channel=channel
         )
         decoding = config.search_settings  # what the figures were measured with
+        if rerank is not None:
+            decoding["rerank"] = dataclasses.asdict(rerank) | {"channel_model": str(channel) if channel else None}
         log.info("translated %d sentences in %.1fs", len(sources), time.time() - started)
         if args.save_hyp:
             args.save_hyp.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     else:
-        raise SystemExit("give --model and --test, or --hyp with --ref/--test")
+        raise UsageError("give --model DIR and --test FILE, or --hyp FILE with --ref FILE or --test FILE")
+    if len(hypotheses) != len(references):
+        raise UsageError(
+            f"{len(hypotheses)} translations for {len(references)} references: give files of as many lines"
+        )
     result = corpus_scores(hypotheses, references) | ({"decoding": decoding} if decoding else {})
     if args.json:
         print(json.dumps(result))
@@ -172,3 +186,18 @@ def main(args: argparse.Namespace) -> int:
         print(f"chrF = {result['chrf']:.2f}  ({result['chrf_signature']})")
         print(f"length ratio = {result['length_ratio']:.3f}  (hypothesis / reference)")
     return 0
+
+
+def _read(path: Path, flag: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"cannot read {path}: {error}; give {flag} FILE") from None
+
+
+def _read_pairs(path: Path) -> tuple[list[str], list[str]]:
+    """(sources, references) of a `source<TAB>reference` file, a bad one a UsageError."""
+    try:
+        return read_tsv_pairs(path)
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise UsageError(f"cannot read --test {path}: {error}") from None

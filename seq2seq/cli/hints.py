@@ -36,6 +36,7 @@ from data.dictionary import SENSE_RULES, phrase_votes, write_term_index
 from data.files import DICTIONARY_FILE, TOKENIZER_FILE, sha256_file
 from data.prepare import Pair, read_pairs, untagged
 from data.tokenizer import Tokenizer, add_hint_pieces
+from seq2seq.cli import UsageError
 from seq2seq.core.alignment import words
 from seq2seq.runtime.bundle import set_dictionary_file
 from seq2seq.training.hint_data import HINTS_FILE, frequent_source_words, reference_hints, verb_stem
@@ -169,11 +170,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> None:
     if args.bundle is not None and not args.dictionary_only:
-        raise SystemExit("--bundle writes only the term index: add --dictionary-only")
+        raise UsageError("--bundle writes only the term index: add --dictionary-only")
     try:
         rule = SenseRule(**{field: getattr(args, field) for field in THRESHOLDS})
     except ValueError as error:
-        raise SystemExit(f"crossalign data hints: {error}") from None
+        raise UsageError(str(error)) from None
     if args.dictionary_only:
         out = (args.bundle if args.bundle is not None else args.data_dir) / DICTIONARY_FILE
         found = prepare_dictionary(args.data_dir, out, args.sense, rule, args.bundle)

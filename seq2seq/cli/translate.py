@@ -13,9 +13,12 @@ import hashlib
 import io
 import json
 import logging
+import re
 import signal
 import sys
 import time
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -26,9 +29,10 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from data.files import BUNDLE_FILE, CONFIG_FILE, TOKENIZER_FILE
 from data.tokenizer import Tokenizer
 from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE
-from seq2seq.cli import batch, translate_args
+from seq2seq.cli import UsageError, batch, translate_args
 from seq2seq.cli.align import alignment_options
 from seq2seq.cli.documents import translate_document_file
+from seq2seq.cli.models import channel_model, choose_model, rerank_options
 from seq2seq.cli.translate_args import add_arguments  # noqa: F401 - `crossalign` calls translate.add_arguments
 from seq2seq.core.config import SEARCH_FIELDS, AlignmentError, AlignmentOptions, DecodeConfig, ModelConfig, load_config
 from seq2seq.documents.files import DocumentError, format_of
@@ -69,6 +73,21 @@ def job_options(args: argparse.Namespace) -> dict:
         "alignment_layer": args.layer,
         "alignment_heads": args.heads,
         "heatmaps": str(args.heatmaps) if args.heatmaps else None,
+        "rerank": rerank_record(args),
+    }
+
+
+def rerank_record(args: argparse.Namespace) -> dict | None:
+    """The reranking a job's records were chosen by (None: the search's own best)."""
+    rerank = rerank_options(args)
+    if rerank is None:
+        return None
+    channel = str(args.channel_model.resolve()) if rerank.uses_channel and args.channel_model else None
+    return {
+        "mode": rerank.mode,
+        "candidates": rerank.candidates,
+        "channel_weight": rerank.channel_weight if rerank.uses_channel else None,
+        "channel_model": channel,
     }
 
 
@@ -83,6 +102,7 @@ OPTIONS_ADDED_SINCE = {
     "glossary": [],
     "term_bonus": 0.0,
     "glossary_strict": False,
+    "rerank": None,
 }
 
 
@@ -138,22 +158,23 @@ def _count_lines(path: Path) -> int:
     return lines + (last != b"\n")
 
 
-def _skip(stream: BinaryIO, count: int, args: argparse.Namespace) -> int:
-    """Skip the `count` lines a resumed run already wrote; returns how many of them failed.
+def _skip(source: _Input, args: argparse.Namespace) -> None:
+    """Skip the `source.done` lines a resumed run already wrote, counting how many of them
+    failed and were blank.
 
     Their failures are re-derived by checking them again (cheap, no translation), so the
     summary and exit status cover the whole file, not just this run's part.
     """
-    failed = 0
-    for line in range(1, count + 1):
-        raw = stream.readline()
+    for line in range(1, source.done + 1):
+        raw = source.stream.readline()
         if not raw:
             raise ValueError(
-                f"{args.output} has {count} records but the input has only {line - 1} lines; "
+                f"{args.output} has {source.done} records but the input has only {line - 1} lines; "
                 "it is not the output of this input"
             )
-        failed += batch.decode_line(raw, line, args.input_format, args.max_chars).error is not None
-    return failed
+        segment = batch.decode_line(raw, line, args.input_format, args.max_chars)
+        source.failed_before += segment.error is not None
+        source.blank_before += segment.blank
 
 
 def main(args: argparse.Namespace) -> int:
@@ -165,6 +186,9 @@ def main(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # before the job started (loading the model)
         log.warning("interrupted")
         return batch.EXIT_INTERRUPTED
+    except _Stop as stop:
+        log.error("%s", stop)
+        return stop.status
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -177,52 +201,101 @@ class _Stop(Exception):
         self.status = status
 
 
+class _ReadAhead:
+    """A binary stream of lines whose first lines can be looked at before the job reads them
+    (a sample for `--source auto`, a count for the workers' rule); they are read in order."""
+
+    def __init__(self, stream: BinaryIO):
+        self.stream, self.head, self.ended = stream, deque[bytes](), False
+
+    def ahead(self, count: int) -> list[bytes]:
+        """The next `count` lines (fewer at the end), left to be read."""
+        while len(self.head) < count and not self.ended:
+            line = self.stream.readline()
+            self.ended = not line
+            if line:
+                self.head.append(line)
+        return list(self.head)[:count]
+
+    def readline(self) -> bytes:
+        return self.head.popleft() if self.head else self.stream.readline()
+
+    def __iter__(self) -> Iterator[bytes]:
+        while line := self.readline():
+            yield line
+
+    def close(self) -> None:
+        if self.stream is not sys.stdin.buffer:
+            self.stream.close()
+
+
 @dataclass
 class _Input:
     """The input stream, positioned after the lines a resumed run already wrote."""
 
-    stream: BinaryIO
+    stream: _ReadAhead
     total: int | None  # lines in all, for the progress bar (None: stdin)
     done: int = 0  # records already in the output (--resume)
     failed_before: int = 0  # of which errors
+    blank_before: int = 0  # and blank lines
+
+    def sample(self, args: argparse.Namespace) -> list[str]:
+        """Texts of the first lines, what `--source auto` detects the language of."""
+        raw = self.stream.ahead(SAMPLE_LINES)
+        lines = [batch.decode_line(r, n, args.input_format, args.max_chars) for n, r in enumerate(raw, start=1)]
+        return [line.source for line in lines if not line.error and not line.blank]
+
+    def lines_left(self, enough: int) -> int:
+        """Lines still to translate, counted up to `enough` on stdin."""
+        if self.total is not None:
+            return self.total - self.done
+        return len(self.stream.ahead(enough))
+
+
+SAMPLE_LINES = 64  # the lines `--source auto` reads: some 2,000 characters, what the detector takes
 
 
 def _run(args: argparse.Namespace) -> int:
     args.format = document_format(args) or args.format
-    try:
-        fill_unset_options(args)
-    except BundleError as error:
-        log.error("cannot load the model: %s", error)
-        return batch.EXIT_FATAL
     problems = translate_args.problems(args)
     if problems:
-        for problem in problems:
-            log.error("%s", problem)
-        return batch.EXIT_USAGE
-    if args.ray is not None:  # the cluster mode (Ray Data): Ray is imported only here
-        from seq2seq.cli.cluster import run as cluster
-
-        return cluster.main(args, _decode_config(args), job_options(args))
+        raise UsageError("; ".join(problems))
+    if args.ray is not None:
+        return _run_cluster(args)
     if args.format in translate_args.DOCUMENT_FORMATS:
-        return translate_document_file(args, _decode_config(args))
+        return translate_document_file(args, lambda sample: _prepare(args, sample), engine_spec)
+    source = _open_input(args)
+    try:
+        return _run_lines(args, source)
+    finally:
+        source.stream.close()
+
+
+def _run_cluster(args: argparse.Namespace) -> int:
+    """The cluster mode (Ray Data, seq2seq.cli.cluster): Ray is imported only here."""
+    try:
+        from seq2seq.cli.cluster import run as cluster
+    except ImportError as error:
+        raise UsageError(
+            f"--ray needs Ray Data ({error}): pip install 'crossalign[cluster]', or run ./install.sh"
+        ) from error
+    decode = _prepare(args, lambda: cluster.sample(args, SAMPLE_LINES))
+    if decode.alignment is not None:
+        _check_alignment(args, decode.alignment)
+    return cluster.main(args, engine_spec(args, decode), job_options(args))
+
+
+def _run_lines(args: argparse.Namespace, source: _Input) -> int:
+    """The line job: the model chosen, the job resumed, the engine started, the lines translated."""
     if args.alignment and args.format == "text":
         log.warning("--alignment shows in --format jsonl (maps) or tsv (links), not in text output")
-    decode = _decode_config(args)
-    try:
-        engine, tokenizer, max_source = _start_engine(args, decode)
-    except _Stop as stop:
-        log.error("%s", stop)
-        return stop.status
-    try:
-        if decode.alignment is not None:
-            _check_alignment(args, decode.alignment)
-        source = _open_input(args)
-        if args.resume:
-            _resume(args, source)
-    except _Stop as stop:
-        log.error("%s", stop)
-        engine.close(cancel=True)
-        return stop.status
+    decode = _prepare(args, lambda: source.sample(args))
+    if decode.alignment is not None:
+        _check_alignment(args, decode.alignment)
+    if args.resume:
+        _resume(args, source)
+    engine, tokenizer, max_source = _start_engine(args, decode, source)
+    log.info("decoding: %s", translate_args.decoding_text(decode))
     if args.heatmaps is not None:
         args.heatmaps.mkdir(parents=True, exist_ok=True)
     options = batch.JobOptions(
@@ -235,6 +308,19 @@ def _run(args: argparse.Namespace) -> int:
         heatmap_format=args.heatmap_format,
     )
     return _translate(args, engine, tokenizer, max_source, source, options)
+
+
+def _prepare(args: argparse.Namespace, sample: Callable[[], list[str]]) -> DecodeConfig:
+    """Choose the model (and the channel a reranking reads) and fill the decoding left unset
+    with its own; the decoding in force. UsageError names a flag to fix, _Stop a model that
+    does not load."""
+    args.model, models = choose_model(args, sample)
+    args.channel_model = channel_model(rerank_options(args), args.channel_model, args.model, models)
+    try:
+        fill_unset_options(args)
+    except BundleError as error:
+        raise _Stop(batch.EXIT_FATAL, f"cannot load the model: {error}") from error
+    return _decode_config(args)
 
 
 def document_format(args: argparse.Namespace) -> str | None:
@@ -252,57 +338,79 @@ def document_format(args: argparse.Namespace) -> str | None:
 def _decode_config(args: argparse.Namespace) -> DecodeConfig:
     want_alignment = args.alignment or args.heatmaps is not None
     alignment = alignment_options(args, args.alignment_level) if want_alignment else None
-    # Every search setting is set by now (fill_unset_options): a flag, the resumed job's or the model's.
-    decode = DecodeConfig(
+    # Every search setting is set by now (fill_unset_options): a flag, the resumed job's or the
+    # model's own (`decode_defaults`, what its Translator's `decode_defaults` are, ensembles too).
+    return DecodeConfig(
         restore_case=args.restore_case,
         early_exit=args.early_exit,
         return_attention=want_alignment,
         alignment=alignment,
+        rerank=rerank_options(args),
     ).override(**translate_args.asked_decoding(args))
-    log.info("decoding: %s%s", decode.settings_text(), " early_exit" if decode.early_exit else "")
-    return decode
 
 
-def _start_engine(args: argparse.Namespace, decode: DecodeConfig) -> tuple[batch.Engine, Tokenizer, int]:
-    """The engine, the tokenizer to bucket with and the model's source limit in pieces."""
-    spec = batch.EngineSpec(
+def _start_engine(
+    args: argparse.Namespace, decode: DecodeConfig, source: _Input
+) -> tuple[batch.Engine, Tokenizer, int]:
+    """The engine, the tokenizer to bucket with and the model's source limit in pieces. Workers
+    start only for an input of at least --workers-min-lines lines still to translate."""
+    workers = args.workers
+    if workers > 1:
+        left = source.lines_left(args.workers_min_lines)
+        if left < args.workers_min_lines:
+            log.info(
+                "%d lines to translate: fewer than --workers-min-lines %d, so in this process, not %d workers "
+                "(their start-up would cost more than they save)",
+                left,
+                args.workers_min_lines,
+                workers,
+            )
+            workers = 1
+    spec = engine_spec(args, decode, workers)
+    try:
+        if workers == 1:
+            worker = batch.SentenceTranslator.load(spec)
+            return batch.InlineEngine(worker), worker.translator.tokenizer, worker.translator.max_source_tokens
+        # The workers load the model; this process only needs the tokenizer to bucket.
+        tokenizer = Tokenizer(args.model / TOKENIZER_FILE)
+        log.info("starting %d worker processes", workers)
+        return batch.ProcessEngine(spec, workers), tokenizer, 250
+    except Exception as error:  # noqa: BLE001 - a broken model is a clean fatal error
+        raise _Stop(batch.EXIT_FATAL, f"cannot load the model: {error}") from error
+
+
+def engine_spec(args: argparse.Namespace, decode: DecodeConfig, workers: int = 1) -> batch.EngineSpec:
+    """What each process running the model loads: the model, its channel, the decoding."""
+    return batch.EngineSpec(
         args.model,
         args.backend,
-        batch.worker_threads(args.threads, args.workers),
+        batch.worker_threads(args.threads, workers),
         args.precision,
         decode,
         args.quality,
         args.streams,
+        args.channel_model,
     )
-    try:
-        if args.workers == 1:
-            worker = batch.SentenceTranslator.load(spec)
-            return batch.InlineEngine(worker), worker.translator.tokenizer, worker.translator.max_source_tokens
-        # The workers load the model; this process only needs the tokenizer to bucket.
-        if not args.model.is_dir():
-            raise FileNotFoundError(f"{args.model}: no such model directory")
-        tokenizer = Tokenizer(args.model / TOKENIZER_FILE)
-        return batch.ProcessEngine(spec, args.workers), tokenizer, 250
-    except Exception as error:  # noqa: BLE001 - a missing or broken model is a clean fatal error
-        raise _Stop(batch.EXIT_FATAL, f"cannot load the model: {error}") from error
 
 
 def _check_alignment(args: argparse.Namespace, alignment: AlignmentOptions) -> None:
     try:  # once, here, rather than as an error on every line
         alignment.resolve(load_config(ModelConfig, args.model / CONFIG_FILE))
     except AlignmentError as error:
-        raise _Stop(batch.EXIT_USAGE, str(error)) from error
+        raise UsageError(str(error)) from error
 
 
 def _open_input(args: argparse.Namespace) -> _Input:
+    """Text arguments (each a line: a line break inside one is a space), -i FILE, or stdin."""
     if args.text:
-        return _Input(io.BytesIO(" ".join(args.text).encode("utf-8")), 1)
+        lines = [re.sub(r"\r\n|\r|\n", " ", text) for text in args.text]
+        return _Input(_ReadAhead(io.BytesIO("".join(f"{line}\n" for line in lines).encode("utf-8"))), len(lines))
     if args.input:
         try:
-            return _Input(open(args.input, "rb"), _count_lines(args.input))
+            return _Input(_ReadAhead(open(args.input, "rb")), _count_lines(args.input))  # noqa: SIM115 - _run closes it
         except OSError as error:
-            raise _Stop(batch.EXIT_FATAL, f"cannot read the input: {error}") from error
-    return _Input(sys.stdin.buffer, None)
+            raise UsageError(f"cannot read the input: {error.strerror}: {args.input}; give -i FILE") from error
+    return _Input(_ReadAhead(sys.stdin.buffer), None)
 
 
 def _resume(args: argparse.Namespace, source: _Input) -> None:
@@ -310,13 +418,12 @@ def _resume(args: argparse.Namespace, source: _Input) -> None:
     try:
         differences = check_resume_options(args)
         if differences:
-            raise _Stop(
-                batch.EXIT_USAGE,
+            raise UsageError(
                 f"cannot resume {args.output} with other options ({'; '.join(differences)}); rerun with "
-                f"the first run's options, or delete {job_file(args.output)} to start over",
+                f"the first run's options, or delete {job_file(args.output)} to start over"
             )
         source.done = batch.prepare_resume(args.output)
-        source.failed_before = _skip(source.stream, source.done, args)
+        _skip(source, args)
     except (OSError, ValueError) as error:
         raise _Stop(batch.EXIT_FATAL, f"cannot resume: {error}") from error
     if source.done:
@@ -361,8 +468,6 @@ def _translate(
     engine.close(cancel=interrupted)
     progress.close()
     writer.close()
-    if source.stream is not sys.stdin.buffer:
-        source.stream.close()
     if interrupted:
         written = _written_since(args, source.done)
         log.warning(
@@ -380,10 +485,15 @@ def _finish(args: argparse.Namespace, summary: batch.JobSummary, source: _Input,
         job_file(args.output).unlink(missing_ok=True)  # finished: nothing left to resume
     written = source.done + summary.lines
     failed = source.failed_before + summary.failed
+    blank = source.blank_before + summary.blank
     rate = summary.lines / elapsed if elapsed > 0 else 0.0
-    log.info(
-        "%d lines (%d translated now, %d failed) in %.1f s, %.1f lines/s", written, summary.lines, failed, elapsed, rate
-    )
+    counts = [f"{written - failed - blank} translated"]
+    counts += [f"{blank} blank"] if blank else []
+    counts += [f"{failed} failed"] if failed else []
+    counts += [f"{summary.lines} this run"] if source.done else []
+    log.info("%d lines (%s) in %.1f s, %.1f lines/s", written, ", ".join(counts), elapsed, rate)
+    if summary.unused_terms:
+        log.warning("%d glossary terms not used in the translations", summary.unused_terms)
     if failed:
         shown = ", ".join(map(str, summary.failed_lines[:10])) + (" ..." if len(summary.failed_lines) > 10 else "")
         log.warning("%d of %d lines failed%s", failed, written, f" (lines {shown})" if shown else "")

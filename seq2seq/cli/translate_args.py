@@ -14,35 +14,50 @@ from typing import Any
 from seq2seq.cli import batch
 from seq2seq.cli.align import add_alignment_source_arguments, add_quality_argument
 from seq2seq.cli.cluster import options as cluster
+from seq2seq.cli.models import add_model_arguments, add_rerank_arguments
 from seq2seq.core.config import MAX_TERM_BONUS, SEARCH_FIELDS, AlignmentOptions, DecodeConfig
+from seq2seq.core.hints import term_problem
 from seq2seq.documents.files import FORMATS
 from seq2seq.loading import BACKENDS
 from seq2seq.runtime.bundle import PRECISIONS
+from seq2seq.runtime.models import MODELS_ENV
 
 log = logging.getLogger("crossalign.translate")
-DEFAULT_MODEL = Path("models/de-en")
 DOCUMENT_FORMATS = tuple(name for name in FORMATS if name != "txt")  # a .txt file is a line job
 
 EPILOG = f"""\
-documents: -i report.docx -o report.en.docx translates a whole file (docx, odt, pptx, html,
-  xliff, srt, md; the format from the extension, or --format), each paragraph or cue one
-  segment, its inline formatting placed on the translation by the word alignment; with
+examples:
+  crossalign translate "Das Haus ist klein." "Wo ist der Bahnhof?"   each argument one line
+  crossalign translate -i in.de -o out.en                           a file, one line per line
+  crossalign translate --source auto --target de -i in.txt          the direction by language
+  crossalign translate -i report.docx -o report.en.docx             a document, formatting kept
+
+documents: -i report.docx -o report.en.docx translates a whole file: DOCX, ODT, PPTX, HTML,
+  XLIFF, SRT or Markdown (the format from the extension, or --format), each paragraph or cue
+  one segment, its inline formatting placed on the translation by the word alignment; with
   --alignment a JSONL sidecar FILE.alignment.jsonl holds every segment's word links.
 
-input: one segment per line, UTF-8, read as bytes and decoded line by line.
+model: -m DIR, or the bundle of --source/--target (auto: detected from the input) among the
+  bundles of --models DIR, ${MODELS_ENV}, ./models when it holds a bundle, or the models
+  shipped beside the package, in that order; German -> English unless told otherwise.
+
+input: one segment per line, UTF-8, read as bytes and decoded line by line; each text
+  argument is a line of its own.
   text   the whole line is the source
   tsv    the first column is the source (e.g. a test split's source<TAB>target)
   jsonl  {{"id": ..., "text": ...}} per line; the id names the record and the heatmap
+  A blank line (nothing but spaces) is kept quietly: an empty translation, not a failure.
 
 output: exactly one record per input line, in input order.
-  text   the translation (an empty line for a bad line, with a warning on stderr)
+  text   the translation (an empty line for a blank line, and for a bad line, with a
+         warning on stderr)
   tsv    id-or-line, source, translation, score, Pharaoh links (with --alignment), error
   jsonl  seq2seq.decoding.records.TranslationRecord: line, id, source, text, score, and with
          --alignment the tokens, soft matrix and Pharaoh links (the HTTP API's schema);
          a bad line has "error" instead of a translation
 
-bad lines (invalid UTF-8 or JSON, and what the service refuses: empty, longer than
---max-chars, control characters other than TAB, lone surrogates such as a JSON "\\ud800")
+bad lines (invalid UTF-8 or JSON, and what the service refuses: a JSONL text that is empty,
+longer than --max-chars, control characters other than TAB, lone surrogates such as "\\ud800")
 become error records and never stop the job; a batch that fails inside the model is
 retried line by line, so only the guilty line fails. Every line is split into its
 sentences, as the service splits a text; they are translated and joined, alignment offsets
@@ -52,6 +67,13 @@ progress: records are written (flushed and fsynced) as soon as every line before
 done: at least every --flush-lines lines (default {batch.JobOptions.flush_lines}) and about every
 --flush-seconds (default {batch.JobOptions.flush_seconds:g}), so a kill loses little (with --workers, also
 the batches in flight).
+
+workers: --workers N starts N processes only for an input of at least --workers-min-lines
+lines (default {batch.WORKER_MIN_LINES}, where they began to pay for their start-up in
+bench/batch.py); a smaller input is translated in this process, and the log says so.
+
+glossary: each glossary term a translation did not use is a warning on stderr, one line
+per term (at most {batch.JobOptions.max_warnings}, then a count at the end).
 
 resume: with -o FILE --resume, a run that was interrupted (Ctrl-C, kill, crash) goes on
 where it stopped: complete records are kept, a partial last record is removed, and that
@@ -66,9 +88,9 @@ With --resume they are the resumed job's own (a job started before the repetitio
 goes on without it).
 
 exit status:
-  {batch.EXIT_OK}    every line translated
-  {batch.EXIT_FATAL}    fatal error (model or input missing, output longer than the input)
-  {batch.EXIT_USAGE}    bad arguments
+  {batch.EXIT_OK}    every line translated (blank lines kept as they are)
+  {batch.EXIT_FATAL}    fatal error (a model that does not load, output longer than the input)
+  {batch.EXIT_USAGE}    bad arguments, or a model, input or file they name missing: one line says the fix
   {batch.EXIT_SOME_FAILED}    finished, but some lines failed (their records carry "error")
   {batch.EXIT_INTERRUPTED}  interrupted; the output holds only complete records, rerun with --resume
 """
@@ -88,6 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "waiting for beam-size finished hypotheses: faster, shorter and less accurate (shipped "
         "model, valid: 1.13-1.23x as fast at beam 4, BLEU 12.06 -> 11.71; default: off)",
     )
+    add_rerank_arguments(parser.add_argument_group("reranking the n-best"))
     add_job_arguments(parser)
     add_alignment_arguments(parser.add_argument_group("alignment"))
     cluster.add_cluster_arguments(parser)
@@ -95,11 +118,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_io_arguments(parser: argparse.ArgumentParser) -> None:
     """What to translate and where the records go: text or files, formats, --resume."""
-    parser.add_argument("text", nargs="*", help="text to translate (default: read lines from --input or stdin)")
     parser.add_argument(
-        "-m", "--model", type=Path, default=DEFAULT_MODEL, help=f"model directory (default {DEFAULT_MODEL})"
+        "text", nargs="*", help="texts to translate, each argument one line (default: the lines of --input or stdin)"
     )
-    parser.add_argument("-i", "--input", type=Path, help="input file, one segment per line (default stdin)")
+    add_model_arguments(parser)  # -m, --models, --source, --target
+    parser.add_argument(
+        "-i",
+        "--input",
+        type=Path,
+        help="input file, one segment per line (default stdin), or a document (.docx, .odt, .pptx, .html, .xlf, "
+        ".srt, .md) translated whole into -o",
+    )
     parser.add_argument("-o", "--output", type=Path, help="output file (default stdout)")
     parser.add_argument("--input-format", choices=batch.INPUT_FORMATS, default="text", help="(default text)")
     parser.add_argument(
@@ -212,6 +241,16 @@ def asked_decoding(args: argparse.Namespace) -> dict[str, Any]:
     return asked | {"glossary": args.glossary or None, "glossary_strict": args.glossary_strict or None}
 
 
+def decoding_text(decode: DecodeConfig) -> str:
+    """The decoding in force as the log shows it: the search settings, early exit, reranking."""
+    text = decode.settings_text() + (" early_exit" if decode.early_exit else "")
+    rerank = decode.rerank
+    if rerank is not None:
+        text += f" rerank={rerank.mode} rerank_candidates={rerank.candidates}"
+        text += f" channel_weight={rerank.channel_weight}" if rerank.uses_channel else ""
+    return text
+
+
 def read_glossary(path: str) -> tuple[tuple[str, str], ...]:
     """--glossary FILE.tsv: (source term, target term) pairs; refused when parsing (exit status
     2) naming the line that is not two non-empty fields."""
@@ -226,6 +265,9 @@ def read_glossary(path: str) -> tuple[tuple[str, str], ...]:
         fields = [field.strip() for field in line.split("\t")]
         if len(fields) != 2 or not all(fields):
             raise argparse.ArgumentTypeError(f"{path}:{number}: expected `source term<TAB>target term`")
+        problem = next(filter(None, map(term_problem, fields)), None)
+        if problem:
+            raise argparse.ArgumentTypeError(f"{path}:{number}: a term holds a {problem}: terms are plain text")
         entries.append((fields[0], fields[1]))
     return tuple(entries)
 
@@ -268,7 +310,19 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         f"translates in that time (default {batch.JobOptions.flush_seconds:g})",
     )
     parser.add_argument(
-        "--workers", type=int, default=1, help="worker processes, each with its own session; order is kept (default 1)"
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes, each with its own session; order is kept (default 1). They start only for "
+        "an input of at least --workers-min-lines lines: their start-up costs more than they save on less",
+    )
+    parser.add_argument(
+        "--workers-min-lines",
+        type=int,
+        default=batch.WORKER_MIN_LINES,
+        metavar="N",
+        help=f"lines an input needs for --workers to start them (default {batch.WORKER_MIN_LINES}, the break-even "
+        "measured by bench/batch.py; 0: always)",
     )
     parser.add_argument(
         "--threads",
@@ -368,11 +422,15 @@ def problems(args: argparse.Namespace) -> list[str]:
         problems.append("--resume needs -o/--output FILE")
     if args.text and args.input:
         problems.append("give text arguments or --input, not both")
+    if args.output and not args.output.parent.is_dir():
+        problems.append(f"-o {args.output}: there is no directory {args.output.parent}; create it, or give another")
     for name in ("beam_size", "batch_size", "max_tokens", "workers", "max_chars", "flush_lines"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:  # an unset beam: the model's
             problems.append(f"--{name.replace('_', '-')} must be at least 1")
     if args.threads < 0:
         problems.append("--threads must not be negative")
+    if args.workers_min_lines < 0:
+        problems.append("--workers-min-lines must not be negative")
     if args.streams < 0:
         problems.append("--streams must not be negative")
     if not args.flush_seconds > 0:

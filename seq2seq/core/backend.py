@@ -10,12 +10,19 @@ length, V vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from seq2seq.core.config import ModelConfig
+
+# () -> (B,) bool: which sentences (or pairs) of a running batch someone still waits for, asked
+# after every search step (seq2seq/decoding/search.py) and before every teacher-forced batch of
+# the occlusion pass (seq2seq/analysis/occlusion.py). It is the caller's turn: a scheduler may
+# let other requests' work run before it answers (service/compute/batching.py, "Turns").
+Wanted = Callable[[], np.ndarray]
 
 
 @dataclass(frozen=True)

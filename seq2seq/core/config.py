@@ -252,8 +252,10 @@ class RerankOptions:
             raise ValueError(f"unknown rerank mode {self.mode!r}: choose one of {', '.join(RERANK_MODES)}")
         if not 2 <= self.candidates <= 32:
             raise ValueError(f"rerank candidates must be 2 to 32, not {self.candidates}")
-        if self.channel_weight < 0 or self.temperature <= 0:
-            raise ValueError("the channel weight must be >= 0 and the temperature > 0")
+        if self.channel_weight < 0:
+            raise ValueError(f"the channel weight must be >= 0, not {self.channel_weight}")
+        if self.temperature <= 0:
+            raise ValueError(f"the temperature must be > 0, not {self.temperature}")
 
     @property
     def uses_channel(self) -> bool:
@@ -383,6 +385,10 @@ class DecodeConfig:
     # the thorough mode one more teacher-forced row per source word). False: the maps alone,
     # all that placing markup on a translation reads (seq2seq/documents).
     quality: bool = True
+    # In the thorough quality mode, the quality blocks' source occlusion; False: the fast mode's
+    # attention-only flags for this call (the service's, for a request whose occlusion pass would
+    # take it over its work bound).
+    occlusion: bool = True
 
     def __post_init__(self) -> None:
         # The term settings are validated (and the glossary's pairs normalised) by their options type.

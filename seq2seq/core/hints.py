@@ -18,8 +18,10 @@ Torch-free.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -27,8 +29,13 @@ import numpy as np
 
 from data.dictionary import TermIndex
 from seq2seq.core.alignment import Alignment, Token, words
+from seq2seq.core.inputs import CONTROL_CHARACTERS
 
 ORIGINS = ("glossary", "dictionary")
+# The most pieces a glossary term may have: the models were trained on hints of at most three
+# words (seq2seq/training/hint_data.py), and a sentence is read in at most 250 pieces, hints
+# included; a longer "term" is a sentence, and the service refuses it (400 naming it).
+MAX_TERM_PIECES = 32
 # The endings a term may take in a text, by language: German inflection ("Gießkanne"
 # matches "Gießkannen", "Staubsauger" "Staubsaugers"; umlauts are folded so "Kinderwägen"
 # matches "Kinderwagen"), English plurals and possessives ("watering cans"). A glossary term
@@ -101,26 +108,69 @@ def find_term(text_words: Sequence[Token], term: str, endings: Sequence[str], st
     return None
 
 
+class Composed:
+    """A text in Unicode's composed form (NFC), with each of its offsets mapped back into the
+    text as given: a term written decomposed ("Ga\u0308rtner") or precomposed ("Gärtner") is
+    one word either way, and spans found in the composed text are the user's spans."""
+
+    def __init__(self, text: str):
+        # Cut before every character that composes with nothing before it (combining class 0
+        # and left alone by NFC): the pieces compose on their own, so each maps as a whole.
+        starts = [i for i, ch in enumerate(text) if i == 0 or unicodedata.combining(ch) == 0]
+        pieces = [unicodedata.normalize("NFC", text[a:b]) for a, b in zip(starts, starts[1:] + [len(text)])]
+        if "".join(pieces) != unicodedata.normalize("NFC", text):  # starters that compose (Hangul): whole
+            starts, pieces = [0], [unicodedata.normalize("NFC", text)]
+        self.text = "".join(pieces)
+        self.given, self.at = starts + [len(text)], [0]  # piece k: given[k] in the text, at[k] here
+        for piece in pieces:
+            self.at.append(self.at[-1] + len(piece))
+
+    def start(self, offset: int) -> int:
+        """The offset in the given text where the piece holding `offset` begins."""
+        return self.given[bisect.bisect_right(self.at, offset) - 1]
+
+    def end(self, offset: int) -> int:
+        """The offset in the given text where the piece holding `offset - 1` ends."""
+        return self.given[bisect.bisect_left(self.at, offset)]
+
+
+def term_problem(term: str) -> str | None:
+    """Why `term` cannot be a glossary term (a control character: never language, and shown
+    to the model and echoed in the records), or None."""
+    bad = CONTROL_CHARACTERS.search(term)
+    return None if bad is None else f"control character U+{ord(bad.group()):04X} at column {bad.start() + 1}"
+
+
+def glossary_term(term: str) -> str:
+    """A term as a glossary matches and shows it: composed (NFC), without control characters
+    (a caller that wants them refused asks `term_problem` first)."""
+    return unicodedata.normalize("NFC", CONTROL_CHARACTERS.sub("", term))
+
+
 @dataclass(frozen=True)
 class Glossary:
     """The user's terms: (source term, target term) pairs; a longer source term wins where
-    two match the same words."""
+    two match the same words. Terms and texts are compared composed (NFC) and without control
+    characters; the hints' spans are in the text as given."""
 
     entries: tuple[tuple[str, str], ...] = ()
 
     def hints(self, text: str, language: str = "de") -> list[Hint]:
         """Every non-overlapping occurrence of an entry's source term in `text` (written in
         `language`: the endings its words may take)."""
-        text_words = words(text)
+        composed = Composed(text)
+        text_words = words(composed.text)
         taken = np.zeros(len(text_words), dtype=bool)
         found = []
-        for source, target in sorted(self.entries, key=lambda e: -len(words(e[0]))):
+        entries = [(glossary_term(source), glossary_term(target)) for source, target in self.entries]
+        for source, target in sorted(entries, key=lambda e: -len(words(e[0]))):
             start = 0
             while (span := find_term(text_words, source, endings(language), start)) is not None:
                 first, last = span
                 if not taken[first:last].any():
                     taken[first:last] = True
-                    found.append(Hint(text_words[first].start, text_words[last - 1].end, target, "glossary"))
+                    begin, end = composed.start(text_words[first].start), composed.end(text_words[last - 1].end)
+                    found.append(Hint(begin, end, target, "glossary"))
                 start = first + 1
         return sorted(found, key=lambda h: h.start)
 
@@ -177,6 +227,29 @@ def insert_hints(
             owner += [index] * len(pieces)
             placed.append(hint)
     return HintedSource(model, owner, len(ids), tuple(placed))
+
+
+def fit_hints(
+    ids: Sequence[int],
+    offsets: Sequence[tuple[int, int]],
+    hints: Sequence[Hint],
+    encode_term: Callable[[str], list[int]],
+    hint_ids: tuple[int, int],
+    length: int,
+) -> HintedSource:
+    """`insert_hints` within `length` model positions: the user's first `length` pieces are
+    read, and of `hints` (in text order) each whose words are among them and whose pieces with
+    their two markers still fit; a hint that does not fit is left out whole, never cut (a cut
+    hint would have the model read half a term, and the columns would no longer be the user's
+    pieces: issue 41, 5)."""
+    ids, offsets = list(ids[:length]), list(offsets[:length])
+    room, shown = length - len(ids), []
+    for hint in hints:
+        cost = len(encode_term(hint.term)) + 2
+        if offsets and hint.start < offsets[-1][1] and cost <= room:
+            shown.append(hint)
+            room -= cost
+    return insert_hints(ids, offsets, shown, encode_term, hint_ids)
 
 
 def plain_source(ids: Sequence[int]) -> HintedSource:

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seq2seq.analysis.occlusion import occluded_log_probs, word_pieces
+from seq2seq.analysis.occlusion import OCCLUSION_BATCH_TOKENS, occluded_log_probs, word_pieces
 from seq2seq.analysis.quality import Evidence, SentenceQuality, assess_alignment
 from seq2seq.core.alignment import Alignment, Alignments, Token, align
-from seq2seq.core.backend import DecoderCache, SearchBackend, TeacherForced
+from seq2seq.core.backend import DecoderCache, SearchBackend, TeacherForced, Wanted
 from seq2seq.core.casing import Truecaser, cased_pieces
 from seq2seq.core.config import AlignmentError, AlignmentOptions
 from seq2seq.decoding.search import pad_batch
@@ -156,14 +156,20 @@ Prepared = tuple[np.ndarray, list[Token], list[Token], np.ndarray, bool]
 
 
 def forced_attention(
-    translator: Translator, pairs: Sequence[tuple[str, str]], max_batch_tokens: int = 4096, restore_case: bool = True
+    translator: Translator,
+    pairs: Sequence[tuple[str, str]],
+    max_batch_tokens: int = 4096,
+    restore_case: bool = True,
+    wanted: Wanted | None = None,
 ) -> list[Prepared | AlignmentError]:
     """Per pair: its teacher-forced attention and pieces, or why it cannot be aligned.
     `restore_case`: shouted texts are read with their case restored (module doc).
 
     The raw material of `align_given`, and of scoring many alignment sources from one
     forward pass (export/alignment_sources.py: `seq2seq.core.alignment.align` with any options).
-    Pairs are batched by length, at most `max_batch_tokens` padded tokens per batch.
+    Pairs are batched by length, at most `max_batch_tokens` padded tokens per batch; `wanted`
+    () -> (pairs,) bool is asked before each batch (a pair nobody wants is not run: an error
+    in its place), as the search asks it after each step.
     """
     source_limit = translator.max_source_tokens  # already <= max_positions
     target_limit = translator.max_positions
@@ -190,7 +196,13 @@ def forced_attention(
         end = start + 1
         while end < len(todo) and (end - start + 1) * max(len(todo[end][1]), len(todo[end][3]) + 1) <= max_batch_tokens:
             end += 1
-        for index, prepared in _attend(translator.backend, todo[start:end]):
+        batch = todo[start:end]
+        if wanted is not None:
+            still = wanted()
+            for item in (item for item in batch if not still[item[0]]):
+                results[item[0]] = AlignmentError("no longer wanted")
+            batch = [item for item in batch if still[item[0]]]
+        for index, prepared in _attend(translator.backend, batch) if batch else []:
             results[index] = prepared
         start = end
     return [r for r in results if r is not None]
@@ -221,22 +233,25 @@ def align_given(
     options: AlignmentOptions = AlignmentOptions(),
     max_batch_tokens: int = 4096,
     restore_case: bool = True,
+    wanted: Wanted | None = None,
 ) -> list[ForcedAlignment | AlignmentError]:
     """Align given (source, target) pairs; one result per pair, in order. `restore_case`: a
     shouted text is read with its case restored (module doc), as `DecodeConfig.restore_case`.
+    `wanted` () -> (pairs,) bool is asked before each teacher-forced batch (`forced_attention`,
+    the occlusion's): a pair nobody wants any more is not aligned.
 
     Options the model cannot satisfy raise AlignmentError at once; a pair that cannot be
     aligned gives an `AlignmentError` in its place instead, so one bad line never stops a job.
     """
     resolved = options.resolve(translator.config)
-    prepared = forced_attention(translator, pairs, max_batch_tokens, restore_case)
+    prepared = forced_attention(translator, pairs, max_batch_tokens, restore_case, wanted)
     maps = [
         item if isinstance(item, AlignmentError) else align(item[0], source, item[1], target, item[2], resolved)
         for (source, target), item in zip(pairs, prepared)
     ]
     occluded: list[np.ndarray | None] = [None] * len(pairs)
     if translator.quality.needs_occlusion:
-        occluded = occluded_given(translator, pairs, maps, max_batch_tokens, restore_case=restore_case)
+        occluded = occluded_given(translator, pairs, maps, restore_case=restore_case, wanted=wanted)
     results: list[ForcedAlignment | AlignmentError] = []
     for (source, target), item, alignments, occluded_row in zip(pairs, prepared, maps, occluded):
         if isinstance(alignments, AlignmentError):  # the pair's error, as forced_attention gave it
@@ -254,13 +269,14 @@ def occluded_given(
     translator: Translator,
     pairs: Sequence[tuple[str, str]],
     maps: Sequence[Alignments | AlignmentError],
-    max_batch_tokens: int = 4096,
+    max_batch_tokens: int = OCCLUSION_BATCH_TOKENS,
     mode: str = "remove",
     restore_case: bool = True,
+    wanted: Wanted | None = None,
 ) -> list[np.ndarray | None]:
     """Per given pair, (Sw, T+1) log-probs of its target pieces with each source word
     occluded (`seq2seq.analysis.occlusion`, `mode`), all pairs batched; None where the pair has no maps.
-    The pieces are read as `forced_attention` read them (`restore_case`)."""
+    The pieces are read as `forced_attention` read them (`restore_case`); `wanted` as there."""
     kept = [n for n, item in enumerate(maps) if not isinstance(item, AlignmentError)]
     occlusions = []
     source_case, target_case = _truecasers(translator, restore_case)
@@ -270,7 +286,9 @@ def occluded_given(
         source_ids = _pieces(translator, pairs[n][0], source_case)[0] + [translator.backend.eos_id]
         occlusions.append((source_ids, _pieces(translator, pairs[n][1], target_case)[0], word_pieces(alignments)))
     out: list[np.ndarray | None] = [None] * len(maps)
-    for n, occluded in zip(kept, occluded_log_probs(translator.backend, occlusions, mode, max_batch_tokens)):
+    kept_wanted = None if wanted is None else (lambda: wanted()[kept])
+    found = occluded_log_probs(translator.backend, occlusions, mode, max_batch_tokens, kept_wanted)
+    for n, occluded in zip(kept, found):
         out[n] = occluded
     return out
 

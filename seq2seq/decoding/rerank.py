@@ -72,7 +72,9 @@ def rerank_order(
             raise ValueError(f"rerank mode {options.mode!r} needs the channel model's scores")
         scores = scores + options.channel_weight * np.asarray(channel, dtype=np.float64)
     key = mbr_utilities(candidates, softmax(scores, options.temperature)) if options.uses_mbr else scores
-    return np.argsort(-key, kind="stable")
+    # Rounded: the expected utilities of equal candidates differ in their last bits (the sums run
+    # in different orders), and the stable sort must see them as the ties they are.
+    return np.argsort(-np.round(key, 9), kind="stable")
 
 
 def channel_scores(

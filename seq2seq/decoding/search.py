@@ -19,14 +19,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from seq2seq.core.backend import DecoderCache, SearchBackend, StepOutput, select_rows
+from seq2seq.core.backend import DecoderCache, SearchBackend, StepOutput, Wanted, select_rows
 from seq2seq.core.config import AlignmentOptions, DecodeConfig, ModelConfig
 from seq2seq.decoding.candidates import Candidates, RowBest, along_rows, top_candidates
 from seq2seq.decoding.repeats import RepeatGuard
 from seq2seq.decoding.terms import SentenceTerms, TermBias
 
-# () -> (B,) bool: which sentences of a running batch someone still waits for (asked after every step).
-Wanted = Callable[[], np.ndarray]
 # The candidates a watched step reports per sentence: enough to see what the model weighed.
 WATCHED_CANDIDATES = 5
 

@@ -139,11 +139,19 @@ class TranslatedText:
 
 
 def translate_texts(
-    texts: list[str], translate_sentences: TranslateSentences, split: Split = sentence_spans
+    texts: list[str], translate_sentences: TranslateSentences, split: Split = sentence_spans, call_chars: int = 0
 ) -> list[TranslatedText]:
     """Translate whole texts: each `split` into its sentences, all sentences of all texts
-    one call of `translate_sentences` (one batch), each text's translations joined."""
+    one call of `translate_sentences` (one batch), each text's translations joined. With
+    `call_chars`, in calls of at most that many characters instead (whole sentences in order;
+    a sentence longer alone is a call of its own): a text too long for one call (a file's
+    paragraph beside a work bound) is translated all the same, its map still block-diagonal."""
     all_spans = [split(text) for text in texts]
     sentences = [text[start:end] for text, spans in zip(texts, all_spans) for start, end in spans]
-    results = iter(translate_sentences(sentences) if sentences else [])
+    calls: list[list[str]] = []
+    for sentence in sentences:
+        if not calls or (call_chars and sum(map(len, calls[-1])) + len(sentence) > call_chars):
+            calls.append([])
+        calls[-1].append(sentence)
+    results = iter([result for call in calls for result in translate_sentences(call)])
     return [TranslatedText.joined(text, spans, [next(results) for _ in spans]) for text, spans in zip(texts, all_spans)]

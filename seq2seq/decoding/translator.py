@@ -37,7 +37,7 @@ from seq2seq.core.hints import (
     TermOutcome,
     collapse_columns,
     dictionary_hints,
-    insert_hints,
+    fit_hints,
     plain_source,
     term_outcomes,
 )
@@ -173,6 +173,7 @@ class Translator:
         quality.check(self.config.decoder_layers)
         self.quality_mode = quality_mode
         self.quality = quality.for_mode(quality_mode)  # what the flags read: needs_occlusion says if it runs
+        self.fast_quality = quality.for_mode("fast")  # a call's with `DecodeConfig.occlusion` off
         self.own_source = AlignmentOptions().resolve(self.config)  # the map the quality detectors read
         self.max_positions = self.config.max_positions
         self.max_source_tokens = min(max_source_tokens, self.max_positions)
@@ -200,20 +201,16 @@ class Translator:
         return hints
 
     def model_source(self, text: str, hints: list[Hint]) -> HintedSource:
-        """What the model reads for `text` (EOS excluded), with `hints` inserted, cut to the
-        model's source length. The hint pieces and corpus tags typed by a user are read as
-        <unk>: only a hint the translator placed is one."""
+        """What the model reads for `text` (EOS excluded), with `hints` inserted, within the
+        model's source length: the user's pieces first, then the hints that fit whole
+        (`fit_hints`). The hint pieces and corpus tags typed by a user are read as <unk>: only
+        a hint the translator placed is one."""
         ids, _, offsets = self.tokenizer.encode_with_offsets(text)
         if self.tokenizer.reserved_ids:
             ids = [UNK_ID if i in self.tokenizer.reserved_ids else i for i in ids]
         if not hints:
             return plain_source(ids[: self.max_source_tokens - 1])
-        hinted = insert_hints(ids, offsets, hints, self._term_ids, self.tokenizer.hint_ids)
-        keep = self.max_source_tokens - 1
-        if len(hinted.ids) <= keep:
-            return hinted
-        users = hinted.owner[keep - 1] + (hinted.owner[keep] != hinted.owner[keep - 1])
-        return HintedSource(hinted.ids[:keep], hinted.owner[:keep], users, hinted.hints)
+        return fit_hints(ids, offsets, hints, self._term_ids, self.tokenizer.hint_ids, self.max_source_tokens - 1)
 
     def _term_ids(self, term: str) -> list[int]:
         return self.tokenizer.encode(term)
@@ -285,7 +282,8 @@ class Translator:
                     )
             done = [i for i in chunk if results[i] is not None]
             if options is not None:
-                self._fill_alignments([(texts[i], results[i]) for i in done], options, config.quality)
+                done_wanted = None if wanted is None else (lambda done=done: wanted()[done])
+                self._fill_alignments([(texts[i], results[i]) for i in done], options, config, done_wanted)
             else:
                 for result in (results[i] for i in done):
                     assert result is not None
@@ -409,23 +407,11 @@ class Translator:
         share_terms = [None if terms is None else terms[i::parts] for i in range(parts)]
         share_wanted = [None if wanted is None else (lambda i=i: wanted()[i::parts]) for i in range(parts)]
         share_observe = [None if observe is None else _renumbered(observe, i, parts) for i in range(parts)]
-        pool = self._pool()
-        others = [
-            pool.submit(
-                self._search_one,
-                self.stream_backend,
-                share,
-                config,
-                share_wanted[i + 1],
-                share_observe[i + 1],
-                share_terms[i + 1],
-            )
-            for i, share in enumerate(shares[1:])
-        ]
-        mine = self._search_one(
-            self.stream_backend, shares[0], config, share_wanted[0], share_observe[0], share_terms[0]
-        )
-        found = [mine, *(f.result() for f in others)]
+        backend, pool = self.stream_backend, self._pool()
+        shared = list(zip(shares, share_wanted, share_observe, share_terms))
+        others = [pool.submit(self._search_one, backend, s, config, w, o, t) for s, w, o, t in shared[1:]]
+        s, w, o, t = shared[0]  # this thread's share
+        found = [self._search_one(backend, s, config, w, o, t), *(f.result() for f in others)]
         merged: list[list[Hypothesis]] = [[] for _ in sources]
         for part, hypotheses in enumerate(found):
             merged[part::parts] = hypotheses
@@ -455,7 +441,9 @@ class Translator:
         """The threads of the streams beyond the caller's, started at the first split batch."""
         with self._stream_pool_lock:
             if self._stream_pool is None:
-                self._stream_pool = ThreadPoolExecutor(self.streams - 1, thread_name_prefix="search-stream")
+                # Twice the streams beyond the caller's: a call that lets another run at one of
+                # its steps (a scheduler's turn, `wanted`) needs the other's sub-batches run too.
+                self._stream_pool = ThreadPoolExecutor(2 * (self.streams - 1), thread_name_prefix="search-stream")
             return self._stream_pool
 
     def translate(self, text: str, config: DecodeConfig | None = None) -> TranslationResult:
@@ -495,36 +483,42 @@ class Translator:
         return align(result.attention, source_text, source_pieces, target_text, target_pieces, options)
 
     def _fill_alignments(
-        self, items: list[tuple[str, TranslationResult | None]], options: AlignmentOptions, quality: bool = True
+        self,
+        items: list[tuple[str, TranslationResult | None]],
+        options: AlignmentOptions,
+        config: DecodeConfig,
+        wanted: Wanted | None = None,
     ) -> None:
-        """The maps and (with `quality`) the quality of every hypothesis of (source text,
-        result) `items`; the occlusion runs, when the detector reads them, batched over them all."""
-        hypotheses = []
-        for source_text, result in items:
+        """The maps and (with `config.quality`) the quality of every hypothesis of (source
+        text, result) `items`; the occlusion runs, when the detector reads them (and
+        `config.occlusion`), batched over them all, for the items still `wanted`."""
+        hypotheses, owners = [], []
+        for item, (source_text, result) in enumerate(items):
             assert result is not None
             pieces = self.pieces_read(source_text, result)
             for hypothesis in [result, *result.alternatives]:
                 hypothesis.alignment = self.alignments(source_text, hypothesis, options, pieces)
                 hypothesis.terms = self._term_outcomes(hypothesis, hypothesis.alignment.word)
                 hypotheses.append(hypothesis)
-        if not quality:
+                owners.append(item)
+        if not config.quality:
             return
+        thresholds = self.quality if config.occlusion else self.fast_quality
         occluded: list[np.ndarray | None] = [None] * len(hypotheses)
-        if self.quality.needs_occlusion:
-            occluded = list(self.occluded(hypotheses))
+        if thresholds.needs_occlusion:
+            occluded = list(self.occluded(hypotheses, None if wanted is None else lambda: wanted()[owners]))
         for hypothesis, occluded_row in zip(hypotheses, occluded):
             assert hypothesis.attention is not None and hypothesis.alignment is not None  # alignments() raised
             evidence = Evidence(
                 hypothesis.attention, np.asarray(hypothesis.token_log_probs), self.own_source, occluded_row
             )
-            hypothesis.quality = assess_alignment(
-                hypothesis.alignment, hypothesis.mean_log_prob, self.quality, evidence
-            )
+            hypothesis.quality = assess_alignment(hypothesis.alignment, hypothesis.mean_log_prob, thresholds, evidence)
             hypothesis.quality.terms = hypothesis.terms
 
-    def occluded(self, hypotheses: list[TranslationResult]) -> list[np.ndarray]:
+    def occluded(self, hypotheses: list[TranslationResult], wanted: Wanted | None = None) -> list[np.ndarray]:
         """Per aligned hypothesis, (Sw, T+1) log-probs of its pieces with each source word
-        occluded (`seq2seq.analysis.occlusion`): the `Evidence.occluded_log_probs` of its quality."""
+        occluded (`seq2seq.analysis.occlusion`, asking `wanted` per hypothesis before each
+        batch): the `Evidence.occluded_log_probs` of its quality."""
         pairs = []
         for hypothesis in hypotheses:
             assert hypothesis.alignment is not None
@@ -536,7 +530,7 @@ class Translator:
                 owner = hypothesis.hinted.owner
                 groups = [[p for p, piece in enumerate(owner) if piece in set(group)] for group in groups]
             pairs.append((source_ids, hypothesis.target_ids, groups))
-        return occluded_log_probs(self.backend, pairs, max_batch_tokens=self.max_batch_tokens)
+        return occluded_log_probs(self.backend, pairs, wanted=wanted)
 
     def _result(
         self, source: HintedSource, hypotheses: list[Hypothesis], text: str, cased: str | None, shouted: bool = False

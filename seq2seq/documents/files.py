@@ -9,8 +9,9 @@ docx, pptx, odt, xliff (and xlf), srt and md; each one's module says what it rea
 segments and what it keeps as written.
 
 A document is an attack surface: the limits and the checked ways in (ZIP archives, UTF-8
-text) are shared by every reader (`formats/limits.py`); a file that does not parse as its
-format says raises `DocumentError` naming the format, one over a limit `DocumentTooLarge`.
+text, the tally of what a file holds as it is read) are shared by every reader
+(`formats/limits.py`); a file that does not parse as its format says raises `DocumentError`
+naming the format, one over a limit `DocumentTooLarge` naming the limit.
 A new format is a module in `formats/` with a reader `(bytes, Limits) -> Document` and a
 `FileFormat` in `FORMATS` here; the service, `/frontend/settings` and `crossalign translate
 -f` take their lists from this table.
@@ -26,7 +27,7 @@ from typing import Protocol
 
 from seq2seq.core.alignment import to_pharaoh
 from seq2seq.documents.formats import docx, html, md, odt, pptx, srt, txt, xliff
-from seq2seq.documents.formats.limits import DocumentError, DocumentTooLarge, Limits
+from seq2seq.documents.formats.limits import DocumentError, DocumentTooLarge, Limits, library_error
 from seq2seq.documents.markup import Marked, Placed
 from seq2seq.documents.translate import PlacementReport, Translate, Translation, has_words, place_segments
 
@@ -124,7 +125,7 @@ def read_document(data: bytes, file_format: FileFormat, limits: Limits = Limits(
     except DocumentError:
         raise
     except Exception as error:  # noqa: BLE001 - whatever else a reader meets in the bytes, they are not this format
-        raise DocumentError(f"not a valid {file_format.name.upper()} file: {type(error).__name__}: {error}") from None
+        raise library_error(file_format.name, error) from None
     count = characters(document)
     if limits.max_characters and count > limits.max_characters:
         raise DocumentTooLarge(

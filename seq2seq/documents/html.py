@@ -1,17 +1,25 @@
 """HTML as segments with inline markup: read with the standard library's HTML tokenizer.
 
 `read_html(markup)` cuts a page or a fragment into raw parts that pass through as written
-and segments (`Marked`) to translate:
+and segments (`Marked`) to translate. Its tokens are the HTML standard's
+(`seq2seq.documents.html_tokens`), so nothing a browser reads as text, or as part of a
+comment, an attribute or a raw text element, is ever taken for a tag and moved:
 
 - block elements (`p`, `li`, `td`, `h1`..., `div`, `title`) and `br` delimit segments;
 - inline elements (`b`, `i`, `em`, `strong`, `a`, `span`, ...) are the segment's tags, their
   start tags kept byte for byte (attributes included, `title="a>b"` too);
-- `script`, `style`, `pre`, `textarea` (and `svg`, `math`, `template`) pass through with
-  their contents, as do comments, doctypes and processing instructions; a comment left
-  open at the end is a comment to the end, as browsers read it;
-- inline `code`, `kbd`, `samp` and `var` are carried as elements whose content is kept as
-  written: the model reads the sentence with it, and the target words it lands on are
-  replaced by the original content;
+- the elements whose content is not markup (`script`, `style`, `xmp`, `iframe`, `noembed`,
+  `noframes`, `noscript`, `textarea`, `plaintext`; `svg` and `math`) and `pre`, `template`
+  and `object` are kept whole, as one unit: between segments they pass through, inside one
+  (within an inline element, `<b><script>...</script></b>`) they are an element without text,
+  placed where the word before them goes; `title` is a segment of its text alone (an inline
+  `title`, with `blocks=False`, is kept whole too). Comments, doctypes and processing
+  instructions pass through or are placed so; what runs unfinished to the end (an unclosed
+  comment, `<plaintext>`) stays at the end;
+- inline `code`, `kbd`, `samp` and `var`, and any inline element marked `translate="no"` or
+  `class="notranslate"`, are carried as elements whose content is kept as written: the model
+  reads the sentence with it, and the target words it lands on are replaced by the original
+  content; a block so marked passes through whole;
 - text is unescaped for the model and whitespace runs read as one space (HTML renders
   them so); a translation is always written escaped, quotes included;
 - the text of the attributes a reader sees (`alt`, `title`, `placeholder`, `aria-label`, a
@@ -33,16 +41,18 @@ import html
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from html.parser import HTMLParser
 
+from seq2seq.documents.formats.limits import Tally
+from seq2seq.documents.html_tokens import Token, tag_attributes, tokens
 from seq2seq.documents.markup import Marked, MarkupBuilder, Placed
 
 BLOCKS = frozenset(
     """address article aside blockquote body br caption center dd details dialog dir div dl dt fieldset figcaption
-    figure footer form frameset h1 h2 h3 h4 h5 h6 head header hgroup hr html legend li main menu nav noscript ol
-    optgroup option p section select summary table tbody td tfoot th thead title tr ul""".split()  # noqa: SIM905
+    figure footer form frameset h1 h2 h3 h4 h5 h6 head header hgroup hr html legend li main menu nav ol optgroup
+    option p section select summary table tbody td tfoot th thead title tr ul""".split()  # noqa: SIM905
 )
-RAW_BLOCKS = frozenset(["script", "style", "pre", "textarea", "template", "svg", "math", "iframe", "object"])
+# Elements kept whole with what they hold (besides RAW_TEXT and FOREIGN, whose content is no markup).
+KEPT_WHOLE = frozenset(["pre", "template", "object"])
 VERBATIM = frozenset(["code", "kbd", "samp", "var"])
 VOID = frozenset(
     ["area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"]
@@ -91,78 +101,11 @@ class Segment:
 Part = str | Segment
 
 
-class _Tokens(HTMLParser):
-    """(kind, tag name, start offset) of every token: the raw text of a token is the input
-    between its start and the next token's, so nothing is re-serialised."""
-
-    def __init__(self, markup: str):
-        super().__init__(convert_charrefs=False)
-        self.markup = markup
-        self.lines = [0]
-        for line in markup.splitlines(keepends=True):
-            self.lines.append(self.lines[-1] + len(line))
-        self.found: list[tuple[str, str, int]] = []
-
-    def _at(self, kind: str, name: str = "") -> None:
-        line, column = self.getpos()
-        self.found.append((kind, name, self.lines[line - 1] + column))
-
-    def handle_starttag(self, tag: str, attrs: list) -> None:
-        self._at("start", tag)
-
-    def handle_startendtag(self, tag: str, attrs: list) -> None:
-        self._at("empty", tag)
-
-    def handle_endtag(self, tag: str) -> None:
-        self._at("end", tag)
-
-    def handle_data(self, data: str) -> None:
-        self._at("text")
-
-    def handle_entityref(self, name: str) -> None:
-        self._at("text")
-
-    def handle_charref(self, name: str) -> None:
-        self._at("text")
-
-    def handle_comment(self, data: str) -> None:
-        self._at("other")
-
-    def handle_decl(self, decl: str) -> None:
-        self._at("other")
-
-    def handle_pi(self, data: str) -> None:
-        self._at("other")
-
-    def unknown_decl(self, data: str) -> None:
-        self._at("other")
-
-
-def tokens(markup: str) -> list[tuple[str, str, str]]:
-    """(kind, tag name, raw text) of every token of `markup`, which they cover exactly.
-    kind: start, end, empty (`<br/>`), text, other (comment, doctype, processing instruction)."""
-    body, tail = markup, ""
-    unclosed = markup.rfind("<!--")
-    if unclosed >= 0 and markup.find("-->", unclosed + 4) < 0:
-        body, tail = markup[:unclosed], markup[unclosed:]  # a comment to the end, as browsers read it
-    parser = _Tokens(body)
-    parser.feed(body)
-    parser.close()
-    found = parser.found
-    out = []
-    for index, (kind, name, start) in enumerate(found):
-        end = found[index + 1][2] if index + 1 < len(found) else len(body)
-        if end > start:
-            out.append((kind, name, body[start:end]))
-    if tail:
-        out.append(("other", "", tail))
-    return out
-
-
 class _Reader:
-    def __init__(self, blocks: bool, attributes: bool):
+    def __init__(self, blocks: bool, attributes: bool, tally: Tally):
         self.blocks = blocks
         self.translate_attributes = attributes
+        self.tally = tally
         self.parts: list[Part] = []
         self.builder: MarkupBuilder | None = None
         self.raw: list[str] = []
@@ -179,10 +122,12 @@ class _Reader:
         return self.builder
 
     def flush(self) -> None:
+        """End the segment being read (its inline elements end with it)."""
         if self.builder is not None:
+            self.tally.add("segments", len(self.attributes) + 1)
             self.parts.extend(self.attributes)
             self.parts.append(Segment(self.builder.build(), "".join(self.raw), self.verbatim, elements=self.elements))
-            self.builder = None
+            self.builder, self.open = None, []
 
     def passthrough(self, raw: str) -> None:
         self.flush()
@@ -193,6 +138,7 @@ class _Reader:
         self.flush()
         at = 0
         for begin, end, segment in attribute_segments(raw) if self.translate_attributes else []:
+            self.tally.add("segments")
             self.parts.extend([raw[at:begin], segment])
             at = end
         self.parts.append(raw[at:])
@@ -257,20 +203,30 @@ class _Reader:
         if self.blocks and name in BLOCKS:
             self.passthrough(raw)
             return
-        for position in range(len(self.open) - 1, -1, -1):
-            if self.open[position][0] == name:
+        for position in range(len(self.open) - 1, -1, -1):  # `open` is empty between segments
+            if self.open[position][0] == name and self.builder is not None:
                 _, handle, element = self.open.pop(position)
                 element.end = raw
-                assert self.builder is not None
                 self.builder.close(handle)
                 self.raw.append(raw)
                 return
         self.element(Element(raw), raw)  # an end tag whose start is not in this segment
 
-    def verbatim_element(self, start: str, content: str, end: str) -> None:
+    def unit(self, start: str, content: str, end: str) -> None:
+        """An element kept whole with its content: between segments it passes through, inside
+        one (or in a single segment) it is an element without text."""
+        if self.blocks and self.builder is None:
+            self.passthrough_tag(start)
+            self.passthrough(content + end)
+        else:
+            self.element(Element(start, end, content), start + content + end)
+
+    def verbatim_element(self, start: str, inside: list[Token], end: str) -> None:
+        """An element whose content the model reads but which is written back as it was."""
         builder = self.segment()
+        content = "".join(raw for _, _, raw in inside)
         handle = builder.open(self.attach(Element(start, end, content)))
-        text = SPACES.sub(" ", html.unescape(re.sub(r"<[^>]*>", "", content)))
+        text = SPACES.sub(" ", html.unescape("".join(raw for kind, _, raw in inside if kind == "text")))
         builder.text(text)
         builder.close(handle)
         if text:
@@ -293,6 +249,14 @@ def _until_end(found: list[tuple[str, str, str]], index: int, name: str) -> int:
     return len(found)
 
 
+def kept_as_written(attributes: dict[str, str]) -> bool:
+    """An element whose content and attributes are not to be translated: `translate="no"`
+    (HTML's own attribute) or `class="notranslate"` (the convention of translation tools)."""
+    return (attributes.get("translate") or "").strip().lower() == "no" or "notranslate" in (
+        attributes.get("class") or ""
+    ).split()
+
+
 def attribute_segments(tag: str) -> list[tuple[int, int, Segment]]:
     """The translated attributes of a start tag (module doc): (start, end) of each value in
     `tag` and its segment (the value unescaped, whitespace runs as one space)."""
@@ -305,7 +269,7 @@ def attribute_segments(tag: str) -> list[tuple[int, int, Segment]]:
         value = match.group(quoted) if quoted else match.group(4)
         attributes.append((match.group(1).lower(), value, match.span(quoted) if quoted else None))
     values = {key: (value or "").strip().lower() for key, value, _ in attributes}
-    if values.get("translate") == "no":
+    if kept_as_written(values):
         return []
     # A button's label is its value.
     button = name.group(1).lower() == "input" and values.get("type") in ("submit", "button", "reset")
@@ -319,27 +283,44 @@ def attribute_segments(tag: str) -> list[tuple[int, int, Segment]]:
     return found
 
 
-def read_html(markup: str, blocks: bool = True, attributes: bool | None = None) -> list[Part]:
+def read_html(
+    markup: str, blocks: bool = True, attributes: bool | None = None, tally: Tally | None = None
+) -> list[Part]:
     """`markup` as raw parts and segments, in order (module doc); their concatenation, with
     every segment as its `raw` and the `attribute` segments left out, is `markup` exactly.
-    `attributes`: whether attribute values are segments too (default: with `blocks`)."""
-    found = tokens(markup)
-    reader = _Reader(blocks, blocks if attributes is None else attributes)
+    `attributes`: whether attribute values are segments too (default: with `blocks`).
+    `tally`: counts tags and segments against a file's limits while reading, refusing past them."""
+    tally = tally or Tally.unlimited("HTML")
+    found = tokens(markup, tally)
+    reader = _Reader(blocks, blocks if attributes is None else attributes, tally)
     index = 0
     while index < len(found):
         kind, name, raw = found[index]
-        if kind == "start" and (name in RAW_BLOCKS or name in VERBATIM):
-            stop = _until_end(found, index, name)
-            content = "".join(r for _, _, r in found[index + 1 : stop])
-            end = found[stop][2] if stop < len(found) else ""
-            if name in VERBATIM:
-                reader.verbatim_element(raw, content, end)
-            elif blocks:
-                reader.passthrough_tag(raw)
-                reader.passthrough(content + end)
+        if kind == "start" and index + 1 < len(found) and found[index + 1][0] == "raw":  # RAW_TEXT, FOREIGN
+            content, index = found[index + 1][2], index + 2
+            end = found[index][2] if index < len(found) and found[index][:2] == ("end", name) else ""
+            index += bool(end)
+            if blocks and name == "title":  # a segment of its text alone
+                reader.empty(name, raw)
+                reader.text(content)
+                reader.end(name, end)
             else:
-                reader.element(Element(raw, end, content), raw + content + end)
-            index = stop + 1
+                reader.unit(raw, content, end)
+            continue
+        marked = kind == "start" and name not in VOID and kept_as_written(tag_attributes(raw))
+        if kind == "start" and (name in KEPT_WHOLE or name in VERBATIM or marked):
+            stop = _until_end(found, index, name)
+            end = found[stop][2] if stop < len(found) else ""
+            inside, index = found[index + 1 : stop], stop + 1
+            if inside and inside[-1][0] == "tail":  # unfinished to the end: it stays at the end
+                reader.passthrough(raw + "".join(r for _, _, r in inside))
+            elif blocks and (name in BLOCKS or (name in KEPT_WHOLE and reader.builder is None)):
+                (reader.passthrough if marked else reader.passthrough_tag)(raw)  # marked: attributes kept too
+                reader.passthrough("".join(r for _, _, r in inside) + end)
+            elif name in KEPT_WHOLE:
+                reader.unit(raw, "".join(r for _, _, r in inside), end)
+            else:
+                reader.verbatim_element(raw, inside, end)
             continue
         if kind == "text":
             reader.text(raw)
@@ -349,6 +330,8 @@ def read_html(markup: str, blocks: bool = True, attributes: bool | None = None) 
             reader.empty(name, raw)
         elif kind == "end":
             reader.end(name, raw)
+        elif kind == "tail":  # runs unfinished to the end: never moved
+            reader.passthrough(raw)
         else:
             reader.element(Element(raw), raw)
         index += 1

@@ -1,8 +1,9 @@
 """One text with inline markup, read as one segment: the `format` of `/v1/translate`,
 `/v1/align` and `crossalign align --markup`.
 
-`html`: every element inline (block elements too; `<br>` a line break, `script`/`style`/
-`pre` and `code` kept as written), read by `seq2seq.documents.html`. `xml`: any element
+`html`: every element inline (block elements too; `<br>` a line break; the elements whose
+content is no markup, `pre`, `title`, `code` and what is marked `translate="no"` kept as
+written), read by `seq2seq.documents.html`. `xml`: any element
 is inline markup (XLIFF 1.2's `<g>`/`<x/>`; its native-code `<ph>`, `<bpt>`, `<ept>`,
 `<it>` kept whole), a fragment without a root, parsed with entities off
 (`seq2seq.documents.xml`). Pages with blocks go through `read_html` (each block a segment).

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from seq2seq.core.alignment import Alignment, Token, concat, is_punctuation, words
+from seq2seq.documents.formats.limits import Tally
 
 # A target word belongs to a tag when more than this share of its soft row falls on the
 # tagged words (step 2): a majority. bench/markup.py prints the exact-span rate at others.
@@ -93,13 +94,18 @@ class Marked:
 
 
 class MarkupBuilder:
-    """Builds a `Marked` while a format's reader walks a segment: text, open, close, empty."""
+    """Builds a `Marked` while a format's reader walks a segment: text, open, close, empty.
+    `tally`: counts the segment and each tag against the file's limits as they are read
+    (`seq2seq.documents.formats.limits.Tally`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tally: Tally | None = None) -> None:
         self.parts: list[str] = []
         self.length = 0
         self.tags: list[Tag] = []
         self._open: dict[int, tuple[int, Any]] = {}
+        self.tally = tally
+        if tally is not None:
+            tally.add("segments")
 
     def text(self, text: str) -> None:
         self.parts.append(text)
@@ -107,6 +113,8 @@ class MarkupBuilder:
 
     def open(self, data: Any) -> int:
         """Start an element here; returns its handle for `close`."""
+        if self.tally is not None:
+            self.tally.add("tags")
         self.tags.append(Tag(self.length, self.length, data))
         self._open[len(self.tags) - 1] = (self.length, data)
         return len(self.tags) - 1

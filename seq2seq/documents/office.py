@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
+from seq2seq.documents.formats.limits import Tally
 from seq2seq.documents.markup import Marked, MarkupBuilder, Placed
 from seq2seq.documents.xml import local
 
@@ -144,8 +145,8 @@ def _text_runs(paragraph: etree._Element, scheme: Scheme) -> list[etree._Element
     return [run for run in paragraph.iter(scheme.tag("r")) if run.find(scheme.tag("t")) is not None]
 
 
-def read_paragraph(paragraph: etree._Element, scheme: Scheme) -> Paragraph:
-    """The paragraph's segment (module doc)."""
+def read_paragraph(paragraph: etree._Element, scheme: Scheme, tally: Tally | None = None) -> Paragraph:
+    """The paragraph's segment (module doc), counted in `tally` (a segment and its tags)."""
     weight: Counter = Counter()
     found: dict[str, etree._Element | None] = {}
     for run in _text_runs(paragraph, scheme):
@@ -153,7 +154,7 @@ def read_paragraph(paragraph: etree._Element, scheme: Scheme) -> Paragraph:
         weight[key] += sum(len(t.text or "") for t in run.iter(scheme.tag("t")))
         found.setdefault(key, run.find(scheme.tag("rPr")))
     base_key = weight.most_common(1)[0][0] if weight else ""
-    builder = MarkupBuilder()
+    builder = MarkupBuilder(tally)
     current: list = [None, None]  # the open format tag's handle and key
 
     def close_format() -> None:

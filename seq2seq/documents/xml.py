@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
+from seq2seq.documents.formats.limits import Tally
 from seq2seq.documents.markup import Marked, MarkupBuilder, Placed
 
 SPACES = re.compile(r"[ \t\n\r\f]+")
@@ -69,9 +70,10 @@ class Rules:
         return self.all_opaque_but is not None and name not in self.all_opaque_but
 
 
-def read_element(element: etree._Element, rules: Rules = Rules()) -> Marked:
-    """The segment `element` holds: its plain text and its children as tags (module doc)."""
-    builder = MarkupBuilder()
+def read_element(element: etree._Element, rules: Rules = Rules(), tally: Tally | None = None) -> Marked:
+    """The segment `element` holds: its plain text and its children as tags (module doc),
+    counted in `tally` (a segment and its tags)."""
+    builder = MarkupBuilder(tally)
     space = [True]  # the text so far ends in a space: whitespace runs read as one
 
     def text(value: str | None) -> None:

@@ -33,6 +33,16 @@ arrived while the other model ran rides in the call (a batch dealt first would l
 the call after), and the gate is taken in the order asked, so the models alternate under
 load instead of one taking it again before the other wakes.
 
+Turns inside a call. A model call runs whole, but not in one breath: at each of its steps (a
+search step, a teacher-forced batch of the occlusion pass or of a forced alignment: wherever
+the run asks `wanted`) it offers a turn. Once it has run `TURN_S` since it began or last
+stepped aside, a request that has never been served waits, and no other thread of the call is
+aside already, it steps aside: a batch of the waiting requests (dealt as any batch, newcomers
+first) runs there and then, whole (a nested call steps aside for nobody), and the call goes on;
+and if the other model waits for the gate, the call lets it take the gate and takes it back
+after. So a newcomer waits for at most one turn and its own call, however long the running
+call (one long sentence, its thorough quality pass: issue 41, 2).
+
 Failures. If a model call raises, each request in it is retried on its own, so only the
 request whose text is at fault fails; its neighbours get their results.
 
@@ -105,6 +115,17 @@ Observe = Callable[[int, Any], None]
 RunBatch = Callable[[list[Any], Any, Wanted, Observe | None], list[Any]]
 
 
+# How long a model call runs before it steps aside for a newcomer (module doc, "Turns inside
+# a call"): a newcomer waits this, a step, and its own call (the aim of issue 41: <= 1 s).
+TURN_S = 0.25
+# A teacher-forced row of the occlusion pass (one per source word, about the sentence long)
+# costs about half a search's beam row over the same characters: it reads every position at
+# once. Measured on the shipped model (bench/service_reliability.py --parts occlusion_cost):
+# 1.4 rows a beam row on short sentences, 2.5 on sentences of 120-300 characters (7.4 on a
+# 990-character one, whose search costs more a character than work_units counts).
+OCCLUSION_SHARE = 2
+
+
 def work_units(items: Sequence[Item], beam_size: int) -> int:
     """What a request costs the model: beam rows x characters (decoding time grows with both);
     a pair counts the characters of both its texts."""
@@ -114,6 +135,13 @@ def work_units(items: Sequence[Item], beam_size: int) -> int:
         for text in ((item.text,) if isinstance(item, Sentence) else (item,) if isinstance(item, str) else item)
     )
     return beam_size * sum(max(len(text), 1) for text in texts)
+
+
+def occlusion_units(sentences: Sequence[str], hypotheses: int = 1) -> int:
+    """What the thorough quality pass's source occlusion costs on `sentences`, in work units:
+    per sentence and hypothesis, a row per word (`seq2seq.analysis.occlusion`), each about the
+    sentence's characters, at `OCCLUSION_SHARE` rows a beam row."""
+    return hypotheses * sum(len(sentence.split()) * len(sentence) for sentence in sentences) // OCCLUSION_SHARE
 
 
 class QueueFull(Exception):
@@ -219,6 +247,17 @@ class FairLock:
             self._held = False
             self._changed.notify_all()
 
+    def step_aside(self) -> bool:
+        """Held by the caller: if someone waits for the lock, let them have it now, and take it
+        back after, in turn; if nobody waits, keep it. Whether it stepped aside."""
+        with self._changed:
+            if not self._waiting:
+                return False
+            self._held = False
+            self._changed.notify_all()
+        self.__enter__()
+        return True
+
 
 class MicroBatcher:
     def __init__(
@@ -236,6 +275,8 @@ class MicroBatcher:
         `max_sentences`; `max_queue_work`: work units queued or running, 0 = unbounded;
         `gate`: held around every model call (the models of one server share one)."""
         self.gate: contextlib.AbstractContextManager = gate or contextlib.nullcontext()
+        self._shared_gate = gate  # stepped aside from at a call's turns (None: one model)
+        self._aside = threading.Lock()  # held by the thread of a call that is stepping aside
         self.run, self.window_s, self.max_sentences = run, window_s, max_sentences
         self.max_rows, self.max_queue_work = max_rows, max_queue_work
         self.on_batch = on_batch or (lambda size: None)
@@ -260,18 +301,14 @@ class MicroBatcher:
         client: str = "",
         token: CancelToken | None = None,
         observe: Observe | None = None,
+        cost: int | None = None,
     ) -> Future:
         """A future of `run(items, config)`'s results, in order, cancelled with `token` if given
         (cancelling it drops the request: see the module's docstring); `observe(index, event)`
-        hears of its items' progress while they run; raises QueueFull."""
-        request = _Request(
-            list(items),
-            config,
-            client,
-            work_units(items, config.beam_size),
-            results=[None] * len(items),
-            observe=observe,
-        )
+        hears of its items' progress while they run; `cost`: its work units, what the queue
+        bound counts (default `work_units`); raises QueueFull."""
+        work = work_units(items, config.beam_size) if cost is None else cost
+        request = _Request(list(items), config, client, work, results=[None] * len(items), observe=observe)
         if not items:
             request.future.set_result([])
             return request.future
@@ -396,7 +433,9 @@ class MicroBatcher:
                 del self._clients[client]
         return config, list(taken.values())
 
-    def _execute(self, config: Job, pieces: list[_Piece]) -> None:
+    def _execute(self, config: Job, pieces: list[_Piece], nested: bool = False) -> None:
+        """Run one batch of `pieces` and deliver its results; a `nested` one (run while
+        another call stepped aside) offers no turns of its own."""
         pieces = [piece for piece in pieces if not piece.request.dropped]  # cancelled while it waited
         if not pieces:
             return
@@ -405,8 +444,11 @@ class MicroBatcher:
         self.on_batch(len(items))
         with self._lock:
             self._running += pieces
+        turns = _Turns(self) if self._worker is not None and not nested else None
 
         def wanted() -> np.ndarray:
+            if turns is not None:
+                turns.offer()
             return np.array([not owner.dropped for owner in owners])
 
         start = time.perf_counter()
@@ -418,19 +460,33 @@ class MicroBatcher:
                 return
             log.warning("a batch of %d sentences failed; retrying its %d requests one by one", len(items), len(pieces))
             for piece in pieces:
-                self._execute(config, [piece])
+                self._execute(config, [piece], nested)
             return
         finally:
             with self._lock:
                 ended = {id(piece) for piece in pieces}
                 self._running = [piece for piece in self._running if id(piece) not in ended]
         if not any(owner.dropped for owner in owners):  # a call cut short says nothing of the throughput
-            self._observe(work_units(items, config.beam_size), time.perf_counter() - start)
+            # Each piece costs its share of its request's work; the time others ran in its turns is not its.
+            work = sum(p.request.cost * (p.end - p.start) / len(p.request.items) for p in pieces)
+            self._observe(int(work), time.perf_counter() - start - (turns.aside_s if turns else 0.0))
         position = 0
         for piece in pieces:
             count = piece.end - piece.start
             self._deliver(piece, results[position : position + count])
             position += count
+
+    def _step_aside(self) -> bool:
+        """A turn inside a running call (module doc, "Turns inside a call"): a batch of the
+        waiting requests, if one has never been served, runs now, nested; then the other
+        model takes the gate if it waits for it. Whether the call stepped aside."""
+        with self._lock:
+            newcomer = not self._closed and any(r.served == 0 for rs in self._clients.values() for r in rs)
+            config, pieces = self._deal() if newcomer else (None, [])
+        if pieces:
+            self._execute(config, pieces, nested=True)
+        gave_gate = self._shared_gate is not None and self._shared_gate.step_aside()
+        return bool(pieces) or gave_gate
 
     def _deliver(self, piece: _Piece, results: list[Any]) -> None:
         request = piece.request
@@ -476,6 +532,30 @@ class MicroBatcher:
         if not self._work_per_second:
             return 1
         return int(min(60, max(1, math.ceil(self._queued_work / self._work_per_second))))
+
+
+class _Turns:
+    """The turns one running call offers (`MicroBatcher._execute`'s `wanted`): after `TURN_S`
+    of running since it began or last stepped aside, on whichever of its threads asks first;
+    its other threads (a search's sub-batches, `Translator.streams`) wait at their next step
+    until the turn is over, so that the turn has the cores to itself."""
+
+    def __init__(self, batcher: MicroBatcher):
+        self.batcher, self.since, self.aside_s = batcher, time.monotonic(), 0.0
+
+    def offer(self) -> None:
+        if time.monotonic() - self.since < TURN_S:
+            return
+        if not self.batcher._aside.acquire(blocking=False):
+            with self.batcher._aside:  # another thread of the call is taking the turn: wait it out
+                return
+        try:
+            began = time.monotonic()
+            if self.batcher._step_aside():
+                self.since = time.monotonic()
+                self.aside_s += self.since - began
+        finally:
+            self.batcher._aside.release()
 
 
 def _routed(pieces: list[_Piece]) -> Observe | None:

@@ -13,7 +13,6 @@ bundles that failed to load. Torch-free: bundles run on onnxruntime through
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,7 +25,17 @@ from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, 
 from seq2seq.decoding.forced import ForcedAlignment, align_given
 from seq2seq.decoding.search import Wanted
 from seq2seq.decoding.translator import TranslationResult, TranslationStep, Translator, Watch
-from service.compute.batching import CancelToken, FairLock, MicroBatcher, Observe, RunBatch, Sentence
+from seq2seq.runtime.models import find_bundles, model_direction
+from service.compute.batching import (
+    CancelToken,
+    FairLock,
+    MicroBatcher,
+    Observe,
+    RunBatch,
+    Sentence,
+    occlusion_units,
+    work_units,
+)
 
 log = logging.getLogger("crossalign.service")
 Pair = tuple[str, str]
@@ -78,7 +87,20 @@ class ServedModel:
         carries the config's glossary, the job none: requests with different glossaries (and
         the same other settings) share a batch."""
         sentences = [Sentence(text, config.glossary) for text in texts]
-        return self.batcher.submit(sentences, config.without_glossary(), client, token, observe)
+        cost = work_units(texts, config.beam_size) + self.occlusion_work(texts, config)
+        return self.batcher.submit(sentences, config.without_glossary(), client, token, observe, cost)
+
+    def occludes(self, config: DecodeConfig) -> bool:
+        """Whether a translation with `config` runs the thorough quality pass's source
+        occlusion (its maps' quality blocks, a detector that reads it, `config.occlusion`)."""
+        asked = config.alignment is not None and config.quality and config.occlusion
+        return asked and self.translator.quality.needs_occlusion
+
+    def occlusion_work(self, sentences: list[str], config: DecodeConfig) -> int:
+        """The work units of the occlusion pass of translating `sentences` with `config`
+        (`occlusion_units`; 0 where it does not `occlude`): what a request costs beside its
+        search (`work_units`), in the queue bound and the request's."""
+        return occlusion_units(sentences, config.n_best) if self.occludes(config) else 0
 
     def translate(
         self,
@@ -127,7 +149,7 @@ def model_call(translator: Translator) -> RunBatch:
 
     def run(items: Sequence[Any], job: DecodeConfig | ForcedJob, wanted: Wanted, observe: Observe | None) -> list[Any]:
         if isinstance(job, ForcedJob):
-            return align_given(translator, list(items), job.options, restore_case=job.restore_case)
+            return align_given(translator, list(items), job.options, restore_case=job.restore_case, wanted=wanted)
         watched = None if observe is None else watch(observe, job)
         texts = [item.text if isinstance(item, Sentence) else item for item in items]
         glossaries = [item.glossary if isinstance(item, Sentence) else job.glossary for item in items]
@@ -179,20 +201,16 @@ class TranslatorEngine:
                 gate=gate,
             )
             self.models[pair] = ServedModel(name, pair[0], pair[1], translator, batcher)
+        # Each direction reads the other as its channel when both are served: a request's
+        # `rerank: "channel"` (seq2seq/decoding/rerank.py). The channel's pass runs inside its
+        # model's call, under the gate, so the two directions' graphs still take turns.
+        for (source, target), (_, translator) in translators.items():
+            if (target, source) in translators:
+                translator.channel = translators[target, source][1]
 
     def close(self) -> None:
         for model in self.models.values():
             model.batcher.close()
-
-
-def find_bundles(models: Path) -> list[Path]:
-    """`models` itself if it is a bundle, else every bundle directly inside it, sorted."""
-    models = Path(models)
-    if (models / BUNDLE_FILE).is_file():
-        return [models]
-    if not models.is_dir():
-        return []
-    return sorted(d for d in models.iterdir() if (d / BUNDLE_FILE).is_file())
 
 
 def load_engine(
@@ -226,7 +244,7 @@ def load_engine(
     failed: dict[str, str] = {}
     for directory in bundles:
         try:
-            languages = bundle_languages(directory)
+            pair = model_direction(directory)
             translator = load_translator(
                 directory,
                 backend="onnx",
@@ -235,8 +253,6 @@ def load_engine(
                 quality_mode=quality_mode,
                 streams=streams,
             )
-            config = translator.config
-            pair = (languages.get("source", config.source_lang), languages.get("target", config.target_lang))
             if pair in translators:
                 raise ValueError(
                     f"{directory}: a second model for {pair[0]}->{pair[1]} (first: {translators[pair][0]})"
@@ -256,19 +272,6 @@ def load_engine(
     if not translators:
         raise RuntimeError("no model bundle could be loaded: " + "; ".join(f"{n}: {e}" for n, e in failed.items()))
     return TranslatorEngine(translators, window_s, max_sentences, on_batch, max_rows, max_queue_work, failed)
-
-
-def bundle_languages(directory: Path) -> dict[str, str]:
-    """The `languages` of a bundle's bundle.json; ValueError naming the file if it is malformed."""
-    path = directory / BUNDLE_FILE
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: unreadable manifest: {one_line(error)}") from None
-    languages = manifest.get("languages", {}) if isinstance(manifest, dict) else None
-    if not isinstance(languages, dict):
-        raise ValueError(f"{path}: `languages` must be an object")
-    return languages
 
 
 def one_line(error: BaseException) -> str:

@@ -246,6 +246,9 @@ def has_body(scope: dict) -> bool:
 # --------------------------------------------------------------------------- the request line
 
 
+HEAD_REQUEST = "crossalign.head"  # in the scope of a HEAD run as GET: a route whose GET changes something checks it
+
+
 class HeadAsGet(HTTPMiddleware):
     """A HEAD request runs as its GET; the answer's status and headers go out, its body does not."""
 
@@ -259,7 +262,7 @@ class HeadAsGet(HTTPMiddleware):
                 message = {**message, "body": b""}
             await send(message)
 
-        await self.app({**scope, "method": "GET"}, receive, headless)
+        await self.app({**scope, "method": "GET", HEAD_REQUEST: True}, receive, headless)
 
 
 def query_problem(query: bytes) -> str | None:

@@ -21,6 +21,16 @@ CLIENT_GONE = 499  # nginx's "client closed request": counted in the metrics, ne
 SERVED_METHODS = frozenset({"GET", "HEAD", "POST", "OPTIONS"})
 
 
+# A value of the request that a message shows is cut to this many characters: an error
+# names what was wrong, it never echoes a 5 MiB field back (issue 41, 16).
+ECHO_CHARS = 40
+
+
+def clipped(value: str, limit: int = ECHO_CHARS) -> str:
+    """`value` as a message shows what the client sent: quoted, and cut to `limit` characters."""
+    return repr(value if len(value) <= limit else value[:limit] + "…")
+
+
 class APIError(Exception):
     def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)

@@ -160,6 +160,10 @@ def _constrain_field(
             option["enum"] = sorted({t for targets in languages.values() for t in targets})
         elif name in ("beam_size", "n_best") and kind == "integer":
             option.update(minimum=1, maximum=settings.max_beam_size)
+        elif name == "rerank_candidates" and kind == "integer":
+            option.update(maximum=settings.max_beam_size)
+        elif name == "rerank" and kind == "string" and not limits.get("channel", 1):
+            option["enum"] = [mode for mode in option["enum"] if "channel" not in mode]  # no reverse direction served
         elif name == "alternatives" and kind == "integer":
             option.update(minimum=0, maximum=settings.max_beam_size - 1)
         elif name in ("width", "height") and kind == "integer":
@@ -179,17 +183,22 @@ def truthful_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
     components.pop("HTTPValidationError", None)
     components.pop("ValidationError", None)
     components["Error"] = ERROR_SCHEMA
-    # A key goes in `Authorization: Bearer <key>` (also accepted: X-API-Key, `api_key`);
-    # optional in the document, since a server without keys accepts requests without one.
-    schema["components"]["securitySchemes"] = {
-        "bearer": {"type": "http", "scheme": "bearer", "description": "an API key, when the server has keys"}
-    }
-    schema["security"] = [{"bearer": []}, {}]
+    # A key goes in `Authorization: Bearer <key>` (also accepted: X-API-Key, `api_key`). Only a
+    # server with keys declares it: Swagger UI draws a lock on every route and an "Authorize"
+    # button wherever a scheme is declared, and a server without keys wants none (nor answers
+    # 403). Optional even then ({}): /health, /languages and the like take no key.
+    errors = {**ERRORS, **SIZE_ERROR}
+    if settings.api_key_set:
+        schema["components"]["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer", "description": "an API key (this server has keys)"}
+        }
+        schema["security"] = [{"bearer": []}, {}]
+    else:
+        errors.pop("403")
     for item in schema.get("paths", {}).values():
         for operation in item.values():
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
-            errors = {**ERRORS, **SIZE_ERROR}
             for status, description in errors.items():
                 response = responses.setdefault(status, {"description": description})
                 response["content"] = {"application/json": {"schema": ERROR_REF}}
@@ -209,6 +218,8 @@ def truthful_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
             limits = {"layers": min(c.decoder_layers for c in configs), "heads": min(c.n_heads for c in configs)}
             # A glossary needs a model trained with hints (400 otherwise): every served one, for the document.
             limits["hints"] = int(all(m.translator.tokenizer.hint_ids is not None for m in engine.models.values()))
+            # A channel rerank needs the reverse direction (400 otherwise): some served pair's, for the document.
+            limits["channel"] = int(any(m.translator.channel is not None for m in engine.models.values()))
     for node in _request_schemas(schema):
         _constrain(node, settings, languages, limits)
     return schema

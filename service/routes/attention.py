@@ -51,8 +51,8 @@ from service.shared.jobs import explored_config, sentence_source_lengths
 from service.shared.maps import Kind, sentence_maps
 from service.shared.requests import (
     BeamSize,
-    JSONRequest,
     NoRepeatNgramSize,
+    RerankFields,
     Source,
     Target,
     TermFields,
@@ -276,7 +276,7 @@ def attention_response(model: ServedModel, translated: TranslatedText, settings:
 # --------------------------------------------------------------------------- routes
 
 
-class AttentionRequest(TermFields):
+class AttentionRequest(TermFields, RerankFields):
     text: str = Field(description="the text to translate and explore")
     source: Source
     target: Target
@@ -284,7 +284,7 @@ class AttentionRequest(TermFields):
     no_repeat_ngram_size: NoRepeatNgramSize
 
 
-class AttentionQuery(JSONRequest):
+class AttentionQuery(RerankFields):
     """`AttentionRequest` as query parameters (`q` for the text), read as text: "4" is 4, and
     parameters that are not its fields (an `api_key`) are left to others."""
 
@@ -300,7 +300,8 @@ class AttentionQuery(JSONRequest):
 def attention_for(body: AttentionRequest, ctx: RequestContext) -> AttentionResponse:
     ctx.check_texts([body.text], "text")
     model, _ = ctx.resolve_pair(body.source, body.target, [body.text])
-    config = explored_config(ctx, model, body.beam_size, body.no_repeat_ngram_size, body.term_options())
+    terms, rerank = body.term_options(), body.rerank_options(ctx.settings.max_beam_size)
+    config = explored_config(ctx, model, body.beam_size, body.no_repeat_ngram_size, terms, rerank)
     # What is known before translating is checked before translating: the source tokens, and
     # the weights of the encoder's maps alone.
     lengths = sentence_source_lengths(model, body.text, config)

@@ -36,6 +36,8 @@ from fastapi.responses import JSONResponse
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from seq2seq.core.inputs import text_problem
+from seq2seq.core.languages import language_name
+from seq2seq.decoding.texts import sentences_of
 from seq2seq.documents.files import (
     EXTENSIONS,
     Document,
@@ -51,12 +53,13 @@ from seq2seq.documents.files import (
 )
 from seq2seq.documents.translate import Translation, has_words
 from service.compute.engine import ServedModel
-from service.compute.languages import language_name
 from service.http.access import get_access, request_api_key
 from service.http.bodies import read_body
+from service.http.connections import HEAD_REQUEST
 from service.http.errors import APIError
 from service.shared.context import ContextDep, RequestContext, Search
-from service.shared.file_jobs import DONE, FAILED, QUEUED, RUNNING, FileJob, FileStore, JobBoard, poll_after
+from service.shared.file_jobs import CANCELLED, DONE, FAILED, QUEUED, RUNNING, UNFINISHED, FileJob, JobBoard, poll_after
+from service.shared.file_store import FileStore
 from service.shared.markup import scheduled_translator
 
 router = APIRouter(tags=["files"])
@@ -128,6 +131,10 @@ def parse_upload(body: bytes, content_type: str) -> Upload:
         name = disposition.get(b"name", b"").decode("utf-8", "replace")
         if name == "file":
             filename = disposition.get(b"filename", b"").decode("utf-8", "replace")
+            if not filename.strip():  # the name's extension is what says the format
+                raise APIError(
+                    400, "Invalid request: the `file` part has no filename; send it with its name (e.g. report.docx)"
+                )
             upload = (filename, bytes(part["data"]))
             continue
         try:
@@ -161,7 +168,8 @@ class FileTranslator:
     """The segments of one file through the fair scheduler: calls within `max_request_work`
     (beam x characters), the whole within `file_timeout` (`deadline`); a full queue is waited
     out until then. A segment the input rules refuse (a control character) keeps its source;
-    so does one too long for a call alone. `progress(segments done)` hears of each call."""
+    one too long for a call alone is translated in calls of its sentences (issue 41, 9).
+    `progress(segments done)` hears of each call."""
 
     ctx: RequestContext
     model: ServedModel
@@ -169,14 +177,18 @@ class FileTranslator:
     progress: Callable[[int], None] | None = None
 
     def __call__(self, texts: list[str]) -> list[Translation | Exception]:
-        translate = scheduled_translator(
-            self.ctx, self.model, self.ctx.decode_config(self.model, Search(attention=True)), self.deadline
-        )
-        budget = self.ctx.settings.max_request_work // max(1, translate.config.beam_size)
+        config = self.ctx.decode_config(self.model, Search(attention=True))
+        budget = max(1, self.ctx.settings.max_request_work // max(1, config.beam_size))
+        translate = scheduled_translator(self.ctx, self.model, config, self.deadline, call_chars=budget)
         out: list[Translation | Exception | None] = [None] * len(texts)
         call: list[int] = []
         for index, text in enumerate(texts):
-            problem = text_problem(text, max(budget, 1))
+            longest = max(map(len, sentences_of(text)), default=0)
+            problem = text_problem(text) or (
+                f"a sentence of {longest} characters is longer than a model call takes ({budget})"
+                if longest > budget
+                else None
+            )
             if problem:
                 out[index] = ValueError(problem)
                 continue
@@ -211,6 +223,8 @@ class ReadUpload:
     file_format: FileFormat
     name: str  # the translated file's name
     key: str | None  # the hash of the upload's key, when keys are on
+    client: str  # whose quota its file counts against (an API key, or an address)
+    delete_after_download: bool
 
     @property
     def characters(self) -> int:
@@ -231,8 +245,13 @@ class ReadUpload:
         the answer's fields but the URL and expiry, which depend on when and where it is asked."""
         translate = FileTranslator(ctx, self.model, time.monotonic() + ctx.settings.file_timeout, progress)
         result = translate_document(self.document, translate, self.model.target)
-        meta = {"name": self.name, "media_type": self.file_format.media_type, "key": self.key}
-        file_id = store.put(result.data, meta, result.alignments, file_id)
+        meta = {
+            "name": self.name,
+            "media_type": self.file_format.media_type,
+            "key": self.key,
+            "delete_after_download": self.delete_after_download,
+        }
+        file_id = store.put(result.data, meta, result.alignments, self.client, file_id)
         notes = dict(result.notes)
         if result.report.failed:
             notes["segments kept in the source language"] = len(result.report.failed)
@@ -272,6 +291,11 @@ FILE_FORM = {
                             "the header `Prefer: respond-async`); files over the server's `file_sync_chars` "
                             "characters are jobs anyway",
                         },
+                        "delete_after_download": {
+                            "type": "boolean",
+                            "description": "true: the translated file is deleted once downloaded (its alignment "
+                            "sidecar with it); default: the server's `file_delete_after_download`",
+                        },
                     },
                 }
             }
@@ -283,7 +307,7 @@ JOB_STATUS = {
     "required": ["job_id", "state", "status_url", "name", "segments_done", "segments_total"],
     "properties": {
         "job_id": {"type": "string"},
-        "state": {"type": "string", "enum": [QUEUED, RUNNING, DONE, FAILED]},
+        "state": {"type": "string", "enum": [QUEUED, RUNNING, DONE, FAILED, CANCELLED]},
         "status_url": {"type": "string"},
         "name": {"type": "string", "description": "the translated file's name"},
         "segments_done": {"type": "integer"},
@@ -319,13 +343,18 @@ def check_format(upload: Upload) -> FileFormat:
         raise APIError(400, f"Invalid request: {error}") from None
 
 
+def form_flag(upload: Upload, name: str, default: bool) -> bool:
+    """A boolean form field (`default` when absent or empty); 400 for one that is no boolean."""
+    value = upload.fields.get(name, "").strip().lower()
+    if value not in TRUE + FALSE:
+        raise APIError(400, f"Invalid request: {name} must be true or false, not {value[:20]!r}")
+    return value in TRUE if value else default
+
+
 def asks_for_a_job(request: Request, upload: Upload) -> bool:
     """`async=true` in the form, or `Prefer: respond-async` (RFC 7240); 400 for an `async` that is no boolean."""
-    value = upload.fields.get("async", "").strip().lower()
-    if value not in TRUE + FALSE:
-        raise APIError(400, f"Invalid request: async must be true or false, not {value[:20]!r}")
     prefer = request.headers.get("prefer", "").lower()
-    return value in TRUE or "respond-async" in (part.strip() for part in re.split(r"[,;]", prefer))
+    return form_flag(upload, "async", False) or "respond-async" in (part.strip() for part in re.split(r"[,;]", prefer))
 
 
 def read_file(request: Request, upload: Upload, ctx: RequestContext) -> ReadUpload:
@@ -346,7 +375,9 @@ def read_file(request: Request, upload: Upload, ctx: RequestContext) -> ReadUplo
     sample = " ".join(segment.text for segment in document.segments)[:2000]
     model, _ = ctx.resolve_pair(upload.fields["source"], upload.fields["target"], [sample or "-"])
     key = key_hash(upload.fields["api_key_used"]) if get_access(request).keys else None
-    return ReadUpload(document, model, file_format, translated_name(upload.name, model.target, file_format), key)
+    name = translated_name(upload.name, model.target, file_format)
+    once = form_flag(upload, "delete_after_download", settings.file_delete_after_download)
+    return ReadUpload(document, model, file_format, name, key, ctx.client, once)
 
 
 @router.post(
@@ -369,6 +400,7 @@ def translate_file(
     how far it is and, once done, the same fields. Formats: the extension of the file's name
     (GET /frontend/settings lists them)."""
     job_asked = asks_for_a_job(request, upload)
+    store.check_room(ctx.client, len(upload.data))  # before parsing it: the translation is about its size
     read = read_file(request, upload, ctx)
     if not job_asked and read.characters <= ctx.settings.file_sync_chars:
         return file_answer(request, read.translate(ctx, store), ctx.settings.file_ttl)
@@ -383,7 +415,7 @@ def translate_file(
     )
     board.submit(job)
     # From the job itself, not its record on disk (which a full disk may have kept from being written).
-    record = job.record(expires=time.time() + ctx.settings.file_ttl)
+    record = job.record(time.time() + ctx.settings.file_ttl, board.owner)
     status = job_status(request, record)
     headers = {"Location": status["status_url"], "Retry-After": str(poll_after(record))}
     return JSONResponse(status, status_code=202, headers=headers)
@@ -410,6 +442,18 @@ def job_status(request: Request, record: dict[str, Any]) -> dict[str, Any]:
     return status
 
 
+def job_answer(request: Request, response: Response, record: dict[str, Any]) -> dict[str, Any]:
+    """A job's status, with `Retry-After` while it is unfinished."""
+    if record["state"] in UNFINISHED:
+        response.headers["Retry-After"] = str(poll_after(record))
+    return job_status(request, record)
+
+
+def current_board(request: Request) -> JobBoard | None:
+    """The board, if the server runs one now (a status is read from the store without one)."""
+    return getattr(request.app.state, "jobs", None)
+
+
 @router.get(
     UPLOAD_PATH + "/{job_id}",
     responses={
@@ -424,15 +468,38 @@ def job_status(request: Request, record: dict[str, Any]) -> dict[str, Any]:
 )
 def file_job(job_id: str, request: Request, response: Response, store: FileStore = Depends(get_store)) -> Any:
     """`state`: `queued` (`position`: jobs before it), `running`, `done` (with
-    `translatedFileUrl` and the rest of the synchronous answer) or `failed` (`error`, and
-    `error_status`: the status a synchronous answer would have had); `segments_done` of
-    `segments_total` throughout. While the job is unfinished, `Retry-After` says when to ask
-    again. With keys on, only the upload's key may ask."""
+    `translatedFileUrl` and the rest of the synchronous answer), `failed` (`error`, and
+    `error_status`: the status a synchronous answer would have had; also when the server
+    running it died) or `cancelled`; `segments_done` of `segments_total` throughout. While
+    the job is unfinished, `Retry-After` says when to ask again. Any server sharing the
+    store answers. With keys on, only the upload's key may ask."""
     key = checked_key(request)
     record = owned(store.get_job(job_id), key, "job")
-    if record["state"] in (QUEUED, RUNNING):
-        response.headers["Retry-After"] = str(poll_after(record))
-    return job_status(request, record)
+    board = current_board(request)
+    return job_answer(request, response, board.status(record) if board else record)
+
+
+@router.post(
+    UPLOAD_PATH + "/{job_id}/cancel",
+    responses={
+        200: {"description": "the job's state now", "content": {"application/json": {"schema": JOB_STATUS}}},
+        404: {"description": "no such job, or it expired"},
+    },
+    summary="Cancel a file job (from any server sharing the store)",
+)
+def cancel_file_job(
+    job_id: str,
+    request: Request,
+    response: Response,
+    store: Annotated[FileStore, Depends(get_store)],
+    board: Annotated[JobBoard, Depends(get_board)],
+) -> Any:
+    """A queued job never starts and a running one stops at its next model call (on
+    whichever server runs it); a done job's file is deleted. The state is `cancelled` from
+    then on (a failed job stays `failed`). With keys on, only the upload's key may cancel."""
+    key = checked_key(request)
+    record = owned(store.get_job(job_id), key, "job")
+    return job_answer(request, response, board.cancel(record))
 
 
 def checked_key(request: Request) -> str | None:
@@ -457,7 +524,7 @@ def attachment(name: str) -> str:
 
 DOWNLOAD_RESPONSES = {
     200: {"content": {"application/octet-stream": {}}, "description": "the translated file (or its alignment)"},
-    404: {"description": "no such file, or it expired"},
+    404: {"description": "no such file: it expired, was deleted after its download, or never was"},
 }
 
 
@@ -474,15 +541,17 @@ def download_file(
     store: FileStore = Depends(get_store),
 ) -> Response:
     """The translated file, named like `report.en.docx`; with `alignment=true` a JSONL line
-    per segment (index, plain source, plain translation, word links in Pharaoh form)."""
+    per segment (index, plain source, plain translation, word links in Pharaoh form). A file
+    uploaded with `delete_after_download` is deleted by its first download (a GET of the
+    file itself: neither a HEAD nor the alignment's), which one request alone gets."""
     key = checked_key(request)
-    meta, path = store.get(file_id)
-    owned(meta, key, "file")
+    meta = owned(store.get(file_id), key, "file")
     if alignment:
-        data, name = path.with_name(f"{file_id}.alignment.jsonl").read_bytes(), meta["name"] + ".alignment.jsonl"
+        data, name = store.read(file_id, alignment=True), meta["name"] + ".alignment.jsonl"
         media = "application/x-ndjson"
     else:
-        data, name, media = path.read_bytes(), meta["name"], meta["media_type"]
+        once = meta.get("delete_after_download") and not request.scope.get(HEAD_REQUEST)
+        data, name, media = store.take(file_id) if once else store.read(file_id), meta["name"], meta["media_type"]
     return Response(data, media_type=media, headers={"Content-Disposition": attachment(name)})
 
 

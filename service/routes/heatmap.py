@@ -19,12 +19,12 @@ from service.http.errors import APIError
 from service.shared.context import ContextDep, RequestContext, Search
 from service.shared.jobs import explored_config, sentence_source_lengths
 from service.shared.maps import self_attention_alignment, sentence_maps
-from service.shared.requests import BeamSize, JSONRequest, NoRepeatNgramSize, Source, StepShift, Target
+from service.shared.requests import BeamSize, NoRepeatNgramSize, RerankFields, Source, StepShift, Target
 
 router = APIRouter(prefix="/v1", tags=["native"], route_class=CheckedRoute)
 
 
-class HeatmapRequest(JSONRequest):
+class HeatmapRequest(RerankFields):
     q: str = Field(description="the text to translate and draw")
     source: Source
     target: Target
@@ -80,7 +80,8 @@ def heatmap_response(body: HeatmapRequest, ctx: RequestContext) -> Response:
         # A self-attention layer is checked against its own stack (the encoder's may be deeper).
         options = ctx.resolve_alignment(model, options if body.kind == "cross" else replace(options, layer=None))
         cross = options if body.kind == "cross" else None
-        search = Search(body.beam_size, 1, body.no_repeat_ngram_size, attention=True)
+        rerank = body.rerank_options(ctx.settings.max_beam_size)
+        search = Search(body.beam_size, 1, body.no_repeat_ngram_size, attention=True, rerank=rerank)
         config = ctx.decode_config(model, search, alignment=cross)
         if body.kind != "decoder":  # the source axis is known before translating (a decoder map's are not)
             check_axis(ctx, source_axis(model, body.q, config, body.kind, body.level), 0)
@@ -127,7 +128,8 @@ def heads_response(body: HeatmapRequest, ctx: RequestContext) -> Response:
     width, height = body.width or fitted[0], body.height or fitted[1]
     check_canvas(ctx, width, height)
     with ctx.render_place(width * height):
-        decode = explored_config(ctx, model, body.beam_size, body.no_repeat_ngram_size)
+        rerank = body.rerank_options(ctx.settings.max_beam_size)
+        decode = explored_config(ctx, model, body.beam_size, body.no_repeat_ngram_size, rerank=rerank)
         check_axis(ctx, source_axis(model, body.q, decode, "encoder", "subword"), 0)
         translated = ctx.translate(model, [body.q], decode)[0]
         maps = [getattr(sentence_maps(model.translator.backend, r), body.kind) for r in translated.results]

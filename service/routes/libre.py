@@ -17,22 +17,22 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from seq2seq.core.languages import language_name
 from seq2seq.decoding.records import AlignmentMap, Quality, TermUse
 from seq2seq.decoding.texts import TranslatedText
 from seq2seq.documents.html import read_html, segments
-from service.compute.languages import language_name
 from service.http.access import get_access, request_api_key
 from service.http.bodies import parse_json, read_body
 from service.http.errors import APIError
 from service.shared.context import ContextDep, Search
 from service.shared.markup import MarkedTranslation, translate_pages
-from service.shared.requests import AlignmentRequest, JSONRequest, TermFields
+from service.shared.requests import AlignmentRequest, JSONRequest, RerankFields, TermFields
 
 router = APIRouter(tags=["LibreTranslate"])
 FORM_TRUE, FORM_FALSE = ("true",), ("false",)  # what a form says for a JSON boolean
 
 
-class LibreTranslateRequest(TermFields):
+class LibreTranslateRequest(TermFields, RerankFields):
     # Unknown fields are ignored, as LibreTranslate does.
     model_config = ConfigDict(extra="ignore")
     q: str | list[str] = Field(description="text, or a list of texts translated as one batch")
@@ -163,14 +163,15 @@ async def translate_params(
     if is_form(request):
         for name in JSON_ONLY_FIELDS:
             fields.pop(name, None)
-        if fields.get("dictionary_hints") in ("null", ""):  # a form's way to leave it unset
-            fields.pop("dictionary_hints")
-    for name in ("alignment", "dictionary_hints", "glossary_strict"):
-        if isinstance(fields.get(name), str):  # form: "true"/"false" (a JSON object needs a JSON body)
-            flag = fields[name].strip().lower()
-            if flag not in FORM_TRUE + FORM_FALSE:
-                raise APIError(400, f"Invalid request: {name} must be true or false in a form, not {flag[:20]!r}")
-            fields[name] = flag in FORM_TRUE
+        for name in ("dictionary_hints", *RerankFields.model_fields):
+            if fields.get(name) in ("null", ""):  # a form's way to leave it unset
+                fields.pop(name)
+        for name in ("alignment", "dictionary_hints", "glossary_strict"):
+            if isinstance(fields.get(name), str):  # a form says "true"/"false"; JSON must say true/false
+                flag = fields[name].strip().lower()
+                if flag not in FORM_TRUE + FORM_FALSE:
+                    raise APIError(400, f"Invalid request: {name} must be true or false in a form, not {flag[:20]!r}")
+                fields[name] = flag in FORM_TRUE
     try:
         # A form's values are all text ("2", "true"); JSON must have the declared types.
         return LibreTranslateRequest.model_validate(fields, strict=not is_form(request))
@@ -200,8 +201,10 @@ def translate(params: Annotated[LibreTranslateRequest, Depends(translate_params)
     )
     model, detection = ctx.resolve_pair(params.source, params.target, plain)
     options = ctx.resolve_alignment(model, alignment.options()) if alignment else None
-    # LibreTranslate takes no search settings: the model's own, its beam raised to the alternatives.
-    config = ctx.decode_config(model, Search(n_best=params.alternatives + 1), params.term_options(), options)
+    # LibreTranslate takes no search settings: the model's own, its beam raised to the alternatives
+    # (and, with our `rerank` extension, to the candidates reranked).
+    search = Search(n_best=params.alternatives + 1, rerank=params.rerank_options(ctx.settings.max_beam_size))
+    config = ctx.decode_config(model, search, params.term_options(), options)
     if params.format == "html":
         pages = translate_pages(ctx, model, texts, config)
         translations = [page.text for page in pages]

@@ -37,7 +37,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,11 +57,14 @@ from seq2seq.core.alignment import (
     visible,
     words,
 )
-from seq2seq.core.config import AlignmentOptions
+from seq2seq.core.config import AlignmentOptions, DecodeConfig
 from seq2seq.decoding.records import aligned_sentence
+from seq2seq.decoding.search import max_target_length
 from seq2seq.decoding.texts import TranslatedText, sentence_spans
 from seq2seq.decoding.translator import TranslationResult, TranslationStep
+from service.compute.engine import ServedModel
 from service.http.access import CheckedRoute
+from service.http.errors import APIError
 from service.shared.context import ContextDep, RequestContext
 from service.shared.jobs import TranslateFields, TranslationJob, translation_job
 
@@ -68,8 +72,15 @@ log = logging.getLogger("crossalign.service")
 router = APIRouter(prefix="/v1", tags=["native"], route_class=CheckedRoute)
 # A comment line this often while nothing else is sent, so a proxy does not time the stream out.
 KEEP_ALIVE_S = 15.0
+# A client that does not take the stream's text is cut off this long after `request_timeout`
+# (the time for the `error` event that says so to go out to one that still reads).
+SEND_GRACE_S = 1.0
 DECIMALS = 4
 BOS, EOS = "<s>", "</s>"
+# The events are made (JSON of every step's maps with `all_heads`: megabytes for a long text)
+# off the event loop, which /health and every other connection need; a pool of their own, so
+# that handlers waiting on the model in the request thread pool never hold them up.
+EVENT_MAKERS = ThreadPoolExecutor(2, thread_name_prefix="stream-events")
 
 
 class StreamRequest(TranslateFields):
@@ -142,11 +153,34 @@ async def translate_stream(body: StreamRequest, ctx: ContextDep) -> StreamingRes
 
     A client that disconnects drops the request's work at the search's next step."""
     stream = await run_in_threadpool(open_stream, body, ctx, asyncio.get_running_loop())
-    return StreamingResponse(
+    return DeadlineStream(
         stream.events(),
+        deadline=stream.started + ctx.settings.request_timeout + SEND_GRACE_S,
+        on_expiry=stream.future.cancel,
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+class DeadlineStream(StreamingResponse):
+    """A `StreamingResponse` whose writes must be taken by `deadline` (`time.monotonic()`): a
+    client that stops reading blocks the writes (the transport waits to drain), and would
+    hold the stream, its request and its connection open however long; past the deadline the
+    writes stop, `on_expiry` drops the request's work, and the connection is closed."""
+
+    def __init__(self, content: AsyncIterator[str], deadline: float, on_expiry: Callable[[], Any], **kwargs: Any):
+        super().__init__(content, **kwargs)
+        self.deadline, self.on_expiry = deadline, on_expiry
+
+    async def stream_response(self, send: Any) -> None:
+        async def timed(message: dict) -> None:
+            await asyncio.wait_for(send(message), max(self.deadline - time.monotonic(), 0.0))
+
+        try:
+            await super().stream_response(timed)
+        except TimeoutError:
+            self.on_expiry()
+            log.info("closed a stream whose client did not take its events within request_timeout")
 
 
 def open_stream(body: StreamRequest, ctx: RequestContext, loop: asyncio.AbstractEventLoop) -> TranslationStream:
@@ -164,10 +198,33 @@ def open_stream(body: StreamRequest, ctx: RequestContext, loop: asyncio.Abstract
     ]
     for state, pieces in zip(sentences, model.translator.pieces_to_read([s.source for s in sentences], config)):
         state.read(pieces)
+    if body.all_heads:  # bounded as /v1/attention's maps are, before anything is translated
+        limit = ctx.settings.attention_max_weights
+        check_streamed_weights(sum(streamed_weights(model, len(s.pieces), config) for s in sentences), limit)
     stream = TranslationStream(ctx, job, spans, sentences, options, body.all_heads, loop)
     stream.future = ctx.submit(model, job.texts, [s.source for s in sentences], config, stream.observe)
     stream.future.add_done_callback(stream.ended)
     return stream
+
+
+def streamed_weights(model: ServedModel, pieces: int, config: DecodeConfig) -> int:
+    """The most attention weights the `all_heads` step events of a sentence of `pieces` source
+    pieces can carry: per step, every decoder layer and head's cross row (the pieces and
+    </s>) and self-attention row (the step's inputs so far), for as many steps as the search
+    may take (its length limit, `max_target_length`, and the model's positions)."""
+    layers, heads = model.config.decoder_layers, model.config.n_heads
+    steps = min(max_target_length(pieces + 1, config), model.config.max_positions - 2) + 1
+    return layers * heads * (steps * (pieces + 1) + steps * (steps + 1) // 2)
+
+
+def check_streamed_weights(weights: int, limit: int) -> None:
+    """413 when the `all_heads` events would carry more than `limit` weights (`attention_max_weights`)."""
+    if weights > limit:
+        raise APIError(
+            413,
+            f"the all_heads step events of this text can hold {weights} attention weights; a stream holds at "
+            f"most {limit} (send a shorter text, or leave all_heads out)",
+        )
 
 
 @dataclass
@@ -213,6 +270,7 @@ class TranslationStream:
         self.future: concurrent.futures.Future = concurrent.futures.Future()
         self.started = time.monotonic()
         self.steps = 0
+        self.weights = 0  # attention weights sent in `all_heads` events (checked before, held here too)
         self.sent = [0] * len(self.texts)  # per text, the sentences sent (in order)
 
     # ---------------------------------------------------------------- the scheduler's side
@@ -231,7 +289,8 @@ class TranslationStream:
     # ---------------------------------------------------------------- the loop's side
 
     async def events(self) -> AsyncIterator[str]:
-        """The stream's text: `start`, then the events as they come, ending with `done` or `error`."""
+        """The stream's text: `start`, then the events as they come, ending with `done` or
+        `error`; whatever fails once it has started ends it with its `error` event."""
         try:
             yield event("start", self.start())
             deadline = self.started + self.ctx.settings.request_timeout
@@ -251,20 +310,26 @@ class TranslationStream:
                 messages = [message]
                 while not self.messages.empty():
                     messages.append(self.messages.get_nowait())
-                texts, ended = [], False
-                for kind, item, payload in messages:
-                    if kind == "event":
-                        texts += self.progress(item, payload)
-                    else:
-                        texts += self.finish(payload)
-                        ended = True
-                        break
-                if texts:
-                    yield "".join(texts)
+                text, ended = await self.loop.run_in_executor(EVENT_MAKERS, self.made, messages)
+                if text:
+                    yield text
                 if ended:
                     return
+        except Exception as error:  # noqa: BLE001 - after `start`, a failure is told in the stream, as documented
+            log.exception("a streamed translation failed after its start")
+            yield self.error(error)
         finally:
             self.future.cancel()  # a client gone, or a timeout: drop what is left (a no-op once done)
+
+    def made(self, messages: list[tuple[str, int, Any]]) -> tuple[str, bool]:
+        """The text of the events `messages` make (in an event maker's thread, one call at a
+        time per stream), and whether the stream ends with them."""
+        texts: list[str] = []
+        for kind, item, payload in messages:
+            if kind == "end":
+                return "".join(texts + self.finish(payload)), True
+            texts += self.progress(item, payload)
+        return "".join(texts), False
 
     def start(self) -> dict[str, Any]:
         model, config = self.model, self.config
@@ -346,6 +411,9 @@ class TranslationStream:
             "attention": rounded(row[0]),
         }
         if self.all_heads:
+            self.weights += step.cross.size + (0 if step.decoder is None else step.decoder.size)
+            # Past the bound only if hints lengthened the search beyond what was counted before it.
+            check_streamed_weights(self.weights, self.ctx.settings.attention_max_weights)
             answer["cross"] = rounded(step.cross)
             answer["decoder"] = None if step.decoder is None else rounded(step.decoder)
         return answer
@@ -399,7 +467,7 @@ class TranslationStream:
         return [*finished, event("done", done)]
 
     def error(self, error: BaseException) -> str:
-        answer = self.ctx.scheduling_error(error)
+        answer = error if isinstance(error, APIError) else self.ctx.scheduling_error(error)
         return event("error", {"status": answer.status, "error": answer.message})
 
 

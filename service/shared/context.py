@@ -18,16 +18,26 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, TermOptions
+from seq2seq.core.config import AlignmentError, AlignmentOptions, DecodeConfig, RerankOptions, TermOptions
+from seq2seq.core.hints import MAX_TERM_PIECES
 from seq2seq.core.inputs import text_problem
+from seq2seq.core.languages import (
+    NAMES,
+    Detection,
+    LanguageDetector,
+    UnservedLanguage,
+    detect_source,
+    get_detector,
+    language_name,
+)
 from seq2seq.decoding.forced import ForcedAlignment
-from seq2seq.decoding.texts import TranslatedText, translate_texts
+from seq2seq.decoding.texts import TranslatedText, sentences_of, translate_texts
+from seq2seq.decoding.translator import TranslationResult
 from service.compute.batching import CancelToken, Item, Observe, QueueFull, work_units
 from service.compute.engine import ServedModel, TranslatorEngine
-from service.compute.languages import CONFIDENT, Detection, LanguageDetector, get_detector, language_name
 from service.compute.rendering import Renderer, RendererBusy
 from service.http.access import client_address
-from service.http.errors import CLIENT_GONE, APIError, internal_error_message
+from service.http.errors import CLIENT_GONE, APIError, clipped, internal_error_message
 from service.http.metrics import Metrics
 from service.settings import Settings, get_settings
 
@@ -41,6 +51,40 @@ class Search:
     no_repeat_ngram_size: int | None = None
     early_exit: bool = False
     attention: bool = False  # keep the attention though no map is asked for
+    rerank: RerankOptions | None = None  # choose among the n-best (the beam widened to its candidates)
+
+
+def work_beam(config: DecodeConfig) -> int:
+    """The beam rows each character of a request costs (`max_request_work`): the search's beam
+    (a reranked search's is widened to its candidates by `decode_config`), and for a channel
+    rerank the reverse model's teacher-forced pass over every candidate, one row each: on the
+    shipped pair that pass takes about as long as the 8-candidate search itself (bench/rerank.py:
+    0.055 against 0.047 s a sentence)."""
+    rerank = config.rerank
+    return config.beam_size + (rerank.candidates if rerank is not None and rerank.uses_channel else 0)
+
+
+def language(code: str) -> str:
+    """How a message names a language: "German (de)", or a code it does not know as sent, once
+    and cut (`clipped`)."""
+    return f"{language_name(code)} ({code})" if code in NAMES else clipped(code)
+
+
+def check_terms(model: ServedModel, terms: TermOptions) -> None:
+    """400 for a glossary the model cannot take: none at all (a model trained without hints),
+    or a term's translation over MAX_TERM_PIECES pieces (it would not fit beside a sentence)."""
+    if terms.glossary and model.translator.tokenizer.hint_ids is None:
+        raise APIError(
+            400, f"glossary: the {model.name} model was not trained with target-term hints, so it cannot take one"
+        )
+    for source, target in terms.glossary:
+        pieces = len(model.translator.tokenizer.encode(target))
+        if pieces > MAX_TERM_PIECES:
+            raise APIError(
+                400,
+                f"glossary: the translation of {clipped(source)} is {pieces} pieces long; "
+                f"a term may have at most {MAX_TERM_PIECES}",
+            )
 
 
 def get_engine(request: Request) -> TranslatorEngine:
@@ -109,9 +153,9 @@ class RequestContext:
             )
         characters = sum(len(t) for t in texts)
         if characters > settings.char_limit:
-            # 413, not 400: each text may be valid (the schema bounds each one), the request as a
-            # whole is larger than this server takes, a limit JSON Schema cannot state.
-            raise APIError(413, f"request ({characters} characters) exceeds the text limit ({settings.char_limit})")
+            # 400, as one text over the limit is (and as LibreTranslate answers both): one limit, one answer.
+            limit = settings.char_limit
+            raise APIError(400, f"Invalid request: request ({characters} characters) exceeds the text limit ({limit})")
 
     def served_pairs_text(self) -> str:
         return ", ".join(f"{s}->{t}" for s, t in sorted(self.engine.models))
@@ -132,27 +176,19 @@ class RequestContext:
             if not sources:
                 raise APIError(
                     400,
-                    f"{language_name(target or '')} ({target}) is not a served target language "
-                    f"(served: {self.served_pairs_text()})",
+                    f"{language(target or '')} is not a served target language (served: {self.served_pairs_text()})",
                 )
-            ranked = self.detector().rank(" ".join(texts)[:2000])
-            detection = ranked[0] if ranked else Detection("", 0.0)
-            if detection.language not in sources:
-                if detection.confidence < CONFIDENT and len(sources) == 1:
-                    detection = Detection(next(iter(sources)), detection.confidence)  # a guess: take the only one
-                else:  # 422: the request is well-formed; its text is not in a language we translate
-                    raise APIError(
-                        422,
-                        f"the text looks like {language_name(detection.language)} "
-                        f"({detection.language}, {detection.confidence:.0%} confidence), which this "
-                        f"server does not translate (served: {self.served_pairs_text()})",
-                    )
+            try:
+                detection = detect_source(self.detector(), texts, sources)
+            except UnservedLanguage as error:  # 422: a well-formed request, in a language not translated here
+                raise APIError(
+                    422, f"{error}, which this server does not translate (served: {self.served_pairs_text()})"
+                ) from None
             source = detection.language
         if source not in {s for s, _ in models}:
             raise APIError(
                 400,
-                f"{language_name(source)} ({source}) is not served as a source language "
-                f"(served: {self.served_pairs_text()})",
+                f"{language(source)} is not served as a source language (served: {self.served_pairs_text()})",
             )
         if target is None:
             targets = sorted(t for s, t in models if s == source)
@@ -164,8 +200,7 @@ class RequestContext:
         if (source, target) not in models:
             raise APIError(
                 400,
-                f"{language_name(source)} ({source}) -> {language_name(target)} ({target}) is not "
-                f"served (served: {self.served_pairs_text()})",
+                f"{language(source)} -> {language(target)} is not served (served: {self.served_pairs_text()})",
             )
         return models[source, target], detection
 
@@ -187,8 +222,9 @@ class RequestContext:
         """The search settings of a request: those it sets (`search`, `terms`), the model's
         own (`decode_defaults`, its bundle's) for those it leaves unset (None); `alignment`
         (resolved) is built with the translation. The fields come validated by their request
-        models (service.shared.requests); 400 for a beam over this server's limit, or a
-        glossary the model cannot take."""
+        models (service.shared.requests); 400 for a beam over this server's limit, a
+        glossary the model cannot take, or a rerank this server cannot do. A reranked search
+        runs with a beam of at least its candidates (what the translator widens it to)."""
         largest = self.settings.max_beam_size
         defaults, beam_size, n_best = model.decode_defaults, search.beam_size, search.n_best
         if beam_size is not None and not 1 <= beam_size <= largest:
@@ -201,49 +237,92 @@ class RequestContext:
             )
         if not 1 <= n_best <= largest:
             raise APIError(400, f"n_best (or alternatives + 1) must be between 1 and {largest}, not {n_best}")
-        if terms.glossary and model.translator.tokenizer.hint_ids is None:
-            raise APIError(
-                400, f"glossary: the {model.name} model was not trained with target-term hints, so it cannot take one"
-            )
+        check_terms(model, terms)
+        rerank = self.check_rerank(model, search.rerank, n_best)
         asked = terms.apply(defaults.override(beam_size=beam_size, no_repeat_ngram_size=search.no_repeat_ngram_size))
-        # n best hypotheses need a beam at least n wide: a smaller beam_size is raised to n_best.
+        # n best hypotheses need a beam at least n wide: a smaller beam_size is raised to n_best
+        # (and a reranked search's to its candidates, as the translator widens it).
         return replace(
             asked,
-            beam_size=max(asked.beam_size, n_best),
+            beam_size=max(asked.beam_size, n_best, rerank.candidates if rerank else 0),
             n_best=n_best,
+            rerank=rerank,
             return_attention=search.attention or alignment is not None,
             alignment=alignment,
             restore_case=self.settings.restore_case,
             early_exit=search.early_exit,
         )
 
+    def check_rerank(self, model: ServedModel, rerank: RerankOptions | None, n_best: int) -> RerankOptions | None:
+        """The rerank a request asks (`RerankFields.rerank_options`, its candidates within this
+        server's beam limit), its candidates raised to `n_best` (the alternatives are the
+        reranked candidates after the first); 400 for a channel mode without the reverse
+        direction served."""
+        if rerank is None:
+            return None
+        if rerank.uses_channel and model.translator.channel is None:
+            raise APIError(
+                400,
+                f"Invalid request: rerank {rerank.mode!r} reads the source back with the reverse direction's model "
+                f"({model.target}->{model.source}) as a channel, which this server does not serve "
+                f"(served: {self.served_pairs_text()}); ask for rerank 'mbr', or serve both directions",
+            )
+        return replace(rerank, candidates=max(rerank.candidates, n_best))
+
     def check_work(self, items: list[Item], beam_size: int) -> None:
-        """413 if the request asks more of the model than one request may (texts x beam x length)."""
+        """413 if the request asks more of the model than one request may (texts x beam rows x
+        length; `work_beam` counts a reranked search's rows)."""
         work, limit = work_units(items, beam_size), self.settings.max_request_work
         if work > limit:
             characters = work_units(items, 1)
             raise APIError(
                 413,
-                f"the request's work ({work} units: beam_size {beam_size} x {characters} "
-                f"characters) exceeds the limit ({limit}); send less text or use a smaller beam",
+                f"the request's work ({work} units: {beam_size} beam rows x {characters} characters; a reranked "
+                f"search counts its candidates, and the channel's pass once more) exceeds the limit ({limit}); "
+                "send less text or use a smaller beam",
             )
 
     # ---------------------------------------------------------------- model calls
 
+    def within_work(self, model: ServedModel, texts: list[str], config: DecodeConfig) -> DecodeConfig:
+        """`config` for translating `texts` within the work cap (`max_request_work`): 413 if its
+        search alone is over it (`check_work`); if the thorough quality pass's source occlusion,
+        counted too (`ServedModel.occlusion_work`), would take it over, the same with the fast quality
+        signals (`untranslated_by: attention`), so that no request holds the model longer than
+        the cap allows (issue 41, 2)."""
+        beam = work_beam(config)
+        self.check_work(texts, beam)
+        sentences = [sentence for text in texts for sentence in sentences_of(text)]
+        occlusion = model.occlusion_work(sentences, config)
+        if occlusion and work_units(texts, beam) + occlusion > self.settings.max_request_work:
+            return replace(config, occlusion=False)
+        return config
+
     def translate(
-        self, model: ServedModel, texts: list[str], config: DecodeConfig, wait_until: float | None = None
+        self,
+        model: ServedModel,
+        texts: list[str],
+        config: DecodeConfig,
+        wait_until: float | None = None,
+        call_chars: int = 0,
     ) -> list[TranslatedText]:
         """Translate whole texts (one batch, on the client's turns), count tokens. With
         `wait_until` (a `time.monotonic()` deadline), a full queue is waited out until then
-        instead of answered with 503 (a file's calls: the file is uploaded already)."""
-        self.check_work(texts, config.beam_size)
-        timeout = self.settings.request_timeout
-        translated = self._scheduled(
-            lambda: translate_texts(
-                texts, lambda sentences: model.translate(sentences, config, timeout, self.client, self.token)
-            ),
-            wait_until,
-        )
+        instead of answered with 503 (a file's calls: the file is uploaded already). With
+        `call_chars` (a file's), the sentences go to the model in calls of at most that many
+        characters, each within the work cap, so a paragraph longer than one call is
+        translated all the same (`translate_texts`)."""
+        timeout, bounded = self.settings.request_timeout, None
+        if not call_chars:
+            bounded = self.within_work(model, texts, config)
+
+        def call(sentences: list[str]) -> list[TranslationResult]:
+            checked = bounded or self.within_work(model, sentences, config)
+            return self._scheduled(
+                lambda: model.translate(sentences, checked, timeout, self.client, self.token), wait_until
+            )
+
+        translated = translate_texts(texts, call, call_chars=call_chars)
         self.metrics.count_tokens(
             model.name,
             sum(len(t.results) for t in translated),
@@ -257,9 +336,9 @@ class RequestContext:
     ) -> concurrent.futures.Future:
         """Queue the translation of `sentences` (those of `texts`) on the client's turns,
         without waiting: `observe` hears of its steps and results as they come (a stream),
-        the future is cancelled with the request's token. The work cap (413) and the queue
-        bound (503) as for `translate`."""
-        self.check_work(texts, config.beam_size)
+        the future is cancelled with the request's token. The work cap (413, `within_work`)
+        and the queue bound (503) as for `translate`."""
+        config = self.within_work(model, texts, config)
         try:
             return model.submit(sentences, config, self.client, self.token, observe)
         except QueueFull as full:

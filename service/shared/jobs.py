@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pydantic import ConfigDict, Field, model_validator
 
-from seq2seq.core.config import AlignmentOptions, DecodeConfig, TermOptions
+from seq2seq.core.config import AlignmentOptions, DecodeConfig, RerankOptions, TermOptions
 from seq2seq.decoding.texts import sentences_of
 from service.compute.engine import ServedModel
 from service.shared.context import RequestContext, Search
@@ -23,6 +23,7 @@ from service.shared.requests import (
     AlignmentRequest,
     BeamSize,
     NoRepeatNgramSize,
+    RerankFields,
     Source,
     Target,
     TermFields,
@@ -36,7 +37,7 @@ def sentence_source_lengths(model: ServedModel, text: str, config: DecodeConfig)
     return model.translator.source_lengths(sentences_of(text), config)
 
 
-class TranslateFields(TermFields):
+class TranslateFields(TermFields, RerankFields):
     """The fields of a /v1/translate body that its stream takes too."""
 
     model_config = ConfigDict(json_schema_extra=exactly_one(("text",), ("texts",)))
@@ -81,7 +82,8 @@ def translation_job(body: TranslateFields, ctx: RequestContext) -> TranslationJo
     model, _ = ctx.resolve_pair(body.source, body.target, texts)
     alignment = AlignmentRequest() if body.alignment is True else body.alignment or None
     options = ctx.resolve_alignment(model, alignment.options()) if alignment else None
-    search = Search(body.beam_size, body.n_best, body.no_repeat_ngram_size, body.early_exit)
+    rerank = body.rerank_options(ctx.settings.max_beam_size)
+    search = Search(body.beam_size, body.n_best, body.no_repeat_ngram_size, body.early_exit, rerank=rerank)
     config = ctx.decode_config(model, search, body.term_options(), options)
     return TranslationJob(texts, model, config)
 
@@ -92,8 +94,11 @@ def explored_config(
     beam_size: int | None,
     no_repeat_ngram_size: int | None,
     terms: TermOptions = TermOptions(),
+    rerank: RerankOptions | None = None,
 ) -> DecodeConfig:
     """The search settings of a translation whose maps are explored (/v1/attention, the model
-    view): one hypothesis, with the model's own word map built with it for its quality signals."""
+    view): one hypothesis (the reranked one's, with `rerank`), with the model's own word map
+    built with it for its quality signals."""
     options = ctx.resolve_alignment(model, AlignmentOptions())
-    return ctx.decode_config(model, Search(beam_size, 1, no_repeat_ngram_size, attention=True), terms, options)
+    search = Search(beam_size, 1, no_repeat_ngram_size, attention=True, rerank=rerank)
+    return ctx.decode_config(model, search, terms, options)

@@ -42,20 +42,21 @@ class Scheduled:
     model: ServedModel
     config: DecodeConfig
     wait_until: float | None = None  # a full queue waited out until then (RequestContext.translate)
+    call_chars: int = 0  # model calls of at most this many characters (RequestContext.translate)
 
     def __post_init__(self) -> None:
         self.translated: list[TranslatedText] = []
 
     def __call__(self, texts: list[str]) -> list[Translation | Exception]:
-        translated = self.ctx.translate(self.model, texts, self.config, self.wait_until)
+        translated = self.ctx.translate(self.model, texts, self.config, self.wait_until, self.call_chars)
         self.translated += translated
         return [Translation(t.text, t.word_map(), t) for t in translated]
 
 
 def scheduled_translator(
-    ctx: RequestContext, model: ServedModel, config: DecodeConfig, wait_until: float | None = None
+    ctx: RequestContext, model: ServedModel, config: DecodeConfig, wait_until: float | None = None, call_chars: int = 0
 ) -> Scheduled:
-    return Scheduled(ctx, model, markup_config(ctx, model, config), wait_until)
+    return Scheduled(ctx, model, markup_config(ctx, model, config), wait_until, call_chars)
 
 
 @dataclass

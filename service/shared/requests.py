@@ -7,8 +7,9 @@ which is the served model's own (its bundle.json `decoding`, `ServedModel.decode
 alignment-source fields (level, layer, heads, step shift) that /translate and
 /v1/translate take as `alignment` and /v1/align takes at the top level; `TermFields` the
 group of term fields (glossary, dictionary hints, term bonus, strict) every request model
-that translates includes, read as one `TermOptions`. `JSONRequest` is
-the base of every JSON body: validated as its JSON Schema reads.
+that translates includes, read as one `TermOptions`; `RerankFields` the group of reranking
+fields (the mode, its candidates, the channel's weight, MBR's temperature), read as one
+`RerankOptions`. `JSONRequest` is the base of every JSON body: validated as its JSON Schema reads.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
-from seq2seq.core.config import MAX_TERM_BONUS, AlignmentOptions, DecodeConfig, TermOptions
+from seq2seq.core.config import MAX_TERM_BONUS, AlignmentOptions, DecodeConfig, RerankOptions, TermOptions
+from service.http.errors import APIError
 
 Source = Annotated[str, Field("auto", description="source language code, or 'auto'")]
 Target = Annotated[str | None, Field(None, description="target language (default: the only one served for the source)")]
@@ -208,3 +210,67 @@ class TermFields(JSONRequest):
         """The fields as the search's term options (unset ones: the model's own)."""
         glossary = tuple(self.glossary.items()) if self.glossary else ()
         return TermOptions(glossary, self.dictionary_hints, self.term_bonus, self.glossary_strict)
+
+
+# λ past 10 lets the reverse model alone decide (a per-piece log-prob of -1 to -5 outweighs the
+# search's score by an order of magnitude); a softmax past temperature 100 is flat over any n-best.
+MAX_CHANNEL_WEIGHT = 10.0
+MAX_RERANK_TEMPERATURE = 100.0
+RERANK_DEFAULTS = RerankOptions()
+RerankMode = Literal["none", "mbr", "channel", "mbr+channel"]
+
+
+class RerankFields(JSONRequest):
+    """The reranking fields, one group: /translate, /v1/translate (and its stream),
+    /v1/attention and /v1/heatmap include it; read as the one options value, `RerankOptions`
+    (seq2seq/decoding/rerank.py)."""
+
+    rerank: RerankMode | None = Field(
+        None,
+        description="choose the translation among the search's n-best: channel (the reverse direction's model "
+        "reads the source back from each candidate; needs both directions served), mbr (the candidate that "
+        "agrees most with the others by chrF), mbr+channel (both), none (the search's own best, the default). "
+        "The search is widened to `rerank_candidates` and the channel costs a teacher-forced pass: a reranked "
+        "request counts more work (`max_request_work`)",
+    )
+    rerank_candidates: int | None = Field(
+        None,
+        ge=2,
+        description=f"with `rerank`: how many of the search's hypotheses are reranked; the beam is widened to "
+        f"them, at most the server's max_beam_size, at least n_best (default {RERANK_DEFAULTS.candidates})",
+    )
+    channel_weight: float | None = Field(
+        None,
+        ge=0,
+        le=MAX_CHANNEL_WEIGHT,
+        description="λ of the channel modes (read by them only): score + λ · log P(source | candidate) per source "
+        f"piece (default {RERANK_DEFAULTS.channel_weight})",
+    )
+    rerank_temperature: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_RERANK_TEMPERATURE,
+        description="the MBR modes' weights (read by them only) are softmax(score / temperature) over the "
+        f"candidates; larger is flatter (default {RERANK_DEFAULTS.temperature})",
+    )
+
+    def rerank_options(self, largest_beam: int) -> RerankOptions | None:
+        """The fields as the search's rerank options (None: no reranking), its candidates at
+        most `largest_beam` (the server's `max_beam_size`: 400 beyond it; unset, the default
+        within it). A field the mode does not read (a `channel_weight` with "mbr") is left
+        unread, as a query's or a form's unknown fields are: no schema can say which field
+        depends on which, and a GET takes them as query parameters."""
+        if self.rerank_candidates is not None and self.rerank_candidates > largest_beam:
+            asked = self.rerank_candidates
+            raise APIError(400, f"Invalid request: rerank_candidates must be between 2 and {largest_beam}, not {asked}")
+        if self.rerank in (None, "none"):
+            return None
+        asked = {
+            "candidates": self.rerank_candidates or min(RERANK_DEFAULTS.candidates, largest_beam),
+            "channel_weight": self.channel_weight,
+            "temperature": self.rerank_temperature,
+        }
+        try:
+            return RerankOptions(self.rerank, **{name: value for name, value in asked.items() if value is not None})
+        except ValueError as error:  # the schema bounds all but the candidates' library limit
+            raise APIError(400, f"Invalid request: rerank_candidates: {error}") from None

@@ -22,7 +22,9 @@ The names below are the job's public surface, so callers write `batch.run_job`.
 
 from __future__ import annotations
 
+from seq2seq.cli import EXIT_USAGE
 from seq2seq.cli.batch.engines import (
+    WORKER_MIN_LINES,
     Engine,
     EngineSpec,
     FailedSentence,
@@ -53,8 +55,8 @@ from seq2seq.cli.batch.writing import (
 
 # Exit statuses of `crossalign translate` (documented in its --help).
 EXIT_OK = 0  # every line translated
-EXIT_FATAL = 1  # nothing usable: model missing, unreadable input, output mismatch
-EXIT_USAGE = 2  # bad arguments (argparse uses 2 as well)
+EXIT_FATAL = 1  # nothing usable: a model that does not load, a worker that died, output mismatch
+# EXIT_USAGE (2, as argparse's): bad arguments, or a model or file they name missing -- every command's.
 EXIT_SOME_FAILED = 3  # the job finished, but some lines carry an error instead of a translation
 EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM: what was written is complete; rerun with --resume
 
@@ -81,6 +83,7 @@ __all__ = [
     "Segment",
     "SentenceTranslator",
     "UnitResult",
+    "WORKER_MIN_LINES",
     "_Unit",
     "decode_line",
     "format_record",

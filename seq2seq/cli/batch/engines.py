@@ -39,6 +39,8 @@ class EngineSpec:
     decode: DecodeConfig = DecodeConfig(return_attention=False)
     quality_mode: str = DEFAULT_QUALITY_MODE  # the untranslated flags: with source occlusion, or "fast"
     streams: int = 0  # sub-batches searched at once (0 = the library default: two from two threads)
+    # The reverse direction's model, the channel a reranked search reads (`Translator.channel`); None: none.
+    channel: Path | None = None
 
 
 @dataclass
@@ -63,6 +65,8 @@ class SentenceTranslator:
         translator = load_translator(
             spec.model, spec.backend, spec.threads, spec.precision, quality_mode=spec.quality_mode, streams=spec.streams
         )
+        if spec.channel is not None:  # its bundle's own graphs: only teacher forcing runs on it
+            translator.channel = load_translator(spec.channel, spec.backend, spec.threads)
         return cls(translator, spec.decode)
 
     def run(self, texts: list[str]) -> list[UnitResult]:
@@ -111,6 +115,16 @@ class InlineEngine:
     def close(self, cancel: bool = False) -> None:
         pass
 
+
+# Worker processes pay for themselves from about this many lines on (`--workers-min-lines`):
+# below it, their start-up (a spawned interpreter each, importing and loading the model) costs
+# more than they save, and the job runs in this process. Measured with the shipped de-en at its
+# beam 4 on this 2-core machine beside a training job (`bench/batch.py --break-even`, medians of
+# 3 whole runs, 1 process against 2 workers): 6 lines 4.03 / 7.27 s, 50 lines 5.34 / 6.20,
+# 100 7.03 / 11.12, 200 12.39 / 14.51, 250 15.83 / 14.26, 300 17.33 / 19.57, 400 16.50 /
+# 12.82 and 18.25 / 19.04, 600 29.19 / 25.09: workers always lost below 200 lines, won or
+# lost within the noise from 250 to 400, and won from 600 (docs/cli.md).
+WORKER_MIN_LINES = 400
 
 _WORKER: SentenceTranslator | None = None  # the session of a worker process
 

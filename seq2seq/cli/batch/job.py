@@ -50,8 +50,10 @@ class JobOptions:
 class JobSummary:
     lines: int = 0  # records written by this run
     failed: int = 0  # of which errors
+    blank: int = 0  # and blank lines, kept as empty translations
     failed_lines: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # why each of `failed_lines` failed
+    unused_terms: int = 0  # glossary terms a translation did not use (each a warning)
 
 
 class Progress(Protocol):
@@ -115,7 +117,8 @@ class _Job:
         self.pending: dict[int, _Pending] = {}
         self.order: deque[int] = deque()  # line numbers not yet written, in input order
         self.summary = JobSummary()
-        self.warned = 0
+        self.warned = 0  # bad lines reported on stderr
+        self.warned_terms = 0  # unused glossary terms reported on stderr
         self.done = 0  # lines ready to write: bad ones, and those whose every
         # sentence is back (written or not)
         self.started = time.monotonic()
@@ -148,8 +151,8 @@ class _Job:
         return plan_batches(units, self.options.batch_size, self.options.max_tokens)
 
     def sentences(self, segment: Segment) -> list[_Unit]:
-        """Register `segment` as pending and return its sentences to translate (none if bad)."""
-        if segment.error:
+        """Register `segment` as pending and return its sentences to translate (none if bad or blank)."""
+        if segment.error or segment.blank:
             self.pending[segment.line] = _Pending(segment, [], [], 0)
             self.done += 1
             return []
@@ -172,13 +175,15 @@ class _Job:
         while self.order and self.pending[self.order[0]].missing == 0:
             item = self.pending.pop(self.order.popleft())
             segment = item.segment
-            if segment.error:
+            if segment.error or segment.blank:
                 result = LineResult(segment, error=segment.error)
+                self.summary.blank += segment.blank
             else:
                 result = join_line(segment, item.spans, item.results)  # type: ignore[arg-type]
             if result.error:
                 self.report_failure(segment.line, result.error)
-            elif self.options.heatmaps is not None and result.alignment is not None:
+            self.report_unused_terms(result)
+            if self.options.heatmaps is not None and result.alignment is not None:
                 write_heatmap(
                     self.options.heatmaps, segment, result.alignment, self.options.heatmap_format, result.quality
                 )
@@ -197,6 +202,23 @@ class _Job:
             self.warned += 1
             if self.warned == self.options.max_warnings:
                 log.warning("further bad lines are not reported here; see the output records")
+
+    def report_unused_terms(self, result: LineResult) -> None:
+        """A warning per glossary term of the line that its translation did not use."""
+        for term in result.terms:
+            if term.origin != "glossary" or term.used:
+                continue
+            self.summary.unused_terms += 1
+            if self.warned_terms < self.options.max_warnings:
+                log.warning(
+                    'line %d: glossary term "%s" -> "%s" not used in the translation',
+                    result.segment.line,
+                    term.source,
+                    term.term,
+                )
+                self.warned_terms += 1
+                if self.warned_terms == self.options.max_warnings:
+                    log.warning("further unused glossary terms are not reported here; the summary counts them")
 
 
 def run_job(

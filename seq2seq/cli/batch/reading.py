@@ -3,7 +3,9 @@
 Lines are decoded one by one, so an invalid line is reported on its own and never poisons
 its neighbours. Bad lines (invalid UTF-8 or JSON, and texts that break the service's input
 rules of `seq2seq.core.inputs`: empty, overlong, control characters, lone surrogates) become
-segments with an `error`; they never stop the job.
+segments with an `error`; they never stop the job. A blank line (nothing but whitespace) is
+neither: it is kept quietly as an empty translation, as the service's .txt route,
+LibreTranslate and DeepL keep the blank lines of a text file.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Segment:
     source: str  # the text to translate (undecodable bytes and lone surrogates
     # shown as U+FFFD when bad, so the error record can be written)
     error: str | None = None  # why it will not be translated
+    blank: bool = False  # nothing but whitespace: kept as an empty translation, not an error
 
 
 def strip_line_ending(raw: bytes, line: int) -> bytes:
@@ -42,20 +45,21 @@ def strip_line_ending(raw: bytes, line: int) -> bytes:
 def decode_line(raw: bytes, line: int, input_format: str = "text", max_chars: int = MAX_CHARS) -> Segment:
     """One raw input line (with or without its newline) -> a `Segment`, never raising.
 
-    tsv: the first column is the source (a test split's `source<TAB>target` works as is).
-    jsonl: an object with a string `text` and an optional `id` (string or integer).
+    A line of nothing but whitespace is blank in every format. tsv: the first column is the
+    source (a test split's `source<TAB>target` works as is). jsonl: an object with a string
+    `text` and an optional `id` (string or integer).
     """
     raw = strip_line_ending(raw, line)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         return Segment(line, None, raw.decode("utf-8", errors="replace"), f"invalid UTF-8 at byte {error.start}")
+    if not text.strip():
+        return Segment(line, None, text, blank=True)
     ident: str | int | None = None
     if input_format == "tsv":
         text = text.split("\t", 1)[0]
     elif input_format == "jsonl":
-        if not text.strip():
-            return Segment(line, None, "", "empty line")
         try:
             value = json.loads(text)
         except json.JSONDecodeError as error:

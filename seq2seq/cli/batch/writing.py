@@ -15,7 +15,7 @@ import logging
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -23,6 +23,7 @@ from seq2seq.analysis.quality import SentenceQuality
 from seq2seq.cli.batch.engines import FailedSentence, UnitResult
 from seq2seq.cli.batch.reading import Segment
 from seq2seq.core.alignment import Alignment
+from seq2seq.core.hints import TermOutcome
 from seq2seq.decoding.texts import TranslatedText
 
 log = logging.getLogger("crossalign.translate")
@@ -43,6 +44,7 @@ class LineResult:
     quality: SentenceQuality | None = None
     error: str | None = None
     case_restored: bool = False  # some sentence of it was shouted (seq2seq.core.casing)
+    terms: list[TermOutcome] = field(default_factory=list)  # its hints and whether the translation used each
 
 
 def join_line(segment: Segment, spans: list[tuple[int, int]], results: list[UnitResult]) -> LineResult:
@@ -60,6 +62,7 @@ def join_line(segment: Segment, spans: list[tuple[int, int]], results: list[Unit
         spans if len(spans) > 1 else None,
         quality=translated.quality(),
         case_restored=translated.case_restored,
+        terms=translated.terms,
     )
 
 

@@ -188,6 +188,14 @@ def read_shard(shard: Shard) -> Iterator[tuple[Window, bytes]]:
         yield window, data[window.start - first.start : window.end - first.start]
 
 
+def sample_lines(file: InputFile, count: int) -> list[bytes]:
+    """The first `count` raw lines of `file` (Parquet rows as JSONL lines), fewer at its end."""
+    if file.parquet:
+        return parquet_lines(file.path, 0, min(count, parquet_rows(file.path)))
+    with open(file.path, "rb") as stream:
+        return [line for line, _ in zip(stream, range(count))]
+
+
 def parquet_rows(path: Path) -> int:
     """Rows of a Parquet input, after checking it has a string column `text`."""
     import pyarrow as pa

@@ -8,6 +8,7 @@ imports it lazily (seq2seq/cli/translate.py), so no other path ever loads Ray.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import time
@@ -16,9 +17,18 @@ from dataclasses import dataclass, field
 import ray
 from ray.data import ActorPoolStrategy, Dataset, TaskPoolStrategy
 
-from seq2seq.cli import batch
+from seq2seq.cli import UsageError, batch
 from seq2seq.cli.cluster.actor import TranslateWindows
-from seq2seq.cli.cluster.inputs import InputError, InputFile, Shard, cut_windows, find_inputs, plan_shards, read_shard
+from seq2seq.cli.cluster.inputs import (
+    InputError,
+    InputFile,
+    Shard,
+    cut_windows,
+    find_inputs,
+    plan_shards,
+    read_shard,
+    sample_lines,
+)
 from seq2seq.cli.cluster.inputs import shard_windows as windows_per_shard
 from seq2seq.cli.cluster.options import LOCAL, ClusterOptions
 from seq2seq.cli.cluster.shards import (
@@ -30,17 +40,8 @@ from seq2seq.cli.cluster.shards import (
     write_record,
     write_shard,
 )
-from seq2seq.core.config import DecodeConfig
 
 log = logging.getLogger("crossalign.translate")
-
-
-class _Stop(Exception):
-    """Ends the run before the dataset starts: the message is logged, `status` returned."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass
@@ -54,24 +55,25 @@ class _Tally:
     failed_lines: list[str] = field(default_factory=list)  # NAME:LINE, this run's
 
 
-def main(args: argparse.Namespace, decode: DecodeConfig, recorded: dict) -> int:
-    """`crossalign translate --ray`: `decode` is the run's decoding, `recorded` the options
-    that decide its records (as the CLI's job file keeps them: a resume must use the same)."""
+def main(args: argparse.Namespace, spec: batch.EngineSpec, recorded: dict) -> int:
+    """`crossalign translate --ray`: `spec` is what each actor loads (the model, the decoding),
+    `recorded` the options that decide the records (as the CLI's job file keeps them: a resume
+    must use the same). UsageError for what the user can fix: inputs, output, the address."""
     cluster = ClusterOptions.from_args(args)
+    files, plan = _inputs(args, recorded)
     try:
-        files, plan = _inputs(args, recorded)
         windows = [cut_windows(file, plan.first_window, plan.window) for file in files]
-    except _Stop as stop:
-        log.error("%s", stop)
-        return stop.status
     except (InputError, OSError) as error:
-        log.error("cannot read the input: %s", error)
-        return batch.EXIT_FATAL
+        raise UsageError(
+            f"cannot read the input: {error}; give -i FILE, DIRECTORY or 'GLOB' of readable files"
+        ) from error
     try:
         started = connect(cluster.address)
     except Exception as error:  # noqa: BLE001 - ConnectionError, RuntimeError, ...: Ray says which
-        log.error("cannot join the Ray cluster at %s: %s", cluster.address, _first_line(error))
-        return batch.EXIT_FATAL
+        raise UsageError(
+            f"cannot join the Ray cluster at {cluster.address} ({_first_line(error)}): start it with `ray start "
+            "--head` and give the address it prints, or --ray auto for a local Ray"
+        ) from error
     try:
         actors = cluster.actors or max(1, int(ray.cluster_resources().get("CPU", 1.0) // cluster.actor_cpus))
         if not plan.windows_per_shard:
@@ -80,10 +82,30 @@ def main(args: argparse.Namespace, decode: DecodeConfig, recorded: dict) -> int:
             plan = Plan(plan.first_window, plan.window, per_shard)
             write_record(args.output, recorded, plan)
         shards = plan_shards(files, windows, plan.windows_per_shard)
-        return _translate(args, decode, cluster, shards, actors)
+        return _translate(args, _absolute(spec), cluster, shards, actors)
     finally:
         if started:
             ray.shutdown()
+
+
+def sample(args: argparse.Namespace, count: int) -> list[str]:
+    """Texts of the first input file's first `count` lines: what `--source auto` detects."""
+    try:
+        file = find_inputs(args.input, exclude=args.output)[0]
+        raw = sample_lines(file, count)
+    except (InputError, OSError) as error:
+        raise UsageError(
+            f"cannot read the input: {error}; give -i FILE, DIRECTORY or 'GLOB' of readable files"
+        ) from error
+    input_format = "jsonl" if file.parquet else args.input_format
+    lines = [batch.decode_line(r, n, input_format, args.max_chars) for n, r in enumerate(raw, start=1)]
+    return [line.source for line in lines if not line.error and not line.blank]
+
+
+def _absolute(spec: batch.EngineSpec) -> batch.EngineSpec:
+    """`spec` with absolute model paths: an actor's working directory is not the driver's."""
+    channel = spec.channel.resolve() if spec.channel is not None else None
+    return dataclasses.replace(spec, model=spec.model.resolve(), channel=channel)
 
 
 def _inputs(args: argparse.Namespace, recorded: dict) -> tuple[list[InputFile], Plan]:
@@ -92,10 +114,14 @@ def _inputs(args: argparse.Namespace, recorded: dict) -> tuple[list[InputFile], 
     try:
         plan = load_plan(args.output, recorded, args.resume)
     except OutputError as error:
-        raise _Stop(batch.EXIT_USAGE, str(error)) from error
+        raise UsageError(str(error)) from error
+    try:
+        files = find_inputs(args.input, exclude=args.output)
+    except InputError as error:
+        raise _unreadable(error) from error
     if plan is None:
         plan = Plan(min(args.flush_lines, args.batch_size), args.flush_lines, 0)
-    return find_inputs(args.input, exclude=args.output), plan
+    return files, plan
 
 
 def connect(address: str) -> bool:
@@ -112,7 +138,7 @@ def connect(address: str) -> bool:
 
 
 def _translate(
-    args: argparse.Namespace, decode: DecodeConfig, cluster: ClusterOptions, shards: list[Shard], actors: int
+    args: argparse.Namespace, spec: batch.EngineSpec, cluster: ClusterOptions, shards: list[Shard], actors: int
 ) -> int:
     """Run the shards still to do and write them; the exit status of the whole job."""
     remove_partials(args.output)
@@ -129,7 +155,7 @@ def _translate(
     started = time.monotonic()
     try:
         if todo:
-            _write_shards(args, _dataset(args, decode, cluster, todo, actors), todo, tally)
+            _write_shards(args, _dataset(args, spec, cluster, todo, actors), todo, tally)
     except KeyboardInterrupt:
         log.warning("interrupted after %d lines; rerun with --resume -o %s to continue", tally.lines, args.output)
         return batch.EXIT_INTERRUPTED
@@ -140,12 +166,9 @@ def _translate(
 
 
 def _dataset(
-    args: argparse.Namespace, decode: DecodeConfig, cluster: ClusterOptions, todo: list[Shard], actors: int
+    args: argparse.Namespace, spec: batch.EngineSpec, cluster: ClusterOptions, todo: list[Shard], actors: int
 ) -> Dataset:
     """Shards -> their windows, read on this node -> records, translated by the actor pool."""
-    spec = batch.EngineSpec(
-        args.model.resolve(), args.backend, args.threads, args.precision, decode, args.quality, args.streams
-    )
     options = batch.JobOptions(
         output_format=args.format,
         batch_size=args.batch_size,
@@ -254,6 +277,10 @@ def _finish(tally: _Tally, elapsed: float) -> int:
         log.warning("%d of %d lines failed%s", tally.failed, tally.lines, f" ({shown})" if shown else "")
         return batch.EXIT_SOME_FAILED
     return batch.EXIT_OK
+
+
+def _unreadable(error: Exception) -> UsageError:
+    return UsageError(f"cannot read the input: {error}; give -i a readable FILE, DIRECTORY or quoted 'GLOB'")
 
 
 def _first_line(error: BaseException) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 
-from seq2seq.documents.formats.limits import DocumentError, Limits, check_zip
+from seq2seq.documents.formats.limits import Limits, Tally, check_zip, library_error
 from seq2seq.documents.office import WORD, OfficeDocument, read_paragraph
 
 WORD_PARTS = frozenset(
@@ -16,7 +16,8 @@ WORD_PARTS = frozenset(
 
 
 def read_docx(data: bytes, limits: Limits) -> OfficeDocument:
-    check_zip(data, "docx", limits)
+    tally = Tally(limits, "DOCX")
+    checked = check_zip(data, "docx", limits, tally)
     import docx  # python-docx (MIT)
     from docx.opc.part import PartFactory, XmlPart
 
@@ -24,12 +25,12 @@ def read_docx(data: bytes, limits: Limits) -> OfficeDocument:
     # documented way to add a part type).
     for kind in ("footnotes+xml", "endnotes+xml"):
         PartFactory.part_type_for["application/vnd.openxmlformats-officedocument.wordprocessingml." + kind] = XmlPart
-    try:
-        document = docx.Document(io.BytesIO(data))
+    try:  # the archive as checked, never the upload: python-docx reads through zipfile itself
+        document = docx.Document(io.BytesIO(checked.rebuilt()))
     except Exception as error:  # noqa: BLE001 - whatever the library raises, the file is not a DOCX
-        raise DocumentError(f"not a valid DOCX file: {type(error).__name__}: {error}") from None
+        raise library_error("docx", error) from None
     paragraphs = [
-        read_paragraph(element, WORD)
+        read_paragraph(element, WORD, tally)
         for part in document.part.package.iter_parts()
         if part.content_type in WORD_PARTS and isinstance(part, XmlPart)
         for element in part.element.iter(WORD.tag("p"))

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from seq2seq.documents import html as html_format
-from seq2seq.documents.formats.limits import Limits, decode_text
+from seq2seq.documents.formats.limits import Limits, Tally, decode_text
 from seq2seq.documents.markup import Marked, Placed
 
 
@@ -24,4 +24,4 @@ class HtmlDocument:
 
 
 def read_page(data: bytes, limits: Limits) -> HtmlDocument:
-    return HtmlDocument(html_format.read_html(decode_text(data, "HTML")))
+    return HtmlDocument(html_format.read_html(decode_text(data, "HTML"), tally=Tally(limits, "HTML")))

@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from seq2seq.documents import html as html_format
-from seq2seq.documents.formats.limits import Limits, decode_text
+from seq2seq.documents.formats.limits import Limits, Tally, decode_text, line_count
 from seq2seq.documents.markup import Marked, MarkupBuilder, Placed
 from seq2seq.documents.translate import has_words
 
@@ -108,6 +108,11 @@ def quote_front_matter(text: str, quoting: str) -> str:
     return f'"{escaped}"' if _YAML_NEEDS_QUOTES.search(text) else text
 
 
+# The characters every inline mark of Markdown needs one of (emphasis, code, links, images,
+# inline HTML, autolinks): a file's count of them bounds the inline tokens markdown-it makes.
+MARKS = "*_`[<"
+
+
 def escape_markdown(text: str) -> str:
     return re.sub(r"([\\`*_\[\]<>])", r"\\\1", text)
 
@@ -156,6 +161,9 @@ def read_markdown(data: bytes, limits: Limits) -> MarkdownDocument:
     from markdown_it import MarkdownIt  # the serving path imports it only for Markdown files
 
     text = decode_text(data, "Markdown")
+    tally = Tally(limits, "Markdown")
+    tally.add("lines", line_count(text))  # counted before the text is cut into them
+    tally.add("tags", sum(text.count(mark) for mark in MARKS))  # and before markdown-it makes a token of each
     lines = text.splitlines(keepends=True)
     found, pages, notes = [], [], Counter()
     quoting: dict[int, str] = {}
@@ -169,6 +177,7 @@ def read_markdown(data: bytes, limits: Limits) -> MarkdownDocument:
         builder = MarkupBuilder()
         builder.text(value.replace("''", "'") if spot[2] == "'" else value)
         quoting[len(pages)] = spot[2]
+        tally.add("segments")
         found.append((number, number + 1, [(number, spot[0], spot[1])]))
         pages.append([html_format.Segment(builder.build(), "", set())])
     # The Markdown parser sees the front matter as blank lines, so the line numbers it maps hold.
@@ -194,6 +203,7 @@ def read_markdown(data: bytes, limits: Limits) -> MarkdownDocument:
             notes["Markdown runs not found in their lines"] += 1
             continue
         found.append((token.map[0], token.map[1], spans))
+        tally.add("segments")
         pages.append(_markdown_segment(token.children or []))
     document = MarkdownDocument(lines, found, pages, quoting=quoting)
     document.notes = notes

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
-from seq2seq.documents.formats.limits import DocumentError, Limits, check_zip
+from seq2seq.documents.formats.limits import CheckedZip, DocumentError, Limits, Tally, check_zip
 from seq2seq.documents.markup import Marked, Placed
 from seq2seq.documents.xml import Rules, XMLInputError, local, parse_xml, read_element, write_element
 
@@ -32,14 +32,13 @@ ODF_PASSED = frozenset(
 
 @dataclass
 class OdtDocument:
-    archive: zipfile.ZipFile
+    archive: CheckedZip
     trees: dict[str, etree._ElementTree]
     paragraphs: list[etree._Element]
-    segments: list[Marked] = field(default_factory=list)
+    segments: list[Marked]  # each paragraph's
     notes: Counter = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
-        self.segments = [read_element(paragraph, ODF_RULES) for paragraph in self.paragraphs]
         for segment in self.segments:
             for tag in segment.tags:
                 if tag.empty and isinstance(tag.data.tag, str) and local(tag.data) not in ODF_PASSED:
@@ -61,7 +60,8 @@ class OdtDocument:
 
 
 def read_odt(data: bytes, limits: Limits) -> OdtDocument:
-    archive = check_zip(data, "odt", limits)
+    tally = Tally(limits, "ODT")
+    archive = check_zip(data, "odt", limits, tally)
     names = set(archive.namelist())
     if (
         "content.xml" not in names or archive.read("mimetype") != b"application/vnd.oasis.opendocument.text"
@@ -79,4 +79,4 @@ def read_odt(data: bytes, limits: Limits) -> OdtDocument:
     paragraphs = [
         element for tree in trees.values() for element in tree.getroot().iter(f"{{{TEXT_NS}}}p", f"{{{TEXT_NS}}}h")
     ]
-    return OdtDocument(archive, trees, paragraphs)
+    return OdtDocument(archive, trees, paragraphs, [read_element(p, ODF_RULES, tally) for p in paragraphs])

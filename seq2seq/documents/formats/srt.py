@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from seq2seq.documents import html as html_format
-from seq2seq.documents.formats.limits import DocumentError, Limits, decode_text
+from seq2seq.documents.formats.limits import DocumentError, Limits, Tally, decode_text
 from seq2seq.documents.markup import Marked, Placed
 
 TIMING = re.compile(r"^\d{1,2}:\d{2}:\d{2}[,.]\d{1,3} --> \d{1,2}:\d{2}:\d{2}[,.]\d{1,3}")
@@ -20,11 +20,11 @@ class SubtitleDocument:
     joined; the translation is broken into as many lines, at the spaces nearest to even)."""
 
     cues: list[tuple[list[str], list[str], str]]  # head lines, text lines, the blank lines after
+    pages: list[list[html_format.Part]]  # each cue's text read as one segment
     segments: list[Marked] = field(default_factory=list)
     notes: Counter = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
-        self.pages = [html_format.read_html(" ".join(text), blocks=False) for _, text, _ in self.cues]
         self.segments = [
             (html_format.segments(parts) or [html_format.Segment(Marked(""), "")])[0].marked for parts in self.pages
         ]
@@ -64,7 +64,10 @@ def break_lines(marked: str, count: int) -> list[str]:
 
 
 def read_subtitles(data: bytes, limits: Limits) -> SubtitleDocument:
-    lines = decode_text(data, "SRT").replace("\r\n", "\n").split("\n")
+    text = decode_text(data, "SRT").replace("\r\n", "\n")
+    tally = Tally(limits, "SRT")
+    tally.add("lines", text.count("\n") + 1)  # counted before the text is cut into them
+    lines = text.split("\n")
     cues, index = [], 0
     while index < len(lines):
         if not lines[index].strip():
@@ -85,4 +88,5 @@ def read_subtitles(data: bytes, limits: Limits) -> SubtitleDocument:
         cues.append((head, text, gap if index < len(lines) else ""))
     if not cues:
         raise DocumentError("not a valid SRT file: no cues")
-    return SubtitleDocument(cues)
+    pages = [html_format.read_html(" ".join(text), blocks=False, tally=tally) for _, text, _ in cues]
+    return SubtitleDocument(cues, pages)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from seq2seq.documents.formats.limits import Limits, decode_text
+from seq2seq.documents.formats.limits import Limits, Tally, decode_text, line_count
 from seq2seq.documents.markup import Marked, Placed
 
 
@@ -29,4 +29,9 @@ class TextDocument:
 
 
 def read_text(data: bytes, limits: Limits) -> TextDocument:
-    return TextDocument(decode_text(data, "TXT").splitlines(keepends=True))
+    text = decode_text(data, "TXT")
+    tally = Tally(limits, "TXT")
+    lines = line_count(text)  # counted before the text is cut into them
+    tally.add("lines", lines)
+    tally.add("segments", lines)  # each line is one
+    return TextDocument(text.splitlines(keepends=True))

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
-from seq2seq.documents.formats.limits import DocumentError, Limits
+from seq2seq.documents.formats.limits import DocumentError, Limits, Tally
 from seq2seq.documents.markup import Marked, Placed
 from seq2seq.documents.xml import XMLInputError, local, parse_xml, read_element, write_element
 
@@ -23,7 +23,7 @@ class XliffDocument:
     notes: Counter = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
-        self.segments = [read_element(target) for target in self.targets]
+        self.segments = [read_element(target) for target in self.targets]  # counted as their sources were
 
     def write(self, placed: list[Placed | None], language: str = "") -> bytes:
         for target, translation in zip(self.targets, placed):
@@ -39,6 +39,8 @@ class XliffDocument:
 
 
 def read_xliff(data: bytes, limits: Limits) -> XliffDocument:
+    tally = Tally(limits, "XLIFF")
+    tally.add("xml_tags", data.count(b"<"))  # before lxml builds a node for each
     try:
         tree = parse_xml(data)
     except XMLInputError as error:
@@ -52,6 +54,8 @@ def read_xliff(data: bytes, limits: Limits) -> XliffDocument:
         source = next((child for child in unit if local(child) == "source"), None)
         if source is None or unit.get("translate") == "no":
             continue
+        tally.add("segments")
+        tally.add("tags", sum(1 for _ in source.iterdescendants()))  # before any is copied
         old = next((child for child in unit if local(child) == "target"), None)
         target = etree.Element(source.tag.replace("source", "target"), attrib=dict(source.attrib))
         target.text = source.text
