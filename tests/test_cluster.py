@@ -224,6 +224,19 @@ def test_a_resumed_run_writes_only_the_missing_shards(tiny_bundle, inputs, expec
 # --------------------------------------------------------------------------- without Ray
 
 
+def test_the_single_machine_cli_never_imports_ray(tiny_bundle: Path, tmp_path: Path) -> None:
+    """Ray is imported only when --ray runs: every other run of `translate` leaves it alone."""
+    output = tmp_path / "out.txt"
+    code = (
+        "import sys\nfrom seq2seq.cli import main\n"
+        f"status = main(['translate', '-m', {str(tiny_bundle)!r}, '-o', {str(output)!r}, 'der Hund ist klein .'])\n"
+        "assert status == 0, status\nassert 'ray' not in sys.modules, 'translate imported Ray'\n"
+    )
+    finished = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    assert output.read_text().count("\n") == 1
+
+
 def test_windows_are_the_clis_and_shards_hold_whole_windows(tmp_path: Path) -> None:
     path = tmp_path / "a.txt"
     path.write_bytes(b"".join(lines_with_trouble(95, seed=1)))  # the last line without newline
@@ -305,7 +318,11 @@ def test_without_ray_the_error_names_the_extra(
     tiny_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     (tmp_path / "a.txt").write_text("das Haus .\n")
-    monkeypatch.setitem(sys.modules, "seq2seq.cli.cluster.run", None)  # as if Ray were not installed
+    import seq2seq.cli.cluster
+
+    # As if Ray were not installed: the module that imports it cannot be imported.
+    monkeypatch.setitem(sys.modules, "seq2seq.cli.cluster.run", None)
+    monkeypatch.delattr(seq2seq.cli.cluster, "run", raising=False)
     assert translate(tiny_bundle, "-i", tmp_path / "a.txt", "-o", tmp_path / "out", "--ray", "auto") == 2
     error = capsys.readouterr().err
     assert "pip install 'crossalign[cluster]'" in error and error.count("\n") == 1
