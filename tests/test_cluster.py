@@ -1,15 +1,18 @@
 """`crossalign translate --ray`: the cluster mode on a real local Ray (2 CPUs, loopback).
 
-One Ray is started for the module (it is slow to start); every run joins it. The tiny
-bundle of conftest translates: the cluster's output equals the single-process CLI's byte
-for byte (text and JSONL, text and Parquet inputs, bad and blank lines among them), an actor
-killed mid-task is restarted and its shard retried with nothing lost, and a run killed
-part-way resumes by writing only the shards it had not written. The planning, the output
-directory's rules and the flags' checks are tested without Ray.
+One Ray is started for the module (it is slow to start), after the tests without it, and
+every run joins it; its teardown checks that no Ray process is left. The tiny bundle of
+conftest translates: the cluster's output equals the single-process CLI's byte for byte
+(text and JSONL, text and Parquet inputs, bad and blank lines among them) while an actor is
+killed mid-task (Ray restarts it and retries its window: nothing lost), and a run killed
+part-way resumes by writing only the shards it had not written. Each Ray run starts its
+actors afresh (the library imported, the model loaded), hence two runs only. The planning,
+the output directory's rules, the flags' checks and the errors are tested without Ray.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -47,9 +50,31 @@ def ray_address():
     context = ray.init(
         address="local", num_cpus=2, include_dashboard=False, _temp_dir=temp, _node_ip_address="127.0.0.1"
     )
-    yield context.address_info["gcs_address"]
-    ray.shutdown()
+    try:
+        yield context.address_info["gcs_address"]
+    finally:
+        ray.shutdown()
+    deadline = time.monotonic() + 15
+    while processes_of(temp) and time.monotonic() < deadline:
+        time.sleep(0.2)
     shutil.rmtree(temp, ignore_errors=True)
+    assert not processes_of(temp), "Ray left processes behind"
+
+
+def processes_of(temp: str) -> list[int]:
+    """Pids of the processes of the Ray whose session lives in `temp` (its GCS, raylet, agents)."""
+    return [pid for pid, cmdline in command_lines() if temp.encode() in cmdline]
+
+
+def command_lines() -> list[tuple[int, bytes]]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit():
+                found.append((int(entry.name), (entry / "cmdline").read_bytes()))
+        except OSError:
+            continue  # ended meanwhile
+    return found
 
 
 def lines_with_trouble(count: int, seed: int) -> list[bytes]:
@@ -82,10 +107,6 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rows[7]["text"] = None
     pq.write_table(pa.Table.from_pylist(rows), root / "in" / "c.parquet", row_group_size=12)
     (root / "c.jsonl").write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-    (root / "b.jsonl").write_text(
-        "".join(json.dumps({"id": i, "text": s}) + "\n" for i, (s, _) in enumerate(toy_pairs(160, seed=13)))
-        + "{not json\n"
-    )
     return root
 
 
@@ -101,7 +122,6 @@ def expected(tiny_bundle: Path, inputs: Path, tmp_path_factory: pytest.TempPathF
         "a.jsonl": [inputs / "in" / "a.txt", "-f", "jsonl", "--alignment"],
         "c.jsonl": [inputs / "c.jsonl", "--input-format", "jsonl", "-f", "jsonl", "--alignment"],
         "a.txt": [inputs / "in" / "a.txt"],
-        "b.jsonl": [inputs / "b.jsonl", "--input-format", "jsonl", "-f", "jsonl"],
     }
     for name, arguments in runs.items():
         assert translate(tiny_bundle, "-i", *arguments, *WINDOWS, "-o", out / name) == batch.EXIT_SOME_FAILED
@@ -116,109 +136,6 @@ def joined(directory: Path, name: str) -> bytes:
     """An input's complete output shards, concatenated in order."""
     shards = [Path(str(marker).removesuffix(MARKER)) for marker in markers(directory)]
     return b"".join(shard.read_bytes() for shard in shards if shard.name.startswith(f"{name}."))
-
-
-# --------------------------------------------------------------------------- on Ray
-
-
-def test_the_cluster_writes_what_the_cli_writes(tiny_bundle, inputs, expected, ray_address, tmp_path) -> None:
-    out = tmp_path / "out"
-    status = translate(
-        tiny_bundle, "-i", inputs / "in", "-o", out, "-f", "jsonl", "--alignment", *WINDOWS, "--shard-lines", "48",
-        "--ray", ray_address,
-    )  # fmt: skip
-    assert status == batch.EXIT_SOME_FAILED  # the bad lines are records with their error
-    assert joined(out, "a.txt") == expected["a.jsonl"]
-    assert joined(out, "c.parquet") == expected["c.jsonl"]
-    assert not list(out.glob(".hidden*"))
-    # Every shard's marker says where its lines come from, so the output joins back.
-    shards = markers(out)
-    assert len(shards) == 4 + 1  # 192 lines in windows of 16, three a shard; 40 rows
-    for marker in shards:
-        record = json.loads(marker.read_text())
-        lines = Path(str(marker).removesuffix(MARKER)).read_text().splitlines()
-        assert len(lines) == record["lines"]
-        assert [json.loads(line)["line"] for line in lines] == list(
-            range(record["first_line"], record["first_line"] + record["lines"])
-        )
-        assert all(
-            bool(json.loads(line).get("error")) == (json.loads(line)["line"] in record["failed"]) for line in lines
-        )
-    errors = [json.loads(line).get("error") for line in expected["a.jsonl"].decode().splitlines()]
-    assert errors[5] and errors[77] and sum(map(bool, errors)) <= 3  # control character, invalid UTF-8 (+ blank)
-
-
-def actors_running_a_task() -> list[int]:
-    """Pids of the pool's actors in the middle of a task (their process title says so)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and (entry / "cmdline").read_bytes().startswith(ACTOR + b".submit"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def test_a_killed_actor_is_restarted_and_its_shard_retried(tiny_bundle, inputs, expected, ray_address, tmp_path):
-    out = tmp_path / "out"
-    killed: list[tuple[int, int]] = []  # (pid, shards written by then)
-    finished = threading.Event()
-
-    def kill_one_mid_task() -> None:
-        while not finished.is_set() and not killed:
-            busy = actors_running_a_task()
-            if busy and markers(out):  # under way: a shard written, an actor in a task
-                os.kill(busy[0], signal.SIGKILL)
-                killed.append((busy[0], len(markers(out))))
-            time.sleep(0.01)
-
-    killer = threading.Thread(target=kill_one_mid_task, daemon=True)
-    killer.start()
-    try:
-        status = translate(
-            tiny_bundle, "-i", inputs / "b.jsonl", "--input-format", "jsonl", "-o", out, "-f", "jsonl", *WINDOWS,
-            "--shard-lines", "16", "--ray", ray_address,
-        )  # fmt: skip
-    finally:
-        finished.set()
-        killer.join()
-    assert killed, "no actor was caught in a task"
-    total = len(markers(out))
-    assert total == 11 and killed[0][1] < total  # killed before the end
-    assert status == batch.EXIT_SOME_FAILED  # the line that is not JSON
-    assert joined(out, "b.jsonl") == expected["b.jsonl"]
-
-
-def test_a_resumed_run_writes_only_the_missing_shards(tiny_bundle, inputs, expected, ray_address, tmp_path) -> None:
-    out = tmp_path / "out"
-    pattern = str(inputs / "in" / "*.txt")  # a glob of shards (here one file)
-    command = ["translate", "-m", str(tiny_bundle), "-i", pattern, "-o", str(out), *WINDOWS, "--shard-lines", "16"]
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "seq2seq.cli", *command, "--ray", ray_address], cwd=REPO, env=env,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and process.poll() is None and len(markers(out)) < 3:
-        time.sleep(0.01)
-    process.kill()  # SIGKILL: no chance to tidy up
-    _, stderr = process.communicate()
-    before = {path.name: path.stat() for path in markers(out)}
-    assert 3 <= len(before) < 12, stderr.decode()[-2000:]
-
-    status = cli_main([*command, "--resume", "--ray", ray_address])
-    assert status == batch.EXIT_SOME_FAILED
-    assert joined(out, "a.txt") == expected["a.txt"]
-    after = {path.name: path.stat() for path in markers(out)}
-    assert len(after) == 12
-    for name, stat in before.items():  # kept as they were: neither marker nor shard rewritten
-        assert (after[name].st_ino, after[name].st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)
-        shard = out / name.removesuffix(MARKER)
-        assert shard.stat().st_mtime_ns <= stat.st_mtime_ns
-    assert not list(out.rglob("*.part"))
-    # Again without --resume: refused, naming the fix, before Ray is asked for anything.
-    assert cli_main([*command, "--ray", ray_address]) == batch.EXIT_USAGE
 
 
 # --------------------------------------------------------------------------- without Ray
@@ -272,7 +189,7 @@ def test_inputs_are_a_file_a_directory_or_a_glob(inputs: Path, tmp_path: Path) -
     assert [f.name for f in find_inputs(directory)] == ["a.txt", "c.parquet"]  # the hidden file left out
     assert [f.name for f in find_inputs(directory / "a.txt")] == ["a.txt"]
     assert [(f.name, f.parquet) for f in find_inputs(Path(f"{inputs}/**/*.parquet"))] == [("in/c.parquet", True)]
-    assert [f.name for f in find_inputs(inputs, exclude=directory)] == ["b.jsonl", "c.jsonl"]
+    assert [f.name for f in find_inputs(inputs, exclude=directory)] == ["c.jsonl"]
     for missing in (tmp_path / "nothing", Path(f"{tmp_path}/*.txt")):
         with pytest.raises(InputError, match="nothing|no input files"):
             find_inputs(missing)
@@ -280,6 +197,19 @@ def test_inputs_are_a_file_a_directory_or_a_glob(inputs: Path, tmp_path: Path) -
     bad.write_bytes(b"PAR1 not really")
     with pytest.raises(InputError, match="not a readable Parquet file"):
         cut_windows(InputFile(bad, "bad.parquet", True), 4, 16)
+
+
+def test_source_auto_samples_the_first_input_file(inputs: Path) -> None:
+    from seq2seq.cli.cluster.run import sample
+
+    def args(where: Path) -> argparse.Namespace:
+        return argparse.Namespace(input=where, output=inputs / "out", input_format="text", max_chars=batch.MAX_CHARS)
+
+    raw = lines_with_trouble(192, seed=11)[:8]
+    texts = sample(args(inputs / "in"), 8)  # a.txt: its bad line 5 left out
+    assert texts == [line.decode().strip() for n, line in enumerate(raw) if n != 5]
+    rows = [source for source, _ in toy_pairs(40, seed=12)][:8]
+    assert sample(args(Path(f"{inputs}/in/*.parquet")), 8) == rows[:7]  # row 7's text is null
 
 
 def test_the_output_directory_is_resumed_only_with_the_same_options(tmp_path: Path) -> None:
@@ -340,3 +270,93 @@ def test_missing_inputs_are_a_usage_error(
     assert status == batch.EXIT_USAGE  # before Ray is started
     error = capsys.readouterr().err
     assert message in error and "give -i" in error and error.count("\n") == 1
+
+
+# --------------------------------------------------------------------------- on Ray
+
+
+def actors_running_a_task() -> list[int]:
+    """Pids of the pool's actors in the middle of a task (their process title says so)."""
+    return [pid for pid, cmdline in command_lines() if cmdline.startswith(ACTOR + b".submit")]
+
+
+def test_the_cluster_writes_what_the_cli_writes_though_an_actor_is_killed(
+    tiny_bundle, inputs, expected, ray_address, tmp_path
+) -> None:
+    """A directory of a text file and a Parquet file, JSONL records with their maps; one actor
+    SIGKILLed in the middle of a task, once a shard is written: Ray restarts it and retries
+    its window, and nothing is lost or doubled."""
+    out = tmp_path / "out"
+    killed: list[tuple[int, int]] = []  # (pid, shards written by then)
+    finished = threading.Event()
+
+    def kill_one_mid_task() -> None:
+        while not finished.is_set() and not killed:
+            busy = actors_running_a_task()
+            if busy and markers(out):  # under way: a shard written, an actor in a task
+                os.kill(busy[0], signal.SIGKILL)
+                killed.append((busy[0], len(markers(out))))
+            time.sleep(0.01)
+
+    killer = threading.Thread(target=kill_one_mid_task, daemon=True)
+    killer.start()
+    try:
+        status = translate(
+            tiny_bundle, "-i", inputs / "in", "-o", out, "-f", "jsonl", "--alignment", *WINDOWS,
+            "--shard-lines", "16", "--ray", ray_address,
+        )  # fmt: skip
+    finally:
+        finished.set()
+        killer.join()
+    assert status == batch.EXIT_SOME_FAILED  # the bad lines are records with their error
+    assert joined(out, "a.txt") == expected["a.jsonl"]
+    assert joined(out, "c.parquet") == expected["c.jsonl"]
+    assert not list(out.glob(".hidden*"))
+    shards = markers(out)
+    assert len(shards) == 12 + 3  # 192 lines in windows of 16, one a shard; 40 rows
+    assert killed, "no actor was caught in a task"
+    assert killed[0][1] < len(shards)  # killed before the end
+    # Every shard's marker says where its lines come from, so the output joins back.
+    for marker in shards:
+        record = json.loads(marker.read_text())
+        lines = Path(str(marker).removesuffix(MARKER)).read_text().splitlines()
+        assert len(lines) == record["lines"]
+        assert [json.loads(line)["line"] for line in lines] == list(
+            range(record["first_line"], record["first_line"] + record["lines"])
+        )
+        assert all(
+            bool(json.loads(line).get("error")) == (json.loads(line)["line"] in record["failed"]) for line in lines
+        )
+    errors = [json.loads(line).get("error") for line in expected["a.jsonl"].decode().splitlines()]
+    assert errors[5] and errors[77] and sum(map(bool, errors)) <= 3  # control character, invalid UTF-8 (+ blank)
+
+
+def test_a_resumed_run_writes_only_the_missing_shards(tiny_bundle, inputs, expected, ray_address, tmp_path) -> None:
+    out = tmp_path / "out"
+    pattern = str(inputs / "in" / "*.txt")  # a glob of shards (here one file)
+    command = ["translate", "-m", str(tiny_bundle), "-i", pattern, "-o", str(out), *WINDOWS, "--shard-lines", "16"]
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "seq2seq.cli", *command, "--ray", ray_address], cwd=REPO, env=env,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None and len(markers(out)) < 3:
+        time.sleep(0.01)
+    process.kill()  # SIGKILL: no chance to tidy up
+    _, stderr = process.communicate()
+    before = {path.name: path.stat() for path in markers(out)}
+    assert 3 <= len(before) < 12, stderr.decode()[-2000:]
+
+    status = cli_main([*command, "--resume", "--ray", ray_address])
+    assert status == batch.EXIT_SOME_FAILED
+    assert joined(out, "a.txt") == expected["a.txt"]
+    after = {path.name: path.stat() for path in markers(out)}
+    assert len(after) == 12
+    for name, stat in before.items():  # kept as they were: neither marker nor shard rewritten
+        assert (after[name].st_ino, after[name].st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)
+        shard = out / name.removesuffix(MARKER)
+        assert shard.stat().st_mtime_ns <= stat.st_mtime_ns
+    assert not list(out.rglob("*.part"))
+    # Again without --resume: refused, naming the fix, before Ray is asked for anything.
+    assert cli_main([*command, "--ray", ray_address]) == batch.EXIT_USAGE
