@@ -6,7 +6,7 @@ lines). A window goes through the batch CLI's own pipeline: its lines decoded an
 one by one (`read_segments`: a bad line becomes a record with its error), split into
 sentences, sorted, batched and joined (`run_windows`, the same `SentenceTranslator` as a
 `--workers` process), and formatted by the CLI's `format_record`; what comes back is the
-window's records as one string, and its failed lines.
+window's records as one string, its failed lines and its count of unused glossary terms.
 """
 
 from __future__ import annotations
@@ -47,17 +47,19 @@ class TranslateWindows:
 
     def __call__(self, windows: Any) -> dict[str, list]:
         """`windows`: a pyarrow table with columns shard, first_line, lines, parquet, raw."""
-        out: dict[str, list] = {"shard": [], "first_line": [], "records": [], "failed": []}
+        out: dict[str, list] = {"shard": [], "first_line": [], "records": [], "failed": [], "unused_terms": []}
         for row in windows.to_pylist():
-            records, failed = self.translate(row["raw"], row["first_line"], row["lines"], row["parquet"])
+            records, failed, unused = self.translate(row["raw"], row["first_line"], row["lines"], row["parquet"])
             out["shard"].append(row["shard"])
             out["first_line"].append(row["first_line"])
             out["records"].append(records)
             out["failed"].append(failed)
+            out["unused_terms"].append(unused)
         return out
 
-    def translate(self, raw: bytes, first_line: int, lines: int, parquet: bool) -> tuple[str, str]:
-        """One window's records, joined, and its failures as JSON `[[line, error], ...]`."""
+    def translate(self, raw: bytes, first_line: int, lines: int, parquet: bool) -> tuple[str, str, int]:
+        """One window's records, joined; its failures as JSON `[[line, error], ...]`; and how
+        many glossary terms its translations did not use (the driver's summary counts them)."""
         input_format = "jsonl" if parquet else self.input_format  # a Parquet row is read as a JSONL line
         segments = list(batch.read_segments(io.BytesIO(raw), input_format, self.max_chars, first_line))
         if len(segments) != lines:
@@ -67,4 +69,5 @@ class TranslateWindows:
         summary = batch.run_windows(
             [segments], self.engine, translator.tokenizer, sink, self.options, translator.max_source_tokens
         )
-        return "".join(sink.records), json.dumps(list(zip(summary.failed_lines, summary.errors)))
+        failures = json.dumps(list(zip(summary.failed_lines, summary.errors)))
+        return "".join(sink.records), failures, summary.unused_terms

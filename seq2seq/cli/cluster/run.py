@@ -51,6 +51,7 @@ class _Tally:
     lines: int = 0
     now: int = 0  # lines written by this run
     failed: int = 0
+    unused_terms: int = 0  # glossary terms not used, this run's
     warned: int = 0
     failed_lines: list[str] = field(default_factory=list)  # NAME:LINE, this run's
 
@@ -230,6 +231,7 @@ def _write_shards(args: argparse.Namespace, dataset: Dataset, todo: list[Shard],
         parts = [windows[window.first_line] for window in shard.windows]
         records = "".join(part["records"] for part in parts)
         failures = [(line, error) for part in parts for line, error in json.loads(part["failed"])]
+        tally.unused_terms += sum(part["unused_terms"] for part in parts)
         if records.count("\n") != shard.lines:  # one record per line, each ending its line
             raise RuntimeError(f"{shard.output_name(args.format)}: {records.count(chr(10))} records for {shard.lines}")
         write_shard(args.output, shard, args.format, records, [line for line, _ in failures])
@@ -272,6 +274,8 @@ def _finish(tally: _Tally, elapsed: float) -> int:
         elapsed,
         rate,
     )
+    if tally.unused_terms:
+        log.warning("%d glossary terms not used in the translations", tally.unused_terms)
     if tally.failed:
         shown = ", ".join(tally.failed_lines[:10]) + (" ..." if len(tally.failed_lines) > 10 else "")
         log.warning("%d of %d lines failed%s", tally.failed, tally.lines, f" ({shown})" if shown else "")
