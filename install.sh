@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install crossalign into ./.venv. One script for the README, CI and the Docker image.
 #
-#   ./install.sh            everything: training (torch), serving, tests, the docs site (mkdocs)
+#   ./install.sh            everything: training (torch), serving, the cluster mode (Ray Data),
+#                           tests, the docs site (mkdocs)
 #   ./install.sh --serve    serving only: onnxruntime, no torch
 #
 # torch is pinned to exactly 2.13.0: on this project's machines that is a local CPU
@@ -31,6 +32,6 @@ else
     # /opt/wheels holds the local CPU wheel on this project's machines.
     find_links=(); [ -d /opt/wheels ] && find_links=(--find-links /opt/wheels)
     .venv/bin/python -m pip install -q "${find_links[@]}" "torch==2.13.0"
-    .venv/bin/python -m pip install -q -e ".[train,serve,dev,docs]"
+    .venv/bin/python -m pip install -q -e ".[train,serve,cluster,dev,docs]"
 fi
 echo "crossalign installed in $(pwd)/.venv ($mode)"

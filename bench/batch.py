@@ -21,12 +21,25 @@ lines (seq2seq/cli/batch/engines.py, WORKER_MIN_LINES), set from this figure; th
 force them (`--workers-min-lines 0`).
 
     python bench/batch.py --test work/data/test.tsv --beams 4 --break-even 6 50 100 200 400 --rounds 3
+
+The cluster mode (`--cluster`): `crossalign translate --ray` on this machine, its actors as many
+as the largest --workers, against `--workers N`, the first --beams. One local Ray of N CPUs is
+started for the bench and every cluster run joins it (as on a real cluster, where Ray runs
+before the job); each run still starts its actors and loads the model in each. Each mode runs
+over the first fifth of -n lines and over all -n (the test split's lines repeated to reach it),
+alternated `--rounds` times; the rate is the marginal one, the lines between the two sizes over
+the seconds between their median runs, so the start-ups (the actors', the workers') cancel out
+and show as the intercept; the ratio cluster / workers is the aim (>= 0.8: Ray's overhead is
+small), and the cluster's output is compared with the workers' line for line.
+
+    python bench/batch.py --test work/data/test.tsv -n 4000 --beams 4 --workers 2 --cluster --rounds 2
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -85,7 +98,22 @@ def read_sources(path: Path, count: int) -> list[str]:
 
 def run_cli(args: argparse.Namespace, input_path: Path, output_path: Path, beam: int, workers: int) -> float:
     """Wall seconds of one `crossalign translate` run over `input_path`."""
-    command = [
+    return timed(
+        translate_command(args, input_path, output_path, beam)
+        + ["--workers", str(workers), "--workers-min-lines", "0"]  # workers started whatever the input's size
+    )
+
+
+def run_cluster(args: argparse.Namespace, input_path: Path, output_dir: Path, beam: int, address: str) -> float:
+    """Wall seconds of one `crossalign translate --ray ADDRESS` run (as many actors as the
+    largest --workers) into a fresh `output_dir`."""
+    shutil.rmtree(output_dir, ignore_errors=True)
+    actors = max(args.workers)
+    return timed(translate_command(args, input_path, output_dir, beam) + ["--ray", address, "--actors", str(actors)])
+
+
+def translate_command(args: argparse.Namespace, input_path: Path, output_path: Path, beam: int) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "seq2seq.cli",
@@ -100,15 +128,15 @@ def run_cli(args: argparse.Namespace, input_path: Path, output_path: Path, beam:
         str(output_path),
         "--beam-size",
         str(beam),
-        "--workers",
-        str(workers),
         "--batch-size",
         str(args.batch_size),
         "--threads",
         str(args.threads),
-        "--workers-min-lines",
-        "0",  # workers started whatever the input's size: their start-up is what is measured
     ]
+
+
+def timed(command: list[str]) -> float:
+    """Wall seconds of `command`, which must succeed."""
     started = time.perf_counter()
     finished = subprocess.run(
         command, cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
@@ -192,6 +220,62 @@ def bench_break_even(args: argparse.Namespace, sources: list[str], workdir: Path
     return "\n".join(lines)
 
 
+def bench_cluster(args: argparse.Namespace, sources: list[str], workdir: Path) -> str:
+    """The cluster mode against --workers N on this machine: median whole runs over two sizes,
+    the marginal rates, their ratio, and how many output lines differ."""
+    import ray
+
+    workers, beam = max(args.workers), args.beams[0]
+    lines = [sources[i % len(sources)] for i in range(args.lines)]
+    sizes = [max(1, len(lines) // 5), len(lines)]
+    inputs = {}
+    for size in sizes:
+        inputs[size] = workdir / f"input{size}.de"
+        inputs[size].write_text("\n".join(lines[:size]) + "\n", encoding="utf-8")
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths have a length limit
+    context = ray.init(address="local", num_cpus=workers, include_dashboard=False, _temp_dir=temp)
+    address = context.address_info["gcs_address"]
+    walls: dict[tuple[str, int], list[float]] = {}
+    try:
+        for _ in range(args.rounds):
+            for size in sizes:
+                walls.setdefault(("workers", size), []).append(
+                    run_cli(args, inputs[size], workdir / "workers.out", beam, workers)
+                )
+                walls.setdefault(("cluster", size), []).append(
+                    run_cluster(args, inputs[size], workdir / "cluster", beam, address)
+                )
+                last = {mode: walls[mode, size][-1] for mode in ("workers", "cluster")}
+                print(
+                    f"{size} lines: workers {last['workers']:.2f} s, cluster {last['cluster']:.2f} s", file=sys.stderr
+                )
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
+    median = {key: statistics.median(times) for key, times in walls.items()}
+    small, large = sizes
+    rate = {
+        mode: (large - small) / max(median[mode, large] - median[mode, small], 1e-9) for mode in ("workers", "cluster")
+    }
+    intercept = {mode: median[mode, small] - small / rate[mode] for mode in rate}
+    cluster_lines = b"".join(p.read_bytes() for p in sorted((workdir / "cluster").glob("*.txt"))).splitlines()
+    workers_lines = (workdir / "workers.out").read_bytes().splitlines()
+    assert len(cluster_lines) == len(workers_lines) == large, "one output line per input line"
+    differ = sum(a != b for a, b in zip(cluster_lines, workers_lines))
+    out = [f"beam {beam}, {workers} workers against {workers} actors, median of {args.rounds} runs (s)"]
+    out += [
+        f"{size} lines | workers {median['workers', size]:.2f} | cluster {median['cluster', size]:.2f}"
+        for size in sizes
+    ]
+    out += [
+        f"marginal rate: workers {rate['workers']:.1f} lines/s, cluster {rate['cluster']:.1f} lines/s, "
+        f"ratio cluster/workers {rate['cluster'] / rate['workers']:.2f}x",
+        f"start-up (intercept): workers {intercept['workers']:.1f} s, cluster {intercept['cluster']:.1f} s",
+        f"output lines that differ: {differ} of {large}",
+    ]
+    return "\n".join(out)
+
+
 def table(rows: list[Row]) -> str:
     header = ["mode", "beam", "workers", "lines", "seconds", "startup s", "lines/s", "target tok/s"]
     cells = [header] + [r.cells() for r in rows]
@@ -225,6 +309,12 @@ def main(argv: list[str] | None = None) -> int:
         help="instead of the table: whole runs over inputs of these sizes, 1 and N workers alternated "
         "(the first --beams), their median seconds, and the size from which the workers are faster",
     )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="instead of the table: the cluster mode (--ray, a local Ray) against the largest --workers, "
+        "over a fifth of -n and all of it, their marginal rates and ratio (the first --beams)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="runs of each size and worker count (default 3)")
     args = parser.parse_args(argv)
 
@@ -236,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(sources)} lines from {args.test}, model {args.model}, backend {args.backend}, {os.cpu_count()} CPUs",
         file=sys.stderr,
     )
+    if args.cluster:
+        with tempfile.TemporaryDirectory(prefix="bench-batch-") as workdir:
+            print(bench_cluster(args, sources, Path(workdir)))
+        return 0
     if args.break_even:
         with tempfile.TemporaryDirectory(prefix="bench-batch-") as workdir:
             print(bench_break_even(args, sources, Path(workdir)))

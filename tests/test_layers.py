@@ -324,6 +324,7 @@ def test_the_serving_path_never_imports_torch(tiny_bundle: Path, tmp_path: Path)
         assert "onnxruntime" in sys.modules
         assert "torch" not in sys.modules, "the serving path imported torch"
         assert "wordfreq" not in sys.modules, "the serving path imported wordfreq (a build-time dependency)"
+        assert "ray" not in sys.modules, "the serving path imported Ray (only `crossalign translate --ray` may)"
     """)
     finished = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=240)
     assert finished.returncode == 0, finished.stderr[-3000:]

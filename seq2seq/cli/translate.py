@@ -260,6 +260,8 @@ def _run(args: argparse.Namespace) -> int:
     problems = translate_args.problems(args)
     if problems:
         raise UsageError("; ".join(problems))
+    if args.ray is not None:
+        return _run_cluster(args)
     if args.format in translate_args.DOCUMENT_FORMATS:
         return translate_document_file(args, lambda sample: _prepare(args, sample), engine_spec)
     source = _open_input(args)
@@ -267,6 +269,20 @@ def _run(args: argparse.Namespace) -> int:
         return _run_lines(args, source)
     finally:
         source.stream.close()
+
+
+def _run_cluster(args: argparse.Namespace) -> int:
+    """The cluster mode (Ray Data, seq2seq.cli.cluster): Ray is imported only here."""
+    try:
+        from seq2seq.cli.cluster import run as cluster
+    except ImportError as error:
+        raise UsageError(
+            f"--ray needs Ray Data ({error}): pip install 'crossalign[cluster]', or run ./install.sh"
+        ) from error
+    decode = _prepare(args, lambda: cluster.sample(args, SAMPLE_LINES))
+    if decode.alignment is not None:
+        _check_alignment(args, decode.alignment)
+    return cluster.main(args, engine_spec(args, decode), job_options(args))
 
 
 def _run_lines(args: argparse.Namespace, source: _Input) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 
 from seq2seq.cli import batch
 from seq2seq.cli.align import add_alignment_source_arguments, add_quality_argument
+from seq2seq.cli.cluster import options as cluster
 from seq2seq.cli.models import add_model_arguments, add_rerank_arguments
 from seq2seq.core.config import MAX_TERM_BONUS, SEARCH_FIELDS, AlignmentOptions, DecodeConfig
 from seq2seq.core.hints import term_problem
@@ -112,6 +113,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_rerank_arguments(parser.add_argument_group("reranking the n-best"))
     add_job_arguments(parser)
     add_alignment_arguments(parser.add_argument_group("alignment"))
+    cluster.add_cluster_arguments(parser)
 
 
 def add_io_arguments(parser: argparse.ArgumentParser) -> None:
@@ -433,4 +435,4 @@ def problems(args: argparse.Namespace) -> list[str]:
         problems.append("--streams must not be negative")
     if not args.flush_seconds > 0:
         problems.append("--flush-seconds must be positive")
-    return problems
+    return problems + cluster.problems(args)

@@ -34,7 +34,7 @@ from seq2seq.cli.batch.engines import (
     UnitResult,
     worker_threads,
 )
-from seq2seq.cli.batch.job import JobOptions, JobSummary, _Unit, plan_batches, run_job
+from seq2seq.cli.batch.job import JobOptions, JobSummary, RecordSink, _Unit, plan_batches, run_job, run_windows
 from seq2seq.cli.batch.reading import (
     INPUT_FORMATS,
     MAX_CHARS,
@@ -78,6 +78,7 @@ __all__ = [
     "JobSummary",
     "LineResult",
     "ProcessEngine",
+    "RecordSink",
     "RecordWriter",
     "Segment",
     "SentenceTranslator",
@@ -91,6 +92,7 @@ __all__ = [
     "prepare_resume",
     "read_segments",
     "run_job",
+    "run_windows",
     "strip_line_ending",
     "worker_threads",
 ]

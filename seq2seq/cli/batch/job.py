@@ -24,7 +24,7 @@ from typing import Protocol
 from data.tokenizer import Tokenizer
 from seq2seq.cli.batch.engines import Engine, UnitResult
 from seq2seq.cli.batch.reading import Segment
-from seq2seq.cli.batch.writing import LineResult, RecordWriter, format_record, join_line, write_heatmap
+from seq2seq.cli.batch.writing import LineResult, format_record, join_line, write_heatmap
 from seq2seq.decoding.texts import sentence_spans
 
 log = logging.getLogger("crossalign.translate")
@@ -52,11 +52,19 @@ class JobSummary:
     failed: int = 0  # of which errors
     blank: int = 0  # and blank lines, kept as empty translations
     failed_lines: list[int] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # why each of `failed_lines` failed
     unused_terms: int = 0  # glossary terms a translation did not use (each a warning)
 
 
 class Progress(Protocol):
     def update(self, n: int) -> object: ...
+
+
+class RecordSink(Protocol):
+    """Where a job's runs of complete records go: a `RecordWriter` (a file or stdout), or the
+    cluster mode's list that an actor sends back (seq2seq/cli/cluster)."""
+
+    def write(self, records: list[str]) -> None: ...
 
 
 @dataclass
@@ -98,7 +106,7 @@ class _Job:
     def __init__(
         self,
         tokenizer: Tokenizer,
-        writer: RecordWriter,
+        writer: RecordSink,
         options: JobOptions,
         progress: Progress | None,
         max_source_tokens: int,
@@ -188,6 +196,7 @@ class _Job:
     def report_failure(self, line: int, error: str) -> None:
         self.summary.failed += 1
         self.summary.failed_lines.append(line)
+        self.summary.errors.append(error)
         if self.warned < self.options.max_warnings:
             log.warning("line %d: %s", line, error)
             self.warned += 1
@@ -216,7 +225,7 @@ def run_job(
     segments: Iterable[Segment],
     engine: Engine,
     tokenizer: Tokenizer,
-    writer: RecordWriter,
+    writer: RecordSink,
     options: JobOptions,
     progress: Progress | None = None,
     max_source_tokens: int = 250,
@@ -227,7 +236,26 @@ def run_job(
     leave in input order while the workers stay busy.
     """
     job = _Job(tokenizer, writer, options, progress, max_source_tokens)
-    planned = job.batches(segments)
+    return _drive(job, job.batches(segments), engine)
+
+
+def run_windows(
+    windows: Iterable[list[Segment]],
+    engine: Engine,
+    tokenizer: Tokenizer,
+    writer: RecordSink,
+    options: JobOptions,
+    max_source_tokens: int = 250,
+) -> JobSummary:
+    """`run_job` over windows the caller cut, each sorted and batched as `run_job` does its
+    own: the cluster mode cuts a file into windows ahead (seq2seq/cli/cluster), so that
+    whichever actor translates a window batches it as this process would."""
+    job = _Job(tokenizer, writer, options, None, max_source_tokens)
+    return _drive(job, (batch for window in windows for batch in job.plan_window(window)), engine)
+
+
+def _drive(job: _Job, planned: Iterator[list[_Unit]], engine: Engine) -> JobSummary:
+    """Keep `engine.capacity` batches of `planned` in flight and write what is complete."""
     in_flight: deque[tuple[Future, list[_Unit]]] = deque()
     exhausted = False
     while True:
