@@ -371,7 +371,8 @@ def test_the_page_works_under_its_content_security_policy(browser, server: str) 
     page.locator("#translation-text").wait_for(state="visible")
     page.locator("#heads .head").first.wait_for(state="visible")  # the model view, drawn on canvases
     page.get_by_role("button", name="Decode step by step").click()
-    page.locator("#playback[data-done='done']").wait_for(state="attached")  # no string to evaluate: CSP holds
+    # no string to evaluate: CSP holds; a loaded machine may take a while to play it back
+    page.locator("#playback[data-done='done']").wait_for(state="attached", timeout=90_000)
     with page.expect_download() as download:
         page.get_by_role("link", name="Download the cross map as PNG").click()
     assert Path(download.value.path()).read_bytes()[:4] == b"\x89PNG"
@@ -725,3 +726,33 @@ def test_the_docs_screenshots_are_made_from_the_real_page(browser, models: Path,
             if path.name == SHOTS["map"]:
                 assert image.size == (FIRST_SCREEN["width"], FIRST_SCREEN["height"])
         assert path.stat().st_size < 250_000
+
+
+def test_the_confidence_is_said_in_the_words_of_the_bundles_calibration(browser, models: Path, tmp_path: Path) -> None:
+    """With a calibration in the bundle (calibration.json), the page reads the confidence as the
+    share of such held-out sentences that were usable and its band, with what to do (issue 42);
+    without one it shows the bare number (the `server` fixture's bundle)."""
+    from test_calibration import ALL_LOW
+
+    from data.files import CALIBRATION_FILE
+    from seq2seq.runtime.bundle import set_calibration_file
+
+    calibrated = shutil.copytree(models, tmp_path / "models", symlinks=True)
+    ALL_LOW.save(calibrated / "de-en" / CALIBRATION_FILE)
+    set_calibration_file(calibrated / "de-en")
+    port = free_port()
+    process = start_server(calibrated, port)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        context, page = offline_page(browser, url)
+        with page.expect_response(lambda response: "/v1/attention" in response.url) as shown:
+            open_page(page, f"{url}/?{urlencode({'q': SENTENCE, 'source': 'de', 'target': 'en'})}")
+        quality = shown.value.json()["sentences"][0]["quality"]  # what the page was answered
+        reading = ALL_LOW(quality["confidence"])
+        said = page.locator("#flag-count").inner_text()
+        assert f"confidence {quality['confidence']:.2f}, low: about {round(reading.usable * 100)}% of such" in said
+        assert "check or rewrite it" in said and reading.band == "low"
+        context.close()
+    finally:
+        process.terminate()
+        process.wait(timeout=15)

@@ -701,7 +701,8 @@ def test_a_render_flood_leaves_health_fast_and_memory_near_its_baseline(
     assert all(int(a.headers["Retry-After"]) >= 1 for a in answers if a.status_code == 503)
     assert all(a.content[:8] == b"\x89PNG\r\n\x1a\n" for a in answers if a.status_code == 200)
     assert translated.status_code == 200 and translation_s < 5, translation_s
-    assert latencies and max(latencies) < 1.0, f"/health took up to {max(latencies):.2f} s"
+    # The aim is a p99 under 1 s (issue 32): one answer of a hundred may meet a loaded machine's stall.
+    assert latencies and float(np.quantile(latencies, 0.99)) < 1.0, f"/health p99 {np.quantile(latencies, 0.99):.2f} s"
     time.sleep(3)
     after = rss_mb(process.pid)
     assert after <= 1.5 * baseline, f"RSS {after:.0f} MB after the flood, {baseline:.0f} MB before"

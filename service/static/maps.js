@@ -190,6 +190,19 @@ function markFlag(element, side, index, quality) {
   element.setAttribute("aria-description", why);
 }
 
+// The confidence as a person can act on it: the bundle's calibration (calibration.json) reads
+// it as the share of held-out sentences at this confidence that were usable, and a band.
+const BAND_ADVICE = { low: "check or rewrite it", medium: "read it with care", high: "usually fine" };
+
+function confidenceText(quality) {
+  if (quality.confidence === null) return "confidence n/a.";
+  const value = `confidence ${quality.confidence.toFixed(2)}`;
+  const calibrated = quality.calibrated;
+  if (!calibrated) return `${value}.`;
+  return `${value}, ${calibrated.band}: about ${Math.round(calibrated.usable * 100)}% of such ` +
+    `sentences were usable (${BAND_ADVICE[calibrated.band]}).`;
+}
+
 function renderTokens() {
   const { aligned } = wordAlignment();
   const quality = state.data.sentences[state.sentence].quality;
@@ -208,7 +221,7 @@ function renderTokens() {
   $("flag-legend").hidden = !quality;
   $("flag-count").textContent = quality
     ? `${flagged} flagged (untranslated words found by ${quality.untranslated_by || "attention"}); ` +
-      `confidence ${quality.confidence === null ? "n/a" : quality.confidence.toFixed(2)}.`
+      confidenceText(quality)
     : "";
 }
 

@@ -246,8 +246,7 @@ function showFinal(result) {
   $("play-target-words").replaceChildren(...words(result.target_words, "target"));
   $("play-flags").textContent = quality
     ? `${quality.untranslated.length} source word(s) flagged untranslated, ${quality.ungrounded.length} ` +
-      `translated word(s) flagged ungrounded; confidence ` +
-      `${quality.confidence === null ? "n/a" : quality.confidence.toFixed(2)}.`
+      `translated word(s) flagged ungrounded; ` + confidenceText(quality)
     : "";
 }
 
