@@ -25,9 +25,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from browser import CHROMIUM, FIRST_SCREEN, launch  # noqa: E402
+from test_calibration import ALL_LOW  # noqa: E402
 from test_rerank_service import reversed_bundle  # noqa: E402
 from test_service_server import free_port, start_server  # noqa: E402
 from toy import SENTENCES  # noqa: E402
+
+from data.files import CALIBRATION_FILE  # noqa: E402
+from seq2seq.runtime.bundle import set_calibration_file  # noqa: E402
 
 SENTENCE = SENTENCES[0]  # "der Hund ist klein ."
 ALIGNMENT_HEAD = 1
@@ -732,11 +736,6 @@ def test_the_confidence_is_said_in_the_words_of_the_bundles_calibration(browser,
     """With a calibration in the bundle (calibration.json), the page reads the confidence as the
     share of such held-out sentences that were usable and its band, with what to do (issue 42);
     without one it shows the bare number (the `server` fixture's bundle)."""
-    from test_calibration import ALL_LOW
-
-    from data.files import CALIBRATION_FILE
-    from seq2seq.runtime.bundle import set_calibration_file
-
     calibrated = shutil.copytree(models, tmp_path / "models", symlinks=True)
     ALL_LOW.save(calibrated / "de-en" / CALIBRATION_FILE)
     set_calibration_file(calibrated / "de-en")

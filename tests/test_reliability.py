@@ -35,7 +35,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -672,7 +671,7 @@ with httpx.Client(timeout=30) as client:
 
 
 def test_a_render_flood_leaves_health_fast_and_memory_near_its_baseline(
-    hardened: tuple[str, subprocess.Popen, Path],
+    hardened: tuple[str, subprocess.Popen, Path], tmp_path: Path
 ) -> None:
     """Issue 32, 2: 16 concurrent 4000 x 4000 PNG heatmaps. They are drawn one at a time on the
     render thread, within the pixel bound (two here); the rest get 503 with Retry-After before
@@ -687,7 +686,7 @@ def test_a_render_flood_leaves_health_fast_and_memory_near_its_baseline(
     body = {"q": SENTENCES[1], "source": "de", "format": "png", "width": 4000, "height": 4000}
     # /health is asked from a process of its own: from a thread of this one, its times would
     # hold this process's 16 flooding threads' turns on the interpreter, not the server's answer.
-    stop = Path(tempfile.mkdtemp()) / "stop"
+    stop = tmp_path / "stop"
     watcher = subprocess.Popen([sys.executable, "-c", HEALTH_WATCH, url, str(stop)], stdout=subprocess.PIPE, text=True)
     with ThreadPoolExecutor(16) as pool:
         flood = [
