@@ -24,4 +24,8 @@ QUALITY_FILE = "quality.json"  # the quality detectors' thresholds, chosen at re
 CALIBRATION_FILE = "calibration.json"  # the confidence read as P(usable) and bands (seq2seq/analysis/calibration.py)
 DICTIONARY_FILE = "dictionary.tsv.gz"  # the term index automatic hints read (data/dictionary.py)
 BUNDLE_FILE = "bundle.json"  # a release bundle's manifest: graphs, sha256 of every file, decoding defaults
+SOUP_FILE = "soup.json"  # a weight soup: the models and weights it averages (export/soup.py)
+# A soup's first member's model card, kept beside the soup: its training section and curve
+# (training_curve.png) say how the soup's weights were trained.
+MEMBER_CARD_FILE = "member_card.md"
 ENSEMBLE_FILE = "ensemble.json"  # an ensemble: the model directories it averages (seq2seq/runtime/ensemble.py)

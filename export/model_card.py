@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
-from data.files import CONFIG_FILE
+from data.files import CONFIG_FILE, MEMBER_CARD_FILE, SOUP_FILE
 from export.registers import register_table
 from seq2seq.core.config import SEARCH_FIELDS
 
@@ -148,12 +149,22 @@ def write_card(
     The curve joins `earlier_runs` (oldest first) and `run`, the stages of one model;
     `registers` is the register gate's JSON (`python -m export.registers --json`), if it ran.
     """
-    history = joined_history([*earlier_runs, run])
     config = json.loads((bundle / CONFIG_FILE).read_text())
     source, target = config.get("source_lang", "de"), config.get("target_lang", "en")
-    plot_curve(history, bundle / "training_curve.png", f"{source}-{target}")
-    train_config = json.loads((run / "train_config.json").read_text())
     manifest = json.loads((data / "manifest.json").read_text())
+    soup_dir = run / "final"
+    if (soup_dir / SOUP_FILE).is_file():
+        # A weight soup (export/soup.py) was not trained: its card says what it averages and
+        # carries its first member's training section and curve.
+        member_card = (soup_dir / MEMBER_CARD_FILE).read_text()
+        shutil.copy2(soup_dir / "training_curve.png", bundle / "training_curve.png")
+        training = soup_section(json.loads((soup_dir / SOUP_FILE).read_text()), member_card, command)
+        train_config = {"guided_alignment": "Guided alignment" in member_card}
+    else:
+        history = joined_history([*earlier_runs, run])
+        plot_curve(history, bundle / "training_curve.png", f"{source}-{target}")
+        train_config = json.loads((run / "train_config.json").read_text())
+        training = training_section(history, train_config, config, manifest, command)
     card = (
         INTRODUCTION.format(
             direction=f"{source}-{target}",
@@ -165,7 +176,7 @@ def write_card(
         + quality_section(metrics, manifest, language_name(source), language_name(target), f"{source}-{target}")
         + registers_section(registers)
         + model_section(config)
-        + training_section(history, train_config, config, manifest, command)
+        + training
         + notes_section(notes)
         + data_section(manifest)
         + limitations_section(train_config, language_name(source), language_name(target))
@@ -400,6 +411,41 @@ def training_section(history: list[dict], train_config: dict, config: dict, mani
 |---|---|---|---|---|---|---|---|
 {rows}
 
+"""
+
+
+def member_training(card: str) -> str:
+    """The "## Training" section of a model card (up to the next "## " heading), its headings
+    one level down, to sit inside another card's section."""
+    lines = card.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() == "## Training"), None)
+    if start is None:
+        return ""
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    body = lines[start + 1 : end]
+    return "\n".join("#" + line if line.startswith("#") else line for line in body).strip() + "\n"
+
+
+def soup_section(soup: dict, member_card: str, command: str) -> str:
+    """The training section of a weight soup: its members, how to rebuild it, and its first
+    member's training (whose curve, continued by the later stages, holds the members)."""
+    total = sum(member["weight"] for member in soup["members"])
+    members = "\n".join(f"  - `{member['model']}`, weight {member['weight'] / total:.2f}" for member in soup["members"])
+    return f"""## Training
+
+- A weight soup (`python -m export.soup`; Wortsman et al. 2022): each weight is the weighted mean
+  of the same weight in models fine-tuned from one ancestor, so it costs one model at
+  every step, where an ensemble of them costs all of them. Its members:
+{members}
+- Reproduce (the members are rebuilt from git with `python -m export.releases`):
+
+```bash
+{command}
+```
+
+### How its first member was trained (from that member's card)
+
+{member_training(member_card)}
 """
 
 
