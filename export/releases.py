@@ -10,7 +10,8 @@ survive between sessions, so they are rebuilt from the commits named here:
     python -m export.releases list
 
 The commit is the last one that touched the bundle while it was that stage (stage 7's graphs
-were re-exported by lever 23; stage 9's decoding gained the term bonus).
+were re-exported by lever 23; stage 9's decoding gained the term bonus; stage 10 and en-de
+stage 3 their rebuilt dictionaries and calibrations).
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ RELEASES: dict[str, Release] = {
     for release in (
         Release("de-en", "stage7", "3222764afba36f016e7452b0ccaf82a61bf9c799"),
         Release("de-en", "stage9", "7756369944187e25d6a7849e4e7a99807f1792ad"),
-        Release("de-en", "stage10", "967dd753c71b493ea82522633ed29b3e5c52cab7"),
+        Release("de-en", "stage10", "968b8d7d481724609c8ef633f5d38bd7cdb5406a"),
         Release("en-de", "stage1", "51d2064de6c2470d861872e635195c85e5776e4c"),
         Release("en-de", "stage2", "6165a007695e4e63d6fc5093fa2dcb1c3dab503a"),
-        Release("en-de", "stage3", "548015c581219c96a50c26b5e35f413cda8eb0bc"),
+        Release("en-de", "stage3", "968b8d7d481724609c8ef633f5d38bd7cdb5406a"),
     )
 }
 
