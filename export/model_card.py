@@ -430,7 +430,12 @@ def soup_section(soup: dict, member_card: str, command: str) -> str:
     """The training section of a weight soup: its members, how to rebuild it, and its first
     member's training (whose curve, continued by the later stages, holds the members)."""
     total = sum(member["weight"] for member in soup["members"])
-    members = "\n".join(f"  - `{member['model']}`, weight {member['weight'] / total:.2f}" for member in soup["members"])
+    home = str(Path.home())
+    members = "\n".join(
+        f"  - `{member['model'].replace(home, '~')}`, weight {member['weight'] / total:.2f}"
+        + (f" (the release bundle of commit {member['commit'][:10]})" if member.get("commit") else "")
+        for member in soup["members"]
+    )
     return f"""## Training
 
 - A weight soup (`python -m export.soup`; Wortsman et al. 2022): each weight is the weighted mean

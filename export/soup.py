@@ -72,6 +72,16 @@ def soup_state(states: list[dict[str, torch.Tensor]], weights: list[float]) -> d
     return soup
 
 
+def member_record(path: Path, weight: float) -> dict:
+    """What soup.json says of a member: its directory, weight, and the commit of a release
+    rebuilt by `python -m export.releases extract` (its `.release-commit` stamp)."""
+    record: dict = {"model": str(path), "weight": weight}
+    stamp = path / ".release-commit"
+    if stamp.is_file():
+        record["commit"] = stamp.read_text().strip()
+    return record
+
+
 def write_soup(members: list[tuple[Path, float]], out: Path) -> Path:
     """Write the soup of `members` ((model directory, weight), the first giving all but the
     weights) into the checkpoint directory `out`; returns `out`."""
@@ -95,7 +105,7 @@ def write_soup(members: list[tuple[Path, float]], out: Path) -> Path:
     if (base / "MODEL_CARD.md").is_file():
         shutil.copy2(base / "MODEL_CARD.md", out / MEMBER_CARD_FILE)
     torch.save(soup, out / WEIGHTS_FILE)
-    record = {"members": [{"model": str(path), "weight": weight} for path, weight in members]}
+    record = {"members": [member_record(path, weight) for path, weight in members]}
     (out / SOUP_FILE).write_text(json.dumps(record, indent=2) + "\n")
     return out
 

@@ -55,6 +55,7 @@ def test_a_soup_of_two_siblings_loads_translates_and_records_its_members(tiny_ch
 
     first = perturbed_copy(tiny_checkpoint, tmp_path / "first", seed=1)
     second = perturbed_copy(tiny_checkpoint, tmp_path / "second", seed=2, vocab_rows=20)
+    (second / ".release-commit").write_text("968b8d7d481724609c8ef633f5d38bd7cdb5406a\n")  # from export.releases
     (first / "MODEL_CARD.md").write_text("# card\n\n## Training\n\n- 900 steps\n\n### Training curve\n\n## Data\n")
     out = tmp_path / "run" / "final"
     done = subprocess.run(
@@ -91,6 +92,7 @@ def test_a_soup_of_two_siblings_loads_translates_and_records_its_members(tiny_ch
     assert (out / "spm.model").is_file() and not (out / "MODEL_CARD.md").exists()
     record = json.loads((out / "soup.json").read_text())
     assert [(Path(m["model"]).name, m["weight"]) for m in record["members"]] == [("first", 0.75), ("second", 0.25)]
+    assert "commit" not in record["members"][0] and record["members"][1]["commit"].startswith("968b8d7d48")
     assert (out / "member_card.md").read_text().startswith("# card")
 
 
@@ -125,13 +127,15 @@ def test_a_soups_card_names_its_members_and_carries_its_first_members_training(t
     shutil.copy2(SHIPPED_BUNDLE / "config.json", bundle / "config.json")
     shutil.copy2(SHIPPED_BUNDLE / "training_curve.png", run / "final" / "training_curve.png")
     shutil.copy2(SHIPPED_BUNDLE / "MODEL_CARD.md", run / "final" / "member_card.md")
-    members = [{"model": "B/de-en-stage10", "weight": 1.0}, {"model": "B/de-en-stage9", "weight": 1.0}]
+    members = [
+        {"model": str(Path.home() / "bundles" / "de-en-stage10"), "weight": 1.0, "commit": "968b8d7d481724609c8e"},
+        {"model": "B/de-en-stage9", "weight": 1.0},
+    ]
     (run / "final" / "soup.json").write_text(json.dumps({"members": members}))
     (data / "manifest.json").write_text((SHIPPED_BUNDLE / "data_manifest.json").read_text())
     card = write_card(bundle, run, data, shipped["metrics"], "python -m export.soup --member ...").read_text()
-    assert (
-        "A weight soup" in card and "`B/de-en-stage10`, weight 0.50" in card and "`B/de-en-stage9`, weight 0.50" in card
-    )
+    assert "A weight soup" in card and "`B/de-en-stage9`, weight 0.50\n" in card
+    assert "`~/bundles/de-en-stage10`, weight 0.50 (the release bundle of commit 968b8d7d48)" in card
     assert "python -m export.soup --member ..." in card
     # The member's training section, one heading level down, its curve beside the card.
     assert "### How its first member was trained" in card and "#### Training curve" in card
