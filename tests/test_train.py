@@ -395,3 +395,24 @@ def test_every_training_setting_is_explained_in_help() -> None:
     text = parser.format_help()
     assert "peak learning rate (default 0.001)" in " ".join(text.split())
     assert "residual width (default 256)" in " ".join(text.split())
+
+
+def test_train_only_trains_the_matching_parameters_and_freezes_the_rest(tmp_path: Path, toy_tokenizer_path: Path):
+    write_toy_data(tmp_path / "data", toy_tokenizer_path, train_count=200, held_out_count=4)
+    base = train(tiny_train_config(tmp_path / "data", tmp_path / "base", max_steps=2), tiny_model_config(16))
+    only = r"decoder_layers\.0\.cross_attention\.w_[qk]\..*"
+    refit = train(
+        tiny_train_config(tmp_path / "data", tmp_path / "refit", max_steps=3, init_from=str(base), train_only=only),
+        tiny_model_config(16),
+    )
+    before, after = torch.load(base / "model.pt"), torch.load(refit / "model.pt")
+    changed = {name for name, tensor in before.items() if not torch.equal(tensor, after[name])}
+    assert changed == {f"decoder_layers.0.cross_attention.w_{p}.{k}" for p in "qk" for k in ("weight", "bias")}
+    # A pattern that names nothing is refused before a step is taken, naming what names look like.
+    with pytest.raises(SystemExit, match="matches no parameter; names look like embedding.weight"):
+        train(
+            tiny_train_config(tmp_path / "data", tmp_path / "none", max_steps=1, init_from=str(base), train_only="w_q"),
+            tiny_model_config(16),
+        )
+    with pytest.raises(ValueError, match="train_only '\\[' is no regular expression"):
+        tiny_train_config(tmp_path / "data", tmp_path / "bad", train_only="[")

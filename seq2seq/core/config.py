@@ -189,6 +189,11 @@ class TrainConfig:
     # then the steps/s measured fix max_steps (what fits max_minutes) and warmup_steps and
     # cooldown_steps (warmup_share of the minutes, cooldown_share of the steps); 0 = off.
     schedule_probe_s: float = 0.0
+    # Train only the parameters whose names match this regular expression (re.fullmatch; e.g.
+    # `decoder_layers\.1\.cross_attention\.w_[qk]\..*`, the alignment head's layer's query
+    # and key projections), the rest frozen at their --init-from values: a refit of one part
+    # of a model, such as the alignment head of a weight soup; "" = every parameter.
+    train_only: str = ""
     warmup_share: float = 0.1  # with schedule_probe_s: the warm-up's share of max_minutes
     cooldown_share: float = 0.2  # with schedule_probe_s: the cooldown's share of the steps
 
@@ -211,6 +216,11 @@ class TrainConfig:
             problems.append("subword_alpha and rdrop_alpha must be >= 0")
         if self.batch_workers < 0 or self.schedule_probe_s < 0:
             problems.append("batch_workers and schedule_probe_s must be >= 0")
+        if self.train_only:
+            try:
+                re.compile(self.train_only)
+            except re.error as error:
+                problems.append(f"train_only {self.train_only!r} is no regular expression: {error}")
         if self.schedule_probe_s and not self.max_minutes:
             problems.append("schedule_probe_s sizes the schedule to max_minutes: set it too")
         if not (0.0 < self.warmup_share < 1.0 and 0.0 <= self.cooldown_share < 1.0):
