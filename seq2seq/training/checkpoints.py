@@ -1,12 +1,14 @@
 """Where a training run starts and what it leaves behind: its checkpoints (save with the
 optimizer moments and RNGs, restore for an exact resume, average for the final model) and
 its architecture (fixed by its first start, else taken from `--init-from` or the command
-line). Used by `seq2seq.training.train`.
+line) and which of its parameters train (`--train-only`). Used by `seq2seq.training.train`.
 """
 
 from __future__ import annotations
 
+import logging
 import random
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +20,8 @@ from data.prepare import data_languages
 from data.tokenizer import Tokenizer
 from seq2seq.core.config import ModelConfig, TrainConfig, load_config
 from seq2seq.training.model import Transformer
+
+log = logging.getLogger("crossalign.train")
 
 # --------------------------------------------------------------------------- checkpoints
 
@@ -150,3 +154,28 @@ def grow_embeddings(state: dict[str, torch.Tensor], vocab_size: int, tokenizer: 
     grown = dict(state)
     grown["embedding.weight"] = torch.cat([weights, torch.stack(rows).to(weights.dtype)])
     return grown
+
+
+def trained_parameters(model: Transformer, train_only: str) -> list[torch.nn.Parameter]:
+    """The parameters a run trains: all, or those whose names fully match `train_only`;
+    the others are frozen (requires_grad False, so no gradient is computed for them)."""
+    if not train_only:
+        return list(model.parameters())
+    pattern = re.compile(train_only)
+    chosen = []
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(bool(pattern.fullmatch(name)))
+        if parameter.requires_grad:
+            chosen.append(parameter)
+    if not chosen:
+        raise SystemExit(
+            f"--train-only {train_only!r} matches no parameter; names look like "
+            f"{next(name for name, _ in model.named_parameters())}"
+        )
+    log.info(
+        "training %d of the parameter tensors (%s): %d weights, the rest frozen",
+        len(chosen),
+        train_only,
+        sum(p.numel() for p in chosen),
+    )
+    return chosen

@@ -18,7 +18,6 @@ import logging
 import math
 import os
 import random
-import re
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -49,6 +48,7 @@ from seq2seq.training.checkpoints import (
     restore_checkpoint,
     run_model_config,
     save_checkpoint,
+    trained_parameters,
 )
 from seq2seq.training.guided import GuidedAlignment, GuidedForward, guided_loss
 from seq2seq.training.hint_data import HINTS_FILE, HintSampler, read_hint_candidates
@@ -579,31 +579,6 @@ def write_final(run: Run, final_dir: Path) -> None:
     (final_dir / "history.json").write_text(json.dumps(run.state["history"], indent=1) + "\n")
     (final_dir / "train_config.json").write_text(json.dumps(to_dict(run.config), indent=2) + "\n")
     log.info("averaged %d checkpoints into %s", len(paths), final_dir)
-
-
-def trained_parameters(model: Transformer, train_only: str) -> list[torch.nn.Parameter]:
-    """The parameters a run trains: all, or those whose names fully match `train_only`;
-    the others are frozen (requires_grad False, so no gradient is computed for them)."""
-    if not train_only:
-        return list(model.parameters())
-    pattern = re.compile(train_only)
-    chosen = []
-    for name, parameter in model.named_parameters():
-        parameter.requires_grad_(bool(pattern.fullmatch(name)))
-        if parameter.requires_grad:
-            chosen.append(parameter)
-    if not chosen:
-        raise SystemExit(
-            f"--train-only {train_only!r} matches no parameter; names look like "
-            f"{next(name for name, _ in model.named_parameters())}"
-        )
-    log.info(
-        "training %d of the parameter tensors (%s): %d weights, the rest frozen",
-        len(chosen),
-        train_only,
-        sum(p.numel() for p in chosen),
-    )
-    return chosen
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
