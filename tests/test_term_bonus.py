@@ -154,7 +154,7 @@ def shipped_client(shipped_translator):
 
 
 # A gold sentence whose glossary term the model writes with the bundle's bonus and not from the hint alone.
-PRACTICE = {"text": "Sie geht jeden Tag zum Training.", "glossary": {"Training": "practice"}}
+PRACTICE = {"text": "Er geht jeden Tag zum Training.", "glossary": {"Training": "practice"}}
 
 
 def test_a_request_sets_the_term_bonus_or_gets_the_bundles(shipped_client) -> None:
