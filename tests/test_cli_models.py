@@ -232,12 +232,12 @@ def test_the_job_file_records_the_reranking_and_a_resume_checks_it(tiny_bundle: 
         "channel_weight": RerankOptions.channel_weight,
         "channel_model": str(tiny_bundle.resolve()),
     }
-    assert RerankOptions.channel_weight == 1.0  # chosen on valid by bench/rerank.py
+    assert RerankOptions.channel_weight == 2.0  # chosen on valid by bench/rerank.py
     output.write_text("")
     job_file(output).write_text(json.dumps(job_options(first)))
     assert check_resume_options(first) == []
     differences = check_resume_options(
-        parsed("--rerank", "channel", "--channel-model", str(tiny_bundle), "--channel-weight", "2")
+        parsed("--rerank", "channel", "--channel-model", str(tiny_bundle), "--channel-weight", "3")
     )
     assert len(differences) == 1 and differences[0].startswith("rerank:")
     assert check_resume_options(parsed())[0].startswith("rerank: {'mode': 'channel'")  # reranked, then not
