@@ -28,4 +28,7 @@ SOUP_FILE = "soup.json"  # a weight soup: the models and weights it averages (ex
 # A soup's first member's model card, kept beside the soup: its training section and curve
 # (training_curve.png) say how the soup's weights were trained.
 MEMBER_CARD_FILE = "member_card.md"
+# How a checkpoint's term index was built (a bundle's manifest `dictionary`, kept beside a soup
+# of it by export/soup.py), so that its export records it again.
+DICTIONARY_RECORD_FILE = "dictionary.json"
 ENSEMBLE_FILE = "ensemble.json"  # an ensemble: the model directories it averages (seq2seq/runtime/ensemble.py)

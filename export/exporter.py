@@ -54,7 +54,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from data.files import BUNDLE_FILE, CONFIG_FILE, DICTIONARY_FILE, QUALITY_FILE, TOKENIZER_FILE, WEIGHTS_FILE
+from data.files import (
+    BUNDLE_FILE,
+    CONFIG_FILE,
+    DICTIONARY_FILE,
+    DICTIONARY_RECORD_FILE,
+    QUALITY_FILE,
+    TOKENIZER_FILE,
+    WEIGHTS_FILE,
+)
 from data.tokenizer import Tokenizer
 from export.calibrate import DEFAULT_SOURCE, Calibration, calibrate_graphs
 from export.gemm import fuse_graph_file
@@ -476,6 +484,8 @@ def write_bundle(
         "source_checkpoint": portable_path(loaded.checkpoint_dir),
         **({"int8_calibration": calibrated} if calibrated else {}),
     }
+    if DICTIONARY_FILE in files and (record := dictionary_record(loaded.checkpoint_dir)) is not None:
+        extra["dictionary"] = record
     write_bundle_manifest(
         directory,
         model_config=loaded.config,
@@ -489,6 +499,18 @@ def write_bundle(
         extra=extra,
     )
     return precision
+
+
+def dictionary_record(checkpoint_dir: Path) -> dict | None:
+    """How the term index an export copies was built, where the checkpoint says: a bundle's
+    manifest `dictionary` (a bundle re-exported in place, its index rebuilt by `crossalign data
+    hints --dictionary-only --bundle`), or the same record kept beside a soup of such a bundle
+    (DICTIONARY_RECORD_FILE, written by export/soup.py)."""
+    sidecar = checkpoint_dir / DICTIONARY_RECORD_FILE
+    if sidecar.is_file():
+        return json.loads(sidecar.read_text())
+    manifest = checkpoint_dir / BUNDLE_FILE
+    return json.loads(manifest.read_text()).get("dictionary") if manifest.is_file() else None
 
 
 def _versions() -> dict[str, str]:

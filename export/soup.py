@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from data.files import CONFIG_FILE, MEMBER_CARD_FILE, SOUP_FILE, WEIGHTS_FILE
+from data.files import CONFIG_FILE, DICTIONARY_RECORD_FILE, MEMBER_CARD_FILE, SOUP_FILE, WEIGHTS_FILE
 
 EMBEDDING = "embedding.weight"
 
@@ -102,6 +102,9 @@ def write_soup(members: list[tuple[Path, float]], out: Path) -> Path:
         # Everything of the first member but its weights and what a release measures anew.
         if item.is_file() and item.name not in measured_anew and item.suffix != ".onnx":
             shutil.copy2(item, out / item.name)
+    manifest = base / "bundle.json"
+    if manifest.is_file() and "dictionary" in (record := json.loads(manifest.read_text())):
+        (out / DICTIONARY_RECORD_FILE).write_text(json.dumps(record["dictionary"], indent=2) + "\n")
     if (base / "MODEL_CARD.md").is_file():
         shutil.copy2(base / "MODEL_CARD.md", out / MEMBER_CARD_FILE)
     torch.save(soup, out / WEIGHTS_FILE)

@@ -142,3 +142,31 @@ def test_a_soups_card_names_its_members_and_carries_its_first_members_training(t
     assert (bundle / "training_curve.png").read_bytes() == (SHIPPED_BUNDLE / "training_curve.png").read_bytes()
     assert card.count("\n## Training") == 1 and "\n## Data and license" in card
     assert "trained (guided) to align" in card
+
+
+def test_the_export_of_a_soup_records_how_its_term_index_was_built(tiny_bundle: Path, tmp_path: Path) -> None:
+    """A rebuilt term index is described in its bundle's manifest (`dictionary`); a soup of the
+    bundle keeps the record beside the index, and the soup's export writes it again."""
+    from toy import SENTENCES
+
+    from data.dictionary import write_term_index
+    from export.exporter import export_model
+    from seq2seq.runtime.bundle import load_bundle_manifest, set_dictionary_file
+
+    bundle = Path(shutil.copytree(tiny_bundle, tmp_path / "bundle"))
+    write_term_index([("hund", 1, "dog")], bundle / "dictionary.tsv.gz")
+    described = {"indexed_forms": 1, "sense": {"rule": "evidence"}, "data": "toy"}
+    set_dictionary_file(bundle, described)
+    soup = write_soup_of(bundle, tmp_path / "soup")
+    assert json.loads((soup / "dictionary.json").read_text()) == described
+    export_model(soup, tmp_path / "models" / "de-en", parity_sentences=SENTENCES[:1])
+    assert load_bundle_manifest(tmp_path / "models" / "de-en").manifest["dictionary"] == described
+    # A bundle whose index was never rebuilt has no record, and its soup none to write.
+    plain = write_soup_of(Path(tiny_bundle), tmp_path / "plain")
+    assert not (plain / "dictionary.json").exists()
+
+
+def write_soup_of(bundle: Path, out: Path) -> Path:
+    from export.soup import write_soup
+
+    return write_soup([(bundle, 1.0), (bundle, 1.0)], out)
