@@ -40,7 +40,7 @@ RELEASES: dict[str, Release] = {
         Release("de-en", "stage7", "3222764afba36f016e7452b0ccaf82a61bf9c799"),
         Release("de-en", "stage9", "7756369944187e25d6a7849e4e7a99807f1792ad"),
         Release("de-en", "stage10", "968b8d7d481724609c8ef633f5d38bd7cdb5406a"),
-        Release("de-en", "stage12", "1954c866bb0bc1b314fa4c712a9b6f3cfec59623"),  # the soup of stages 10 and 9
+        Release("de-en", "stage12", "6b53dae2720023764efa11e12b7d3e3cf55bc2ec"),  # the soup of stages 10 and 9
         Release("en-de", "stage1", "51d2064de6c2470d861872e635195c85e5776e4c"),
         Release("en-de", "stage2", "6165a007695e4e63d6fc5093fa2dcb1c3dab503a"),
         Release("en-de", "stage3", "968b8d7d481724609c8ef633f5d38bd7cdb5406a"),
