@@ -96,24 +96,33 @@ def test_a_soup_of_two_siblings_loads_translates_and_records_its_members(tiny_ch
     assert (out / "member_card.md").read_text().startswith("# card")
 
 
-def test_members_that_are_not_one_architecture_are_refused_in_one_line(tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_members_that_are_not_one_architecture_are_refused_in_one_line(
+    tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from export.soup import main
+
     first = perturbed_copy(tiny_checkpoint, tmp_path / "first", seed=1)
     other = perturbed_copy(tiny_checkpoint, tmp_path / "other", seed=2)
     config = json.loads((other / "config.json").read_text())
     (other / "config.json").write_text(json.dumps(config | {"decoder_layers": config["decoder_layers"] + 1}))
 
-    def soup(*members: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "export.soup", "--out", str(tmp_path / "out")]
+    def soup(*members: str) -> tuple[int, str]:
+        """The command in this process (the subprocess run above covers its start): status, stderr."""
+        arguments = ["--out", str(tmp_path / "out")]
         for member in members:
-            command += ["--member", member]
-        return subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+            arguments += ["--member", member]
+        try:
+            status = main(arguments)
+        except SystemExit as stop:  # argparse's refusals
+            status = stop.code
+        return status, capsys.readouterr().err
 
-    done = soup(str(first), str(other))
-    assert done.returncode == 2 and "decoder_layers" in done.stderr and len(done.stderr.strip().splitlines()) == 1
-    done = soup(str(first), str(tmp_path / "nowhere"))
-    assert done.returncode == 2 and "no model.pt" in done.stderr
-    done = soup(f"{first}=half")
-    assert done.returncode == 2 and "must be a number" in done.stderr
+    status, said = soup(str(first), str(other))
+    assert status == 2 and "decoder_layers" in said and len(said.strip().splitlines()) == 1
+    status, said = soup(str(first), str(tmp_path / "nowhere"))
+    assert status == 2 and "no model.pt" in said
+    status, said = soup(f"{first}=half")
+    assert status == 2 and "must be a number" in said
     assert not (tmp_path / "out").exists()
 
 
