@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from data.files import CONFIG_FILE, DICTIONARY_RECORD_FILE, MEMBER_CARD_FILE, SOUP_FILE, WEIGHTS_FILE
+from data.files import BUNDLE_FILE, CONFIG_FILE, DICTIONARY_RECORD_FILE, MEMBER_CARD_FILE, SOUP_FILE, WEIGHTS_FILE
 
 EMBEDDING = "embedding.weight"
 
@@ -53,22 +53,16 @@ def soup_state(states: list[dict[str, torch.Tensor]], weights: list[float]) -> d
     soup: dict[str, torch.Tensor] = {}
     for name in names:
         shapes = [state[name].shape for state in states]
-        if name == EMBEDDING:
-            rows = max(shape[0] for shape in shapes)
-            if any(shape[1:] != shapes[0][1:] for shape in shapes):
-                raise ValueError(f"{name}: the members' widths differ")
-            total = torch.zeros((rows, *shapes[0][1:]), dtype=torch.float64)
-            mass = torch.zeros((rows, 1), dtype=torch.float64)
-            for state, weight in zip(states, weights, strict=True):
-                tensor = state[name].double()
-                total[: tensor.shape[0]] += weight * tensor
-                mass[: tensor.shape[0]] += weight
-            soup[name] = (total / mass.clamp_min(1e-12)).float()
-            continue
-        if any(shape != shapes[0] for shape in shapes):
+        # Only the embedding may have fewer rows in a member; every other shape is one architecture's.
+        if any(shape[1:] != shapes[0][1:] or (name != EMBEDDING and shape != shapes[0]) for shape in shapes):
             raise ValueError(f"{name}: shapes {[tuple(s) for s in shapes]} differ: not one architecture")
-        total = sum(weight * state[name].double() for state, weight in zip(states, weights, strict=True))
-        soup[name] = (total / sum(weights)).float()
+        total = torch.zeros((max(shape[0] for shape in shapes), *shapes[0][1:]), dtype=torch.float64)
+        mass = torch.zeros((total.shape[0],) + (1,) * (total.dim() - 1), dtype=torch.float64)
+        for state, weight in zip(states, weights, strict=True):
+            rows = state[name].shape[0]
+            total[:rows] += weight * state[name].double()
+            mass[:rows] += weight
+        soup[name] = (total / mass.clamp_min(1e-12)).float()
     return soup
 
 
@@ -97,12 +91,12 @@ def write_soup(members: list[tuple[Path, float]], out: Path) -> Path:
     states = [torch.load(path / WEIGHTS_FILE, map_location="cpu", weights_only=True) for path, _ in members]
     soup = soup_state(states, [weight for _, weight in members])
     out.mkdir(parents=True, exist_ok=True)
-    measured_anew = {WEIGHTS_FILE, "bundle.json", "MODEL_CARD.md"}
+    measured_anew = {WEIGHTS_FILE, BUNDLE_FILE, "MODEL_CARD.md"}
     for item in base.iterdir():
         # Everything of the first member but its weights and what a release measures anew.
         if item.is_file() and item.name not in measured_anew and item.suffix != ".onnx":
             shutil.copy2(item, out / item.name)
-    manifest = base / "bundle.json"
+    manifest = base / BUNDLE_FILE
     if manifest.is_file() and "dictionary" in (record := json.loads(manifest.read_text())):
         (out / DICTIONARY_RECORD_FILE).write_text(json.dumps(record["dictionary"], indent=2) + "\n")
     if (base / "MODEL_CARD.md").is_file():
