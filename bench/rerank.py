@@ -24,7 +24,7 @@ import itertools
 import json
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,16 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data.prepare import read_tsv_pairs  # noqa: E402
-from export.registers import paired_test  # noqa: E402
+from export.registers import (  # noqa: E402
+    Split,
+    compare,
+    gold_kinds,
+    languages,
+    paired_test,
+    read_kinds,
+    register_table,
+    registers,
+)
 from seq2seq.analysis.chrf import chrf  # noqa: E402
 from seq2seq.analysis.corpus_scores import corpus_scores  # noqa: E402
 from seq2seq.core.config import RERANK_MODES, RerankOptions  # noqa: E402
@@ -134,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         # 556 sentences), the mildest (smallest λ, largest temperature), the grid's first.
         top = max(g[0] for g in grid)
         best[mode] = next(options for bleu, options in grid if bleu >= top - 0.3)
+    default = RerankOptions("channel", args.candidates)  # the λ `RerankOptions` (and the CLI) default to
+    if best["channel"] != default:
+        best[f"channel (default λ {default.channel_weight})"] = default
     report = {"candidates": args.candidates, "chosen": {m: vars(o) for m, o in best.items()}, "splits": {}}
     for name, (sources, refs) in splits.items():
         rows = held if name == "valid" else list(range(len(sources)))
@@ -152,9 +164,32 @@ def main(argv: list[str] | None = None) -> int:
         seconds = found[name]["seconds"]
         row["seconds_per_sentence"] = {k: round(v / len(sources), 4) for k, v in seconds.items()}
         report["splits"][name + (" (odd lines)" if name == "valid" else "")] = row
+    report["registers"] = register_tables(args.model, splits, found, best)
     (args.out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps(report, indent=1))
+    print(json.dumps({k: v for k, v in report.items() if k != "registers"}, indent=1))
+    for mode, table in report["registers"].items():
+        print(f"\n{mode} against the served translation, per register:\n{table}")
     return 0
+
+
+def register_tables(model: Path, splits: dict, found: dict, best: dict[str, RerankOptions]) -> dict[str, str]:
+    """Each mode's choice against the served translation on every register the release gate
+    reads (export/registers.py: Ding valid and test whole, the gold set by kind), as Markdown.
+    Valid is whole here, as the gate reads it: half of it tuned the chosen λ and temperature."""
+    gate_splits = [Split(name, tuple(sources), tuple(refs)) for name, (sources, refs) in splits.items()]
+    german_side = 0 if languages(model)[0] == "de" else 1  # the gold set's kinds are keyed by its German
+    kinds = gold_kinds(splits["gold"][german_side], read_kinds())
+    tables = {}
+    for mode, options in best.items():
+        results = []
+        for register in registers(gate_splits, kinds):
+            rows = list(register.rows)
+            texts, _ = chosen(found[register.split], rows, options)
+            served = [found[register.split]["served"][i] for i in rows]
+            references = [splits[register.split][1][i] for i in rows]
+            results.append(compare(register.name, references, {mode: texts, "served": served}, mode))
+        tables[mode] = register_table([asdict(result) for result in results])
+    return tables
 
 
 if __name__ == "__main__":
