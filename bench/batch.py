@@ -2,12 +2,13 @@
 
     python bench/batch.py --model models/de-en --test work/data/test.tsv            # 5,000 lines
     python bench/batch.py --model tiny/ --backend torch --test test.tsv -n 200      # a quick look
+    python bench/batch.py --test work/data/test.tsv --beams 4 --workers 1 --rerank none auto channel  # reranking's cost
 
 For greedy and beam 4 (--beams), and 1 and 2 workers (--workers), the first N source lines
 of `--test` (a `source<TAB>target` TSV) go through the CLI as a subprocess, as a user would
 run it; the plain loop translates the same lines one by one with `Translator.translate` in
 this process. Rates exclude start-up (interpreter, imports, model load): that is measured
-separately, once per worker count, as a run over an empty input, and shown on its own.
+separately, once per worker count and --rerank mode, as a run over an empty input, and shown on its own.
 Target tokens are SentencePiece pieces of the translations.
 
 The break-even of workers: the input size from which N workers finish sooner than one
@@ -96,10 +97,12 @@ def read_sources(path: Path, count: int) -> list[str]:
     return sources
 
 
-def run_cli(args: argparse.Namespace, input_path: Path, output_path: Path, beam: int, workers: int) -> float:
+def run_cli(
+    args: argparse.Namespace, input_path: Path, output_path: Path, beam: int, workers: int, rerank: str = "none"
+) -> float:
     """Wall seconds of one `crossalign translate` run over `input_path`."""
     return timed(
-        translate_command(args, input_path, output_path, beam)
+        translate_command(args, input_path, output_path, beam, rerank)
         + ["--workers", str(workers), "--workers-min-lines", "0"]  # workers started whatever the input's size
     )
 
@@ -112,7 +115,9 @@ def run_cluster(args: argparse.Namespace, input_path: Path, output_dir: Path, be
     return timed(translate_command(args, input_path, output_dir, beam) + ["--ray", address, "--actors", str(actors)])
 
 
-def translate_command(args: argparse.Namespace, input_path: Path, output_path: Path, beam: int) -> list[str]:
+def translate_command(
+    args: argparse.Namespace, input_path: Path, output_path: Path, beam: int, rerank: str = "none"
+) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -132,6 +137,8 @@ def translate_command(args: argparse.Namespace, input_path: Path, output_path: P
         str(args.batch_size),
         "--threads",
         str(args.threads),
+        "--rerank",
+        rerank,
     ]
 
 
@@ -151,19 +158,25 @@ def bench_cli(args: argparse.Namespace, sources: list[str], tokenizer: Tokenizer
     input_path, empty = workdir / "input.de", workdir / "empty.de"
     input_path.write_text("\n".join(sources) + "\n", encoding="utf-8")
     empty.write_text("", encoding="utf-8")
-    startup = {w: run_cli(args, empty, workdir / "empty.out", 1, w) for w in args.workers}
+    beam = max(args.beams)  # a beam of 1 reranks nothing (auto reads no channel): start-up with the widest
+    startup = {
+        (w, rerank): run_cli(args, empty, workdir / "empty.out", beam, w, rerank)
+        for w in args.workers
+        for rerank in args.rerank
+    }
     rows = []
     for beam in args.beams:
-        for workers in args.workers:
-            output = workdir / f"out.b{beam}.w{workers}"
-            wall = run_cli(args, input_path, output, beam, workers)
-            translations = output.read_text(encoding="utf-8").splitlines()
-            assert len(translations) == len(sources), "the CLI must write one line per input line"
-            tokens = sum(len(ids) for ids in tokenizer.encode_batch(translations))
-            rows.append(
-                Row("cli", beam, workers, len(sources), max(wall - startup[workers], 1e-9), startup[workers], tokens)
-            )
-            print(" | ".join(rows[-1].cells()), file=sys.stderr)
+        for rerank in args.rerank:
+            for workers in args.workers:
+                output = workdir / f"out.b{beam}.w{workers}"
+                wall = run_cli(args, input_path, output, beam, workers, rerank)
+                translations = output.read_text(encoding="utf-8").splitlines()
+                assert len(translations) == len(sources), "the CLI must write one line per input line"
+                tokens = sum(len(ids) for ids in tokenizer.encode_batch(translations))
+                begun = startup[workers, rerank]
+                mode = "cli" if rerank == "none" else f"cli, rerank {rerank}"
+                rows.append(Row(mode, beam, workers, len(sources), max(wall - begun, 1e-9), begun, tokens))
+                print(" | ".join(rows[-1].cells()), file=sys.stderr)
     return rows
 
 
@@ -299,6 +312,14 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=0,
         help="inference threads (0 = default; the CLI shares the cores out between workers)",
+    )
+    parser.add_argument(
+        "--rerank",
+        nargs="+",
+        default=["none"],
+        choices=("none", "auto", "channel", "mbr", "mbr+channel"),
+        help="CLI --rerank modes to run (default none: the search alone; auto is the CLI's default, the channel "
+        "over the beam's own candidates when the reverse bundle is beside --model)",
     )
     parser.add_argument("--no-loop", action="store_true", help="skip the plain-loop baseline")
     parser.add_argument(

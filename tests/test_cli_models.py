@@ -21,7 +21,12 @@ from toy import SENTENCES
 
 from seq2seq.cli import build_parser
 from seq2seq.cli import main as cli_main
-from seq2seq.cli.translate import check_resume_options, fill_unset_options, job_file, job_options
+from seq2seq.cli.translate import (
+    check_resume_options,
+    fill_unset_options,
+    job_file,
+    job_options,
+)
 from seq2seq.core.config import RerankOptions
 from seq2seq.decoding.rerank import channel_scores, rerank_order
 from seq2seq.loading import load_translator
@@ -76,8 +81,11 @@ def test_translate_runs_the_shipped_model_from_any_directory(
     assert cli_main(["translate", "Das Haus ist klein."]) == 0
     assert capsys.readouterr().out.strip()
     assert logged_model(caplog) == "de-en"
-    shipped = load_translator(SHIPPED_MODELS / "de-en")
-    assert logged_decoding(caplog) == [shipped.decode_defaults.settings_text()]  # the bundle's own, not DecodeConfig's
+    shipped = load_translator(SHIPPED_MODELS / "de-en").decode_defaults
+    # The bundle's own, not DecodeConfig's, and the batch default's reranking: the shipped
+    # models hold the reverse direction, so the channel reads the beam's own candidates.
+    reranked = f" rerank=channel rerank_candidates={shipped.beam_size} channel_weight={RerankOptions.channel_weight}"
+    assert logged_decoding(caplog) == [shipped.settings_text() + reranked]
 
 
 @pytest.mark.parametrize(
@@ -240,7 +248,39 @@ def test_the_job_file_records_the_reranking_and_a_resume_checks_it(tiny_bundle: 
         parsed("--rerank", "channel", "--channel-model", str(tiny_bundle), "--channel-weight", "3")
     )
     assert len(differences) == 1 and differences[0].startswith("rerank:")
-    assert check_resume_options(parsed())[0].startswith("rerank: {'mode': 'channel'")  # reranked, then not
+    assert check_resume_options(parsed("--rerank", "none"))[0].startswith("rerank: {'mode': 'channel'")
+    # Left at its default (auto), a resumed job goes on reranking as its first run did, though
+    # the tiny bundle's folder holds no reverse model a fresh run would find.
+    assert check_resume_options(parsed()) == []
+    job_file(output).write_text(json.dumps(job_options(parsed("--rerank", "none"))))
+    assert parsed().rerank == "none"  # and one that did not rerank goes on without
+
+
+def test_translate_reranks_by_default_where_the_reverse_model_is_there(
+    two_models: Path, tiny_bundle: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """`--rerank auto`: the channel over the beam's own candidates (no wider search) when the
+    other direction's bundle is beside the model; none without one, or with a beam of one."""
+    sources = list(SENTENCES)
+    model = two_models / "de-en"  # en-de beside it is the same weights, so it reads back as the test does
+    beam = load_translator(model).decode_defaults.beam_size
+    caplog.set_level(logging.INFO)
+    given = ["translate", "--models", str(two_models), "--source", "de", "--channel-weight", "5"]
+    assert cli_main([*given, *sources]) == 0
+    chosen = capsys.readouterr().out.splitlines()
+    assert logged_decoding(caplog)[-1].endswith(f" rerank=channel rerank_candidates={beam} channel_weight=5.0")
+    assert chosen == reranked_best(model, sources, RerankOptions("channel", candidates=beam, channel_weight=5.0))
+    assert cli_main([*given, "--rerank", "none", *sources]) == 0
+    plain = capsys.readouterr().out.splitlines()
+    assert plain == [load_translator(model).translate(source).text for source in sources]
+    assert chosen != plain  # the default reranked some choice
+    assert "rerank=" not in logged_decoding(caplog)[-1]
+
+    for alone in (["-m", str(tiny_bundle)], [*given[1:], "--beam-size", "1"]):
+        caplog.clear()
+        assert cli_main(["translate", *alone, *sources]) == 0
+        assert capsys.readouterr().out.splitlines()
+        assert "rerank=" not in logged_decoding(caplog)[-1], alone
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from data.files import QUALITY_FILE
 from seq2seq.analysis.quality import UNTRANSLATED_BY, Detector, QualityThresholds
 from seq2seq.cli import build_parser
 from seq2seq.cli import main as cli_main
-from seq2seq.cli.translate import check_resume_options, job_file, job_options
+from seq2seq.cli.translate import check_resume_options, fill_unset_options, job_file, job_options
 from seq2seq.core.config import AlignmentOptions, DecodeConfig
 from seq2seq.decoding.forced import align_pairs
 from seq2seq.decoding.records import Quality
@@ -131,7 +131,11 @@ def test_the_cli_flag_reaches_translate_and_align(bundles: dict[str, Path], tmp_
         assert [r["quality"]["untranslated_by"] for r in records] == [by] * 2
     # The mode decides what the records hold: a resume with another is refused, naming it; a
     # job file written before the flag existed was a thorough run's.
-    parse = lambda *more: build_parser([*command, *more]).parse_args([*command, *more])  # noqa: E731
+    def parse(*more: str) -> argparse.Namespace:
+        args = build_parser([*command, *more]).parse_args([*command, *more])
+        fill_unset_options(args)  # as the command does before it records or compares its options
+        return args
+
     thorough, fast = parse("--resume", "--quality", "thorough"), parse("--resume", "--quality", "fast")
     job_file(out).write_text(json.dumps(job_options(thorough)))
     assert check_resume_options(thorough) == [] and "quality: 'thorough'" in check_resume_options(fast)[0]

@@ -32,7 +32,7 @@ from seq2seq.analysis.quality import DEFAULT_QUALITY_MODE
 from seq2seq.cli import UsageError, batch, translate_args
 from seq2seq.cli.align import alignment_options
 from seq2seq.cli.documents import translate_document_file
-from seq2seq.cli.models import channel_model, choose_model, rerank_options
+from seq2seq.cli.models import channel_model, choose_model, rerank_options, resolve_auto_rerank
 from seq2seq.cli.translate_args import add_arguments  # noqa: F401 - `crossalign` calls translate.add_arguments
 from seq2seq.core.config import SEARCH_FIELDS, AlignmentError, AlignmentOptions, DecodeConfig, ModelConfig, load_config
 from seq2seq.documents.files import DocumentError, format_of
@@ -118,12 +118,14 @@ def first_run_options(args: argparse.Namespace) -> dict | None:
     return OPTIONS_ADDED_SINCE | json.loads(path.read_text())
 
 
-def fill_unset_options(args: argparse.Namespace) -> None:
+def fill_unset_options(args: argparse.Namespace, models: Path | None = None) -> None:
     """Give each decoding option left unset (None) its value: with --resume, the first run's,
     which its job file records (a job goes on as it ran, even where the model's defaults or
     DecodeConfig's changed since: one started before the repetition guard resumes without
     it), else the model's own (its bundle.json `decoding`), so repeating a command resumes
-    it. Raises BundleError for an unreadable bundle.json or a bad `decoding` section."""
+    it; `--rerank auto` likewise, else by the reverse model in `models` (default: the model's
+    folder's parent; `resolve_auto_rerank`). Raises BundleError for an unreadable bundle.json
+    or a bad `decoding` section."""
     before: dict = {}
     if args.resume and args.output:
         with contextlib.suppress(OSError, ValueError):  # an unreadable record: the resume reports it
@@ -132,6 +134,7 @@ def fill_unset_options(args: argparse.Namespace) -> None:
     for name in SEARCH_FIELDS:
         if getattr(args, name) is None:
             setattr(args, name, before.get(name, defaults[name]))
+    resolve_auto_rerank(args, models, before)
 
 
 def check_resume_options(args: argparse.Namespace) -> list[str]:
@@ -315,11 +318,11 @@ def _prepare(args: argparse.Namespace, sample: Callable[[], list[str]]) -> Decod
     with its own; the decoding in force. UsageError names a flag to fix, _Stop a model that
     does not load."""
     args.model, models = choose_model(args, sample)
-    args.channel_model = channel_model(rerank_options(args), args.channel_model, args.model, models)
     try:
-        fill_unset_options(args)
+        fill_unset_options(args, models)
     except BundleError as error:
         raise _Stop(batch.EXIT_FATAL, f"cannot load the model: {error}") from error
+    args.channel_model = channel_model(rerank_options(args), args.channel_model, args.model, models)
     return _decode_config(args)
 
 

@@ -110,7 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "waiting for beam-size finished hypotheses: faster, shorter and less accurate (shipped "
         "model, valid: 1.13-1.23x as fast at beam 4, BLEU 12.06 -> 11.71; default: off)",
     )
-    add_rerank_arguments(parser.add_argument_group("reranking the n-best"))
+    add_rerank_arguments(parser.add_argument_group("reranking the n-best"), batch_default=True)
     add_job_arguments(parser)
     add_alignment_arguments(parser.add_argument_group("alignment"))
     cluster.add_cluster_arguments(parser)
