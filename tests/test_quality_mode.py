@@ -129,6 +129,7 @@ def test_the_cli_flag_reaches_translate_and_align(bundles: dict[str, Path], tmp_
         assert cli_main([*command, "-f", "jsonl", "--alignment", "--threads", "1", "--quality", mode]) == 0
         records = [json.loads(line) for line in out.read_text().splitlines()]
         assert [r["quality"]["untranslated_by"] for r in records] == [by] * 2
+
     # The mode decides what the records hold: a resume with another is refused, naming it; a
     # job file written before the flag existed was a thorough run's.
     def parse(*more: str) -> argparse.Namespace:
