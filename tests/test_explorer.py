@@ -370,8 +370,13 @@ def test_the_page_works_under_its_content_security_policy(browser, server: str) 
         "console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None
     )
     page.goto(server + "/")
+    # The example's translation first, then ours: a playback started before ours has come is of
+    # the example's and is reset when ours arrives. (Attribute selectors, not wait_for_function:
+    # the policy refuses the string it evaluates.)
+    page.locator("#result[data-done='1']").wait_for(state="attached")
     page.get_by_label("Text to translate").fill(SENTENCE)
     page.get_by_role("button", name="Translate").click()
+    page.locator("#result[data-done='2']").wait_for(state="attached")
     page.locator("#translation-text").wait_for(state="visible")
     page.locator("#heads .head").first.wait_for(state="visible")  # the model view, drawn on canvases
     page.get_by_role("button", name="Decode step by step").click()
@@ -582,6 +587,30 @@ def test_the_bare_page_shows_a_translated_example_with_its_map(browser, server: 
     for selector in ("#translation-text", "#map"):  # on the first screen
         assert box(page, selector)["y"] + box(page, selector)["height"] <= FIRST_SCREEN["height"]
     assert urlparse(page.url).path == "/" and not urlparse(page.url).query  # the address stays the page's
+    context.close()
+
+
+def test_a_translation_asked_for_before_the_languages_came_is_not_replaced_by_the_example(browser, server: str) -> None:
+    """The bare page translates its example once /languages has answered; a reader who pressed
+    Translate sooner keeps that translation and its playback (it once was translated again and
+    its playback aborted: tests/test_explorer.py's CSP test timed out when /languages was slow)."""
+    context, page = offline_page(browser, server)
+    held = []
+    page.route("**/languages", lambda route: held.append(route))  # the last route registered is asked first
+    page.goto(server + "/")
+    page.get_by_label("Text to translate").fill(SENTENCE)
+    submit(page)
+    shown = page.locator("#translation-text").inner_text()
+    assert shown and held, "the translation came before the language list was let through"
+    held[0].continue_()
+    page.wait_for_function("document.querySelector('#pair').options.length > 1")  # the list has come
+    page.get_by_role("button", name="Decode step by step").click()
+    page.locator("#playback[data-done='done']").wait_for(state="attached", timeout=60_000)
+    asked = [url for url in page.requests if url.endswith("/v1/attention")]
+    assert asked == [server + "/v1/attention"], asked  # the example was not translated over it
+    assert page.locator("#result").get_attribute("data-done") == "1"
+    assert page.locator("#translation-text").inner_text() == shown
+    assert page.get_by_label("Text to translate").input_value() == SENTENCE
     context.close()
 
 

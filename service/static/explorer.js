@@ -130,6 +130,11 @@ function searchFields(beam, rerank) {
   return rerank === "none" ? { beam_size: beam } : { beam_size: beam, rerank };
 }
 
+// The translation shown is the last one asked for: a request still running when a newer one
+// starts is aborted, and an answer that arrives anyway is dropped (the bare page's example,
+// translated once the language list has come, never replaces the reader's own).
+const translations = { asked: 0, controller: null };
+
 async function translate(event, { link = true } = {}) {
   if (event) event.preventDefault();
   const form = readForm();
@@ -138,6 +143,10 @@ async function translate(event, { link = true } = {}) {
     return;
   }
   const { text, source, target, beam, rerank, glossary, strict } = form;
+  const asked = ++translations.asked;
+  if (translations.controller) translations.controller.abort();
+  const controller = new AbortController();
+  translations.controller = controller;
   $("go").disabled = true;
   setStatus(source === "auto" ? "Detecting the language and translating…" : "Translating…");
   try {
@@ -147,8 +156,10 @@ async function translate(event, { link = true } = {}) {
       method: "POST",
       headers: authHeaders({ "Content-Type": "application/json" }),
       body: JSON.stringify(request),
+      signal: controller.signal,
     });
     const body = await response.json();
+    if (asked !== translations.asked) return;   // a newer translation was asked for meanwhile
     // A text the server cannot tell (or does not translate) is its 422, shown as it says it.
     if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
     Object.assign(state, { data: body, text, pair: [body.source, body.target], beam, rerank, glossary, strict,
@@ -161,11 +172,14 @@ async function translate(event, { link = true } = {}) {
     const detected = source === "auto" ? `Detected ${languageName(body.source)}; translated` : "Translated";
     setStatus(`${detected} by ${body.model} (${searchName()}).`);
   } catch (error) {
-    setStatus(`Could not translate: ${error.message}`, true);
+    if (asked === translations.asked) setStatus(`Could not translate: ${error.message}`, true);
   } finally {
-    $("go").disabled = false;
-    // Translations finished, either way (for scripts: the page is settled when it grows).
-    $("result").dataset.done = String(Number($("result").dataset.done || 0) + 1);
+    if (asked === translations.asked) {
+      translations.controller = null;
+      $("go").disabled = false;
+      // Translations finished, either way (for scripts: the page is settled when it grows).
+      $("result").dataset.done = String(Number($("result").dataset.done || 0) + 1);
+    }
   }
 }
 
@@ -205,11 +219,13 @@ function linkToText(text, source, target, rerank) {
 }
 
 // A link with ?q= fills the form (the pair and the rerank, when it names them) and translates;
-// the bare page translates its example, without changing the address.
+// the bare page translates its example, without changing the address. Neither, once the reader
+// has asked for a translation while the language list was coming.
 async function translateFromAddress(pairsLoaded) {
   const params = new URL(location.href).searchParams;
   const text = params.get("q");
   await pairsLoaded;
+  if (translations.asked > 0) return;
   if (!text) {
     translate(null, { link: false });
     return;
