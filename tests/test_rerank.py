@@ -14,7 +14,14 @@ from toy import SENTENCES
 
 from seq2seq.analysis.chrf import chrf
 from seq2seq.core.config import DecodeConfig, RerankOptions
-from seq2seq.decoding.rerank import channel_scores, channel_scores_batch, mbr_utilities, rerank_order, softmax
+from seq2seq.decoding.rerank import (
+    CHANNEL_BATCH_POSITIONS,
+    channel_scores,
+    channel_scores_batch,
+    mbr_utilities,
+    rerank_order,
+    softmax,
+)
 from seq2seq.decoding.search import pad_batch
 from seq2seq.loading import load_translator
 
@@ -147,7 +154,7 @@ def test_channel_scores_of_a_batch_are_each_sources_whatever_the_runs(tiny_bundl
     sources = SENTENCES[:4]
     candidates = [SENTENCES[4:7], SENTENCES[7:8], SENTENCES[1:5], SENTENCES[2:4]]
     alone = [channel_scores(reverse.backend, reverse.tokenizer, s, c) for s, c in zip(sources, candidates)]
-    for budget in (1, 40, 8192):  # one row a run, a few rows a run, one run
+    for budget in (1, 40, CHANNEL_BATCH_POSITIONS, 8192):  # one row a run, a few rows, the default, one run
         batched = channel_scores_batch(reverse.backend, reverse.tokenizer, sources, candidates, budget=budget)
         for one, together in zip(alone, batched):
             np.testing.assert_allclose(together, one, atol=1e-5)

@@ -92,6 +92,7 @@ def add_rerank_arguments(
     parser.add_argument(
         "--rerank-candidates",
         type=rerank_candidates,
+        default=default.candidates,
         metavar="N",
         help=f"candidates reranked; the beam is widened to them (default {default.candidates}"
         + (", the beam size under auto" if batch_default else "")
@@ -140,13 +141,13 @@ def rerank_options(args: argparse.Namespace) -> RerankOptions | None:
         return None
     if args.rerank == AUTO_RERANK:
         raise ValueError("--rerank auto is resolved by resolve_auto_rerank before the options are read")
-    return RerankOptions(args.rerank, args.rerank_candidates or RerankOptions.candidates, args.channel_weight)
+    return RerankOptions(args.rerank, args.rerank_candidates, args.channel_weight)
 
 
 def resolve_auto_rerank(args: argparse.Namespace, models: Path | None, before: dict | None = None) -> None:
     """Turn `--rerank auto` into a mode, in `args`: a resumed job's own (`before`, its job
     record, so it goes on as it ran), else `channel` over the beam's own candidates (no wider
-    search: the beam size, at least 2) when the reverse direction's model is there
+    search: the beam size) when the reverse direction's model is there
     (`--channel-model`, or its bundle beside the model), else `none`. Needs `args.beam_size`
     filled in. The beam's 4 candidates reranked by the channel cost about 1.7x the search alone
     and gain on every register the release gate reads (docs/decoding.md, reranking)."""
@@ -165,7 +166,7 @@ def resolve_auto_rerank(args: argparse.Namespace, models: Path | None, before: d
     if (args.beam_size or 0) < 2:
         args.rerank = "none"
         return
-    probe = RerankOptions("channel", max(args.beam_size, 2), args.channel_weight)
+    probe = RerankOptions("channel", args.beam_size, args.channel_weight)
     try:
         found = channel_model(probe, args.channel_model, args.model, models)
     except UsageError:
