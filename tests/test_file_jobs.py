@@ -24,6 +24,7 @@ from test_documents_limits import client_for, upload
 from data.tokenizer import Tokenizer
 from seq2seq.core.config import DecodeConfig
 from seq2seq.decoding.translator import Translator
+from service.compute import batching
 from service.compute.engine import TranslatorEngine
 from service.shared.job_owners import Owner, process_start
 
@@ -35,17 +36,29 @@ def files_dir(tmp_path: Path) -> Path:
     return tmp_path / "files"
 
 
+class Gate(threading.Semaphore):
+    """A semaphore of no permits that counts the model calls that came to wait at it."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.calls = 0
+
+
 @pytest.fixture
-def gated(toy_tokenizer_path: Path) -> Iterator[tuple[TranslatorEngine, threading.Semaphore]]:
-    """An echo engine whose every model call waits for a permit of the gate (`release()`)."""
+def gated(toy_tokenizer_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[TranslatorEngine, Gate]]:
+    """An echo engine whose every model call waits for a permit of the gate (`release()`).
+    Its calls never step aside: the wait at the gate would count as running time, and a call
+    let through after TURN_S would first run a waiting request's call, which waits at the gate."""
+    monkeypatch.setattr(batching, "TURN_S", float("inf"))
     tokenizer = Tokenizer(toy_tokenizer_path)
     engine = TranslatorEngine(
         {("de", "en"): ("de-en", Translator(EchoBackend(tokenizer.vocab_size), tokenizer))}, window_s=0.002
     )
     batcher = engine.models["de", "en"].batcher
-    gate, run = threading.Semaphore(0), batcher.run
+    gate, run = Gate(), batcher.run
 
     def gated_run(items: list, job: object, wanted: Callable[[], np.ndarray], observe: object) -> list:
+        gate.calls += 1  # one batcher thread makes the calls
         if not gate.acquire(timeout=30):
             raise TimeoutError("the test never opened the gate")
         return run(items, job, wanted, observe)
@@ -88,6 +101,14 @@ def wait_for(client: TestClient, job: dict, ready: Callable[[dict], bool], key: 
         time.sleep(0.01)
 
 
+def wait_until(condition: Callable[[], bool]) -> None:
+    """Return once `condition()` holds, polled (at most 30 s)."""
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.01)
+
+
 def finished(found: dict) -> bool:
     return found["state"] in ("done", "failed")
 
@@ -125,7 +146,7 @@ def test_small_files_stay_synchronous_and_a_job_can_be_asked_for(
 
 
 def test_a_file_over_the_synchronous_size_is_a_job_whose_progress_is_counted(
-    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
+    gated: tuple[TranslatorEngine, Gate], files_dir: Path
 ) -> None:
     engine, gate = gated
     with client_for(engine, files_dir, file_sync_chars=49, max_request_work=per_call(engine, 10)) as client:
@@ -185,13 +206,17 @@ def eventually(condition: Callable[[], bool], message: str, seconds: float = 10)
 
 
 def test_jobs_are_bounded_and_a_clients_second_job_waits_for_others_first(
-    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
+    gated: tuple[TranslatorEngine, Gate], files_dir: Path
 ) -> None:
     engine, gate = gated
     with client_for(
         engine, files_dir, file_sync_chars=0, file_max_jobs=4, file_job_workers=2, api_keys="a,b"
     ) as client:
-        first, second = (submit(client, "a.txt", TEN_LINES, key="a") for _ in range(2))
+        # The second job only once the first one's model call waits at the gate: submitted
+        # together, a batch would deal both jobs' sentences and one permit would end neither.
+        first = submit(client, "a.txt", TEN_LINES, key="a")
+        wait_until(lambda: gate.calls == 1)
+        second = submit(client, "a.txt", TEN_LINES, key="a")
         for job in (first, second):
             wait_for(client, job, lambda found: found["state"] == "running", key="a")
         third, other = submit(client, "a.txt", TEN_LINES, key="a"), submit(client, "a.txt", TEN_LINES, key="b")
@@ -201,6 +226,7 @@ def test_jobs_are_bounded_and_a_clients_second_job_waits_for_others_first(
         assert 1 <= int(full.headers["Retry-After"]) <= 600
         gate.release()  # the first job's one model call
         assert wait_for(client, first, finished, key="a")["state"] == "done"
+        assert status(client, second, "a")["state"] == "running"
         # The freed worker takes the other client's job, though the third arrived before it.
         wait_for(client, other, lambda found: found["state"] == "running", key="b")
         assert status(client, third, "a")["state"] == "queued"
@@ -210,9 +236,7 @@ def test_jobs_are_bounded_and_a_clients_second_job_waits_for_others_first(
         assert upload(client, "a.txt", TEN_LINES, api_key="b").status_code == 202  # room again
 
 
-def test_a_failing_job_says_why_and_the_next_one_runs(
-    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
-) -> None:
+def test_a_failing_job_says_why_and_the_next_one_runs(gated: tuple[TranslatorEngine, Gate], files_dir: Path) -> None:
     engine, gate = gated
     settings = {"file_sync_chars": 0, "file_job_workers": 1, "max_request_work": per_call(engine, 10)}
     with client_for(engine, files_dir, file_timeout=1.0, **settings) as client:
@@ -231,7 +255,7 @@ def test_a_failing_job_says_why_and_the_next_one_runs(
 
 
 def test_shutdown_stops_running_and_queued_jobs_and_their_records_say_so(
-    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
+    gated: tuple[TranslatorEngine, Gate], files_dir: Path
 ) -> None:
     engine, _ = gated
     settings = {"file_sync_chars": 0, "file_job_workers": 1}
@@ -248,9 +272,7 @@ def test_shutdown_stops_running_and_queued_jobs_and_their_records_say_so(
         assert never["state"] == "failed" and "shut down before the job started" in never["error"]
 
 
-def test_a_files_calls_wait_for_room_in_a_full_queue(
-    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
-) -> None:
+def test_a_files_calls_wait_for_room_in_a_full_queue(gated: tuple[TranslatorEngine, Gate], files_dir: Path) -> None:
     """An ordinary request meeting a full queue gets 503 at once; a file, uploaded already,
     waits for room (within `file_timeout`) and is translated."""
     engine, gate = gated
@@ -332,7 +354,7 @@ def test_stored_bytes_are_bounded_per_client_and_in_all(echo_engine: TranslatorE
 
 
 def test_a_file_over_the_quota_is_refused_before_it_is_translated(
-    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
+    gated: tuple[TranslatorEngine, Gate], files_dir: Path
 ) -> None:
     engine, gate = gated  # closed: a translation would wait for it
     with client_for(engine, files_dir, file_client_max_bytes=len(TEN_LINES) - 1) as client:
@@ -341,7 +363,7 @@ def test_a_file_over_the_quota_is_refused_before_it_is_translated(
 
 
 def test_a_job_whose_file_passes_the_quota_fails_with_507(
-    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
+    gated: tuple[TranslatorEngine, Gate], files_dir: Path
 ) -> None:
     engine, gate = gated
     with client_for(engine, files_dir.parent / "probe") as client:
@@ -380,9 +402,7 @@ def test_a_file_can_be_deleted_by_its_first_download(echo_engine: TranslatorEngi
         assert [client.get(asked).status_code for _ in range(2)] == [200, 200]
 
 
-def test_a_client_has_a_share_of_the_job_slots(
-    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
-) -> None:
+def test_a_client_has_a_share_of_the_job_slots(gated: tuple[TranslatorEngine, Gate], files_dir: Path) -> None:
     engine, gate = gated
     settings = {"file_sync_chars": 0, "file_max_jobs": 4, "file_client_max_jobs": 2, "api_keys": "a,b,c"}
     with client_for(engine, files_dir, **settings) as client:
@@ -403,9 +423,7 @@ def cancel(client: TestClient, job: dict, key: str = "") -> dict:
     return answer.json()
 
 
-def test_a_job_is_cancelled_queued_running_or_done(
-    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
-) -> None:
+def test_a_job_is_cancelled_queued_running_or_done(gated: tuple[TranslatorEngine, Gate], files_dir: Path) -> None:
     engine, gate = gated
     settings = {"file_sync_chars": 0, "file_job_workers": 1, "max_request_work": per_call(engine, 10)}
     with client_for(engine, files_dir, api_keys="a,b", **settings) as client:
@@ -477,9 +495,7 @@ def test_a_dead_servers_jobs_fail_at_start_up_and_when_polled(echo_engine: Trans
         assert "elsewhere" not in failed["error"] and on_disk("alive")["state"] == "failed"  # no host names told
 
 
-def test_a_job_beats_while_its_model_call_takes_long(
-    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
-) -> None:
+def test_a_job_beats_while_its_model_call_takes_long(gated: tuple[TranslatorEngine, Gate], files_dir: Path) -> None:
     engine, _ = gated  # closed: the job's first model call never ends
     with client_for(engine, files_dir, file_sync_chars=0, file_job_stale_s=0.4) as client:
         job = submit(client, "a.txt", TEN_LINES)
@@ -491,9 +507,7 @@ def test_a_job_beats_while_its_model_call_takes_long(
         assert status(client, job)["state"] == "running"
 
 
-def test_a_job_taken_for_dead_elsewhere_stays_failed(
-    gated: tuple[TranslatorEngine, threading.Semaphore], files_dir: Path
-) -> None:
+def test_a_job_taken_for_dead_elsewhere_stays_failed(gated: tuple[TranslatorEngine, Gate], files_dir: Path) -> None:
     """A server whose heartbeat came too late (a pause longer than `file_job_stale_s`) finds its
     job marked failed by another: it stops it, and never writes it back to `running` or `done`."""
     engine, gate = gated
