@@ -101,14 +101,6 @@ def wait_for(client: TestClient, job: dict, ready: Callable[[dict], bool], key: 
         time.sleep(0.01)
 
 
-def wait_until(condition: Callable[[], bool]) -> None:
-    """Return once `condition()` holds, polled (at most 30 s)."""
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert time.monotonic() < deadline, "the condition never held"
-        time.sleep(0.01)
-
-
 def finished(found: dict) -> bool:
     return found["state"] in ("done", "failed")
 
@@ -215,7 +207,7 @@ def test_jobs_are_bounded_and_a_clients_second_job_waits_for_others_first(
         # The second job only once the first one's model call waits at the gate: submitted
         # together, a batch would deal both jobs' sentences and one permit would end neither.
         first = submit(client, "a.txt", TEN_LINES, key="a")
-        wait_until(lambda: gate.calls == 1)
+        eventually(lambda: gate.calls == 1, "the first job's model call never came to the gate")
         second = submit(client, "a.txt", TEN_LINES, key="a")
         for job in (first, second):
             wait_for(client, job, lambda found: found["state"] == "running", key="a")
